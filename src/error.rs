@@ -1,0 +1,66 @@
+//! The crate's one error type. Every variant says what went wrong and where,
+//! so the CLI can print it as a single line.
+
+use std::path::PathBuf;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The user asked for something that cannot be: a bad flag value, an unknown model,
+    /// a zero batch size. Maps to exit code 2.
+    #[error("{0}")]
+    Invalid(String),
+
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A data file exists but its contents are malformed (truncated idx, bad magic, bad PNG).
+    #[error("{path}: {msg}")]
+    Format { path: PathBuf, msg: String },
+
+    /// Tensor shapes that do not fit together: a bug in a model definition, not user input.
+    #[error("shape mismatch in {op}: {msg}")]
+    Shape { op: &'static str, msg: String },
+
+    /// A requested device or backend is not available on this machine.
+    #[error("{0}")]
+    Unavailable(String),
+
+    /// Training produced a non-finite loss.
+    #[error("training diverged at step {step}: loss is {loss}")]
+    Diverged { step: usize, loss: f32 },
+
+    /// Anything else that went wrong at run time (a worker thread died, a channel closed).
+    #[error("{0}")]
+    Runtime(String),
+}
+
+impl Error {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn format(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {
+        Error::Format {
+            path: path.into(),
+            msg: msg.into(),
+        }
+    }
+
+    /// True when the error is the user's input rather than the run itself (exit code 2).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            Error::Invalid(_) | Error::Io { .. } | Error::Format { .. } | Error::Unavailable(_)
+        )
+    }
+}

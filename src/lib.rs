@@ -1,0 +1,14 @@
+//! `tune`: measures which training settings make neural-network training faster on this
+//! machine, by how much, and why.
+//!
+//! Data flows through one folder per stage: `engine` trains, `runner` sweeps knobs over
+//! child-process trials, `advisor` turns measurements into recommendations, `report`
+//! renders them.
+
+pub mod engine;
+pub mod error;
+pub mod knobs;
+pub mod runner;
+
+pub use error::{Error, Result};
+pub use knobs::Knobs;

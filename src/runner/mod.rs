@@ -1,0 +1,1 @@
+//! The experiment runner (being written).
