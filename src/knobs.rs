@@ -205,7 +205,9 @@ impl Knobs {
             ));
         }
         if self.devices == 0 {
-            return Err(Error::Invalid("invalid devices 0: must be at least 1".into()));
+            return Err(Error::Invalid(
+                "invalid devices 0: must be at least 1".into(),
+            ));
         }
         if self.parallel == Parallel::Single && self.devices > 1 {
             return Err(Error::Invalid(format!(
@@ -312,12 +314,23 @@ mod tests {
     #[test]
     fn set_get_round_trip_and_unknown_knob() {
         let mut k = Knobs::default();
-        for (n, v) in [("amp", "bf16"), ("num_workers", "2"), ("checkpoint", "every:2")] {
+        for (n, v) in [
+            ("amp", "bf16"),
+            ("num_workers", "2"),
+            ("checkpoint", "every:2"),
+        ] {
             k.set(n, v).unwrap();
             assert_eq!(k.get(n).unwrap(), v);
         }
-        assert!(k.set("warp_speed", "9").unwrap_err().to_string().contains("unknown knob"));
-        assert_eq!(k.diff_label(&Knobs::default()), "num_workers=2 checkpoint=every:2 amp=bf16");
+        assert!(k
+            .set("warp_speed", "9")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown knob"));
+        assert_eq!(
+            k.diff_label(&Knobs::default()),
+            "num_workers=2 checkpoint=every:2 amp=bf16"
+        );
     }
 
     #[test]

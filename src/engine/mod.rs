@@ -2,3 +2,11 @@
 //! explicit forward/backward, the model zoo, data, optimizers and the step loop.
 
 pub mod data;
+pub mod device;
+#[cfg(test)]
+mod gradcheck;
+pub mod nn;
+pub mod ops;
+pub mod optim;
+pub mod rng;
+pub mod tensor;

@@ -1,0 +1,216 @@
+//! Devices own memory accounting and the compute threads. Every buffer the engine
+//! allocates is charged to a category on its device's `MemTracker`, so peak memory per
+//! category is a measurement, not an estimate.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+/// What a buffer is for. Mirrors how PyTorch memory is usually broken down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemCategory {
+    Params,
+    Grads,
+    OptimizerState,
+    Activations,
+    Workspace,
+}
+
+impl MemCategory {
+    pub const ALL: [MemCategory; 5] = [
+        MemCategory::Params,
+        MemCategory::Grads,
+        MemCategory::OptimizerState,
+        MemCategory::Activations,
+        MemCategory::Workspace,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MemCategory::Params => "params",
+            MemCategory::Grads => "grads",
+            MemCategory::OptimizerState => "optimizer_state",
+            MemCategory::Activations => "activations",
+            MemCategory::Workspace => "workspace",
+        }
+    }
+}
+
+/// Current and peak bytes per category, plus the peak of the total.
+#[derive(Debug, Default)]
+pub struct MemTracker {
+    current: [AtomicI64; 5],
+    peak: [AtomicI64; 5],
+    total: AtomicI64,
+    total_peak: AtomicI64,
+}
+
+/// A point-in-time copy of a tracker's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemSnapshot {
+    pub current: std::collections::BTreeMap<String, u64>,
+    pub peak: std::collections::BTreeMap<String, u64>,
+    pub total_current: u64,
+    pub total_peak: u64,
+}
+
+impl MemSnapshot {
+    pub fn current_of(&self, c: MemCategory) -> u64 {
+        self.current.get(c.name()).copied().unwrap_or(0)
+    }
+    pub fn peak_of(&self, c: MemCategory) -> u64 {
+        self.peak.get(c.name()).copied().unwrap_or(0)
+    }
+}
+
+impl MemTracker {
+    fn idx(c: MemCategory) -> usize {
+        c as usize
+    }
+
+    pub fn alloc(&self, c: MemCategory, bytes: usize) {
+        let b = bytes as i64;
+        let i = Self::idx(c);
+        let now = self.current[i].fetch_add(b, Ordering::Relaxed) + b;
+        self.peak[i].fetch_max(now, Ordering::Relaxed);
+        let tot = self.total.fetch_add(b, Ordering::Relaxed) + b;
+        self.total_peak.fetch_max(tot, Ordering::Relaxed);
+    }
+
+    pub fn free(&self, c: MemCategory, bytes: usize) {
+        let b = bytes as i64;
+        self.current[Self::idx(c)].fetch_sub(b, Ordering::Relaxed);
+        self.total.fetch_sub(b, Ordering::Relaxed);
+    }
+
+    pub fn current(&self, c: MemCategory) -> u64 {
+        self.current[Self::idx(c)].load(Ordering::Relaxed).max(0) as u64
+    }
+
+    pub fn peak(&self, c: MemCategory) -> u64 {
+        self.peak[Self::idx(c)].load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// Starts a new peak window (e.g. after warm-up) at the current level.
+    pub fn reset_peaks(&self) {
+        for i in 0..5 {
+            self.peak[i].store(self.current[i].load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        self.total_peak
+            .store(self.total.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> MemSnapshot {
+        let mut s = MemSnapshot::default();
+        for c in MemCategory::ALL {
+            s.current.insert(c.name().into(), self.current(c));
+            s.peak.insert(c.name().into(), self.peak(c));
+        }
+        s.total_current = self.total.load(Ordering::Relaxed).max(0) as u64;
+        s.total_peak = self.total_peak.load(Ordering::Relaxed).max(0) as u64;
+        s
+    }
+}
+
+/// Which backend a device runs on. The CUDA variant joins this enum; ops dispatch on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Cpu,
+    Cuda,
+}
+
+/// One compute device: its memory accounting, its compute threads and a reusable
+/// workspace (like cuDNN's), so big scratch buffers such as im2col matrices are not
+/// page-faulted in again on every step.
+#[derive(Debug)]
+pub struct Device {
+    pub backend: Backend,
+    pub index: usize,
+    pub threads: usize,
+    mem: Arc<MemTracker>,
+    workspace: Mutex<Vec<f32>>,
+}
+
+impl Device {
+    pub fn cpu(index: usize, threads: usize) -> Arc<Device> {
+        Arc::new(Device {
+            backend: Backend::Cpu,
+            index,
+            threads: threads.max(1),
+            mem: Arc::new(MemTracker::default()),
+            workspace: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn mem(&self) -> &Arc<MemTracker> {
+        &self.mem
+    }
+
+    /// The GEMM parallelism matching this device's thread count.
+    pub fn par(&self) -> gemm::Parallelism {
+        if self.threads > 1 {
+            gemm::Parallelism::Rayon(self.threads)
+        } else {
+            gemm::Parallelism::None
+        }
+    }
+
+    /// Borrows the device workspace with at least `len` elements; contents are garbage.
+    /// Growth is charged to the workspace category.
+    pub fn with_workspace<R>(&self, len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+        let mut ws = match self.workspace.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        if ws.len() < len {
+            self.mem.free(MemCategory::Workspace, ws.len() * 4);
+            ws = vec![0.0; len];
+            self.mem.alloc(MemCategory::Workspace, len * 4);
+        }
+        let r = f(&mut ws[..len]);
+        match self.workspace.lock() {
+            Ok(mut g) => *g = ws,
+            Err(p) => *p.into_inner() = ws,
+        }
+        r
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        let n = match self.workspace.get_mut() {
+            Ok(w) => w.len(),
+            Err(p) => p.get_ref().len(),
+        };
+        self.mem.free(MemCategory::Workspace, n * 4);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracker_keeps_peak_and_current() {
+        let t = MemTracker::default();
+        t.alloc(MemCategory::Activations, 100);
+        t.alloc(MemCategory::Activations, 50);
+        t.free(MemCategory::Activations, 100);
+        assert_eq!(t.current(MemCategory::Activations), 50);
+        assert_eq!(t.peak(MemCategory::Activations), 150);
+        t.reset_peaks();
+        assert_eq!(t.peak(MemCategory::Activations), 50);
+        assert_eq!(t.snapshot().total_peak, 50);
+    }
+
+    #[test]
+    fn workspace_grows_once_and_is_charged() {
+        let d = Device::cpu(0, 1);
+        d.with_workspace(1000, |w| w[999] = 1.0);
+        d.with_workspace(10, |w| assert_eq!(w.len(), 10));
+        assert_eq!(d.mem().current(MemCategory::Workspace), 4000);
+    }
+}

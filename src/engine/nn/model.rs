@@ -1,0 +1,155 @@
+//! A model is a sequence of top-level layers. Forward and backward walk it explicitly,
+//! which is where activation checkpointing lives: a checkpointed segment keeps only its
+//! input during forward and is recomputed just before its backward (Chen et al. 2016).
+
+use std::time::{Duration, Instant};
+
+use crate::engine::nn::layer::{Ctx, Layer, Param};
+use crate::engine::tensor::Tensor;
+use crate::error::{Error, Result};
+
+pub struct Model {
+    pub name: String,
+    pub layers: Vec<Box<dyn Layer>>,
+    /// Input shape per sample (H, W, C).
+    pub input: [usize; 3],
+    pub classes: usize,
+    /// Inputs of checkpointed segments, kept between forward and backward.
+    boundaries: Vec<(usize, usize, Tensor)>,
+}
+
+/// What a backward pass measured about itself.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BackwardStats {
+    /// Time spent re-running checkpointed forwards inside backward.
+    pub recompute: Duration,
+}
+
+impl Model {
+    pub fn new(
+        name: &str,
+        layers: Vec<Box<dyn Layer>>,
+        input: [usize; 3],
+        classes: usize,
+    ) -> Model {
+        Model {
+            name: name.into(),
+            layers,
+            input,
+            classes,
+            boundaries: Vec::new(),
+        }
+    }
+
+    pub fn visit_params(&mut self, f: &mut dyn FnMut(&mut Param)) {
+        for l in &mut self.layers {
+            l.visit_params(f);
+        }
+    }
+
+    pub fn visit_buffers(&mut self, f: &mut dyn FnMut(&str, &mut Vec<f32>)) {
+        for l in &mut self.layers {
+            l.visit_buffers(f);
+        }
+    }
+
+    pub fn num_params(&mut self) -> usize {
+        let mut n = 0;
+        self.visit_params(&mut |p| n += p.len());
+        n
+    }
+
+    /// Segment ranges for a given segment length; the last segment is never
+    /// checkpointed, since its activations are needed right away.
+    fn segments(&self, seg_len: Option<usize>) -> Vec<(usize, usize, bool)> {
+        let n = self.layers.len();
+        match seg_len {
+            None => vec![(0, n, false)],
+            Some(s) => {
+                let s = s.max(1);
+                let mut out = Vec::new();
+                let mut i = 0;
+                while i < n {
+                    let e = (i + s).min(n);
+                    out.push((i, e, e < n));
+                    i = e;
+                }
+                out
+            }
+        }
+    }
+
+    /// Forward pass. With `seg_len`, every segment but the last keeps only its input.
+    pub fn forward(&mut self, x: Tensor, ctx: &Ctx, seg_len: Option<usize>) -> Result<Tensor> {
+        self.boundaries.clear();
+        let mut h = x;
+        for (start, end, ckpt) in self.segments(seg_len) {
+            let seg_ctx;
+            let c = if ckpt && ctx.save {
+                self.boundaries.push((start, end, h.clone()));
+                seg_ctx = Ctx {
+                    save: false,
+                    ..ctx.clone()
+                };
+                &seg_ctx
+            } else {
+                ctx
+            };
+            for l in &mut self.layers[start..end] {
+                h = l.forward(h, c)?;
+            }
+        }
+        Ok(h)
+    }
+
+    /// Backward pass from the logits' gradient. The first layer's input gradient is
+    /// never computed (the input needs none).
+    pub fn backward(
+        &mut self,
+        dlogits: Tensor,
+        ctx: &Ctx,
+        seg_len: Option<usize>,
+    ) -> Result<BackwardStats> {
+        let mut stats = BackwardStats::default();
+        let mut g = Some(dlogits);
+        for (start, end, ckpt) in self.segments(seg_len).into_iter().rev() {
+            if ckpt {
+                let (s, e, x) = self.boundaries.pop().ok_or_else(|| {
+                    Error::Runtime("checkpoint: no saved boundary for segment".into())
+                })?;
+                if (s, e) != (start, end) {
+                    return Err(Error::Runtime(format!(
+                        "checkpoint: boundary {s}..{e} does not match segment {start}..{end}"
+                    )));
+                }
+                let t = Instant::now();
+                let rctx = Ctx {
+                    save: true,
+                    recompute: true,
+                    ..ctx.clone()
+                };
+                let mut h = x;
+                for l in &mut self.layers[start..end] {
+                    h = l.forward(h, &rctx)?;
+                }
+                drop(h);
+                stats.recompute += t.elapsed();
+            }
+            for i in (start..end).rev() {
+                let dy = g.take().ok_or_else(|| {
+                    Error::Runtime(format!("backward: layer {i} got no gradient"))
+                })?;
+                g = self.layers[i].backward(dy, i > 0, ctx)?;
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Drops everything forward saved (after an aborted step or for evaluation).
+    pub fn clear_saved(&mut self) {
+        self.boundaries.clear();
+        for l in &mut self.layers {
+            l.clear_saved();
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Pointwise activations: ReLU (in place, keeps its output as the mask) and GELU (tanh
+//! approximation, as `nn.GELU(approximate="tanh")`).
+
+use rayon::prelude::*;
+
+use crate::engine::nn::layer::{take_saved, Ctx, Layer};
+use crate::engine::tensor::Tensor;
+use crate::error::Result;
+
+/// Elements per parallel task: big enough that rayon's overhead stays negligible.
+const PAR_CHUNK: usize = 1 << 14;
+
+#[derive(Default)]
+pub struct Relu {
+    saved_y: Option<Tensor>,
+}
+
+impl Layer for Relu {
+    fn name(&self) -> String {
+        "relu".into()
+    }
+
+    fn forward(&mut self, mut x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+        x.f32_mut()?.par_chunks_mut(PAR_CHUNK).for_each(|c| {
+            for v in c {
+                *v = v.max(0.0);
+            }
+        });
+        if ctx.save {
+            self.saved_y = Some(x.clone());
+        }
+        Ok(x)
+    }
+
+    fn backward(&mut self, mut dy: Tensor, _need_dx: bool, _ctx: &Ctx) -> Result<Option<Tensor>> {
+        let y = take_saved(&mut self.saved_y, "relu")?;
+        let yd = y.f32()?;
+        dy.f32_mut()?
+            .par_chunks_mut(PAR_CHUNK)
+            .zip(yd.par_chunks(PAR_CHUNK))
+            .for_each(|(d, y)| {
+                for (d, y) in d.iter_mut().zip(y) {
+                    if *y <= 0.0 {
+                        *d = 0.0;
+                    }
+                }
+            });
+        Ok(Some(dy))
+    }
+
+    fn clear_saved(&mut self) {
+        self.saved_y = None;
+    }
+}
+
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+const GELU_C: f32 = 0.044_715;
+
+#[derive(Default)]
+pub struct Gelu {
+    saved_x: Option<Tensor>,
+}
+
+impl Layer for Gelu {
+    fn name(&self) -> String {
+        "gelu".into()
+    }
+
+    fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+        let mut y = ctx.alloc(x.shape());
+        y.f32_mut()?
+            .par_chunks_mut(PAR_CHUNK)
+            .zip(x.f32()?.par_chunks(PAR_CHUNK))
+            .for_each(|(y, x)| {
+                for (y, &x) in y.iter_mut().zip(x) {
+                    let t = (SQRT_2_OVER_PI * (x + GELU_C * x * x * x)).tanh();
+                    *y = 0.5 * x * (1.0 + t);
+                }
+            });
+        if ctx.save {
+            self.saved_x = Some(x);
+        }
+        Ok(y)
+    }
+
+    fn backward(&mut self, mut dy: Tensor, _need_dx: bool, _ctx: &Ctx) -> Result<Option<Tensor>> {
+        let x = take_saved(&mut self.saved_x, "gelu")?;
+        dy.f32_mut()?
+            .par_chunks_mut(PAR_CHUNK)
+            .zip(x.f32()?.par_chunks(PAR_CHUNK))
+            .for_each(|(d, x)| {
+                for (d, &x) in d.iter_mut().zip(x) {
+                    let u = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
+                    let t = u.tanh();
+                    let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * x * x);
+                    *d *= 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+                }
+            });
+        Ok(Some(dy))
+    }
+
+    fn clear_saved(&mut self) {
+        self.saved_x = None;
+    }
+}

@@ -1,0 +1,242 @@
+//! Batch normalisation over NHWC activations: statistics per channel over N*H*W rows.
+//!
+//! Reductions run over fixed 256-row chunks combined in chunk order, so results are
+//! bit-identical whatever the thread count.
+
+use rayon::prelude::*;
+
+use crate::engine::device::Device;
+use crate::engine::nn::layer::{Ctx, Layer, Param};
+use crate::engine::tensor::Tensor;
+use crate::error::{Error, Result};
+
+const CHUNK_ROWS: usize = 256;
+
+/// Per-channel sums of `f(row_values, c)` over all rows, reduced deterministically.
+fn channel_sums(rows_data: &[f32], c: usize, f: impl Fn(&mut [f64], &[f32]) + Sync) -> Vec<f64> {
+    let partials: Vec<Vec<f64>> = rows_data
+        .par_chunks(CHUNK_ROWS * c)
+        .map(|chunk| {
+            let mut acc = vec![0.0f64; c];
+            f(&mut acc, chunk);
+            acc
+        })
+        .collect();
+    let mut total = vec![0.0f64; c];
+    for p in partials {
+        for (t, v) in total.iter_mut().zip(p) {
+            *t += v;
+        }
+    }
+    total
+}
+
+pub struct BatchNorm2d {
+    pub c: usize,
+    pub eps: f32,
+    pub momentum: f32,
+    pub gamma: Param,
+    pub beta: Param,
+    pub running_mean: Vec<f32>,
+    pub running_var: Vec<f32>,
+    saved: Option<(Tensor, Vec<f32>)>,
+}
+
+impl BatchNorm2d {
+    pub fn new(c: usize, dev: &Device) -> Result<BatchNorm2d> {
+        Ok(BatchNorm2d {
+            c,
+            eps: 1e-5,
+            momentum: 0.1,
+            gamma: Param::new("weight", &[c], vec![1.0; c], false, dev)?,
+            beta: Param::new("bias", &[c], vec![0.0; c], false, dev)?,
+            running_mean: vec![0.0; c],
+            running_var: vec![1.0; c],
+            saved: None,
+        })
+    }
+
+    fn rows(&self, x: &Tensor) -> Result<usize> {
+        let last = x.shape().last().copied().unwrap_or(0);
+        if last != self.c || x.is_empty() {
+            return Err(Error::Shape {
+                op: "batchnorm",
+                msg: format!("input {:?} does not end in {} channels", x.shape(), self.c),
+            });
+        }
+        Ok(x.len() / self.c)
+    }
+
+    /// Batch mean and biased variance per channel.
+    pub fn batch_stats(x: &[f32], c: usize) -> (Vec<f32>, Vec<f32>) {
+        let m = (x.len() / c) as f64;
+        let sum = channel_sums(x, c, |acc, chunk| {
+            for row in chunk.chunks_exact(acc.len()) {
+                for (a, v) in acc.iter_mut().zip(row) {
+                    *a += *v as f64;
+                }
+            }
+        });
+        let mean: Vec<f64> = sum.iter().map(|s| s / m).collect();
+        let sq = channel_sums(x, c, |acc, chunk| {
+            for row in chunk.chunks_exact(acc.len()) {
+                for ((a, v), mu) in acc.iter_mut().zip(row).zip(&mean) {
+                    let d = *v as f64 - mu;
+                    *a += d * d;
+                }
+            }
+        });
+        (
+            mean.iter().map(|&v| v as f32).collect(),
+            sq.iter().map(|s| (s / m) as f32).collect(),
+        )
+    }
+}
+
+impl Layer for BatchNorm2d {
+    fn name(&self) -> String {
+        format!("batchnorm({})", self.c)
+    }
+
+    fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+        let m = self.rows(&x)?;
+        let c = self.c;
+        let (mean, var) = if ctx.train {
+            let (mean, var) = BatchNorm2d::batch_stats(x.f32()?, c);
+            if !ctx.recompute {
+                let unbias = m as f32 / (m.max(2) - 1) as f32;
+                for i in 0..c {
+                    self.running_mean[i] =
+                        (1.0 - self.momentum) * self.running_mean[i] + self.momentum * mean[i];
+                    self.running_var[i] = (1.0 - self.momentum) * self.running_var[i]
+                        + self.momentum * var[i] * unbias;
+                }
+            }
+            (mean, var)
+        } else {
+            (self.running_mean.clone(), self.running_var.clone())
+        };
+        let invstd: Vec<f32> = var.iter().map(|v| 1.0 / (v + self.eps).sqrt()).collect();
+        let (gamma, beta) = (self.gamma.w.f32()?, self.beta.w.f32()?);
+        let save = ctx.save && ctx.train;
+        // xhat is what backward needs; y = gamma*xhat + beta is computed from it.
+        let mut xhat = if x.is_unique() {
+            x
+        } else {
+            ctx.from_vec(x.shape(), x.f32()?.to_vec())?
+        };
+        {
+            let xh = xhat.f32_mut()?;
+            xh.par_chunks_mut(CHUNK_ROWS * c).for_each(|chunk| {
+                for row in chunk.chunks_exact_mut(c) {
+                    for ((v, mu), is) in row.iter_mut().zip(&mean).zip(&invstd) {
+                        *v = (*v - mu) * is;
+                    }
+                }
+            });
+        }
+        if save {
+            let mut y = ctx.alloc(xhat.shape());
+            let xh = xhat.f32()?;
+            let yd = y.f32_mut()?;
+            yd.par_chunks_mut(CHUNK_ROWS * c)
+                .zip(xh.par_chunks(CHUNK_ROWS * c))
+                .for_each(|(yc, xc)| {
+                    for (yr, xr) in yc.chunks_exact_mut(c).zip(xc.chunks_exact(c)) {
+                        for i in 0..c {
+                            yr[i] = gamma[i] * xr[i] + beta[i];
+                        }
+                    }
+                });
+            self.saved = Some((xhat, invstd));
+            Ok(y)
+        } else {
+            let mut y = xhat;
+            let yd = y.f32_mut()?;
+            yd.par_chunks_mut(CHUNK_ROWS * c).for_each(|yc| {
+                for yr in yc.chunks_exact_mut(c) {
+                    for i in 0..c {
+                        yr[i] = gamma[i] * yr[i] + beta[i];
+                    }
+                }
+            });
+            Ok(y)
+        }
+    }
+
+    fn backward(&mut self, mut dy: Tensor, need_dx: bool, _ctx: &Ctx) -> Result<Option<Tensor>> {
+        let (xhat, invstd) = self
+            .saved
+            .take()
+            .ok_or_else(|| Error::Runtime("batchnorm: backward without forward".into()))?;
+        let c = self.c;
+        let m = self.rows(&xhat)? as f64;
+        let xh = xhat.f32()?;
+        let dyd = dy.f32()?;
+        let dbeta = channel_sums(dyd, c, |acc, chunk| {
+            for row in chunk.chunks_exact(acc.len()) {
+                for (a, v) in acc.iter_mut().zip(row) {
+                    *a += *v as f64;
+                }
+            }
+        });
+        // dgamma needs dy and xhat together: reduce over zipped chunks.
+        let parts: Vec<Vec<f64>> = dyd
+            .par_chunks(CHUNK_ROWS * c)
+            .zip(xh.par_chunks(CHUNK_ROWS * c))
+            .map(|(dc, xc)| {
+                let mut acc = vec![0.0f64; c];
+                for (dr, xr) in dc.chunks_exact(c).zip(xc.chunks_exact(c)) {
+                    for i in 0..c {
+                        acc[i] += dr[i] as f64 * xr[i] as f64;
+                    }
+                }
+                acc
+            })
+            .collect();
+        let mut dgamma = vec![0.0f64; c];
+        for p in parts {
+            for (t, v) in dgamma.iter_mut().zip(p) {
+                *t += v;
+            }
+        }
+        for (p, d) in [(&mut self.gamma, &dgamma), (&mut self.beta, &dbeta)] {
+            let (g, acc) = p.grad_slot()?;
+            for (gi, di) in g.iter_mut().zip(d.iter()) {
+                *gi = if acc { *gi + *di as f32 } else { *di as f32 };
+            }
+        }
+        if !need_dx {
+            return Ok(None);
+        }
+        let gamma = self.gamma.w.f32()?;
+        let scale: Vec<f32> = (0..c).map(|i| gamma[i] * invstd[i]).collect();
+        let mb: Vec<f32> = dbeta.iter().map(|v| (v / m) as f32).collect();
+        let mg: Vec<f32> = dgamma.iter().map(|v| (v / m) as f32).collect();
+        let dd = dy.f32_mut()?;
+        dd.par_chunks_mut(CHUNK_ROWS * c)
+            .zip(xh.par_chunks(CHUNK_ROWS * c))
+            .for_each(|(dc, xc)| {
+                for (dr, xr) in dc.chunks_exact_mut(c).zip(xc.chunks_exact(c)) {
+                    for i in 0..c {
+                        dr[i] = scale[i] * (dr[i] - mb[i] - xr[i] * mg[i]);
+                    }
+                }
+            });
+        Ok(Some(dy))
+    }
+
+    fn clear_saved(&mut self) {
+        self.saved = None;
+    }
+
+    fn visit_params(&mut self, f: &mut dyn FnMut(&mut Param)) {
+        f(&mut self.gamma);
+        f(&mut self.beta);
+    }
+
+    fn visit_buffers(&mut self, f: &mut dyn FnMut(&str, &mut Vec<f32>)) {
+        f("running_mean", &mut self.running_mean);
+        f("running_var", &mut self.running_var);
+    }
+}

@@ -1,0 +1,310 @@
+//! 2-D convolution on NHWC tensors, weights `[out, kh, kw, in]`.
+//!
+//! NHWC makes im2col a copy of contiguous channel runs and makes the GEMM output land
+//! directly in NHWC, so no layout shuffles are needed between layers. The input is kept
+//! for backward and the column matrix is rebuilt there (in the device workspace), which
+//! costs one cheap im2col but saves `kh*kw` times the input in activation memory.
+
+use rayon::prelude::*;
+
+use crate::engine::device::Device;
+use crate::engine::nn::layer::{take_saved, Ctx, Layer, Param};
+use crate::engine::ops::gemm::{matmul, Mat};
+use crate::engine::rng::Rng;
+use crate::engine::tensor::Tensor;
+use crate::error::{Error, Result};
+
+/// Geometry of one convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConvGeom {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub c_in: usize,
+    pub c_out: usize,
+    pub k: usize,
+    pub stride: usize,
+    pub pad: usize,
+}
+
+impl ConvGeom {
+    pub fn oh(&self) -> usize {
+        (self.h + 2 * self.pad - self.k) / self.stride + 1
+    }
+    pub fn ow(&self) -> usize {
+        (self.w + 2 * self.pad - self.k) / self.stride + 1
+    }
+    /// Columns of the im2col matrix.
+    pub fn kkc(&self) -> usize {
+        self.k * self.k * self.c_in
+    }
+    /// Rows of the im2col matrix (output pixels over the batch).
+    pub fn rows(&self) -> usize {
+        self.n * self.oh() * self.ow()
+    }
+    /// A 1x1, stride-1, unpadded conv is a plain GEMM on the input.
+    fn is_pointwise(&self) -> bool {
+        self.k == 1 && self.stride == 1 && self.pad == 0
+    }
+}
+
+/// Copies input patches into rows of `col` (`rows x kkc`), zero where padding.
+pub fn im2col(x: &[f32], g: &ConvGeom, col: &mut [f32]) {
+    let (oh, ow, kkc) = (g.oh(), g.ow(), g.kkc());
+    let per_img = oh * ow * kkc;
+    col[..g.n * per_img]
+        .par_chunks_mut(per_img)
+        .enumerate()
+        .for_each(|(n, cimg)| {
+            let ximg = &x[n * g.h * g.w * g.c_in..(n + 1) * g.h * g.w * g.c_in];
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let row = &mut cimg[(oy * ow + ox) * kkc..(oy * ow + ox + 1) * kkc];
+                    for ky in 0..g.k {
+                        let iy = (oy * g.stride + ky) as isize - g.pad as isize;
+                        for kx in 0..g.k {
+                            let ix = (ox * g.stride + kx) as isize - g.pad as isize;
+                            let dst =
+                                &mut row[(ky * g.k + kx) * g.c_in..(ky * g.k + kx + 1) * g.c_in];
+                            if iy < 0 || ix < 0 || iy >= g.h as isize || ix >= g.w as isize {
+                                dst.fill(0.0);
+                            } else {
+                                let off = (iy as usize * g.w + ix as usize) * g.c_in;
+                                dst.copy_from_slice(&ximg[off..off + g.c_in]);
+                            }
+                        }
+                    }
+                }
+            }
+        });
+}
+
+/// Scatter-adds rows of `col` back into an input-shaped gradient (`dx` is overwritten).
+pub fn col2im(col: &[f32], g: &ConvGeom, dx: &mut [f32]) {
+    let (oh, ow, kkc) = (g.oh(), g.ow(), g.kkc());
+    let per_img = oh * ow * kkc;
+    dx.par_chunks_mut(g.h * g.w * g.c_in)
+        .enumerate()
+        .for_each(|(n, dimg)| {
+            dimg.fill(0.0);
+            let cimg = &col[n * per_img..(n + 1) * per_img];
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let row = &cimg[(oy * ow + ox) * kkc..(oy * ow + ox + 1) * kkc];
+                    for ky in 0..g.k {
+                        let iy = (oy * g.stride + ky) as isize - g.pad as isize;
+                        if iy < 0 || iy >= g.h as isize {
+                            continue;
+                        }
+                        for kx in 0..g.k {
+                            let ix = (ox * g.stride + kx) as isize - g.pad as isize;
+                            if ix < 0 || ix >= g.w as isize {
+                                continue;
+                            }
+                            let off = (iy as usize * g.w + ix as usize) * g.c_in;
+                            let src = &row[(ky * g.k + kx) * g.c_in..(ky * g.k + kx + 1) * g.c_in];
+                            for (d, s) in dimg[off..off + g.c_in].iter_mut().zip(src) {
+                                *d += s;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+}
+
+pub struct Conv2d {
+    pub c_in: usize,
+    pub c_out: usize,
+    pub k: usize,
+    pub stride: usize,
+    pub pad: usize,
+    pub w: Param,
+    pub b: Option<Param>,
+    saved_x: Option<Tensor>,
+}
+
+impl Conv2d {
+    /// Kaiming-uniform init as PyTorch's default. `bias = false` before a BatchNorm, whose
+    /// shift makes a conv bias redundant (one of the seed articles' tips).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        c_in: usize,
+        c_out: usize,
+        k: usize,
+        stride: usize,
+        pad: usize,
+        bias: bool,
+        rng: &mut Rng,
+        dev: &Device,
+    ) -> Result<Conv2d> {
+        let fan_in = (c_in * k * k) as f32;
+        let bound = 1.0 / fan_in.sqrt();
+        let w = (0..c_out * k * k * c_in)
+            .map(|_| rng.uniform(-bound, bound))
+            .collect();
+        let b = if bias {
+            let v = (0..c_out).map(|_| rng.uniform(-bound, bound)).collect();
+            Some(Param::new("bias", &[c_out], v, false, dev)?)
+        } else {
+            None
+        };
+        Ok(Conv2d {
+            c_in,
+            c_out,
+            k,
+            stride,
+            pad,
+            w: Param::new("weight", &[c_out, k * k * c_in], w, true, dev)?,
+            b,
+            saved_x: None,
+        })
+    }
+
+    pub fn geom(&self, x: &Tensor) -> Result<ConvGeom> {
+        match *x.shape() {
+            [n, h, w, c]
+                if c == self.c_in && h + 2 * self.pad >= self.k && w + 2 * self.pad >= self.k =>
+            {
+                Ok(ConvGeom {
+                    n,
+                    h,
+                    w,
+                    c_in: c,
+                    c_out: self.c_out,
+                    k: self.k,
+                    stride: self.stride,
+                    pad: self.pad,
+                })
+            }
+            _ => Err(Error::Shape {
+                op: "conv2d",
+                msg: format!(
+                    "input {:?} is not NHWC with {} channels and room for a {}x{} kernel",
+                    x.shape(),
+                    self.c_in,
+                    self.k,
+                    self.k
+                ),
+            }),
+        }
+    }
+}
+
+impl Layer for Conv2d {
+    fn name(&self) -> String {
+        format!(
+            "conv{}x{}({}->{}, s{})",
+            self.k, self.k, self.c_in, self.c_out, self.stride
+        )
+    }
+
+    fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+        let g = self.geom(&x)?;
+        let mut y = ctx.alloc(&[g.n, g.oh(), g.ow(), g.c_out]);
+        let yd = y.f32_mut()?;
+        let accumulate = match &self.b {
+            Some(b) => {
+                let b = b.w.f32()?;
+                for row in yd.chunks_exact_mut(g.c_out) {
+                    row.copy_from_slice(b);
+                }
+                true
+            }
+            None => false,
+        };
+        let w = Mat::rm(self.w.w.f32()?, g.c_out, g.kkc()).t();
+        if g.is_pointwise() {
+            matmul(
+                yd,
+                Mat::rm(x.f32()?, g.rows(), g.kkc()),
+                w,
+                accumulate,
+                ctx.dev.par(),
+            )?;
+        } else {
+            let xd = x.f32()?;
+            ctx.dev.with_workspace(g.rows() * g.kkc(), |col| {
+                im2col(xd, &g, col);
+                matmul(
+                    yd,
+                    Mat::rm(col, g.rows(), g.kkc()),
+                    w,
+                    accumulate,
+                    ctx.dev.par(),
+                )
+            })?;
+        }
+        if ctx.save {
+            self.saved_x = Some(x);
+        }
+        Ok(y)
+    }
+
+    fn backward(&mut self, dy: Tensor, need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
+        let x = take_saved(&mut self.saved_x, "conv2d")?;
+        let g = self.geom(&x)?;
+        let (rows, kkc) = (g.rows(), g.kkc());
+        let dyd = dy.f32()?;
+        let dym = Mat::rm(dyd, rows, g.c_out);
+        if let Some(b) = &mut self.b {
+            let (gb, acc) = b.grad_slot()?;
+            if !acc {
+                gb.fill(0.0);
+            }
+            for row in dyd.chunks_exact(g.c_out) {
+                for (s, d) in gb.iter_mut().zip(row) {
+                    *s += d;
+                }
+            }
+        }
+        let par = ctx.dev.par();
+        let mut dx = if need_dx {
+            Some(ctx.alloc(x.shape()))
+        } else {
+            None
+        };
+        if g.is_pointwise() {
+            let (gw, acc) = self.w.grad_slot()?;
+            matmul(gw, dym.t(), Mat::rm(x.f32()?, rows, kkc), acc, par)?;
+            if let Some(dx) = &mut dx {
+                matmul(
+                    dx.f32_mut()?,
+                    dym,
+                    Mat::rm(self.w.w.f32()?, g.c_out, kkc),
+                    false,
+                    par,
+                )?;
+            }
+            return Ok(dx);
+        }
+        let xd = x.f32()?;
+        let ws_len = if need_dx { 2 * rows * kkc } else { rows * kkc };
+        let w = &mut self.w;
+        ctx.dev.with_workspace(ws_len, |ws| -> Result<()> {
+            let (col, dcol) = ws.split_at_mut(rows * kkc);
+            im2col(xd, &g, col);
+            {
+                let (gw, acc) = w.grad_slot()?;
+                matmul(gw, dym.t(), Mat::rm(col, rows, kkc), acc, par)?;
+            }
+            if let Some(dx) = &mut dx {
+                matmul(dcol, dym, Mat::rm(w.w.f32()?, g.c_out, kkc), false, par)?;
+                col2im(dcol, &g, dx.f32_mut()?);
+            }
+            Ok(())
+        })?;
+        Ok(dx)
+    }
+
+    fn clear_saved(&mut self) {
+        self.saved_x = None;
+    }
+
+    fn visit_params(&mut self, f: &mut dyn FnMut(&mut Param)) {
+        f(&mut self.w);
+        if let Some(b) = &mut self.b {
+            f(b);
+        }
+    }
+}

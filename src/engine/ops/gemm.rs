@@ -1,0 +1,173 @@
+//! Dense matrix multiply on f32 through the `gemm` crate. Views carry strides, so
+//! transposed operands cost nothing: backward passes never materialise a transpose.
+
+use crate::error::{Error, Result};
+
+/// A read-only matrix view: element (r, c) is at `data[r * rs + c * cs]`.
+#[derive(Clone, Copy)]
+pub struct Mat<'a> {
+    pub data: &'a [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<'a> Mat<'a> {
+    /// A row-major `rows x cols` matrix.
+    pub fn rm(data: &'a [f32], rows: usize, cols: usize) -> Mat<'a> {
+        Mat {
+            data,
+            rows,
+            cols,
+            rs: cols,
+            cs: 1,
+        }
+    }
+
+    /// The transpose of this view.
+    pub fn t(self) -> Mat<'a> {
+        Mat {
+            data: self.data,
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+        }
+    }
+
+    fn last_index(&self) -> usize {
+        if self.rows == 0 || self.cols == 0 {
+            0
+        } else {
+            (self.rows - 1) * self.rs + (self.cols - 1) * self.cs
+        }
+    }
+}
+
+/// `dst (m x n, row-major) = [dst +] a (m x k) * b (k x n)`.
+/// `accumulate = false` overwrites `dst` without reading it.
+pub fn matmul(
+    dst: &mut [f32],
+    a: Mat,
+    b: Mat,
+    accumulate: bool,
+    par: gemm::Parallelism,
+) -> Result<()> {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    if b.rows != k
+        || dst.len() < m * n
+        || (k > 0 && (a.last_index() >= a.data.len() || b.last_index() >= b.data.len()))
+    {
+        return Err(Error::Shape {
+            op: "matmul",
+            msg: format!(
+                "({m}x{k}) * ({}x{n}) into {} elements (a has {}, b has {})",
+                b.rows,
+                dst.len(),
+                a.data.len(),
+                b.data.len()
+            ),
+        });
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        if !accumulate {
+            dst[..m * n].fill(0.0);
+        }
+        return Ok(());
+    }
+    // SAFETY: the bounds check above guarantees every index the kernel touches
+    // (`(rows-1)*rs + (cols-1)*cs` for each operand, `m*n` for dst) lies inside the
+    // slices, and `dst` is a unique &mut borrow so it cannot alias `a` or `b`.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.data.as_ptr(),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr(),
+            b.cs as isize,
+            b.rs as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+    Ok(())
+}
+
+/// Plain triple loop, the reference every GEMM path is tested against.
+#[cfg(test)]
+pub fn matmul_ref(a: Mat, b: Mat) -> Vec<f32> {
+    let mut out = vec![0.0f32; a.rows * b.cols];
+    for i in 0..a.rows {
+        for j in 0..b.cols {
+            let mut s = 0.0f64;
+            for p in 0..a.cols {
+                s += a.data[i * a.rs + p * a.cs] as f64 * b.data[p * b.rs + j * b.cs] as f64;
+            }
+            out[i * b.cols + j] = s as f32;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) % 200) as f32
+                    / 100.0
+                    - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matches_reference_with_transposes_and_accumulate() {
+        let (m, k, n) = (13, 37, 21);
+        let a = data(m * k, 1);
+        let bt = data(n * k, 2); // stored n x k, used transposed
+        let am = Mat::rm(&a, m, k);
+        let bm = Mat::rm(&bt, n, k).t();
+        let want = matmul_ref(am, bm);
+        let mut got = vec![1.0; m * n];
+        matmul(&mut got, am, bm, false, gemm::Parallelism::None).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-4, "{g} vs {w}");
+        }
+        matmul(&mut got, am, bm, true, gemm::Parallelism::None).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - 2.0 * w).abs() < 1e-4);
+        }
+    }
+
+    #[test]
+    fn rejects_mismatched_shapes() {
+        let a = vec![0.0; 6];
+        let mut d = vec![0.0; 4];
+        assert!(matmul(
+            &mut d,
+            Mat::rm(&a, 2, 3),
+            Mat::rm(&a, 2, 3),
+            false,
+            gemm::Parallelism::None
+        )
+        .is_err());
+    }
+}

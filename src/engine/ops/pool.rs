@@ -1,0 +1,202 @@
+//! Pooling on NHWC: max pooling (keeps argmax indices for backward), global average
+//! pooling (NHWC -> NC), and flatten.
+
+use crate::engine::device::MemCategory;
+use crate::engine::nn::layer::{Ctx, Layer};
+use crate::engine::tensor::{Buf, Tensor};
+use crate::error::{Error, Result};
+
+fn nhwc(x: &Tensor, op: &'static str) -> Result<[usize; 4]> {
+    match *x.shape() {
+        [n, h, w, c] => Ok([n, h, w, c]),
+        _ => Err(Error::Shape {
+            op,
+            msg: format!("input {:?} is not NHWC", x.shape()),
+        }),
+    }
+}
+
+pub struct MaxPool2d {
+    pub k: usize,
+    pub stride: usize,
+    saved: Option<(Tensor, Vec<usize>)>,
+}
+
+impl MaxPool2d {
+    pub fn new(k: usize, stride: usize) -> MaxPool2d {
+        MaxPool2d {
+            k,
+            stride,
+            saved: None,
+        }
+    }
+}
+
+impl Layer for MaxPool2d {
+    fn name(&self) -> String {
+        format!("maxpool{}x{}", self.k, self.k)
+    }
+
+    fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+        let [n, h, w, c] = nhwc(&x, "maxpool")?;
+        if h < self.k || w < self.k {
+            return Err(Error::Shape {
+                op: "maxpool",
+                msg: format!("input {h}x{w} smaller than kernel {}", self.k),
+            });
+        }
+        let (oh, ow) = (
+            (h - self.k) / self.stride + 1,
+            (w - self.k) / self.stride + 1,
+        );
+        let xd = x.f32()?;
+        let mut y = ctx.alloc(&[n, oh, ow, c]);
+        let mut arg = vec![0u32; n * oh * ow * c];
+        let yd = y.f32_mut()?;
+        for b in 0..n {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let o = ((b * oh + oy) * ow + ox) * c;
+                    for ch in 0..c {
+                        let mut best = f32::NEG_INFINITY;
+                        let mut bi = 0usize;
+                        for ky in 0..self.k {
+                            for kx in 0..self.k {
+                                let i =
+                                    ((b * h + oy * self.stride + ky) * w + ox * self.stride + kx)
+                                        * c
+                                        + ch;
+                                if xd[i] > best {
+                                    best = xd[i];
+                                    bi = i;
+                                }
+                            }
+                        }
+                        yd[o + ch] = best;
+                        arg[o + ch] = bi as u32;
+                    }
+                }
+            }
+        }
+        if ctx.save {
+            let idx = Tensor::from_buf(
+                &[arg.len()],
+                Buf::U32(arg),
+                MemCategory::Activations,
+                ctx.dev.mem(),
+            )?;
+            self.saved = Some((idx, x.shape().to_vec()));
+        }
+        Ok(y)
+    }
+
+    fn backward(&mut self, dy: Tensor, _need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
+        let (idx, shape) = self
+            .saved
+            .take()
+            .ok_or_else(|| Error::Runtime("maxpool: backward without forward".into()))?;
+        let mut dx = ctx.alloc(&shape);
+        let dxd = dx.f32_mut()?;
+        for (&i, &d) in idx.u32()?.iter().zip(dy.f32()?) {
+            dxd[i as usize] += d;
+        }
+        Ok(Some(dx))
+    }
+
+    fn clear_saved(&mut self) {
+        self.saved = None;
+    }
+}
+
+/// NHWC -> NC by averaging over H and W.
+#[derive(Default)]
+pub struct GlobalAvgPool {
+    saved_shape: Option<Vec<usize>>,
+}
+
+impl Layer for GlobalAvgPool {
+    fn name(&self) -> String {
+        "global_avg_pool".into()
+    }
+
+    fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+        let [n, h, w, c] = nhwc(&x, "global_avg_pool")?;
+        let xd = x.f32()?;
+        let mut y = ctx.alloc(&[n, c]);
+        let yd = y.f32_mut()?;
+        let inv = 1.0 / (h * w) as f32;
+        for b in 0..n {
+            let out = &mut yd[b * c..(b + 1) * c];
+            for px in xd[b * h * w * c..(b + 1) * h * w * c].chunks_exact(c) {
+                for (o, v) in out.iter_mut().zip(px) {
+                    *o += v;
+                }
+            }
+            for o in out.iter_mut() {
+                *o *= inv;
+            }
+        }
+        if ctx.save {
+            self.saved_shape = Some(x.shape().to_vec());
+        }
+        Ok(y)
+    }
+
+    fn backward(&mut self, dy: Tensor, _need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
+        let shape = self
+            .saved_shape
+            .take()
+            .ok_or_else(|| Error::Runtime("global_avg_pool: backward without forward".into()))?;
+        let [n, h, w, c] = [shape[0], shape[1], shape[2], shape[3]];
+        let inv = 1.0 / (h * w) as f32;
+        let dyd = dy.f32()?;
+        let mut dx = ctx.alloc(&shape);
+        let dxd = dx.f32_mut()?;
+        for b in 0..n {
+            let g = &dyd[b * c..(b + 1) * c];
+            for px in dxd[b * h * w * c..(b + 1) * h * w * c].chunks_exact_mut(c) {
+                for (d, gv) in px.iter_mut().zip(g) {
+                    *d = gv * inv;
+                }
+            }
+        }
+        Ok(Some(dx))
+    }
+
+    fn clear_saved(&mut self) {
+        self.saved_shape = None;
+    }
+}
+
+/// `[N, ...] -> [N, prod(...)]`; a view, no copy.
+#[derive(Default)]
+pub struct Flatten {
+    saved_shape: Option<Vec<usize>>,
+}
+
+impl Layer for Flatten {
+    fn name(&self) -> String {
+        "flatten".into()
+    }
+
+    fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+        let n = x.shape().first().copied().unwrap_or(0);
+        let rest = if n == 0 { 0 } else { x.len() / n };
+        if ctx.save {
+            self.saved_shape = Some(x.shape().to_vec());
+        }
+        x.reshape(&[n, rest])
+    }
+
+    fn backward(&mut self, dy: Tensor, _need_dx: bool, _ctx: &Ctx) -> Result<Option<Tensor>> {
+        let shape = self
+            .saved_shape
+            .take()
+            .ok_or_else(|| Error::Runtime("flatten: backward without forward".into()))?;
+        Ok(Some(dy.reshape(&shape)?))
+    }
+
+    fn clear_saved(&mut self) {
+        self.saved_shape = None;
+    }
+}

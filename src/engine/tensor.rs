@@ -1,0 +1,266 @@
+//! Tensors: a shape plus shared, tracked storage. Storage is reference counted so a layer
+//! can keep its input for backward without copying; memory is charged once per buffer
+//! and released when the last reference goes, which is what makes activation peaks real.
+
+use std::sync::Arc;
+
+use half::{bf16, f16};
+
+use crate::engine::device::{MemCategory, MemTracker};
+use crate::error::{Error, Result};
+
+/// Element type of a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    F32,
+    Bf16,
+    F16,
+    U32,
+}
+
+impl DType {
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::U32 => 4,
+            DType::Bf16 | DType::F16 => 2,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Buf {
+    F32(Vec<f32>),
+    Bf16(Vec<bf16>),
+    F16(Vec<f16>),
+    U32(Vec<u32>),
+}
+
+impl Buf {
+    fn dtype(&self) -> DType {
+        match self {
+            Buf::F32(_) => DType::F32,
+            Buf::Bf16(_) => DType::Bf16,
+            Buf::F16(_) => DType::F16,
+            Buf::U32(_) => DType::U32,
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Buf::F32(v) => v.len(),
+            Buf::Bf16(v) => v.len(),
+            Buf::F16(v) => v.len(),
+            Buf::U32(v) => v.len(),
+        }
+    }
+}
+
+/// A tracked buffer: allocation is charged on creation and released on drop.
+#[derive(Debug)]
+pub struct Storage {
+    buf: Buf,
+    cat: MemCategory,
+    mem: Arc<MemTracker>,
+}
+
+impl Storage {
+    fn new(buf: Buf, cat: MemCategory, mem: &Arc<MemTracker>) -> Storage {
+        mem.alloc(cat, buf.len() * buf.dtype().size());
+        Storage {
+            buf,
+            cat,
+            mem: Arc::clone(mem),
+        }
+    }
+    fn bytes(&self) -> usize {
+        self.buf.len() * self.buf.dtype().size()
+    }
+}
+
+impl Clone for Storage {
+    fn clone(&self) -> Self {
+        Storage::new(self.buf.clone(), self.cat, &self.mem)
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        self.mem.free(self.cat, self.bytes());
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    shape: Vec<usize>,
+    storage: Arc<Storage>,
+}
+
+impl Tensor {
+    pub fn from_buf(
+        shape: &[usize],
+        buf: Buf,
+        cat: MemCategory,
+        mem: &Arc<MemTracker>,
+    ) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        if buf.len() != n {
+            return Err(Error::Shape {
+                op: "tensor",
+                msg: format!(
+                    "shape {shape:?} needs {n} elements, buffer has {}",
+                    buf.len()
+                ),
+            });
+        }
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            storage: Arc::new(Storage::new(buf, cat, mem)),
+        })
+    }
+
+    pub fn from_vec(
+        shape: &[usize],
+        data: Vec<f32>,
+        cat: MemCategory,
+        mem: &Arc<MemTracker>,
+    ) -> Result<Tensor> {
+        Tensor::from_buf(shape, Buf::F32(data), cat, mem)
+    }
+
+    pub fn zeros(shape: &[usize], cat: MemCategory, mem: &Arc<MemTracker>) -> Tensor {
+        let n = shape.iter().product();
+        Tensor {
+            shape: shape.to_vec(),
+            storage: Arc::new(Storage::new(Buf::F32(vec![0.0; n]), cat, mem)),
+        }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.storage.buf.dtype()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.storage.bytes()
+    }
+
+    pub fn category(&self) -> MemCategory {
+        self.storage.cat
+    }
+
+    pub fn tracker(&self) -> &Arc<MemTracker> {
+        &self.storage.mem
+    }
+
+    /// Same storage viewed with another shape of equal element count.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        if n != self.len() {
+            return Err(Error::Shape {
+                op: "reshape",
+                msg: format!("{:?} -> {shape:?}", self.shape),
+            });
+        }
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            storage: Arc::clone(&self.storage),
+        })
+    }
+
+    pub fn f32(&self) -> Result<&[f32]> {
+        match &self.storage.buf {
+            Buf::F32(v) => Ok(v),
+            other => Err(Error::Shape {
+                op: "f32",
+                msg: format!("tensor holds {:?}, expected f32", other.dtype()),
+            }),
+        }
+    }
+
+    pub fn u32(&self) -> Result<&[u32]> {
+        match &self.storage.buf {
+            Buf::U32(v) => Ok(v),
+            other => Err(Error::Shape {
+                op: "u32",
+                msg: format!("tensor holds {:?}, expected u32", other.dtype()),
+            }),
+        }
+    }
+
+    /// Mutable f32 data; copies first if the storage is shared (copy-on-write), so an
+    /// in-place op never corrupts a buffer another layer saved for backward.
+    pub fn f32_mut(&mut self) -> Result<&mut [f32]> {
+        let st = Arc::make_mut(&mut self.storage);
+        match &mut st.buf {
+            Buf::F32(v) => Ok(v),
+            other => Err(Error::Shape {
+                op: "f32_mut",
+                msg: format!("tensor holds {:?}, expected f32", other.dtype()),
+            }),
+        }
+    }
+
+    /// True when no other tensor shares this storage (an in-place op will not copy).
+    pub fn is_unique(&self) -> bool {
+        Arc::strong_count(&self.storage) == 1
+    }
+
+    /// Converts to another floating dtype, charging the new buffer to `cat`.
+    pub fn to_dtype(&self, dt: DType, cat: MemCategory) -> Result<Tensor> {
+        let buf = match (&self.storage.buf, dt) {
+            (Buf::F32(v), DType::F32) => Buf::F32(v.clone()),
+            (Buf::F32(v), DType::Bf16) => Buf::Bf16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
+            (Buf::F32(v), DType::F16) => Buf::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
+            (Buf::Bf16(v), DType::F32) => Buf::F32(v.iter().map(|x| x.to_f32()).collect()),
+            (Buf::F16(v), DType::F32) => Buf::F32(v.iter().map(|x| x.to_f32()).collect()),
+            (b, _) => {
+                return Err(Error::Shape {
+                    op: "to_dtype",
+                    msg: format!("{:?} -> {dt:?} unsupported", b.dtype()),
+                })
+            }
+        };
+        Tensor::from_buf(&self.shape, buf, cat, &self.storage.mem)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_storage_is_charged_once_and_copy_on_write() {
+        let mem = Arc::new(MemTracker::default());
+        let mut a = Tensor::zeros(&[4, 4], MemCategory::Activations, &mem);
+        let b = a.clone();
+        assert_eq!(mem.current(MemCategory::Activations), 64);
+        a.f32_mut().unwrap()[0] = 1.0;
+        assert_eq!(mem.current(MemCategory::Activations), 128);
+        assert_eq!(b.f32().unwrap()[0], 0.0);
+        drop(a);
+        drop(b);
+        assert_eq!(mem.current(MemCategory::Activations), 0);
+    }
+
+    #[test]
+    fn half_conversion_halves_bytes() {
+        let mem = Arc::new(MemTracker::default());
+        let a =
+            Tensor::from_vec(&[3], vec![1.0, 2.5, -3.0], MemCategory::Activations, &mem).unwrap();
+        let h = a.to_dtype(DType::Bf16, MemCategory::Activations).unwrap();
+        assert_eq!(h.bytes(), 6);
+        let back = h.to_dtype(DType::F32, MemCategory::Activations).unwrap();
+        assert_eq!(back.f32().unwrap(), &[1.0, 2.5, -3.0]);
+    }
+}
