@@ -9,14 +9,18 @@
 //! It does not depend on the engine: the engine updates
 //! [`DeviceCounters`] and this crate turns them into rates.
 
+pub mod cpu;
 pub mod error;
+pub mod host;
 pub mod overhead;
 pub mod recorder;
 pub mod sample;
 pub mod series;
 pub mod timeline;
 
+pub use cpu::{cpu_info, cpu_model, CpuInfo};
 pub use error::ProbeError;
+pub use host::HostSampler;
 pub use overhead::{Cost, Overhead};
 pub use recorder::{Recorder, SharedTimeline};
 pub use sample::{Sample, Sampler, Source};
