@@ -10,6 +10,7 @@
 //! [`DeviceCounters`] and this crate turns them into rates.
 
 pub mod cpu;
+pub mod engine;
 pub mod error;
 pub mod host;
 pub mod overhead;
@@ -19,6 +20,7 @@ pub mod series;
 pub mod timeline;
 
 pub use cpu::{cpu_info, cpu_model, CpuInfo};
+pub use engine::{DeviceCounters, DeviceReading, EngineSampler};
 pub use error::ProbeError;
 pub use host::HostSampler;
 pub use overhead::{Cost, Overhead};
