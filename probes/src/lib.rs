@@ -13,6 +13,7 @@ pub mod cpu;
 pub mod engine;
 pub mod error;
 pub mod host;
+pub mod nvml;
 pub mod overhead;
 pub mod recorder;
 pub mod sample;
@@ -23,6 +24,9 @@ pub use cpu::{cpu_info, cpu_model, CpuInfo};
 pub use engine::{DeviceCounters, DeviceReading, EngineSampler};
 pub use error::ProbeError;
 pub use host::HostSampler;
+pub use nvml::{
+    gpu_inventory, nvml_available, nvml_notice, throttle_reason_names, GpuInfo, NvmlSampler,
+};
 pub use overhead::{Cost, Overhead};
 pub use recorder::{Recorder, SharedTimeline};
 pub use sample::{Sample, Sampler, Source};
