@@ -640,3 +640,158 @@ mod tests {
         }
     }
 }
+
+/// Learnability check with a plain MLP trained by SGD on the loader's batches:
+/// `cargo test --lib shapes::learn -- --ignored --nocapture`.
+#[cfg(test)]
+#[allow(clippy::needless_range_loop)] // index loops read like the maths here
+mod learn {
+    use super::super::{default_normalize, Loader, LoaderConfig};
+    use super::*;
+
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let mut acc = [0f32; 8];
+        let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+        let tail: f32 = ca
+            .remainder()
+            .iter()
+            .zip(cb.remainder())
+            .map(|(x, y)| x * y)
+            .sum();
+        for (x, y) in ca.zip(cb) {
+            for k in 0..8 {
+                acc[k] += x[k] * y[k];
+            }
+        }
+        acc.iter().sum::<f32>() + tail
+    }
+
+    fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+        for (yi, xi) in y.iter_mut().zip(x) {
+            *yi += alpha * xi;
+        }
+    }
+
+    struct Mlp {
+        d: usize,
+        hidden: usize,
+        w1: Vec<f32>,
+        b1: Vec<f32>,
+        w2: Vec<f32>,
+        b2: Vec<f32>,
+    }
+
+    impl Mlp {
+        fn forward(&self, x: &[f32], h: &mut [f32], logits: &mut [f32; 10]) {
+            for j in 0..self.hidden {
+                h[j] = (dot(&self.w1[j * self.d..(j + 1) * self.d], x) + self.b1[j]).max(0.0);
+            }
+            for k in 0..10 {
+                logits[k] = dot(&self.w2[k * self.hidden..(k + 1) * self.hidden], h) + self.b2[k];
+            }
+        }
+    }
+
+    fn train_and_eval(shape: ImageShape, steps: usize, hidden: usize) -> f32 {
+        let tmp = tempfile::tempdir().unwrap();
+        let splits = open_splits(20_000, shape, tmp.path()).unwrap();
+        let norm = default_normalize(shape);
+        let d = shape.len();
+        let mut rng = Rng::new(1);
+        let mut m = Mlp {
+            d,
+            hidden,
+            w1: (0..hidden * d)
+                .map(|_| rng.normal() * (2.0 / d as f32).sqrt())
+                .collect(),
+            b1: vec![0.0; hidden],
+            w2: (0..10 * hidden)
+                .map(|_| rng.normal() * (1.0 / hidden as f32).sqrt())
+                .collect(),
+            b2: vec![0.0; 10],
+        };
+        let cfg = LoaderConfig {
+            batch_size: 128,
+            num_workers: 1,
+            seed: 3,
+            augment: std::env::var_os("TUNE_LEARN_AUGMENT").is_some(),
+            ..LoaderConfig::default()
+        };
+        let mut loader = Loader::new(splits.train.clone(), norm.clone(), cfg).unwrap();
+        let (lr, mom) = (0.02f32, 0.9f32);
+        let mut v1 = vec![0f32; m.w1.len()];
+        let mut v2 = vec![0f32; m.w2.len()];
+        let mut vb1 = vec![0f32; hidden];
+        let mut vb2 = vec![0f32; 10];
+        let mut h = vec![0f32; hidden];
+        let mut logits = [0f32; 10];
+        for step in 0..steps {
+            let b = loader.next_batch().unwrap();
+            let mut g1 = vec![0f32; m.w1.len()];
+            let mut g2 = vec![0f32; m.w2.len()];
+            let mut gb1 = vec![0f32; hidden];
+            let mut gb2 = vec![0f32; 10];
+            let mut loss = 0.0;
+            for (x, &y) in b.x.chunks_exact(d).zip(&b.y) {
+                m.forward(x, &mut h, &mut logits);
+                let mx = logits.iter().cloned().fold(f32::MIN, f32::max);
+                let z: f32 = logits.iter().map(|l| (l - mx).exp()).sum();
+                loss += z.ln() + mx - logits[y as usize];
+                let mut dh = vec![0f32; hidden];
+                for k in 0..10 {
+                    let p = (logits[k] - mx).exp() / z - (k == y as usize) as u32 as f32;
+                    let p = p / b.n as f32;
+                    gb2[k] += p;
+                    axpy(p, &h, &mut g2[k * hidden..(k + 1) * hidden]);
+                    axpy(p, &m.w2[k * hidden..(k + 1) * hidden], &mut dh);
+                }
+                for j in 0..hidden {
+                    if h[j] > 0.0 {
+                        gb1[j] += dh[j];
+                        axpy(dh[j], x, &mut g1[j * d..(j + 1) * d]);
+                    }
+                }
+            }
+            for (p, v, g) in [
+                (&mut m.w1, &mut v1, &g1),
+                (&mut m.w2, &mut v2, &g2),
+                (&mut m.b1, &mut vb1, &gb1),
+                (&mut m.b2, &mut vb2, &gb2),
+            ] {
+                for ((p, v), g) in p.iter_mut().zip(v.iter_mut()).zip(g) {
+                    *v = mom * *v + g;
+                    *p -= lr * *v;
+                }
+            }
+            if step % 50 == 0 {
+                eprintln!("{shape} step {step}: loss {:.3}", loss / b.n as f32);
+            }
+        }
+        let (mut right, mut total) = (0usize, 0usize);
+        for b in Loader::eval_batches(splits.test.clone(), &norm, 256) {
+            let b = b.unwrap();
+            for (x, &y) in b.x.chunks_exact(d).zip(&b.y) {
+                m.forward(x, &mut h, &mut logits);
+                let pred = (0..10)
+                    .max_by(|&a, &c| logits[a].total_cmp(&logits[c]))
+                    .unwrap();
+                right += (pred == y as usize) as usize;
+                total += 1;
+            }
+        }
+        right as f32 / total as f32
+    }
+
+    #[test]
+    #[ignore]
+    fn learnable_by_small_mlp() {
+        for shape in [GRAY28, RGB32] {
+            let t = std::time::Instant::now();
+            let acc = train_and_eval(shape, 300, 256);
+            eprintln!(
+                "{shape}: held-out accuracy {acc:.3} after 300 steps ({:?})",
+                t.elapsed()
+            );
+        }
+    }
+}
