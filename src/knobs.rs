@@ -215,7 +215,7 @@ impl Knobs {
                 self.devices
             )));
         }
-        if self.batch_size % self.devices != 0 {
+        if !self.batch_size.is_multiple_of(self.devices) {
             return Err(Error::Invalid(format!(
                 "batch_size {} is not divisible by devices {}",
                 self.batch_size, self.devices

@@ -46,7 +46,7 @@ pub fn check(mut layer: Box<dyn Layer>, shape: &[usize], seed: u64, away_from_ze
     let n: usize = shape.iter().product();
     let x: Vec<f32> = (0..n)
         .map(|_| {
-            let v = rng.uniform(-1.0, 1.0);
+            let v = rng.range_f32(-1.0, 1.0);
             if away_from_zero {
                 v.signum() * (0.1 + v.abs())
             } else {
@@ -61,7 +61,7 @@ pub fn check(mut layer: Box<dyn Layer>, shape: &[usize], seed: u64, away_from_ze
             &ctx,
         )
         .unwrap();
-    let r: Vec<f32> = (0..y.len()).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    let r: Vec<f32> = (0..y.len()).map(|_| rng.range_f32(-1.0, 1.0)).collect();
     let dy = Tensor::from_vec(y.shape(), r.clone(), MemCategory::Activations, dev.mem()).unwrap();
     drop(y);
     let dx = layer

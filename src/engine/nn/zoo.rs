@@ -78,7 +78,7 @@ fn conv_bn_relu(
 
 /// Builds a freshly initialised model; the same seed gives the same weights.
 pub fn build(kind: ModelKind, classes: usize, seed: u64, dev: &Device) -> Result<Model> {
-    let mut rng = Rng::derive(seed, 0x6d6f64656c);
+    let mut rng = Rng::from_keys(&[seed, 0x6d6f64656c]);
     let layers: Vec<Box<dyn Layer>> = match kind {
         ModelKind::Mlp => vec![
             Box::new(Flatten::default()),

@@ -141,10 +141,10 @@ impl Conv2d {
         let fan_in = (c_in * k * k) as f32;
         let bound = 1.0 / fan_in.sqrt();
         let w = (0..c_out * k * k * c_in)
-            .map(|_| rng.uniform(-bound, bound))
+            .map(|_| rng.range_f32(-bound, bound))
             .collect();
         let b = if bias {
-            let v = (0..c_out).map(|_| rng.uniform(-bound, bound)).collect();
+            let v = (0..c_out).map(|_| rng.range_f32(-bound, bound)).collect();
             Some(Param::new("bias", &[c_out], v, false, dev)?)
         } else {
             None

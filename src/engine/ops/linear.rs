@@ -20,9 +20,9 @@ impl Linear {
     pub fn new(d_in: usize, d_out: usize, rng: &mut Rng, dev: &Device) -> Result<Linear> {
         let bound = 1.0 / (d_in as f32).sqrt();
         let w = (0..d_in * d_out)
-            .map(|_| rng.uniform(-bound, bound))
+            .map(|_| rng.range_f32(-bound, bound))
             .collect();
-        let b = (0..d_out).map(|_| rng.uniform(-bound, bound)).collect();
+        let b = (0..d_out).map(|_| rng.range_f32(-bound, bound)).collect();
         Ok(Linear {
             d_in,
             d_out,

@@ -181,7 +181,7 @@ impl Layer for Flatten {
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
         let n = x.shape().first().copied().unwrap_or(0);
-        let rest = if n == 0 { 0 } else { x.len() / n };
+        let rest = x.len().checked_div(n).unwrap_or(0);
         if ctx.save {
             self.saved_shape = Some(x.shape().to_vec());
         }
