@@ -2,4 +2,5 @@
 //! their results durably, and summarises step times into throughputs with confidence
 //! intervals. Running trials in child processes and rendering reports live elsewhere.
 
+pub mod journal;
 pub mod stats;
