@@ -3,4 +3,5 @@
 //! intervals. Running trials in child processes and rendering reports live elsewhere.
 
 pub mod journal;
+pub mod spec;
 pub mod stats;
