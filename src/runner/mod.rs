@@ -3,5 +3,6 @@
 //! intervals. Running trials in child processes and rendering reports live elsewhere.
 
 pub mod journal;
+pub mod plan;
 pub mod spec;
 pub mod stats;
