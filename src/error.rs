@@ -20,6 +20,17 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A sweep spec is malformed; points at the offending place in the file.
+    #[error("{}:{line}:{col}: {msg}", path.display())]
+    Spec {
+        path: PathBuf,
+        /// 1-based.
+        line: usize,
+        /// 1-based, in characters.
+        col: usize,
+        msg: String,
+    },
+
     /// A data file exists but its contents are malformed (truncated idx, bad magic, bad PNG).
     #[error("{path}: {msg}")]
     Format { path: PathBuf, msg: String },
@@ -60,7 +71,11 @@ impl Error {
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            Error::Invalid(_) | Error::Io { .. } | Error::Format { .. } | Error::Unavailable(_)
+            Error::Invalid(_)
+                | Error::Io { .. }
+                | Error::Spec { .. }
+                | Error::Format { .. }
+                | Error::Unavailable(_)
         )
     }
 }

@@ -1,0 +1,335 @@
+//! The sweep journal: one JSON record per line, appended and fsynced per record, so a
+//! sweep killed at any moment loses at most the record being written. That torn record
+//! can only be the last line; anything malformed before it means the file was edited or
+//! damaged, and is an error rather than silently skipped data.
+//!
+//! One writer per journal: concurrent sweeps into the same folder are not coordinated.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// The incomplete last line of a journal, left by a writer that died mid-record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TornLine {
+    /// 1-based line number.
+    pub line: usize,
+    /// Byte offset where the line starts: the journal's valid length.
+    pub offset: u64,
+    /// Length of the torn line in bytes (without a newline, if it had one).
+    pub len: usize,
+}
+
+#[derive(Debug)]
+pub struct Journal {
+    path: PathBuf,
+    file: File,
+    repaired: Option<TornLine>,
+}
+
+/// One line of the file: its number, byte range and whether a newline ends it.
+struct Line<'a> {
+    number: usize,
+    offset: usize,
+    bytes: &'a [u8],
+    terminated: bool,
+}
+
+fn lines(data: &[u8]) -> impl Iterator<Item = Line<'_>> {
+    let mut offset = 0;
+    let mut number = 0;
+    std::iter::from_fn(move || {
+        if offset >= data.len() {
+            return None;
+        }
+        let rest = &data[offset..];
+        let (bytes, terminated) = match rest.iter().position(|&b| b == b'\n') {
+            Some(i) => (&rest[..i], true),
+            None => (rest, false),
+        };
+        number += 1;
+        let line = Line {
+            number,
+            offset,
+            bytes,
+            terminated,
+        };
+        offset += bytes.len() + usize::from(terminated);
+        Some(line)
+    })
+}
+
+fn is_blank(bytes: &[u8]) -> bool {
+    bytes.iter().all(u8::is_ascii_whitespace)
+}
+
+/// The last non-blank line, if it is torn: unterminated, or not JSON at all. A complete
+/// JSON line is never torn, even if it does not match the record type.
+fn torn_tail(data: &[u8]) -> Option<TornLine> {
+    let last = lines(data).filter(|l| !is_blank(l.bytes)).last()?;
+    let complete = last.terminated && serde_json::from_slice::<IgnoredAny>(last.bytes).is_ok();
+    (!complete).then_some(TornLine {
+        line: last.number,
+        offset: last.offset as u64,
+        len: last.bytes.len(),
+    })
+}
+
+fn read_bytes(path: &Path) -> Result<Vec<u8>> {
+    let mut data = Vec::new();
+    File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut data))
+        .map_err(|e| Error::io(path, e))?;
+    Ok(data)
+}
+
+/// Makes a directory entry (a created or renamed file) durable. Only meaningful on
+/// Unix; elsewhere opening a directory fails and the rename's own durability applies.
+fn sync_dir(dir: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io(dir, e))?;
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+impl Journal {
+    /// Opens a journal for appending, creating it and its parent folders if needed. A
+    /// torn last line is cut off first (see `repaired`), so the next record starts on a
+    /// line of its own instead of being glued to the fragment.
+    pub fn open(path: impl AsRef<Path>) -> Result<Journal> {
+        let path = path.as_ref().to_path_buf();
+        let dir = parent_dir(&path);
+        fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let existed = path.exists();
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        if !existed {
+            sync_dir(dir)?;
+        }
+        let repaired = torn_tail(&read_bytes(&path)?);
+        if let Some(torn) = &repaired {
+            file.set_len(torn.offset)
+                .and_then(|()| file.sync_data())
+                .map_err(|e| Error::io(&path, e))?;
+        }
+        Ok(Journal {
+            path,
+            file,
+            repaired,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The torn line that `open` removed, if any, so the caller can say so.
+    pub fn repaired(&self) -> Option<&TornLine> {
+        self.repaired.as_ref()
+    }
+
+    /// Appends one record as a line and waits until it is on disk.
+    pub fn append<T: Serialize>(&mut self, rec: &T) -> Result<()> {
+        let mut line = serde_json::to_vec(rec)
+            .map_err(|e| Error::format(&self.path, format!("cannot encode record: {e}")))?;
+        line.push(b'\n');
+        // One write call per record: with O_APPEND the record lands contiguously.
+        self.file
+            .write_all(&line)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| Error::io(&self.path, e))
+    }
+
+    /// Reads every record. A torn last line is skipped and returned; a malformed line
+    /// anywhere else, or a complete line that is not a `T`, is a format error naming the
+    /// line. Blank lines are ignored.
+    pub fn read_all<T: DeserializeOwned>(
+        path: impl AsRef<Path>,
+    ) -> Result<(Vec<T>, Option<TornLine>)> {
+        let path = path.as_ref();
+        let data = read_bytes(path)?;
+        let torn = torn_tail(&data);
+        let end = torn.as_ref().map_or(data.len(), |t| t.offset as usize);
+        let mut records = Vec::new();
+        for line in lines(&data[..end]).filter(|l| !is_blank(l.bytes)) {
+            let rec = serde_json::from_slice(line.bytes).map_err(|e| {
+                Error::format(path, format!("line {}: invalid record: {e}", line.number))
+            })?;
+            records.push(rec);
+        }
+        Ok((records, torn))
+    }
+}
+
+/// Replaces `path` with `bytes` so that readers see the old file or the new one, never
+/// a mix: written to a temporary file in the same folder, fsynced, then renamed over.
+pub fn atomic_write(path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
+    let path = path.as_ref();
+    let dir = parent_dir(path);
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::Invalid(format!("{}: not a file path", path.display())))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let written = File::create(&tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        })
+        .map_err(|e| Error::io(&tmp, e))
+        .and_then(|()| fs::rename(&tmp, path).map_err(|e| Error::io(path, e)));
+    if written.is_err() {
+        // Best effort: a leftover temp file is harmless, the original error matters.
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
+    sync_dir(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Rec {
+        id: String,
+        value: f64,
+    }
+
+    fn rec(id: &str, value: f64) -> Rec {
+        Rec {
+            id: id.into(),
+            value,
+        }
+    }
+
+    #[test]
+    fn append_and_read_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("reports/quick/journal.jsonl");
+        let mut j = Journal::open(&path).unwrap();
+        assert!(j.repaired().is_none());
+        j.append(&rec("a", 1.5)).unwrap();
+        j.append(&rec("b", 2.0)).unwrap();
+        drop(j);
+        // Reopening appends after the existing records.
+        Journal::open(&path)
+            .unwrap()
+            .append(&rec("c", 3.0))
+            .unwrap();
+        let (recs, torn) = Journal::read_all::<Rec>(&path).unwrap();
+        assert_eq!(recs, vec![rec("a", 1.5), rec("b", 2.0), rec("c", 3.0)]);
+        assert!(torn.is_none());
+        let text = fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 3);
+        assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn torn_last_line_is_skipped_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        // Unterminated fragment.
+        fs::write(&path, "{\"id\":\"a\",\"value\":1.0}\n{\"id\":\"b\",\"va").unwrap();
+        let (recs, torn) = Journal::read_all::<Rec>(&path).unwrap();
+        assert_eq!(recs, vec![rec("a", 1.0)]);
+        let torn = torn.unwrap();
+        assert_eq!((torn.line, torn.offset, torn.len), (2, 23, 13));
+        // A complete record without its newline is still torn: the writer died before
+        // the newline, and appending would glue the next record to it.
+        fs::write(
+            &path,
+            "{\"id\":\"a\",\"value\":1.0}\n{\"id\":\"b\",\"value\":2.0}",
+        )
+        .unwrap();
+        let (recs, torn) = Journal::read_all::<Rec>(&path).unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(torn.unwrap().line, 2);
+        // A newline-terminated line that is not JSON (a partial write of zeros after a
+        // crash) is torn too when it is the last one.
+        fs::write(&path, "{\"id\":\"a\",\"value\":1.0}\n\0\0\0\n").unwrap();
+        let (recs, torn) = Journal::read_all::<Rec>(&path).unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(torn.unwrap().line, 2);
+    }
+
+    #[test]
+    fn corrupt_middle_line_is_an_error_with_its_line_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        fs::write(
+            &path,
+            "{\"id\":\"a\",\"value\":1.0}\n{oops\n{\"id\":\"c\",\"value\":3.0}\n",
+        )
+        .unwrap();
+        let e = Journal::read_all::<Rec>(&path).unwrap_err();
+        assert!(matches!(e, Error::Format { .. }));
+        let msg = e.to_string();
+        assert!(msg.contains("j.jsonl") && msg.contains("line 2"), "{msg}");
+        // A complete last line of the wrong shape is also an error, not a torn line.
+        fs::write(&path, "{\"id\":\"a\",\"value\":1.0}\n{\"x\":1}\n").unwrap();
+        let msg = Journal::read_all::<Rec>(&path).unwrap_err().to_string();
+        assert!(msg.contains("line 2"), "{msg}");
+    }
+
+    #[test]
+    fn reopening_after_a_torn_line_truncates_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        fs::write(&path, "{\"id\":\"a\",\"value\":1.0}\n{\"id\":\"b\",").unwrap();
+        let mut j = Journal::open(&path).unwrap();
+        assert_eq!(j.repaired().map(|t| t.line), Some(2));
+        j.append(&rec("b", 2.0)).unwrap();
+        let (recs, torn) = Journal::read_all::<Rec>(&path).unwrap();
+        assert_eq!(recs, vec![rec("a", 1.0), rec("b", 2.0)]);
+        assert!(torn.is_none());
+    }
+
+    #[test]
+    fn missing_journal_is_an_io_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Journal::read_all::<Rec>(dir.path().join("none.jsonl")).unwrap_err();
+        assert!(matches!(e, Error::Io { .. }));
+    }
+
+    #[test]
+    fn atomic_write_replaces_the_file_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("report.json");
+        atomic_write(&path, b"{\"v\":1}").unwrap();
+        atomic_write(&path, b"{\"v\":2}").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"{\"v\":2}");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("report.json")]);
+        let e = atomic_write(dir.path().join("missing/report.json"), b"x").unwrap_err();
+        assert!(matches!(e, Error::Io { .. }));
+    }
+}

@@ -1,0 +1,284 @@
+//! Which configurations a sweep runs, in which order, and under which ids. Pure: the
+//! executor runs the plan, `--resume` matches journal records to it by id.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::spec::{Spec, Strategy};
+use crate::knobs::Knobs;
+
+/// One configuration to measure.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trial {
+    /// Stable across runs of the same spec: `label#hash`, where the hash covers every
+    /// knob, so an edited baseline never matches a stale journal record.
+    pub id: String,
+    /// The knobs that differ from the baseline, or `baseline`.
+    pub label: String,
+    pub knobs: Knobs,
+}
+
+/// A combination the plan left out because the knobs contradict each other.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub label: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Baseline first.
+    pub trials: Vec<Trial>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// FNV-1a over `name=value;` for every knob in `Knobs::NAMES` order. Spelled out rather
+/// than `std::hash` because ids are stored in journals and must not change between
+/// compiler versions.
+pub fn knobs_hash(k: &Knobs) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for name in Knobs::NAMES {
+        let value = k.get(name).unwrap_or_default();
+        for b in name
+            .bytes()
+            .chain(std::iter::once(b'='))
+            .chain(value.bytes())
+            .chain(std::iter::once(b';'))
+        {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+pub fn trial_id(knobs: &Knobs, baseline: &Knobs) -> String {
+    format!(
+        "{}#{:08x}",
+        knobs.diff_label(baseline),
+        knobs_hash(knobs) >> 32
+    )
+}
+
+/// The trials of a sweep. `halving` starts from the full grid; its rounds are run by the
+/// executor with `halving_rounds` and `select_top`.
+pub fn plan(spec: &Spec) -> Plan {
+    let base = &spec.search.baseline;
+    let candidates = match spec.search.strategy {
+        Strategy::Grid | Strategy::Halving => grid(base, &spec.knobs),
+        Strategy::OneAtATime => one_at_a_time(base, &spec.knobs),
+    };
+    let mut out = Plan::default();
+    let mut seen = HashSet::new();
+    // The baseline goes first so every later trial has something to be compared with.
+    for k in std::iter::once(base.clone()).chain(candidates) {
+        if !seen.insert(k.clone()) {
+            continue;
+        }
+        let label = k.diff_label(base);
+        match k.validate() {
+            Ok(()) => out.trials.push(Trial {
+                id: trial_id(&k, base),
+                label,
+                knobs: k,
+            }),
+            Err(e) => out.skipped.push(Skipped {
+                label,
+                reason: e.to_string(),
+            }),
+        }
+    }
+    out
+}
+
+fn with(base: &Knobs, name: &str, value: &str) -> Knobs {
+    let mut k = base.clone();
+    // Values were checked with `Knobs::set` when the spec was parsed; a failure here
+    // would leave the knob at its baseline value, which dedup then drops.
+    let _ = k.set(name, value);
+    k
+}
+
+/// Cartesian product in file order: the first knob varies slowest.
+fn grid(base: &Knobs, knobs: &[(String, Vec<String>)]) -> Vec<Knobs> {
+    let mut out = vec![base.clone()];
+    for (name, values) in knobs {
+        out = out
+            .iter()
+            .flat_map(|k| values.iter().map(move |v| with(k, name, v)))
+            .collect();
+    }
+    out
+}
+
+/// Each value of each knob, the others at baseline.
+fn one_at_a_time(base: &Knobs, knobs: &[(String, Vec<String>)]) -> Vec<Knobs> {
+    knobs
+        .iter()
+        .flat_map(|(name, values)| values.iter().map(move |v| with(base, name, v)))
+        .collect()
+}
+
+/// Successive halving's schedule for `n_configs` configurations: per round, how many
+/// configurations run and how many times the base number of steps each runs. Each round
+/// keeps 1/eta of the previous one (at least one) and runs it eta times longer, ending
+/// with a round of one. `eta` below 2 is taken as 2.
+pub fn halving_rounds(n_configs: usize, eta: usize) -> Vec<(usize, usize)> {
+    let eta = eta.max(2);
+    let mut rounds = Vec::new();
+    let (mut n, mut mult) = (n_configs, 1usize);
+    while n > 0 {
+        rounds.push((n, mult));
+        if n == 1 {
+            break;
+        }
+        n = (n / eta).max(1);
+        mult = mult.saturating_mul(eta);
+    }
+    rounds
+}
+
+/// The ids of the `k` best scores (higher is better). Ties keep the input order; NaN
+/// scores (failed trials) rank last.
+pub fn select_top<I: Clone>(results: &[(I, f64)], k: usize) -> Vec<I> {
+    let mut order: Vec<usize> = (0..results.len()).collect();
+    let key = |i: usize| {
+        let s = results[i].1;
+        if s.is_nan() {
+            f64::NEG_INFINITY
+        } else {
+            s
+        }
+    };
+    order.sort_by(|&a, &b| {
+        key(b)
+            .total_cmp(&key(a))
+            .then(results[a].1.is_nan().cmp(&results[b].1.is_nan()))
+    });
+    order
+        .into_iter()
+        .take(k)
+        .map(|i| results[i].0.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(knobs: &str, search: &str) -> Spec {
+        let text = format!(
+            "[workload]\nmodel = \"mlp\"\ndataset = \"shapes:100\"\n[knobs]\n{knobs}\n[search]\n{search}\n"
+        );
+        Spec::parse(&text, "t.toml").unwrap()
+    }
+
+    const KNOBS: &str =
+        "num_workers = [0, 2]\namp = [\"off\", \"bf16\"]\nzero_grad = [\"memset\", \"none\"]";
+
+    #[test]
+    fn grid_is_the_product_with_baseline_first() {
+        let s = spec(KNOBS, "strategy = \"grid\"");
+        let p = plan(&s);
+        assert_eq!(p.trials.len(), 8);
+        assert!(p.skipped.is_empty());
+        assert_eq!(p.trials[0].label, "baseline");
+        assert_eq!(p.trials[0].knobs, s.search.baseline);
+        // File order, first knob slowest.
+        let labels: Vec<&str> = p.trials.iter().map(|t| t.label.as_str()).collect();
+        assert_eq!(
+            labels[1..4],
+            ["zero_grad=none", "amp=bf16", "zero_grad=none amp=bf16"]
+        );
+        assert_eq!(labels[4], "num_workers=2");
+        let ids: HashSet<&str> = p.trials.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(ids.len(), 8);
+    }
+
+    #[test]
+    fn grid_puts_a_non_first_baseline_first() {
+        let s = spec(KNOBS, "strategy = \"grid\"\nbaseline = { amp = \"bf16\" }");
+        let p = plan(&s);
+        assert_eq!(p.trials.len(), 8);
+        assert_eq!(p.trials[0].knobs.amp.to_string(), "bf16");
+        assert_eq!(p.trials[1].label, "amp=off");
+        assert_eq!(p.trials[2].label, "zero_grad=none amp=off");
+    }
+
+    #[test]
+    fn one_at_a_time_varies_one_knob() {
+        let s = spec(KNOBS, "strategy = \"one-at-a-time\"");
+        let p = plan(&s);
+        let labels: Vec<&str> = p.trials.iter().map(|t| t.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            ["baseline", "num_workers=2", "amp=bf16", "zero_grad=none"]
+        );
+    }
+
+    #[test]
+    fn contradictory_combinations_are_skipped_with_a_reason() {
+        let s = spec(
+            "parallel = [\"single\", \"ddp\"]\ndevices = [1, 2]",
+            "strategy = \"grid\"",
+        );
+        let p = plan(&s);
+        assert_eq!(p.trials.len(), 3);
+        assert_eq!(p.skipped.len(), 1);
+        assert_eq!(p.skipped[0].label, "devices=2");
+        assert!(p.skipped[0].reason.contains("parallel"), "{:?}", p.skipped);
+    }
+
+    #[test]
+    fn ids_are_stable_and_cover_all_knobs() {
+        let a = plan(&spec(KNOBS, "strategy = \"grid\""));
+        let b = plan(&spec(KNOBS, "strategy = \"grid\""));
+        assert_eq!(a, b);
+        // FNV-1a 64 of "num_workers=0;pin_memory=false;...;grad_accum=1;", upper 32 bits:
+        // pinned because journals store these ids.
+        assert_eq!(
+            trial_id(&Knobs::default(), &Knobs::default()),
+            "baseline#8649f191"
+        );
+        // Same label against different baselines, different ids.
+        let base2 = Knobs {
+            batch_size: 128,
+            ..Knobs::default()
+        };
+        assert_eq!(base2.diff_label(&base2), "baseline");
+        assert_ne!(
+            trial_id(&base2, &base2),
+            trial_id(&Knobs::default(), &Knobs::default())
+        );
+    }
+
+    #[test]
+    fn halving_schedule() {
+        assert_eq!(halving_rounds(9, 3), [(9, 1), (3, 3), (1, 9)]);
+        assert_eq!(halving_rounds(10, 3), [(10, 1), (3, 3), (1, 9)]);
+        assert_eq!(halving_rounds(2, 3), [(2, 1), (1, 3)]);
+        assert_eq!(halving_rounds(1, 3), [(1, 1)]);
+        assert_eq!(halving_rounds(0, 3), []);
+        assert_eq!(halving_rounds(4, 1), [(4, 1), (2, 2), (1, 4)]);
+    }
+
+    #[test]
+    fn select_top_ranks_by_score() {
+        let r = [
+            ("a", 10.0),
+            ("b", f64::NAN),
+            ("c", 30.0),
+            ("d", 10.0),
+            ("e", 20.0),
+        ];
+        assert_eq!(select_top(&r, 3), ["c", "e", "a"]);
+        assert_eq!(select_top(&r, 10), ["c", "e", "a", "d", "b"]);
+        assert!(select_top(&r, 0).is_empty());
+        // A NaN ranks below a real -inf.
+        assert_eq!(
+            select_top(&[("x", f64::NAN), ("y", f64::NEG_INFINITY)], 1),
+            ["y"]
+        );
+    }
+}

@@ -1,0 +1,568 @@
+//! Pure statistics over step times: robust location and spread, steady-state detection,
+//! seeded percentile bootstrap, throughput with confidence intervals, comparisons.
+//!
+//! Step times are in seconds. Functions over an empty slice return NaN rather than an
+//! error, as numpy does: callers check lengths where an empty trial is possible, and the
+//! types that end up in reports (`Throughput`, `Effect`) are only built from data.
+
+use serde::{Deserialize, Serialize};
+
+/// Scales a median absolute deviation to the standard deviation of a normal distribution.
+pub const MAD_TO_SIGMA: f64 = 1.4826;
+
+/// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast, and good enough for resampling
+/// indices. It is here rather than in a crate so that a seed reproduces the same
+/// confidence intervals on every platform and every version of the program.
+#[derive(Clone, Debug)]
+pub struct SplitMix64 {
+    state: u64,
+}
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64 { state: seed }
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1), with 53 random bits.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Uniform in 0..n (Lemire's multiply-shift; the bias is below 2^-32 for small n).
+    pub fn below(&mut self, n: usize) -> usize {
+        ((self.next_u64() as u128 * n as u128) >> 64) as usize
+    }
+
+    /// Standard normal deviate (Box-Muller), for simulated timings in tests and probes.
+    pub fn next_gaussian(&mut self) -> f64 {
+        // 1 - u keeps the logarithm's argument in (0, 1].
+        let u1 = 1.0 - self.next_f64();
+        let u2 = self.next_f64();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+}
+
+fn sorted(xs: &[f64]) -> Vec<f64> {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+fn quantile_sorted(s: &[f64], q: f64) -> f64 {
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let pos = q.clamp(0.0, 1.0) * (s.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    s[lo] + (s[hi] - s[lo]) * (pos - lo as f64)
+}
+
+pub fn mean(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    xs.iter().sum::<f64>() / xs.len() as f64
+}
+
+pub fn median(xs: &[f64]) -> f64 {
+    quantile(xs, 0.5)
+}
+
+/// The q-quantile with linear interpolation between order statistics (numpy's default,
+/// Hyndman-Fan type 7). `q` is clamped to [0, 1].
+pub fn quantile(xs: &[f64], q: f64) -> f64 {
+    quantile_sorted(&sorted(xs), q)
+}
+
+/// Sample standard deviation (n - 1 in the denominator); 0 for a single value.
+pub fn std_dev(xs: &[f64]) -> f64 {
+    match xs.len() {
+        0 => f64::NAN,
+        1 => 0.0,
+        n => {
+            let m = mean(xs);
+            (xs.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1) as f64).sqrt()
+        }
+    }
+}
+
+/// Coefficient of variation: sample standard deviation over mean.
+pub fn cv(xs: &[f64]) -> f64 {
+    std_dev(xs) / mean(xs)
+}
+
+/// Median absolute deviation from the median, unscaled (multiply by `MAD_TO_SIGMA` to
+/// estimate a normal standard deviation).
+pub fn mad(xs: &[f64]) -> f64 {
+    let m = median(xs);
+    let dev: Vec<f64> = xs.iter().map(|x| (x - m).abs()).collect();
+    median(&dev)
+}
+
+/// Index of the first step whose timing is representative.
+///
+/// The first `warmup` steps are always dropped. After them, leading steps are dropped
+/// while they are slow outliers relative to the post-warm-up steps: slower than
+/// `median + max(3 * 1.4826 * MAD, 1% of median)`. The 1% floor keeps a series of
+/// near-identical timings (MAD about 0) from treating clock jitter as warm-up. At most
+/// half of the post-warm-up steps are dropped, so a series that never settles still
+/// keeps data; its high spread then shows in the confidence interval instead.
+pub fn steady_state(step_times: &[f64], warmup: usize) -> usize {
+    let start = warmup.min(step_times.len());
+    let rest = &step_times[start..];
+    if rest.len() < 3 {
+        return start;
+    }
+    let m = median(rest);
+    let limit = m + (3.0 * MAD_TO_SIGMA * mad(rest)).max(0.01 * m);
+    let max_skip = rest.len() / 2;
+    let skipped = rest
+        .iter()
+        .take(max_skip)
+        .take_while(|&&t| t > limit || !t.is_finite())
+        .count();
+    start + skipped
+}
+
+/// Settings of a percentile bootstrap. The seed makes intervals reproducible: the same
+/// data and seed give the same interval.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bootstrap {
+    /// Confidence level, e.g. 0.95.
+    pub level: f64,
+    pub resamples: usize,
+    pub seed: u64,
+}
+
+impl Default for Bootstrap {
+    fn default() -> Self {
+        Bootstrap {
+            level: 0.95,
+            resamples: 2000,
+            seed: 0,
+        }
+    }
+}
+
+impl Bootstrap {
+    pub fn with_seed(seed: u64) -> Self {
+        Bootstrap {
+            seed,
+            ..Bootstrap::default()
+        }
+    }
+
+    fn bounds(&self, mut stats: Vec<f64>) -> (f64, f64) {
+        stats.retain(|s| !s.is_nan());
+        stats.sort_by(f64::total_cmp);
+        let tail = (1.0 - self.level.clamp(0.0, 1.0)) / 2.0;
+        (
+            quantile_sorted(&stats, tail),
+            quantile_sorted(&stats, 1.0 - tail),
+        )
+    }
+}
+
+fn resample_into(rng: &mut SplitMix64, from: &[f64], into: &mut Vec<f64>) {
+    into.clear();
+    into.extend((0..from.len()).map(|_| from[rng.below(from.len())]));
+}
+
+/// Percentile bootstrap confidence interval of `stat` over `samples`. Returns (NaN, NaN)
+/// for an empty sample.
+pub fn bootstrap_ci<F: Fn(&[f64]) -> f64>(
+    samples: &[f64],
+    stat: F,
+    boot: &Bootstrap,
+) -> (f64, f64) {
+    if samples.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut rng = SplitMix64::new(boot.seed);
+    let mut buf = Vec::with_capacity(samples.len());
+    let stats = (0..boot.resamples)
+        .map(|_| {
+            resample_into(&mut rng, samples, &mut buf);
+            stat(&buf)
+        })
+        .collect();
+    boot.bounds(stats)
+}
+
+/// Median throughput of one trial with its bootstrap confidence interval.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Throughput {
+    /// samples_per_step / median step time.
+    pub samples_per_s: f64,
+    pub lo: f64,
+    pub hi: f64,
+    /// Number of step times it was computed from.
+    pub steps: usize,
+}
+
+impl Throughput {
+    /// None when there are no step times or the median step time is not positive.
+    ///
+    /// The interval is bootstrapped over the median step time and then inverted: the
+    /// percentile bootstrap commutes with monotone maps, so this is the interval of the
+    /// throughput itself.
+    pub fn from_step_times(
+        step_times: &[f64],
+        samples_per_step: f64,
+        boot: &Bootstrap,
+    ) -> Option<Throughput> {
+        let m = median(step_times);
+        if m.is_nan() || m <= 0.0 {
+            return None;
+        }
+        let (lo_t, hi_t) = bootstrap_ci(step_times, median, boot);
+        Some(Throughput {
+            samples_per_s: samples_per_step / m,
+            lo: samples_per_step / hi_t,
+            hi: samples_per_step / lo_t,
+            steps: step_times.len(),
+        })
+    }
+}
+
+/// Throughput of B relative to A, with a confidence interval.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Effect {
+    /// Median throughput of B over median throughput of A; above 1 means B is faster.
+    pub ratio: f64,
+    pub lo: f64,
+    pub hi: f64,
+    /// The interval excludes 1: only then is the difference reported as an effect.
+    pub significant: bool,
+}
+
+/// Ratio of median throughputs B/A. A and B are resampled independently; the samples per
+/// step are given separately because a configuration may change the batch size.
+pub fn ratio_ci(
+    a_steps: &[f64],
+    a_samples_per_step: f64,
+    b_steps: &[f64],
+    b_samples_per_step: f64,
+    boot: &Bootstrap,
+) -> Effect {
+    let thr = |steps: &[f64], sps: f64| sps / median(steps);
+    let ratio = thr(b_steps, b_samples_per_step) / thr(a_steps, a_samples_per_step);
+    if a_steps.is_empty() || b_steps.is_empty() {
+        return Effect {
+            ratio,
+            lo: f64::NAN,
+            hi: f64::NAN,
+            significant: false,
+        };
+    }
+    let mut rng = SplitMix64::new(boot.seed);
+    let (mut ra, mut rb) = (Vec::new(), Vec::new());
+    let stats = (0..boot.resamples)
+        .map(|_| {
+            resample_into(&mut rng, a_steps, &mut ra);
+            resample_into(&mut rng, b_steps, &mut rb);
+            thr(&rb, b_samples_per_step) / thr(&ra, a_samples_per_step)
+        })
+        .collect();
+    let (lo, hi) = boot.bounds(stats);
+    Effect {
+        ratio,
+        lo,
+        hi,
+        significant: lo > 1.0 || hi < 1.0,
+    }
+}
+
+/// Complementary error function, from Numerical Recipes (`erfcc`): fractional error
+/// below 1.2e-7 everywhere, plenty for a p-value.
+fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let poly = -z * z - 1.265_512_23
+        + t * (1.000_023_68
+            + t * (0.374_091_96
+                + t * (0.096_784_18
+                    + t * (-0.186_288_06
+                        + t * (0.278_868_07
+                            + t * (-1.135_203_98
+                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+    let r = t * poly.exp();
+    if x >= 0.0 {
+        r
+    } else {
+        2.0 - r
+    }
+}
+
+/// Mann-Whitney U test. Returns U for sample `a` (the number of pairs where a beats b,
+/// ties counting one half) and the two-sided p-value from the normal approximation with
+/// tie correction and continuity correction (as scipy's `method="asymptotic"`).
+/// p is 1 when either sample is empty or all values are tied.
+pub fn mann_whitney_u(a: &[f64], b: &[f64]) -> (f64, f64) {
+    let (n1, n2) = (a.len(), b.len());
+    if n1 == 0 || n2 == 0 {
+        return (0.0, 1.0);
+    }
+    let mut all: Vec<(f64, bool)> = a
+        .iter()
+        .map(|&x| (x, true))
+        .chain(b.iter().map(|&x| (x, false)))
+        .collect();
+    all.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let n = all.len();
+    let (mut rank_sum_a, mut tie_term) = (0.0, 0.0);
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j + 1 < n && all[j + 1].0 == all[i].0 {
+            j += 1;
+        }
+        // Ranks i+1..=j+1 share their average.
+        let avg = (i + j + 2) as f64 / 2.0;
+        let t = (j - i + 1) as f64;
+        tie_term += t * t * t - t;
+        rank_sum_a += avg * all[i..=j].iter().filter(|e| e.1).count() as f64;
+        i = j + 1;
+    }
+    let (n1f, n2f, nf) = (n1 as f64, n2 as f64, n as f64);
+    let u = rank_sum_a - n1f * (n1f + 1.0) / 2.0;
+    let mu = n1f * n2f / 2.0;
+    let var = n1f * n2f / 12.0 * ((nf + 1.0) - tie_term / (nf * (nf - 1.0)));
+    if var.is_nan() || var <= 0.0 {
+        return (u, 1.0);
+    }
+    let z = ((u - mu).abs() - 0.5).max(0.0) / var.sqrt();
+    (u, erfc(z / std::f64::consts::SQRT_2).min(1.0))
+}
+
+/// All repeats' step times as one sample. Repeats of one configuration are exchangeable,
+/// so pooling gives the bootstrap more data than any single repeat.
+pub fn pooled<S: AsRef<[f64]>>(repeats: &[S]) -> Vec<f64> {
+    repeats
+        .iter()
+        .flat_map(|r| r.as_ref().iter().copied())
+        .collect()
+}
+
+/// Relative spread between repeats of the same configuration, max/min - 1: differences
+/// between configurations smaller than this are indistinguishable from run-to-run noise.
+/// 0 for fewer than two repeats.
+pub fn noise_floor(repeat_medians: &[f64]) -> f64 {
+    if repeat_medians.len() < 2 {
+        return 0.0;
+    }
+    let max = repeat_medians.iter().copied().fold(f64::MIN, f64::max);
+    let min = repeat_medians.iter().copied().fold(f64::MAX, f64::min);
+    max / min - 1.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    /// Step times around `mean` seconds with relative noise `rel` (normal).
+    fn steps(rng: &mut SplitMix64, n: usize, mean: f64, rel: f64) -> Vec<f64> {
+        (0..n)
+            .map(|_| mean * (1.0 + rel * rng.next_gaussian()))
+            .collect()
+    }
+
+    #[test]
+    fn location_and_spread_on_known_values() {
+        let xs = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0];
+        assert_eq!(median(&xs), 3.5);
+        assert_eq!(median(&[2.0, 1.0, 3.0]), 2.0);
+        assert_eq!(mean(&xs), 31.0 / 8.0);
+        // Sorted: 1 1 2 3 4 5 6 9; q=0.25 at position 1.75 -> 1 + 0.75 * (2 - 1).
+        assert_eq!(quantile(&xs, 0.25), 1.75);
+        assert_eq!(quantile(&xs, 0.0), 1.0);
+        assert_eq!(quantile(&xs, 1.0), 9.0);
+        // Deviations from 3.5: 0.5 2.5 0.5 2.5 1.5 5.5 1.5 2.5 -> median 2.0.
+        assert_eq!(mad(&xs), 2.0);
+        // Sample sd of 2,4,4,4,5,5,7,9 is sqrt(32/7).
+        let ys = [2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0];
+        assert!(close(cv(&ys), (32.0f64 / 7.0).sqrt() / 5.0, 1e-12));
+        assert!(median(&[]).is_nan() && mean(&[]).is_nan());
+    }
+
+    #[test]
+    fn moments_of_a_simulated_normal() {
+        let mut rng = SplitMix64::new(7);
+        let xs: Vec<f64> = (0..20_000)
+            .map(|_| 10.0 + 2.0 * rng.next_gaussian())
+            .collect();
+        assert!(close(mean(&xs), 10.0, 0.05));
+        assert!(close(median(&xs), 10.0, 0.05));
+        assert!(close(cv(&xs), 0.2, 0.005));
+        assert!(close(mad(&xs) * MAD_TO_SIGMA, 2.0, 0.05));
+        // The 97.5% quantile of N(10, 2) is 10 + 1.96 * 2.
+        assert!(close(quantile(&xs, 0.975), 13.92, 0.1));
+    }
+
+    #[test]
+    fn uniform_draws_cover_the_range() {
+        let mut rng = SplitMix64::new(1);
+        let mut counts = [0usize; 10];
+        for _ in 0..10_000 {
+            counts[rng.below(10)] += 1;
+        }
+        // Each count is Binomial(10000, 0.1): sd 30, so +-130 is over 4 sd.
+        assert!(
+            counts.iter().all(|&c| (870..1130).contains(&c)),
+            "{counts:?}"
+        );
+        let u: Vec<f64> = (0..10_000).map(|_| rng.next_f64()).collect();
+        assert!(u.iter().all(|&x| (0.0..1.0).contains(&x)));
+        assert!(close(mean(&u), 0.5, 0.01));
+    }
+
+    #[test]
+    fn steady_state_skips_slow_steps_after_warmup() {
+        let mut rng = SplitMix64::new(3);
+        let mut xs = vec![1.0, 0.8, 0.5]; // warm-up
+        xs.extend([0.30, 0.25, 0.22]); // still settling
+        xs.extend(steps(&mut rng, 40, 0.1, 0.02));
+        assert_eq!(steady_state(&xs, 3), 6);
+        // Already steady after warm-up: nothing more is skipped.
+        let flat = steps(&mut rng, 40, 0.1, 0.02);
+        assert_eq!(steady_state(&flat, 5), 5);
+        // Identical timings (MAD 0) are steady too.
+        assert_eq!(steady_state(&[0.1; 20], 2), 2);
+        // Warm-up longer than the series.
+        assert_eq!(steady_state(&[0.1; 4], 10), 4);
+    }
+
+    #[test]
+    fn steady_state_keeps_at_least_half() {
+        // Monotonically decreasing: every step looks slow against the later median.
+        let xs: Vec<f64> = (0..20).map(|i| 1.0 / (1.0 + i as f64)).collect();
+        assert!(steady_state(&xs, 0) <= 10);
+    }
+
+    #[test]
+    fn bootstrap_is_seeded_and_covers_the_truth() {
+        let mut rng = SplitMix64::new(11);
+        let xs = steps(&mut rng, 200, 5.0, 0.1);
+        let a = bootstrap_ci(&xs, mean, &Bootstrap::with_seed(1));
+        let b = bootstrap_ci(&xs, mean, &Bootstrap::with_seed(1));
+        assert_eq!(a, b);
+        assert_ne!(a, bootstrap_ci(&xs, mean, &Bootstrap::with_seed(2)));
+        // Standard error of the mean is 0.5 / sqrt(200) = 0.035; the 95% CI is about
+        // +-0.07 around the sample mean.
+        let m = mean(&xs);
+        assert!(a.0 < m && m < a.1);
+        assert!(
+            close(a.1 - a.0, 2.0 * 1.96 * 0.5 / 200f64.sqrt(), 0.03),
+            "{a:?}"
+        );
+        assert!(bootstrap_ci(&[], mean, &Bootstrap::default()).0.is_nan());
+    }
+
+    #[test]
+    fn throughput_inverts_step_times() {
+        let mut rng = SplitMix64::new(5);
+        let xs = steps(&mut rng, 100, 0.05, 0.03);
+        let t = Throughput::from_step_times(&xs, 64.0, &Bootstrap::with_seed(0)).unwrap();
+        assert!(close(t.samples_per_s, 64.0 / median(&xs), 1e-9));
+        assert!(t.lo < t.samples_per_s && t.samples_per_s < t.hi);
+        assert!(close(t.samples_per_s, 1280.0, 20.0), "{t:?}");
+        assert_eq!(t.steps, 100);
+        assert!(Throughput::from_step_times(&[], 64.0, &Bootstrap::default()).is_none());
+    }
+
+    #[test]
+    fn identical_distributions_are_rarely_significant() {
+        let mut covered = 0;
+        for seed in 0..100 {
+            let mut rng = SplitMix64::new(1000 + seed);
+            let a = steps(&mut rng, 60, 0.1, 0.02);
+            let b = steps(&mut rng, 60, 0.1, 0.02);
+            let boot = Bootstrap {
+                resamples: 1000,
+                ..Bootstrap::with_seed(seed)
+            };
+            let e = ratio_ci(&a, 32.0, &b, 32.0, &boot);
+            if e.lo <= 1.0 && 1.0 <= e.hi {
+                covered += 1;
+            }
+            assert_eq!(e.significant, !(e.lo <= 1.0 && 1.0 <= e.hi));
+        }
+        assert!(
+            covered >= 90,
+            "CI contained 1 in only {covered} of 100 runs"
+        );
+    }
+
+    #[test]
+    fn a_ten_percent_speedup_is_significant() {
+        let mut rng = SplitMix64::new(42);
+        let a = steps(&mut rng, 50, 0.100, 0.02);
+        let b = steps(&mut rng, 50, 0.100 / 1.1, 0.02);
+        let e = ratio_ci(&a, 32.0, &b, 32.0, &Bootstrap::with_seed(9));
+        assert!(e.significant, "{e:?}");
+        assert!(
+            e.lo > 1.05 && e.hi < 1.15 && close(e.ratio, 1.1, 0.03),
+            "{e:?}"
+        );
+        // Swapped, it is a slowdown.
+        let s = ratio_ci(&b, 32.0, &a, 32.0, &Bootstrap::with_seed(9));
+        assert!(s.significant && s.hi < 1.0);
+        // A doubled batch at the same step time is twice the throughput.
+        let d = ratio_ci(&a, 32.0, &a, 64.0, &Bootstrap::with_seed(9));
+        assert!(close(d.ratio, 2.0, 1e-12));
+    }
+
+    #[test]
+    fn mann_whitney_matches_hand_computation() {
+        // Complete separation, n1 = n2 = 3: U = 0, mu = 4.5, sigma^2 = 9/12 * 7 = 5.25,
+        // z = (4.5 - 0.5) / sqrt(5.25) = 1.745743, p = erfc(z / sqrt 2) = 0.080856.
+        let (u, p) = mann_whitney_u(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]);
+        assert_eq!(u, 0.0);
+        assert!(close(p, 0.080856, 1e-5), "{p}");
+        let (u, p) = mann_whitney_u(&[4.0, 5.0, 6.0], &[1.0, 2.0, 3.0]);
+        assert_eq!(u, 9.0);
+        assert!(close(p, 0.080856, 1e-5), "{p}");
+        // With ties: pooled 1 2 2 2 3 3 4 5 gets ranks 1, 3 x3, 5.5 x2, 7, 8.
+        // R_a = 1 + 3 + 3 + 5.5 = 12.5, U = 12.5 - 10 = 2.5, mu = 8,
+        // sigma^2 = 16/12 * (9 - (24 + 6) / 56) = 11.285714,
+        // z = (5.5 - 0.5) / 3.359422 = 1.488351, p = 0.136658.
+        let (u, p) = mann_whitney_u(&[1.0, 2.0, 2.0, 3.0], &[2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(u, 2.5);
+        assert!(close(p, 0.136658, 1e-5), "{p}");
+        // Identical samples: no evidence at all.
+        let (_, p) = mann_whitney_u(&[1.0; 5], &[1.0; 5]);
+        assert_eq!(p, 1.0);
+        assert_eq!(mann_whitney_u(&[], &[1.0]).1, 1.0);
+    }
+
+    #[test]
+    fn mann_whitney_detects_a_shift_in_large_samples() {
+        let mut rng = SplitMix64::new(8);
+        let a = steps(&mut rng, 60, 0.100, 0.02);
+        let b = steps(&mut rng, 60, 0.095, 0.02);
+        assert!(mann_whitney_u(&a, &b).1 < 0.01);
+        let c = steps(&mut rng, 60, 0.100, 0.02);
+        assert!(mann_whitney_u(&a, &c).1 > 0.01);
+    }
+
+    #[test]
+    fn repeats_pool_and_noise_floor() {
+        let p = pooled(&[vec![1.0, 2.0], vec![3.0]]);
+        assert_eq!(p, vec![1.0, 2.0, 3.0]);
+        assert!(close(noise_floor(&[100.0, 103.0, 101.0]), 0.03, 1e-12));
+        assert_eq!(noise_floor(&[100.0]), 0.0);
+    }
+}
