@@ -5,9 +5,12 @@
 //! child-process trials, `advisor` turns measurements into recommendations, `report`
 //! renders them.
 
+pub mod cli;
+pub mod commands;
 pub mod engine;
 pub mod error;
 pub mod knobs;
+pub mod report;
 pub mod runner;
 
 pub use error::{Error, Result};

@@ -1,3 +1,23 @@
-fn main() {
-    println!("tune: under construction");
+use std::process::ExitCode;
+
+use clap::Parser;
+use tune::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Train(a) => tune::commands::train::main(a),
+        Command::Trial(a) => Ok(tune::runner::trial::child_main(a)),
+        Command::Sweep(a) => tune::runner::sweep::main(a),
+        Command::Report(a) => tune::report::main(a),
+        Command::Probe(a) => tune::commands::probe::main(a),
+        Command::Bench(a) => tune::commands::bench::main(a),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(if e.is_bad_input() { 2 } else { 1 })
+        }
+    }
 }

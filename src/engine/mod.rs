@@ -10,3 +10,6 @@ pub mod ops;
 pub mod optim;
 pub mod rng;
 pub mod tensor;
+pub mod train;
+
+pub use train::{run, NoObserver, Observer, RunSummary, StepEvent, Workload};

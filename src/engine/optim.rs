@@ -97,76 +97,89 @@ impl Optimizer {
         })
     }
 
-    /// One update over parameters given in a stable order. `grad_scale` divides the
-    /// gradients first (loss-scale unscaling folded into the update).
-    pub fn step(&mut self, params: &mut [&mut Param], grad_scale: f32) -> Result<()> {
+    /// Starts a new optimizer step; `update` is then called once per parameter, in the
+    /// same order every step.
+    pub fn begin_step(&mut self) {
         self.step += 1;
-        let inv = 1.0 / grad_scale;
-        let c = self.cfg.clone();
-        if self.state.len() < params.len() {
-            self.state.resize_with(params.len(), Vec::new);
+    }
+
+    /// One parameter's update. `grad_scale` divides the gradient first (loss-scale
+    /// unscaling folded into the update, so no separate pass over the gradients).
+    pub fn update(&mut self, index: usize, p: &mut Param, grad_scale: f32) -> Result<()> {
+        if self.state.len() <= index {
+            self.state.resize_with(index + 1, Vec::new);
         }
-        for (p, st) in params.iter_mut().zip(self.state.iter_mut()) {
-            let Some(g) = &p.g else { continue };
-            let g = g.f32()?;
-            let wd = if p.decay { c.weight_decay } else { 0.0 };
-            let slots = match c.kind {
-                OptimKind::Sgd => usize::from(c.momentum != 0.0),
-                OptimKind::Adamw => 2,
-            };
-            while st.len() < slots {
-                st.push(Tensor::zeros(
-                    p.w.shape(),
-                    MemCategory::OptimizerState,
-                    p.w.tracker(),
-                ));
-            }
-            let w = p.w.f32_mut()?;
-            match c.kind {
-                OptimKind::Sgd => {
-                    let first = self.step == 1;
-                    if let Some(buf) = st.first_mut() {
-                        let b = buf.f32_mut()?;
-                        w.par_chunks_mut(PAR_CHUNK)
-                            .zip(b.par_chunks_mut(PAR_CHUNK))
-                            .zip(g.par_chunks(PAR_CHUNK))
-                            .for_each(|((w, b), g)| {
-                                for i in 0..w.len() {
-                                    let d = g[i] * inv + wd * w[i];
-                                    b[i] = if first { d } else { c.momentum * b[i] + d };
-                                    w[i] -= c.lr * b[i];
-                                }
-                            });
-                    } else {
-                        for (w, g) in w.iter_mut().zip(g) {
-                            *w -= c.lr * (g * inv + wd * *w);
-                        }
-                    }
-                }
-                OptimKind::Adamw => {
-                    let t = self.step as i32;
-                    let bc1 = 1.0 - c.betas.0.powi(t);
-                    let bc2 = 1.0 - c.betas.1.powi(t);
-                    let (m_t, v_t) = st.split_at_mut(1);
-                    let m = m_t[0].f32_mut()?;
-                    let v = v_t[0].f32_mut()?;
+        let st = &mut self.state[index];
+        let Some(g) = &p.g else { return Ok(()) };
+        let g = g.f32()?;
+        let inv = 1.0 / grad_scale;
+        let c = &self.cfg;
+        let wd = if p.decay { c.weight_decay } else { 0.0 };
+        let slots = match c.kind {
+            OptimKind::Sgd => usize::from(c.momentum != 0.0),
+            OptimKind::Adamw => 2,
+        };
+        while st.len() < slots {
+            st.push(Tensor::zeros(
+                p.w.shape(),
+                MemCategory::OptimizerState,
+                p.w.tracker(),
+            ));
+        }
+        let w = p.w.f32_mut()?;
+        match c.kind {
+            OptimKind::Sgd => {
+                let first = self.step == 1;
+                if let Some(buf) = st.first_mut() {
+                    let b = buf.f32_mut()?;
                     w.par_chunks_mut(PAR_CHUNK)
-                        .zip(m.par_chunks_mut(PAR_CHUNK))
-                        .zip(v.par_chunks_mut(PAR_CHUNK))
+                        .zip(b.par_chunks_mut(PAR_CHUNK))
                         .zip(g.par_chunks(PAR_CHUNK))
-                        .for_each(|(((w, m), v), g)| {
+                        .for_each(|((w, b), g)| {
                             for i in 0..w.len() {
-                                let gi = g[i] * inv;
-                                w[i] *= 1.0 - c.lr * wd;
-                                m[i] = c.betas.0 * m[i] + (1.0 - c.betas.0) * gi;
-                                v[i] = c.betas.1 * v[i] + (1.0 - c.betas.1) * gi * gi;
-                                let mh = m[i] / bc1;
-                                let vh = v[i] / bc2;
-                                w[i] -= c.lr * mh / (vh.sqrt() + c.eps);
+                                let d = g[i] * inv + wd * w[i];
+                                b[i] = if first { d } else { c.momentum * b[i] + d };
+                                w[i] -= c.lr * b[i];
                             }
                         });
+                } else {
+                    for (w, g) in w.iter_mut().zip(g) {
+                        *w -= c.lr * (g * inv + wd * *w);
+                    }
                 }
             }
+            OptimKind::Adamw => {
+                let t = self.step as i32;
+                let bc1 = 1.0 - c.betas.0.powi(t);
+                let bc2 = 1.0 - c.betas.1.powi(t);
+                let (m_t, v_t) = st.split_at_mut(1);
+                let m = m_t[0].f32_mut()?;
+                let v = v_t[0].f32_mut()?;
+                w.par_chunks_mut(PAR_CHUNK)
+                    .zip(m.par_chunks_mut(PAR_CHUNK))
+                    .zip(v.par_chunks_mut(PAR_CHUNK))
+                    .zip(g.par_chunks(PAR_CHUNK))
+                    .for_each(|(((w, m), v), g)| {
+                        for i in 0..w.len() {
+                            let gi = g[i] * inv;
+                            w[i] *= 1.0 - c.lr * wd;
+                            m[i] = c.betas.0 * m[i] + (1.0 - c.betas.0) * gi;
+                            v[i] = c.betas.1 * v[i] + (1.0 - c.betas.1) * gi * gi;
+                            let mh = m[i] / bc1;
+                            let vh = v[i] / bc2;
+                            w[i] -= c.lr * mh / (vh.sqrt() + c.eps);
+                        }
+                    });
+            }
+        }
+        Ok(())
+    }
+
+    /// Convenience for a slice of parameters (tests, small models).
+    pub fn step(&mut self, params: &mut [&mut Param], grad_scale: f32) -> Result<()> {
+        self.begin_step();
+        for (i, p) in params.iter_mut().enumerate() {
+            self.update(i, p, grad_scale)?;
         }
         Ok(())
     }

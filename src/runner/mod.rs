@@ -6,3 +6,5 @@ pub mod journal;
 pub mod plan;
 pub mod spec;
 pub mod stats;
+pub mod sweep;
+pub mod trial;

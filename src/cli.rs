@@ -1,0 +1,208 @@
+//! Command-line definitions (clap). `main.rs` only parses and dispatches; each command's
+//! work lives in its stage.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::engine::nn::zoo::ModelKind;
+use crate::engine::optim::OptimKind;
+use crate::engine::train::{default_cache_dir, default_threads, DeviceChoice, Workload};
+use crate::error::Result;
+use crate::knobs::{Amp, Checkpoint, Knobs, Parallel, ZeroGrad};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tune",
+    version,
+    about = "Measures which training settings make training faster on this machine, by how much, and why."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// One training run with a live progress line.
+    Train(TrainArgs),
+    /// Runs a sweep spec: trials in child processes, journal, report.json/html, summary.md.
+    Sweep(SweepArgs),
+    /// Re-renders a report from a report.json or a sweep directory.
+    Report(ReportArgs),
+    /// What this machine has: CPU, GPUs (or why none), which CUDA libraries load.
+    Probe(ProbeArgs),
+    /// Engine throughput and GEMM benchmarks (the figures in docs/performance.md).
+    Bench(BenchArgs),
+    /// One trial of a sweep (run by `tune sweep` in a child process; prints one JSON line).
+    #[command(hide = true)]
+    Trial(TrainArgs),
+}
+
+/// The knob flags shared by `train` and `trial`; names match the knob names.
+#[derive(Debug, Args, Clone)]
+pub struct KnobArgs {
+    /// Loader threads (0 = load on the training thread).
+    #[arg(long, default_value_t = 0)]
+    pub num_workers: usize,
+    /// Page-locked staging for host-to-device copies (not applicable on the CPU backend).
+    #[arg(long)]
+    pub pin_memory: bool,
+    /// Time candidate algorithms per shape and keep the fastest (like cudnn.benchmark).
+    #[arg(long)]
+    pub autotune: bool,
+    /// memset | none
+    #[arg(long, default_value = "memset")]
+    pub zero_grad: ZeroGrad,
+    /// off | sqrt | every:K
+    #[arg(long, default_value = "off")]
+    pub checkpoint: Checkpoint,
+    /// off | bf16 | fp16
+    #[arg(long, default_value = "off")]
+    pub amp: Amp,
+    /// single | dp | ddp
+    #[arg(long, default_value = "single")]
+    pub parallel: Parallel,
+    /// Devices (virtual devices on the CPU backend).
+    #[arg(long, default_value_t = 1)]
+    pub devices: usize,
+    /// Micro-batch size.
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: usize,
+    /// Micro-batches accumulated per optimizer step.
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: usize,
+}
+
+impl KnobArgs {
+    pub fn knobs(&self) -> Result<Knobs> {
+        let k = Knobs {
+            num_workers: self.num_workers,
+            pin_memory: self.pin_memory,
+            autotune: self.autotune,
+            zero_grad: self.zero_grad,
+            checkpoint: self.checkpoint,
+            amp: self.amp,
+            parallel: self.parallel,
+            devices: self.devices,
+            batch_size: self.batch_size,
+            grad_accum: self.grad_accum,
+        };
+        k.validate()?;
+        Ok(k)
+    }
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct TrainArgs {
+    /// mlp | cnn-small | resnet-mini
+    #[arg(long, default_value = "cnn-small")]
+    pub model: ModelKind,
+    /// shapes[:N] | mnist:DIR | cifar10:DIR | synthetic
+    #[arg(long, default_value = "shapes:6000")]
+    pub dataset: String,
+    /// Optimizer steps.
+    #[arg(long, default_value_t = 250)]
+    pub steps: usize,
+    /// Steps excluded from throughput figures.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: usize,
+    #[arg(long, default_value_t = 0.05)]
+    pub lr: f32,
+    /// sgd | adamw
+    #[arg(long, default_value = "sgd")]
+    pub optimizer: OptimKind,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Compute threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// cpu | cuda | auto
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceChoice,
+    /// Skip the held-out evaluation.
+    #[arg(long)]
+    pub no_eval: bool,
+    /// Where generated datasets are cached.
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Print one JSON summary object instead of progress.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub knobs: KnobArgs,
+}
+
+impl TrainArgs {
+    pub fn workload(&self) -> Workload {
+        Workload {
+            model: self.model,
+            dataset: self.dataset.clone(),
+            steps: self.steps,
+            warmup: self.warmup,
+            lr: self.lr,
+            optimizer: self.optimizer,
+            seed: self.seed,
+            threads: self.threads.unwrap_or_else(default_threads),
+            eval: !self.no_eval,
+            cache_dir: self.cache_dir.clone().unwrap_or_else(default_cache_dir),
+            device: self.device,
+        }
+    }
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct SweepArgs {
+    /// The sweep spec (TOML).
+    pub spec: PathBuf,
+    /// Output directory (default: reports/<spec name>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Skip trials already finished in the journal.
+    #[arg(long)]
+    pub resume: bool,
+    /// Machine-readable output: one JSON line per trial, then the report path.
+    #[arg(long)]
+    pub json: bool,
+    /// Show the live dashboard while the sweep runs.
+    #[arg(long)]
+    pub tui: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ReportArgs {
+    /// A report.json, or a sweep directory (report.json or journal.jsonl inside).
+    pub input: PathBuf,
+    /// Write the HTML report here.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// Write the markdown summary here.
+    #[arg(long)]
+    pub md: Option<PathBuf>,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ProbeArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct BenchArgs {
+    /// Thread counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub threads: Vec<usize>,
+    /// What to measure: mlp, cnn, gemm.
+    #[arg(long, value_delimiter = ',', default_value = "mlp,cnn,gemm")]
+    pub what: Vec<String>,
+    /// Timed runs per configuration (median reported).
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Steps per timed run.
+    #[arg(long, default_value_t = 50)]
+    pub steps: usize,
+    /// JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,167 @@
+//! `tune bench`: the engine-speed figures compared against PyTorch in
+//! docs/performance.md. Same protocol as `../shared/peers/torch_bench.py`: one fixed
+//! synthetic batch (no loader), SGD lr 0.01 momentum 0.9, fp32, gradients set to none,
+//! 10 warm-up steps then `runs` timed runs of `steps` steps, median run reported.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::cli::BenchArgs;
+use crate::engine::device::Device;
+use crate::engine::nn::zoo::ModelKind;
+use crate::engine::ops::gemm::{matmul, Mat};
+use crate::engine::optim::OptimKind;
+use crate::engine::train::{run, DeviceChoice, NoObserver, Workload};
+use crate::error::{Error, Result};
+use crate::knobs::{Knobs, ZeroGrad};
+
+const WARMUP: usize = 10;
+
+#[derive(Serialize)]
+struct Row {
+    engine: &'static str,
+    workload: String,
+    threads: usize,
+    batch: usize,
+    samples_per_s: Option<f64>,
+    step_ms_median: Option<f64>,
+    gflops_median: Option<f64>,
+    n: Option<usize>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn train_row(kind: ModelKind, batch: usize, threads: usize, a: &BenchArgs) -> Result<Row> {
+    let w = Workload {
+        steps: WARMUP + a.runs * a.steps,
+        warmup: WARMUP,
+        lr: 0.01,
+        optimizer: OptimKind::Sgd,
+        threads,
+        eval: false,
+        device: DeviceChoice::Cpu,
+        ..Workload::new(kind, "synthetic")
+    };
+    let k = Knobs {
+        batch_size: batch,
+        zero_grad: ZeroGrad::None,
+        ..Knobs::default()
+    };
+    let s = run(&w, &k, &mut NoObserver)?;
+    let runs: Vec<f64> = s.step_times[WARMUP..]
+        .chunks(a.steps)
+        .map(|c| c.iter().sum())
+        .collect();
+    let med = median(runs);
+    Ok(Row {
+        engine: "tune",
+        workload: if kind == ModelKind::Mlp {
+            "mlp".into()
+        } else {
+            "cnn".into()
+        },
+        threads,
+        batch,
+        samples_per_s: Some((batch * a.steps) as f64 / med),
+        step_ms_median: Some(med / a.steps as f64 * 1e3),
+        gflops_median: None,
+        n: None,
+    })
+}
+
+fn gemm_row(n: usize, threads: usize) -> Result<Row> {
+    let dev = Device::cpu(0, threads);
+    let a: Vec<f32> = (0..n * n).map(|i| ((i % 17) as f32 - 8.0) * 0.01).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| ((i % 13) as f32 - 6.0) * 0.01).collect();
+    let mut c = vec![0.0f32; n * n];
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| Error::Runtime(e.to_string()))?;
+    let flop = 2.0 * (n * n * n) as f64;
+    // Enough repetitions for about a second per size, as the peers' gemm_bench does.
+    let reps = ((2e10 / flop) as usize).clamp(2, 200);
+    let times = pool.install(|| -> Result<Vec<f64>> {
+        matmul(
+            &mut c,
+            Mat::rm(&a, n, n),
+            Mat::rm(&b, n, n),
+            false,
+            dev.par(),
+        )?;
+        let mut t = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let s = Instant::now();
+            matmul(
+                &mut c,
+                Mat::rm(&a, n, n),
+                Mat::rm(&b, n, n),
+                false,
+                dev.par(),
+            )?;
+            t.push(s.elapsed().as_secs_f64());
+        }
+        Ok(t)
+    })?;
+    Ok(Row {
+        engine: "tune",
+        workload: "sgemm".into(),
+        threads,
+        batch: 0,
+        samples_per_s: None,
+        step_ms_median: None,
+        gflops_median: Some(flop / median(times) / 1e9),
+        n: Some(n),
+    })
+}
+
+pub fn main(a: &BenchArgs) -> Result<i32> {
+    if a.runs == 0 || a.steps == 0 || a.threads.contains(&0) {
+        return Err(Error::Invalid(
+            "bench: --runs, --steps and --threads must be at least 1".into(),
+        ));
+    }
+    for what in &a.what {
+        for &t in &a.threads {
+            let rows = match what.as_str() {
+                "mlp" => vec![train_row(ModelKind::Mlp, 128, t, a)?],
+                "cnn" => vec![train_row(ModelKind::CnnSmall, 64, t, a)?],
+                "gemm" => [512, 1024, 2048]
+                    .into_iter()
+                    .map(|n| gemm_row(n, t))
+                    .collect::<Result<_>>()?,
+                other => {
+                    return Err(Error::Invalid(format!(
+                        "bench: unknown workload '{other}': allowed values are mlp, cnn, gemm"
+                    )))
+                }
+            };
+            for r in rows {
+                if a.json {
+                    println!(
+                        "{}",
+                        serde_json::to_string(&r).map_err(|e| Error::Runtime(e.to_string()))?
+                    );
+                } else if let Some(g) = r.gflops_median {
+                    println!(
+                        "sgemm n={:<5} threads={t}: {g:.1} GFLOP/s",
+                        r.n.unwrap_or(0)
+                    );
+                } else {
+                    println!(
+                        "{:<4} batch {:<4} threads={t}: {:.1} samples/s (median step {:.2} ms)",
+                        r.workload,
+                        r.batch,
+                        r.samples_per_s.unwrap_or(f64::NAN),
+                        r.step_ms_median.unwrap_or(f64::NAN)
+                    );
+                }
+            }
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,43 @@
+//! `tune probe`: what this machine has, and for GPUs why there are none when there are none.
+
+use crate::cli::ProbeArgs;
+use crate::error::Result;
+
+pub fn main(args: &ProbeArgs) -> Result<i32> {
+    let cpu = tune_probes::cpu_info();
+    let gpus = tune_probes::gpu_inventory();
+    if args.json {
+        let v = serde_json::json!({
+            "cpu": { "model": cpu.model, "logical_cores": cpu.logical_cores, "available": cpu.available },
+            "gpus": match &gpus { Ok(g) => serde_json::to_value(g).unwrap_or_default(), Err(_) => serde_json::Value::Null },
+            "gpu_notice": gpus.as_ref().err().map(|e| e.to_string()),
+            "cuda": "the CUDA backend is not built yet",
+        });
+        println!("{v}");
+        return Ok(0);
+    }
+    println!(
+        "cpu: {} ({} logical cores, {} available to this process)",
+        cpu.model.as_deref().unwrap_or("unknown"),
+        cpu.logical_cores,
+        cpu.available
+    );
+    match gpus {
+        Ok(g) if g.is_empty() => println!("gpus: none (NVML loaded, no devices)"),
+        Ok(g) => {
+            for d in g {
+                println!(
+                    "gpu {}: {} ({:.1} GiB, driver {}, CUDA {})",
+                    d.index,
+                    d.name,
+                    d.memory_total_bytes as f64 / (1u64 << 30) as f64,
+                    d.driver_version,
+                    d.cuda_driver_version
+                );
+            }
+        }
+        Err(e) => println!("gpus: none: {e}"),
+    }
+    println!("cuda backend: not built yet (CPU backend only)");
+    Ok(0)
+}

@@ -1,0 +1,99 @@
+//! `tune train`: one run with a live progress line, or one JSON summary with `--json`.
+
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cli::TrainArgs;
+use crate::engine::train::{run, Observer, RunSummary, StepEvent};
+use crate::error::Result;
+
+/// Draws the progress line: step, loss, samples/s over the last steps.
+struct Progress {
+    bar: ProgressBar,
+    last: Instant,
+    window: (usize, f64),
+}
+
+impl Observer for Progress {
+    fn on_note(&mut self, note: &str) {
+        self.bar.println(format!("note: {note}"));
+    }
+
+    fn on_step(&mut self, ev: &StepEvent) {
+        self.window.0 += ev.samples;
+        self.window.1 += ev.step_s;
+        if self.bar.length() != Some(ev.steps as u64) {
+            self.bar.set_length(ev.steps as u64);
+        }
+        self.bar.set_position(ev.step as u64 + 1);
+        if self.last.elapsed() > Duration::from_millis(200) || ev.step + 1 == ev.steps {
+            let sps = self.window.0 as f64 / self.window.1.max(1e-9);
+            self.bar
+                .set_message(format!("loss {:.4}  {:.0} samples/s", ev.loss, sps));
+            self.window = (0, 0.0);
+            self.last = Instant::now();
+        }
+    }
+}
+
+pub fn main(args: &TrainArgs) -> Result<i32> {
+    let knobs = args.knobs.knobs()?;
+    let w = args.workload();
+    if args.json {
+        let s = run(&w, &knobs, &mut crate::engine::NoObserver)?;
+        println!(
+            "{}",
+            serde_json::to_string(&s).map_err(|e| crate::Error::Runtime(e.to_string()))?
+        );
+        return Ok(0);
+    }
+    let bar = ProgressBar::new(w.steps as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(format!("{} on {}", w.model, w.dataset));
+    let mut p = Progress {
+        bar,
+        last: Instant::now(),
+        window: (0, 0.0),
+    };
+    let s = run(&w, &knobs, &mut p)?;
+    p.bar.finish();
+    print_summary(&s);
+    Ok(0)
+}
+
+fn print_summary(s: &RunSummary) {
+    println!(
+        "{} on {}: {:.1} samples/s (median step {:.2} ms, {} threads), final loss {:.4}",
+        s.model, s.dataset, s.samples_per_s, s.step_ms_median, s.threads, s.final_loss
+    );
+    if let Some(a) = s.accuracy {
+        println!("held-out accuracy: {:.2}%", a * 100.0);
+    }
+    let mb = |b: u64| b as f64 / (1 << 20) as f64;
+    let peaks: Vec<String> = s
+        .peak_bytes
+        .iter()
+        .map(|(k, v)| format!("{k} {:.1}", mb(*v)))
+        .collect();
+    println!(
+        "peak MiB: {} (total {:.1})",
+        peaks.join(", "),
+        mb(s.peak_total_bytes)
+    );
+    let step = s.step_ms_median / 1e3;
+    let ph: Vec<String> = crate::engine::train::Phases::NAMES
+        .iter()
+        .map(|n| (n, s.phases_mean.get(n)))
+        .filter(|(_, v)| *v > 0.0)
+        .map(|(n, v)| format!("{n} {:.2} ms ({:.0}%)", v * 1e3, 100.0 * v / step))
+        .collect();
+    println!("phases per step: {}", ph.join(", "));
+    for (k, why) in &s.not_applicable {
+        println!("{k}: not applicable: {why}");
+    }
+}

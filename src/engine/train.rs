@@ -1,0 +1,539 @@
+//! The step loop. Per step, in order: data, host-to-device, zero-grad, forward (with
+//! checkpoint segments), loss, backward, optimizer. Every phase is timed and reported
+//! through the `Observer`, which is the only way anything outside sees a run.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::data::{self, Batch, ImageShape, Loader, LoaderConfig};
+use crate::engine::device::{Device, MemCategory, MemSnapshot};
+use crate::engine::nn::layer::Ctx;
+use crate::engine::nn::model::Model;
+use crate::engine::nn::zoo::{self, ModelKind};
+use crate::engine::ops::loss::softmax_cross_entropy;
+use crate::engine::optim::{OptimConfig, OptimKind, Optimizer};
+use crate::engine::tensor::Tensor;
+use crate::error::{Error, Result};
+use crate::knobs::{Amp, Knobs, Parallel, ZeroGrad};
+
+/// Which device a run asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceChoice {
+    Cpu,
+    Cuda,
+    Auto,
+}
+
+impl std::str::FromStr for DeviceChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim() {
+            "cpu" => Ok(DeviceChoice::Cpu),
+            "cuda" => Ok(DeviceChoice::Cuda),
+            "auto" => Ok(DeviceChoice::Auto),
+            o => Err(Error::Invalid(format!(
+                "invalid device '{o}': allowed values are cpu, cuda, auto"
+            ))),
+        }
+    }
+}
+
+/// What to train, independent of the knobs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Workload {
+    pub model: ModelKind,
+    /// Dataset spec (`shapes`, `shapes:N`, `mnist:DIR`, `cifar10:DIR`) or `synthetic`
+    /// (one fixed random batch in memory: pure engine speed, no loader).
+    pub dataset: String,
+    pub steps: usize,
+    /// Steps excluded from throughput figures.
+    pub warmup: usize,
+    pub lr: f32,
+    pub optimizer: OptimKind,
+    pub seed: u64,
+    /// Compute threads (GEMM and op kernels).
+    pub threads: usize,
+    /// Measure held-out accuracy after training.
+    pub eval: bool,
+    pub cache_dir: PathBuf,
+    pub device: DeviceChoice,
+}
+
+impl Workload {
+    pub fn new(model: ModelKind, dataset: &str) -> Workload {
+        Workload {
+            model,
+            dataset: dataset.into(),
+            steps: 200,
+            warmup: 5,
+            lr: 0.05,
+            optimizer: OptimKind::Sgd,
+            seed: 0,
+            threads: default_threads(),
+            eval: true,
+            cache_dir: default_cache_dir(),
+            device: DeviceChoice::Cpu,
+        }
+    }
+}
+
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// `$TUNE_CACHE_DIR`, else `$XDG_CACHE_HOME/tune`, else `~/.cache/tune`, else a temp dir.
+pub fn default_cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TUNE_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("tune");
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        return PathBuf::from(h).join(".cache").join("tune");
+    }
+    std::env::temp_dir().join("tune-cache")
+}
+
+/// Seconds spent in each phase of one step (summed over micro-batches).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Phases {
+    pub data_wait: f64,
+    pub h2d: f64,
+    pub zero_grad: f64,
+    pub forward: f64,
+    pub backward: f64,
+    /// Part of `backward` spent recomputing checkpointed segments.
+    pub recompute: f64,
+    pub comm: f64,
+    pub optimizer: f64,
+}
+
+impl Phases {
+    pub const NAMES: [&'static str; 8] = [
+        "data_wait",
+        "h2d",
+        "zero_grad",
+        "forward",
+        "backward",
+        "recompute",
+        "comm",
+        "optimizer",
+    ];
+
+    pub fn get(&self, name: &str) -> f64 {
+        match name {
+            "data_wait" => self.data_wait,
+            "h2d" => self.h2d,
+            "zero_grad" => self.zero_grad,
+            "forward" => self.forward,
+            "backward" => self.backward,
+            "recompute" => self.recompute,
+            "comm" => self.comm,
+            "optimizer" => self.optimizer,
+            _ => 0.0,
+        }
+    }
+
+    fn add(&mut self, o: &Phases) {
+        self.data_wait += o.data_wait;
+        self.h2d += o.h2d;
+        self.zero_grad += o.zero_grad;
+        self.forward += o.forward;
+        self.backward += o.backward;
+        self.recompute += o.recompute;
+        self.comm += o.comm;
+        self.optimizer += o.optimizer;
+    }
+
+    fn scaled(&self, f: f64) -> Phases {
+        Phases {
+            data_wait: self.data_wait * f,
+            h2d: self.h2d * f,
+            zero_grad: self.zero_grad * f,
+            forward: self.forward * f,
+            backward: self.backward * f,
+            recompute: self.recompute * f,
+            comm: self.comm * f,
+            optimizer: self.optimizer * f,
+        }
+    }
+}
+
+/// One finished optimizer step.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepEvent {
+    pub step: usize,
+    pub steps: usize,
+    pub loss: f32,
+    pub samples: usize,
+    pub step_s: f64,
+    pub phases: Phases,
+    /// Bytes per category right after the step (gradients held between steps show here).
+    pub mem_after: MemSnapshot,
+}
+
+/// Receives the run's events. The CLI progress line, trial records and the TUI are all
+/// observers.
+pub trait Observer: Send {
+    fn on_note(&mut self, _note: &str) {}
+    fn on_step(&mut self, _ev: &StepEvent) {}
+}
+
+/// An observer that ignores everything.
+pub struct NoObserver;
+impl Observer for NoObserver {}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub model: String,
+    pub dataset: String,
+    pub knobs: Knobs,
+    pub threads: usize,
+    pub backend: String,
+    pub params: usize,
+    pub steps: usize,
+    pub warmup: usize,
+    pub samples_per_step: usize,
+    /// Median throughput over the steps after warm-up.
+    pub samples_per_s: f64,
+    pub step_ms_median: f64,
+    /// Wall time of every step, seconds.
+    pub step_times: Vec<f64>,
+    pub losses: Vec<f32>,
+    pub final_loss: f32,
+    /// Held-out accuracy in [0, 1], when evaluated.
+    pub accuracy: Option<f64>,
+    /// Mean seconds per step in each phase, after warm-up.
+    pub phases_mean: Phases,
+    pub peak_bytes: BTreeMap<String, u64>,
+    pub peak_total_bytes: u64,
+    /// Gradient bytes held between steps (after the optimizer), last step.
+    pub grad_bytes_between_steps: u64,
+    /// Knobs that do not apply on this backend, with the reason (never faked).
+    pub not_applicable: BTreeMap<String, String>,
+    pub wall_s: f64,
+}
+
+fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let m = s.len() / 2;
+    if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        0.5 * (s[m - 1] + s[m])
+    }
+}
+
+/// Where batches come from.
+enum Source {
+    Loader(Loader),
+    /// One fixed batch, reused every step (the peers' benchmark protocol).
+    Fixed(Batch),
+}
+
+impl Source {
+    fn next(&mut self) -> Result<Batch> {
+        match self {
+            Source::Loader(l) => l.next_batch(),
+            Source::Fixed(b) => Ok(b.clone()),
+        }
+    }
+}
+
+fn synthetic_batch(shape: ImageShape, n: usize, classes: usize, seed: u64) -> Batch {
+    let mut rng = data::Rng::from_keys(&[seed, 0x5359_4e54]);
+    Batch {
+        x: (0..n * shape.len()).map(|_| rng.normal()).collect(),
+        y: (0..n).map(|_| rng.below(classes) as u32).collect(),
+        n,
+        shape,
+        epoch: 0,
+        index: 0,
+    }
+}
+
+/// Refuses knobs the engine cannot honour yet, with one clear line each, instead of
+/// silently running something else.
+fn check_supported(k: &Knobs, w: &Workload) -> Result<()> {
+    if w.device == DeviceChoice::Cuda {
+        return Err(Error::Unavailable(
+            "--device cuda: the CUDA backend is not built yet; use --device cpu".into(),
+        ));
+    }
+    if k.amp != Amp::Off {
+        return Err(Error::Unavailable(format!(
+            "amp = {}: mixed precision is not implemented in the engine yet",
+            k.amp
+        )));
+    }
+    if k.autotune {
+        return Err(Error::Unavailable(
+            "autotune = true: algorithm autotuning is not implemented in the engine yet".into(),
+        ));
+    }
+    if k.parallel != Parallel::Single {
+        return Err(Error::Unavailable(format!(
+            "parallel = {}: multi-device training is not implemented in the engine yet",
+            k.parallel
+        )));
+    }
+    Ok(())
+}
+
+/// Trains `w` under `k`, reporting each step to `obs`.
+pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
+    k.validate()?;
+    if w.steps == 0 {
+        return Err(Error::Invalid("invalid steps 0: must be at least 1".into()));
+    }
+    if w.threads == 0 {
+        return Err(Error::Invalid(
+            "invalid threads 0: must be at least 1".into(),
+        ));
+    }
+    check_supported(k, w)?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(w.threads)
+        .build()
+        .map_err(|e| Error::Runtime(format!("cannot start {} compute threads: {e}", w.threads)))?;
+    pool.install(|| run_inner(w, k, obs))
+}
+
+fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
+    let started = Instant::now();
+    let dev = Device::cpu(0, w.threads);
+    let [h, wd, c] = w.model.input();
+    let want = ImageShape { h, w: wd, c };
+    let mut not_applicable = BTreeMap::new();
+    if k.pin_memory {
+        let why = "CPU backend: there is no host-to-device copy to pin memory for";
+        not_applicable.insert("pin_memory".to_string(), why.to_string());
+        obs.on_note(&format!("pin_memory: not applicable ({why})"));
+    }
+    let (mut source, test, classes, norm) = if w.dataset == "synthetic" {
+        let classes = 10;
+        let b = synthetic_batch(want, k.batch_size, classes, w.seed);
+        (
+            Source::Fixed(b),
+            None,
+            classes,
+            data::default_normalize(want),
+        )
+    } else {
+        let splits = data::open(&w.dataset, want, &w.cache_dir)?;
+        let classes = splits.train.num_classes();
+        let norm = data::default_normalize(want);
+        let loader = Loader::new(
+            Arc::clone(&splits.train),
+            norm.clone(),
+            LoaderConfig {
+                batch_size: k.batch_size,
+                num_workers: k.num_workers,
+                prefetch: 2,
+                seed: w.seed,
+                shuffle: true,
+                augment: true,
+                drop_last: true,
+                rank: 0,
+                world_size: 1,
+            },
+        )?;
+        (Source::Loader(loader), Some(splits.test), classes, norm)
+    };
+
+    let mut model = zoo::build(w.model, classes, w.seed, &dev)?;
+    let params = model.num_params();
+    let cfg = match w.optimizer {
+        OptimKind::Sgd => OptimConfig::sgd(w.lr),
+        OptimKind::Adamw => OptimConfig::adamw(w.lr),
+    };
+    let mut opt = Optimizer::new(cfg)?;
+    let seg = k.checkpoint.segment_len(model.layers.len());
+    let ctx = Ctx {
+        amp: k.amp,
+        ..Ctx::train(&dev)
+    };
+    let accum = k.grad_accum;
+
+    let mut step_times = Vec::with_capacity(w.steps);
+    let mut losses = Vec::with_capacity(w.steps);
+    let mut phase_sum = Phases::default();
+    let mut grad_between = 0;
+    for step in 0..w.steps {
+        let t_step = Instant::now();
+        let mut ph = Phases::default();
+        let mut loss_sum = 0.0f32;
+        let tz = Instant::now();
+        if k.zero_grad == ZeroGrad::Memset {
+            let mut res = Ok(());
+            model.visit_params(&mut |p| {
+                if let Some(g) = &mut p.g {
+                    match g.f32_mut() {
+                        Ok(d) => d.fill(0.0),
+                        Err(e) => res = Err(e),
+                    }
+                }
+            });
+            res?;
+        }
+        ph.zero_grad += tz.elapsed().as_secs_f64();
+        for _ in 0..accum {
+            let t = Instant::now();
+            let batch = source.next()?;
+            ph.data_wait += t.elapsed().as_secs_f64();
+            // The CPU backend computes where the loader left the batch: taking ownership
+            // of the buffer is the whole "transfer".
+            let t = Instant::now();
+            let n = batch.n;
+            let x = Tensor::from_vec(
+                &[n, batch.shape.h, batch.shape.w, batch.shape.c],
+                batch.x,
+                MemCategory::Activations,
+                dev.mem(),
+            )?;
+            let labels = batch.y;
+            ph.h2d += t.elapsed().as_secs_f64();
+
+            let t = Instant::now();
+            let logits = model.forward(x, &ctx, seg)?;
+            let mut dlogits = ctx.alloc(logits.shape());
+            let (loss, _) = softmax_cross_entropy(
+                logits.f32()?,
+                &labels,
+                classes,
+                1.0 / accum as f32,
+                Some(dlogits.f32_mut()?),
+            )?;
+            drop(logits);
+            ph.forward += t.elapsed().as_secs_f64();
+            if !loss.is_finite() {
+                model.clear_saved();
+                return Err(Error::Diverged { step, loss });
+            }
+            loss_sum += loss / accum as f32;
+
+            let t = Instant::now();
+            let bs = model.backward(dlogits, &ctx, seg)?;
+            ph.backward += t.elapsed().as_secs_f64();
+            ph.recompute += bs.recompute.as_secs_f64();
+        }
+        let t = Instant::now();
+        opt.begin_step();
+        let mut idx = 0;
+        let mut res = Ok(());
+        model.visit_params(&mut |p| {
+            if res.is_ok() {
+                res = opt.update(idx, p, 1.0);
+            }
+            idx += 1;
+        });
+        res?;
+        ph.optimizer += t.elapsed().as_secs_f64();
+        if k.zero_grad == ZeroGrad::None {
+            let t = Instant::now();
+            model.visit_params(&mut |p| p.g = None);
+            ph.zero_grad += t.elapsed().as_secs_f64();
+        }
+        let step_s = t_step.elapsed().as_secs_f64();
+        let mem_after = dev.mem().snapshot();
+        grad_between = mem_after.current_of(MemCategory::Grads);
+        step_times.push(step_s);
+        losses.push(loss_sum);
+        if step >= w.warmup {
+            phase_sum.add(&ph);
+        }
+        obs.on_step(&StepEvent {
+            step,
+            steps: w.steps,
+            loss: loss_sum,
+            samples: k.batch_size * accum,
+            step_s,
+            phases: ph,
+            mem_after,
+        });
+    }
+    drop(source);
+
+    let accuracy = match (&test, w.eval) {
+        (Some(test), true) => Some(evaluate(
+            &mut model,
+            Arc::clone(test),
+            &norm,
+            &dev,
+            classes,
+        )?),
+        _ => None,
+    };
+    let measured = if step_times.len() > w.warmup {
+        &step_times[w.warmup..]
+    } else {
+        &step_times[..]
+    };
+    let med = median(measured);
+    let samples_per_step = k.batch_size * accum;
+    let snap = dev.mem().snapshot();
+    Ok(RunSummary {
+        model: w.model.to_string(),
+        dataset: w.dataset.clone(),
+        knobs: k.clone(),
+        threads: w.threads,
+        backend: "cpu".into(),
+        params,
+        steps: w.steps,
+        warmup: w.warmup,
+        samples_per_step,
+        samples_per_s: samples_per_step as f64 / med,
+        step_ms_median: med * 1e3,
+        final_loss: losses.last().copied().unwrap_or(f32::NAN),
+        losses,
+        accuracy,
+        phases_mean: phase_sum.scaled(1.0 / measured.len().max(1) as f64),
+        peak_bytes: snap.peak.clone(),
+        peak_total_bytes: snap.total_peak,
+        grad_bytes_between_steps: grad_between,
+        not_applicable,
+        step_times,
+        wall_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Held-out accuracy with BN running statistics and nothing saved for backward.
+pub fn evaluate(
+    model: &mut Model,
+    test: Arc<dyn data::Dataset>,
+    norm: &data::Normalize,
+    dev: &Arc<Device>,
+    classes: usize,
+) -> Result<f64> {
+    let ctx = Ctx::eval(dev);
+    let (mut correct, mut total) = (0usize, 0usize);
+    for b in Loader::eval_batches(test, norm, 256) {
+        let b = b?;
+        let x = Tensor::from_vec(
+            &[b.n, b.shape.h, b.shape.w, b.shape.c],
+            b.x,
+            MemCategory::Activations,
+            dev.mem(),
+        )?;
+        let logits = model.forward(x, &ctx, None)?;
+        let (_, c) = softmax_cross_entropy(logits.f32()?, &b.y, classes, 1.0, None)?;
+        correct += c;
+        total += b.n;
+    }
+    if total == 0 {
+        return Err(Error::Invalid("the held-out set is empty".into()));
+    }
+    Ok(correct as f64 / total as f64)
+}
