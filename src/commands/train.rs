@@ -17,7 +17,7 @@ struct Progress {
 
 impl Observer for Progress {
     fn on_note(&mut self, note: &str) {
-        self.bar.println(format!("note: {note}"));
+        self.bar.suspend(|| eprintln!("note: {note}"));
     }
 
     fn on_step(&mut self, ev: &StepEvent) {

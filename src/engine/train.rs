@@ -355,6 +355,10 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
 
     let mut model = zoo::build(w.model, classes, w.seed, &dev)?;
     let params = model.num_params();
+    let profile_layers = std::env::var_os("TUNE_PROFILE_LAYERS").is_some();
+    if profile_layers {
+        model.enable_layer_times();
+    }
     let cfg = match w.optimizer {
         OptimKind::Sgd => OptimConfig::sgd(w.lr),
         OptimKind::Adamw => OptimConfig::adamw(w.lr),
@@ -465,6 +469,16 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
         });
     }
     drop(source);
+    if let Some(lt) = &model.layer_times {
+        for (l, (f, b)) in model.layers.iter().zip(lt) {
+            obs.on_note(&format!(
+                "layer {:<28} forward {:8.2} ms/step  backward {:8.2} ms/step",
+                l.name(),
+                f * 1e3 / w.steps as f64,
+                b * 1e3 / w.steps as f64
+            ));
+        }
+    }
 
     let accuracy = match (&test, w.eval) {
         (Some(test), true) => Some(evaluate(

@@ -16,6 +16,8 @@ pub struct Model {
     pub classes: usize,
     /// Inputs of checkpointed segments, kept between forward and backward.
     boundaries: Vec<(usize, usize, Tensor)>,
+    /// Per-layer (forward, backward) seconds, accumulated when profiling is on.
+    pub layer_times: Option<Vec<(f64, f64)>>,
 }
 
 /// What a backward pass measured about itself.
@@ -38,7 +40,13 @@ impl Model {
             input,
             classes,
             boundaries: Vec::new(),
+            layer_times: None,
         }
+    }
+
+    /// Starts accumulating per-layer forward/backward times.
+    pub fn enable_layer_times(&mut self) {
+        self.layer_times = Some(vec![(0.0, 0.0); self.layers.len()]);
     }
 
     pub fn visit_params(&mut self, f: &mut dyn FnMut(&mut Param)) {
@@ -95,8 +103,14 @@ impl Model {
             } else {
                 ctx
             };
-            for l in &mut self.layers[start..end] {
+            for (i, l) in self.layers[start..end].iter_mut().enumerate() {
+                let t = Instant::now();
                 h = l.forward(h, c)?;
+                if let Some(lt) = &mut self.layer_times {
+                    if let Some(e) = lt.get_mut(start + i) {
+                        e.0 += t.elapsed().as_secs_f64();
+                    }
+                }
             }
         }
         Ok(h)
@@ -139,7 +153,11 @@ impl Model {
                 let dy = g.take().ok_or_else(|| {
                     Error::Runtime(format!("backward: layer {i} got no gradient"))
                 })?;
+                let t = Instant::now();
                 g = self.layers[i].backward(dy, i > 0, ctx)?;
+                if let Some(e) = self.layer_times.as_mut().and_then(|lt| lt.get_mut(i)) {
+                    e.1 += t.elapsed().as_secs_f64();
+                }
             }
         }
         Ok(stats)

@@ -48,31 +48,41 @@ impl ConvGeom {
     }
 }
 
+/// The kernel columns `kx` that land inside the input for output column `ox`, as
+/// `(first kx, count, first ix)`. Consecutive `kx` read consecutive input pixels whatever
+/// the stride, so each (row, ky) is one contiguous run of `count * c_in` floats.
+fn kx_run(g: &ConvGeom, ox: usize) -> (usize, usize, usize) {
+    let start = (ox * g.stride) as isize - g.pad as isize;
+    let kx0 = (-start).max(0) as usize;
+    let kx1 = ((g.w as isize - start).min(g.k as isize)).max(0) as usize;
+    let count = kx1.saturating_sub(kx0);
+    (kx0, count, (start + kx0 as isize).max(0) as usize)
+}
+
 /// Copies input patches into rows of `col` (`rows x kkc`), zero where padding.
 pub fn im2col(x: &[f32], g: &ConvGeom, col: &mut [f32]) {
-    let (oh, ow, kkc) = (g.oh(), g.ow(), g.kkc());
+    let (oh, ow, kkc, c) = (g.oh(), g.ow(), g.kkc(), g.c_in);
     let per_img = oh * ow * kkc;
     col[..g.n * per_img]
         .par_chunks_mut(per_img)
         .enumerate()
         .for_each(|(n, cimg)| {
-            let ximg = &x[n * g.h * g.w * g.c_in..(n + 1) * g.h * g.w * g.c_in];
+            let ximg = &x[n * g.h * g.w * c..(n + 1) * g.h * g.w * c];
             for oy in 0..oh {
                 for ox in 0..ow {
                     let row = &mut cimg[(oy * ow + ox) * kkc..(oy * ow + ox + 1) * kkc];
+                    let (kx0, cnt, ix0) = kx_run(g, ox);
                     for ky in 0..g.k {
                         let iy = (oy * g.stride + ky) as isize - g.pad as isize;
-                        for kx in 0..g.k {
-                            let ix = (ox * g.stride + kx) as isize - g.pad as isize;
-                            let dst =
-                                &mut row[(ky * g.k + kx) * g.c_in..(ky * g.k + kx + 1) * g.c_in];
-                            if iy < 0 || ix < 0 || iy >= g.h as isize || ix >= g.w as isize {
-                                dst.fill(0.0);
-                            } else {
-                                let off = (iy as usize * g.w + ix as usize) * g.c_in;
-                                dst.copy_from_slice(&ximg[off..off + g.c_in]);
-                            }
+                        let seg = &mut row[ky * g.k * c..(ky + 1) * g.k * c];
+                        if iy < 0 || iy >= g.h as isize || cnt == 0 {
+                            seg.fill(0.0);
+                            continue;
                         }
+                        seg[..kx0 * c].fill(0.0);
+                        let off = (iy as usize * g.w + ix0) * c;
+                        seg[kx0 * c..(kx0 + cnt) * c].copy_from_slice(&ximg[off..off + cnt * c]);
+                        seg[(kx0 + cnt) * c..].fill(0.0);
                     }
                 }
             }
@@ -81,9 +91,9 @@ pub fn im2col(x: &[f32], g: &ConvGeom, col: &mut [f32]) {
 
 /// Scatter-adds rows of `col` back into an input-shaped gradient (`dx` is overwritten).
 pub fn col2im(col: &[f32], g: &ConvGeom, dx: &mut [f32]) {
-    let (oh, ow, kkc) = (g.oh(), g.ow(), g.kkc());
+    let (oh, ow, kkc, c) = (g.oh(), g.ow(), g.kkc(), g.c_in);
     let per_img = oh * ow * kkc;
-    dx.par_chunks_mut(g.h * g.w * g.c_in)
+    dx.par_chunks_mut(g.h * g.w * c)
         .enumerate()
         .for_each(|(n, dimg)| {
             dimg.fill(0.0);
@@ -91,21 +101,16 @@ pub fn col2im(col: &[f32], g: &ConvGeom, dx: &mut [f32]) {
             for oy in 0..oh {
                 for ox in 0..ow {
                     let row = &cimg[(oy * ow + ox) * kkc..(oy * ow + ox + 1) * kkc];
+                    let (kx0, cnt, ix0) = kx_run(g, ox);
                     for ky in 0..g.k {
                         let iy = (oy * g.stride + ky) as isize - g.pad as isize;
                         if iy < 0 || iy >= g.h as isize {
                             continue;
                         }
-                        for kx in 0..g.k {
-                            let ix = (ox * g.stride + kx) as isize - g.pad as isize;
-                            if ix < 0 || ix >= g.w as isize {
-                                continue;
-                            }
-                            let off = (iy as usize * g.w + ix as usize) * g.c_in;
-                            let src = &row[(ky * g.k + kx) * g.c_in..(ky * g.k + kx + 1) * g.c_in];
-                            for (d, s) in dimg[off..off + g.c_in].iter_mut().zip(src) {
-                                *d += s;
-                            }
+                        let off = (iy as usize * g.w + ix0) * c;
+                        let src = &row[(ky * g.k + kx0) * c..(ky * g.k + kx0 + cnt) * c];
+                        for (d, s) in dimg[off..off + cnt * c].iter_mut().zip(src) {
+                            *d += s;
                         }
                     }
                 }
