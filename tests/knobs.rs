@@ -1,0 +1,125 @@
+//! The single-device knobs have their semantic effect: checkpointing recomputes exactly
+//! (bit-identical gradients) and saves activation memory, zero_grad=none releases
+//! gradient memory between steps, and gradient accumulation equals one bigger batch.
+
+use tune::engine::data::Rng;
+use tune::engine::device::{Device, MemCategory};
+use tune::engine::nn::layer::Ctx;
+use tune::engine::nn::zoo::{build, ModelKind};
+use tune::engine::ops::loss::softmax_cross_entropy;
+use tune::engine::tensor::Tensor;
+use tune::engine::train::{run, NoObserver, Workload};
+use tune::knobs::{Checkpoint, Knobs, ZeroGrad};
+
+fn batch(kind: ModelKind, n: usize, seed: u64) -> (Vec<f32>, Vec<u32>, [usize; 4]) {
+    let [h, w, c] = kind.input();
+    let mut r = Rng::new(seed);
+    let x = (0..n * h * w * c).map(|_| r.normal()).collect();
+    let y = (0..n).map(|_| r.below(10) as u32).collect();
+    (x, y, [n, h, w, c])
+}
+
+/// One forward/backward; returns every parameter gradient and the activation peak.
+fn grads(kind: ModelKind, seg: Option<usize>, x: &[f32], y: &[u32], shape: [usize; 4], scale: f32, parts: usize) -> (Vec<Vec<f32>>, u64) {
+    let dev = Device::cpu(0, 1);
+    let mut model = build(kind, 10, 7, &dev).unwrap();
+    let ctx = Ctx::train(&dev);
+    let per = shape[0] / parts;
+    let row = x.len() / shape[0];
+    dev.mem().reset_peaks();
+    let base = dev.mem().current(MemCategory::Activations);
+    for p in 0..parts {
+        let xs = x[p * per * row..(p + 1) * per * row].to_vec();
+        let xt = Tensor::from_vec(&[per, shape[1], shape[2], shape[3]], xs, MemCategory::Activations, dev.mem()).unwrap();
+        let logits = model.forward(xt, &ctx, seg).unwrap();
+        let mut d = Tensor::zeros(logits.shape(), MemCategory::Activations, dev.mem());
+        softmax_cross_entropy(logits.f32().unwrap(), &y[p * per..(p + 1) * per], 10, scale, Some(d.f32_mut().unwrap())).unwrap();
+        drop(logits);
+        model.backward(d, &ctx, seg).unwrap();
+    }
+    let peak = dev.mem().peak(MemCategory::Activations) - base;
+    let mut out = Vec::new();
+    model.visit_params(&mut |p| out.push(p.g.as_ref().unwrap().f32().unwrap().to_vec()));
+    (out, peak)
+}
+
+#[test]
+fn checkpointing_gives_bit_identical_gradients_and_saves_40_percent_activations() {
+    let kind = ModelKind::ResnetMini;
+    let (x, y, shape) = batch(kind, 16, 1);
+    let (g_off, peak_off) = grads(kind, None, &x, &y, shape, 1.0, 1);
+    let n_layers = 14;
+    let seg = Checkpoint::Sqrt.segment_len(n_layers);
+    let (g_on, peak_on) = grads(kind, seg, &x, &y, shape, 1.0, 1);
+    assert_eq!(g_off.len(), g_on.len());
+    for (a, b) in g_off.iter().zip(&g_on) {
+        let ab: Vec<u32> = a.iter().map(|v| v.to_bits()).collect();
+        let bb: Vec<u32> = b.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(ab, bb, "checkpointed gradients differ");
+    }
+    let drop = 1.0 - peak_on as f64 / peak_off as f64;
+    println!("resnet-mini activation peak: off {peak_off} B, sqrt {peak_on} B ({:.0}% less)", drop * 100.0);
+    assert!(drop >= 0.40, "activation peak fell only {:.1}%", drop * 100.0);
+}
+
+#[test]
+fn gradient_accumulation_equals_one_bigger_batch() {
+    // The MLP has no batch statistics, so two half batches must sum to the full batch.
+    let kind = ModelKind::Mlp;
+    let (x, y, shape) = batch(kind, 32, 2);
+    let (full, _) = grads(kind, None, &x, &y, shape, 1.0, 1);
+    let (acc, _) = grads(kind, None, &x, &y, shape, 0.5, 2);
+    for (a, b) in full.iter().zip(&acc) {
+        for (u, v) in a.iter().zip(b) {
+            assert!((u - v).abs() <= 1e-6 + 1e-4 * u.abs(), "{u} vs {v}");
+        }
+    }
+}
+
+fn short_run(k: Knobs) -> tune::engine::RunSummary {
+    let cache = tempfile::tempdir().unwrap();
+    let w = Workload {
+        steps: 3,
+        warmup: 1,
+        threads: 1,
+        eval: false,
+        cache_dir: cache.path().to_path_buf(),
+        ..Workload::new(ModelKind::Mlp, "synthetic")
+    };
+    run(&w, &k, &mut NoObserver).unwrap()
+}
+
+#[test]
+fn zero_grad_none_releases_gradients_between_steps_and_learns_the_same() {
+    let memset = short_run(Knobs { batch_size: 16, ..Knobs::default() });
+    let none = short_run(Knobs {
+        batch_size: 16,
+        zero_grad: ZeroGrad::None,
+        ..Knobs::default()
+    });
+    let param_bytes = memset.peak_bytes["params"];
+    assert_eq!(memset.grad_bytes_between_steps, param_bytes, "memset keeps one gradient per parameter");
+    assert_eq!(none.grad_bytes_between_steps, 0, "none releases them");
+    let bits = |s: &tune::engine::RunSummary| s.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&memset), bits(&none), "accumulating into zeros and writing give the same numbers");
+}
+
+#[test]
+fn grad_accum_counts_samples_per_optimizer_step() {
+    let s = short_run(Knobs {
+        batch_size: 8,
+        grad_accum: 3,
+        ..Knobs::default()
+    });
+    assert_eq!(s.samples_per_step, 24);
+}
+
+#[test]
+fn pin_memory_is_recorded_as_not_applicable_on_cpu() {
+    let s = short_run(Knobs {
+        batch_size: 8,
+        pin_memory: true,
+        ..Knobs::default()
+    });
+    assert!(s.not_applicable["pin_memory"].contains("CPU backend"));
+}
