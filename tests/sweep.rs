@@ -369,3 +369,51 @@ fn html_escapes_every_user_string() {
     assert!(page.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &#39;q&#39;"));
     assert!(page.contains("&lt;img src=x onerror=alert(1)&gt;"));
 }
+
+#[test]
+fn shipped_experiments_parse_and_plan() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
+    for name in ["quickstart", "seed-knobs", "memory", "dp-vs-ddp"] {
+        let spec = tune::runner::spec::Spec::load(dir.join(format!("{name}.toml")))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(spec.name, name);
+        let plan = tune::runner::plan::plan(&spec);
+        assert!(plan.trials.len() >= 2, "{name}: {plan:?}");
+    }
+}
+
+#[test]
+fn halving_screens_short_then_runs_survivors_longer() {
+    let d = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        d.path(),
+        "halving",
+        "zero_grad = [\"memset\", \"none\"]\nbatch_size = [16, 8]",
+        "strategy = \"halving\"\neta = 2\ntimeout_s = 60",
+    );
+    let out = d.path().join("out");
+    let o = sweep(&spec, &out, &[], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    // 4 configurations, then the best 2, then the best 1.
+    let records: Vec<Value> = std::fs::read_to_string(out.join("journal.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &Value| v["type"] == "trial")
+        .collect();
+    let per_round: Vec<usize> = (0..3)
+        .map(|r| records.iter().filter(|v| v["round"] == r).count())
+        .collect();
+    assert_eq!(per_round, vec![4, 2, 1]);
+    let steps: Vec<u64> = (0..3)
+        .map(|r| {
+            records.iter().find(|v| v["round"] == r).unwrap()["steps"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert!(steps[0] < steps[1] && steps[1] < steps[2], "{steps:?}");
+    assert_eq!(steps[2], 6);
+    let r = report_json(&out);
+    assert_eq!(r["trials"].as_array().unwrap().len(), 4);
+}
