@@ -45,6 +45,10 @@ impl Progress {
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
         );
+        if interactive {
+            // Trials take seconds to minutes; keep the elapsed time moving meanwhile.
+            bar.enable_steady_tick(Duration::from_millis(250));
+        }
         Progress {
             bar,
             json,
@@ -223,6 +227,9 @@ fn measured_steps(spec: &Spec) -> usize {
 
 pub fn main(args: &SweepArgs) -> Result<i32> {
     let spec = Spec::load(&args.spec)?;
+    if args.tui {
+        eprintln!("note: --tui is not available yet; showing the progress bar instead");
+    }
     let plan = plan::plan(&spec);
     if plan.trials.is_empty() {
         return Err(Error::Invalid(format!(
