@@ -1,9 +1,13 @@
-//! The experiment runner: reads a sweep spec, plans trials over knob values, journals
-//! their results durably, and summarises step times into throughputs with confidence
-//! intervals. Running trials in child processes and rendering reports live elsewhere.
+//! The experiment runner: reads a sweep spec, plans trials over knob values, runs each
+//! in a child process (`trial` parent side, `child` child side), journals their results
+//! durably, and summarises step times into throughputs with confidence intervals.
+//! Rendering reports lives in `report`.
 
+mod child;
 pub mod journal;
+pub mod metric;
 pub mod plan;
+pub mod record;
 pub mod spec;
 pub mod stats;
 pub mod sweep;

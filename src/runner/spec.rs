@@ -31,7 +31,14 @@ const ENGINE_KEYS: &[&str] = &[
     "lr",
 ];
 const COMMAND_KEYS: &[&str] = &["run", "metric_regex", "metric_json_key", "cwd"];
-const SEARCH_KEYS: &[&str] = &["strategy", "repeats", "timeout_s", "eta", "baseline"];
+const SEARCH_KEYS: &[&str] = &[
+    "strategy",
+    "repeats",
+    "timeout_s",
+    "eta",
+    "baseline",
+    "mem_cap_mib",
+];
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Spec {
@@ -89,7 +96,8 @@ pub struct CommandWorkload {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
-    /// A regex whose single capture group is the number.
+    /// A pattern whose single capture group is the number. Only the subset
+    /// `literal prefix([0-9.]+)` is supported (see `runner::metric`).
     Regex(String),
     /// A key in JSON lines printed by the command.
     JsonKey(String),
@@ -137,6 +145,9 @@ pub struct Search {
     pub timeout_s: u64,
     /// Halving's reduction factor: each round keeps 1/eta of the configurations.
     pub eta: usize,
+    /// Per-trial resident-memory cap in MiB; a trial above it ends as `oom`.
+    #[serde(default)]
+    pub mem_cap_mib: Option<u64>,
     /// The configuration every other is compared with: workload defaults, then the first
     /// value of each knob list, then `[search] baseline` overrides.
     pub baseline: Knobs,
@@ -596,6 +607,10 @@ impl Cx<'_> {
                         format!("metric_regex needs exactly one capture group around the number, found {groups}"),
                     ));
                 }
+                // Without a regex engine only `literal prefix(number)` is matched; say so
+                // here rather than silently never finding the metric.
+                crate::runner::metric::NumberPattern::parse(&re)
+                    .map_err(|msg| self.err(r.span(), msg))?;
                 Metric::Regex(re)
             }
             (None, Some(j)) => Metric::JsonKey(self.string(j, "workload.command.metric_json_key")?),
@@ -717,6 +732,10 @@ impl Cx<'_> {
         let repeats = count("repeats", 1, 1)?;
         let timeout_s = count("timeout_s", 1, 600)? as u64;
         let eta = count("eta", 2, 3)?;
+        let mem_cap_mib = match t.get("mem_cap_mib") {
+            Some(v) => Some(self.count(v, "search.mem_cap_mib", 1)? as u64),
+            None => None,
+        };
 
         let mut baseline = Knobs::default();
         if let Workload::Engine(e) = workload {
@@ -764,6 +783,7 @@ impl Cx<'_> {
             repeats,
             timeout_s,
             eta,
+            mem_cap_mib,
             baseline,
         })
     }

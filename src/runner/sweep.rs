@@ -1,10 +1,359 @@
-//! Executes a sweep (being written).
+//! `tune sweep`: runs a spec's plan trial by trial in child processes, journals each
+//! finished trial, then writes report.json, report.html and summary.md.
+//!
+//! A failing trial is a result, not an error: the sweep goes on and the report says
+//! what failed and why. Exit code 1 only when no trial succeeded.
 
+use std::collections::HashSet;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+
+use super::journal::Journal;
+use super::plan::{self, halving_rounds, select_top, Trial};
+use super::record::{Record, Status, TrialRecord};
+use super::spec::{Spec, Strategy, Workload};
+use super::stats;
+use super::trial::{run_trial, TrialEnv};
 use crate::cli::SweepArgs;
 use crate::error::{Error, Result};
+use crate::report::{self, build, markdown, JOURNAL};
 
-pub fn main(_args: &SweepArgs) -> Result<i32> {
-    Err(Error::Unavailable(
-        "tune sweep: the executor is not built yet".into(),
-    ))
+/// Where progress goes: a bar on a terminal, plain lines otherwise, JSON with `--json`.
+struct Progress {
+    bar: ProgressBar,
+    json: bool,
+    plain: bool,
+}
+
+impl Progress {
+    fn new(total: usize, json: bool) -> Progress {
+        let interactive = !json && std::io::stderr().is_terminal();
+        let bar = ProgressBar::with_draw_target(
+            Some(total as u64),
+            if interactive {
+                ProgressDrawTarget::stderr()
+            } else {
+                ProgressDrawTarget::hidden()
+            },
+        );
+        bar.set_style(
+            ProgressStyle::with_template("{pos}/{len} [{bar:25}] {elapsed} (eta {eta}) {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        if interactive {
+            // Trials take seconds to minutes; keep the elapsed time moving meanwhile.
+            bar.enable_steady_tick(Duration::from_millis(250));
+        }
+        Progress {
+            bar,
+            json,
+            plain: !json && !interactive,
+        }
+    }
+
+    fn start(&self, label: &str) {
+        self.bar.set_message(label.to_string());
+    }
+
+    fn finished(&self, rec: &TrialRecord) {
+        self.bar.inc(1);
+        let sps = median_sps(rec);
+        if self.json {
+            let line = json!({
+                "id": rec.id,
+                "label": rec.label,
+                "round": rec.round,
+                "status": rec.status,
+                "error": rec.error,
+                "samples_per_s": sps,
+                "repeats": rec.repeats.len(),
+            });
+            println!("{line}");
+            return;
+        }
+        let text = match (rec.status, sps) {
+            (Status::Ok, Some(v)) => format!("{}: {v:.1} samples/s", rec.label),
+            (s, _) => format!(
+                "{}: {} ({})",
+                rec.label,
+                s.as_str(),
+                rec.error.as_deref().unwrap_or("no error text")
+            ),
+        };
+        let text = format!(
+            "[{}/{}] {text}",
+            self.bar.position(),
+            self.bar.length().unwrap_or(0)
+        );
+        if self.plain {
+            eprintln!("{text}");
+        } else {
+            self.bar.println(text);
+        }
+    }
+}
+
+/// Median of the repeats' own throughput figures: the halving score and the progress line.
+fn median_sps(rec: &TrialRecord) -> Option<f64> {
+    let v: Vec<f64> = rec
+        .repeats
+        .iter()
+        .map(|r| r.samples_per_s)
+        .filter(|x| *x > 0.0)
+        .collect();
+    (rec.status == Status::Ok && !v.is_empty()).then(|| stats::median(&v))
+}
+
+/// The per-trial memory cap: `TUNE_TRIAL_MEM_CAP_BYTES` if set, else the spec's.
+fn mem_cap(spec: &Spec) -> Option<u64> {
+    std::env::var("TUNE_TRIAL_MEM_CAP_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .or(spec.search.mem_cap_mib.map(|m| m << 20))
+}
+
+struct Sweep<'a> {
+    spec: &'a Spec,
+    env: TrialEnv,
+    journal: Journal,
+    /// Finished (id, round) pairs, from the journal and this run.
+    done: HashSet<(String, usize)>,
+    records: Vec<TrialRecord>,
+    progress: Progress,
+}
+
+impl Sweep<'_> {
+    /// Runs `trial` unless the journal already has it; either way returns its record.
+    fn run(
+        &mut self,
+        trial: &Trial,
+        round: usize,
+        steps: usize,
+        repeats: usize,
+    ) -> Result<TrialRecord> {
+        let key = (trial.id.clone(), round);
+        if self.done.contains(&key) {
+            if let Some(r) = self
+                .records
+                .iter()
+                .find(|r| r.id == trial.id && r.round == round)
+            {
+                self.progress.bar.inc(1);
+                return Ok(r.clone());
+            }
+        }
+        self.progress.start(&trial.label);
+        let mut rec = TrialRecord {
+            id: trial.id.clone(),
+            label: trial.label.clone(),
+            knobs: trial.knobs.clone(),
+            round,
+            steps,
+            status: Status::Ok,
+            error: None,
+            repeats: Vec::new(),
+        };
+        for _ in 0..repeats.max(1) {
+            let o = run_trial(&self.env, self.spec, &trial.knobs, steps);
+            rec.repeats.extend(o.repeat);
+            if o.status != Status::Ok {
+                // Failures here are deterministic far more often than not (an unsupported
+                // knob, a crash): repeating them only costs time.
+                rec.status = o.status;
+                rec.error = o.error;
+                break;
+            }
+        }
+        self.journal.append(&Record::Trial(rec.clone()))?;
+        self.done.insert(key);
+        self.records.push(rec.clone());
+        self.progress.finished(&rec);
+        Ok(rec)
+    }
+}
+
+/// Journal records so far; an existing journal needs `--resume`.
+fn existing_records(path: &Path, spec: &Spec, resume: bool) -> Result<(Vec<TrialRecord>, bool)> {
+    if !path.exists() {
+        return Ok((Vec::new(), false));
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    if !resume {
+        return Err(Error::Invalid(format!(
+            "{} already has a sweep journal: pass --resume to continue it, or remove {} to start over",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    let (records, torn) = Journal::read_all::<Record>(path)?;
+    if let Some(t) = torn {
+        eprintln!(
+            "note: {}: ignoring a torn last line ({} bytes) from an interrupted run",
+            path.display(),
+            t.len
+        );
+    }
+    let mut has_header = false;
+    let mut trials = Vec::new();
+    for r in records {
+        match r {
+            Record::Header { spec: old, .. } => {
+                has_header = true;
+                if old.workload != spec.workload || old.search != spec.search {
+                    eprintln!(
+                        "note: the spec's workload or search settings changed since this journal was started; \
+                         finished trials are kept as they were measured"
+                    );
+                }
+            }
+            Record::Trial(t) => trials.push(t),
+        }
+    }
+    Ok((trials, has_header))
+}
+
+fn measured_steps(spec: &Spec) -> usize {
+    match &spec.workload {
+        Workload::Engine(w) => w.steps,
+        // A command decides its own length.
+        Workload::Command(_) => 0,
+    }
+}
+
+pub fn main(args: &SweepArgs) -> Result<i32> {
+    let spec = Spec::load(&args.spec)?;
+    if args.tui {
+        eprintln!("note: --tui is not available yet; showing the progress bar instead");
+    }
+    let plan = plan::plan(&spec);
+    if plan.trials.is_empty() {
+        return Err(Error::Invalid(format!(
+            "{}: no runnable configuration (every combination was skipped)",
+            args.spec.display()
+        )));
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("reports").join(&spec.name));
+    let journal_path = out.join(JOURNAL);
+    let (previous, has_header) = existing_records(&journal_path, &spec, args.resume)?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::Runtime(format!("cannot find the tune executable: {e}")))?;
+    let mut journal = Journal::open(&journal_path)?;
+    if !has_header {
+        journal.append(&Record::Header {
+            tune_version: env!("CARGO_PKG_VERSION").into(),
+            spec: spec.clone(),
+        })?;
+    }
+    let steps = measured_steps(&spec);
+    let repeats = spec.search.repeats;
+    let n = plan.trials.len();
+    let rounds = match spec.search.strategy {
+        Strategy::Halving => halving_rounds(n, spec.search.eta),
+        _ => vec![(n, 1)],
+    };
+    let total: usize = rounds.iter().map(|(k, _)| k).sum();
+    let mut sweep = Sweep {
+        spec: &spec,
+        env: TrialEnv {
+            exe,
+            timeout: Duration::from_secs(spec.search.timeout_s),
+            mem_cap_bytes: mem_cap(&spec),
+        },
+        journal,
+        done: previous.iter().map(|r| (r.id.clone(), r.round)).collect(),
+        records: previous,
+        progress: Progress::new(total, args.json),
+    };
+    let skipped = sweep.done.len();
+    if skipped > 0 && !args.json {
+        eprintln!("resuming: {skipped} finished trial(s) in the journal are not rerun");
+    }
+    let last_mult = rounds.last().map_or(1, |r| r.1);
+    let mut candidates: Vec<Trial> = plan.trials.clone();
+    for (round, &(keep, mult)) in rounds.iter().enumerate() {
+        let final_round = round + 1 == rounds.len();
+        // Halving's early rounds are short screens; only the last runs the spec's steps.
+        let round_steps = if steps == 0 {
+            0
+        } else {
+            (steps * mult / last_mult).max(2)
+        };
+        if round > 0 {
+            let scored: Vec<(Trial, f64)> = candidates
+                .iter()
+                .map(|t| {
+                    let score = sweep
+                        .records
+                        .iter()
+                        .rev()
+                        .find(|r| r.id == t.id && r.round == round - 1)
+                        .and_then(median_sps)
+                        .unwrap_or(f64::NAN);
+                    (t.clone(), score)
+                })
+                .collect();
+            candidates = select_top(&scored, keep);
+        }
+        let reps = if final_round { repeats } else { 1 };
+        for t in candidates.clone() {
+            sweep.run(&t, round, round_steps, reps)?;
+        }
+    }
+    sweep.progress.bar.finish_and_clear();
+
+    let report = build::build(&spec, &sweep.records);
+    let paths = report::write_all(&out, &report)?;
+    let ok = report
+        .trials
+        .iter()
+        .filter(|t| t.status == Status::Ok)
+        .count();
+    if args.json {
+        println!(
+            "{}",
+            json!({"report": paths[0], "html": paths[1], "summary": paths[2], "ok": ok, "trials": report.trials.len()})
+        );
+    } else {
+        print_table(&report);
+        for p in &paths {
+            println!("{}", p.display());
+        }
+    }
+    Ok(if ok == 0 { 1 } else { 0 })
+}
+
+fn print_table(r: &report::Report) {
+    let w = r
+        .trials
+        .iter()
+        .map(|t| t.label.chars().count())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    println!(
+        "{:<w$}  {:<11}  {:>28}  {:>26}  {:>8}",
+        "trial", "status", "samples/s [95% CI]", "vs baseline [95% CI]", "peak MiB"
+    );
+    for t in &r.trials {
+        let is_base = r.baseline.as_deref() == Some(t.id.as_str());
+        println!(
+            "{:<w$}  {:<11}  {:>28}  {:>26}  {:>8}",
+            t.label,
+            t.status.as_str(),
+            markdown::throughput_cell(t),
+            markdown::ratio_cell(t, is_base),
+            t.peak_mib().map_or("–".into(), |m| format!("{m:.1}")),
+        );
+    }
+    for n in &r.notes {
+        println!("note: {n}");
+    }
 }

@@ -1,0 +1,220 @@
+//! Turning journal records into a `Report`: steady-state detection, bootstrap intervals
+//! and ratios against the baseline. Pure apart from reading the environment.
+
+use std::collections::BTreeMap;
+
+use super::model::{Ci, Environment, Ratio, Report, TrialReport, SCHEMA_VERSION};
+use crate::engine::train::Phases;
+use crate::runner::plan::{self, knobs_hash};
+use crate::runner::record::{Status, TrialRecord};
+use crate::runner::spec::Spec;
+use crate::runner::stats::{self, Bootstrap, Throughput};
+
+/// The steady-state step times of every repeat, pooled, and the samples per step.
+fn steady(rec: &TrialRecord) -> (Vec<f64>, f64) {
+    let per: Vec<&[f64]> = rec
+        .repeats
+        .iter()
+        .map(|r| &r.step_times[stats::steady_state(&r.step_times, r.warmup)..])
+        .collect();
+    let sps = rec.repeats.first().map_or(0.0, |r| r.samples_per_step);
+    (stats::pooled(&per), sps)
+}
+
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+/// Mean share of a step per phase. `recompute` is part of `backward`, so it is shown but
+/// not added into the remainder.
+fn phase_share(rec: &TrialRecord, steady_times: &[f64]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let step = stats::mean(steady_times);
+    if rec.repeats.is_empty() || step.is_nan() || step <= 0.0 {
+        return out;
+    }
+    let n = rec.repeats.len() as f64;
+    let mut timed = 0.0;
+    for name in Phases::NAMES {
+        let v = rec
+            .repeats
+            .iter()
+            .map(|r| r.phases_mean.get(name))
+            .sum::<f64>()
+            / n;
+        if v > 0.0 {
+            out.insert(name.to_string(), v / step);
+            if name != "recompute" {
+                timed += v / step;
+            }
+        }
+    }
+    if !out.is_empty() {
+        out.insert("other".into(), (1.0 - timed).max(0.0));
+    }
+    out
+}
+
+fn trial_report(rec: &TrialRecord, base: Option<&(Vec<f64>, f64)>) -> TrialReport {
+    let (times, sps) = steady(rec);
+    let boot = Bootstrap::with_seed(knobs_hash(&rec.knobs));
+    let thr = (rec.status == Status::Ok)
+        .then(|| Throughput::from_step_times(&times, sps, &boot))
+        .flatten();
+    let samples_per_s = thr.and_then(|t| {
+        Some(Ci {
+            median: finite(t.samples_per_s)?,
+            lo: finite(t.lo)?,
+            hi: finite(t.hi)?,
+        })
+    });
+    let ratio_vs_baseline = match (samples_per_s, base) {
+        (Some(_), Some((bt, bsps))) if !bt.is_empty() => {
+            let e = stats::ratio_ci(bt, *bsps, &times, sps, &boot);
+            Some(Ratio {
+                ratio: finite(e.ratio).unwrap_or(f64::NAN),
+                lo: finite(e.lo).unwrap_or(e.ratio),
+                hi: finite(e.hi).unwrap_or(e.ratio),
+                significant: e.significant,
+            })
+            .filter(|r| r.ratio.is_finite())
+        }
+        _ => None,
+    };
+    let medians: Vec<f64> = rec
+        .repeats
+        .iter()
+        .map(|r| stats::median(&r.step_times[stats::steady_state(&r.step_times, r.warmup)..]))
+        .filter(|m| m.is_finite())
+        .collect();
+    let last = rec.repeats.last();
+    let mut not_applicable = BTreeMap::new();
+    for r in &rec.repeats {
+        not_applicable.extend(r.not_applicable.clone());
+    }
+    TrialReport {
+        id: rec.id.clone(),
+        label: rec.label.clone(),
+        knobs: rec.knobs.clone(),
+        status: rec.status,
+        error: rec.error.clone(),
+        round: rec.round,
+        steps: rec.steps,
+        repeats: rec.repeats.clone(),
+        samples_per_s,
+        ratio_vs_baseline,
+        peak_total_bytes: rec.repeats.iter().map(|r| r.peak_total_bytes).max(),
+        phase_share: phase_share(rec, &times),
+        accuracy: last.and_then(|r| r.accuracy),
+        final_loss: last.and_then(|r| r.losses.last().copied()),
+        noise_floor: finite(stats::noise_floor(&medians)).unwrap_or(0.0),
+        not_applicable,
+    }
+}
+
+/// The newest record per trial id (a later halving round supersedes an earlier one), in
+/// plan order, then any ids the plan no longer has.
+fn latest(spec: &Spec, records: &[TrialRecord]) -> Vec<TrialRecord> {
+    let mut by_id: BTreeMap<&str, &TrialRecord> = BTreeMap::new();
+    for r in records {
+        match by_id.get(r.id.as_str()) {
+            Some(prev) if prev.round > r.round => {}
+            _ => {
+                by_id.insert(&r.id, r);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for t in plan::plan(spec).trials {
+        if let Some(r) = by_id.remove(t.id.as_str()) {
+            out.push(r.clone());
+        }
+    }
+    out.extend(by_id.into_values().cloned());
+    out
+}
+
+pub fn build(spec: &Spec, records: &[TrialRecord]) -> Report {
+    let recs = latest(spec, records);
+    let base_id = plan::trial_id(&spec.search.baseline, &spec.search.baseline);
+    let base_data = recs
+        .iter()
+        .find(|r| r.id == base_id && r.status == Status::Ok)
+        .map(steady);
+    let trials: Vec<TrialReport> = recs
+        .iter()
+        .map(|r| trial_report(r, base_data.as_ref()))
+        .collect();
+    let best = trials
+        .iter()
+        .filter_map(|t| Some((t, t.samples_per_s?.median)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(t, _)| t.id.clone());
+    let mut notes = Vec::new();
+    let failed = trials.iter().filter(|t| t.status != Status::Ok).count();
+    if failed > 0 {
+        notes.push(format!(
+            "{failed} of {} trials did not complete; their errors are listed with them",
+            trials.len()
+        ));
+    }
+    if base_data.is_none() {
+        notes.push("the baseline has no successful measurement: no ratios".into());
+    }
+    let backend = trials
+        .iter()
+        .flat_map(|t| t.repeats.first())
+        .map(|r| r.backend.clone())
+        .find(|b| !b.is_empty())
+        .unwrap_or_else(|| "cpu".into());
+    Report {
+        schema_version: SCHEMA_VERSION.into(),
+        environment: environment(backend),
+        spec: spec.clone(),
+        trials,
+        skipped: plan::plan(spec).skipped,
+        baseline: recs.iter().any(|r| r.id == base_id).then_some(base_id),
+        best,
+        recommendations: Vec::new(),
+        timeline: Vec::new(),
+        notes,
+    }
+}
+
+fn read_trimmed(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+pub fn environment(backend: String) -> Environment {
+    let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let git_commit = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|s| !s.is_empty());
+    Environment {
+        host: read_trimmed("/proc/sys/kernel/hostname")
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "unknown".into()),
+        cpu_model,
+        cores: crate::engine::train::default_threads(),
+        backend,
+        os: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
+        tune_version: env!("CARGO_PKG_VERSION").into(),
+        git_commit,
+    }
+}

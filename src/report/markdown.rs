@@ -1,0 +1,102 @@
+//! `summary.md`: a short markdown summary for CI step summaries and PR comments.
+
+use std::fmt::Write;
+
+use super::model::{Report, TrialReport};
+use crate::runner::record::Status;
+
+/// Table cells must not break the table: pipes and newlines are escaped.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+pub fn throughput_cell(t: &TrialReport) -> String {
+    match t.samples_per_s {
+        Some(c) => format!("{:.1} [{:.1}, {:.1}]", c.median, c.lo, c.hi),
+        None => "–".into(),
+    }
+}
+
+pub fn ratio_cell(t: &TrialReport, is_baseline: bool) -> String {
+    if is_baseline {
+        return "1 (baseline)".into();
+    }
+    match t.ratio_vs_baseline {
+        Some(r) => format!(
+            "{:.3} [{:.3}, {:.3}]{}",
+            r.ratio,
+            r.lo,
+            r.hi,
+            if r.significant { "" } else { " (n.s.)" }
+        ),
+        None => "–".into(),
+    }
+}
+
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# tune sweep: {}\n", cell(&r.spec.name));
+    let e = &r.environment;
+    let _ = writeln!(
+        s,
+        "{} on {} ({} cores, {} backend), tune {}\n",
+        cell(&e.host),
+        cell(&e.cpu_model),
+        e.cores,
+        cell(&e.backend),
+        cell(&e.tune_version)
+    );
+    let _ = writeln!(
+        s,
+        "| trial | status | samples/s [95% CI] | vs baseline [95% CI] | peak MiB | accuracy |"
+    );
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|");
+    for t in &r.trials {
+        let is_base = r.baseline.as_deref() == Some(t.id.as_str());
+        let best = if r.best.as_deref() == Some(t.id.as_str()) {
+            " **(best)**"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            s,
+            "| {}{} | {} | {} | {} | {} | {} |",
+            cell(&t.label),
+            best,
+            t.status.as_str(),
+            throughput_cell(t),
+            ratio_cell(t, is_base),
+            t.peak_mib().map_or("–".into(), |m| format!("{m:.1}")),
+            t.accuracy
+                .map_or("–".into(), |a| format!("{:.1}%", a * 100.0)),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nRatios are throughput relative to the baseline; (n.s.) marks an interval that \
+         includes 1, i.e. no effect shown."
+    );
+    let failed: Vec<&TrialReport> = r.trials.iter().filter(|t| t.status != Status::Ok).collect();
+    if !failed.is_empty() {
+        let _ = writeln!(s, "\n## Trials that did not complete\n");
+        for t in failed {
+            let _ = writeln!(
+                s,
+                "- **{}** ({}): {}",
+                cell(&t.label),
+                t.status.as_str(),
+                cell(t.error.as_deref().unwrap_or("no error text"))
+            );
+        }
+    }
+    if !r.skipped.is_empty() {
+        let _ = writeln!(s, "\n## Skipped combinations\n");
+        for k in &r.skipped {
+            let _ = writeln!(s, "- {}: {}", cell(&k.label), cell(&k.reason));
+        }
+    }
+    for n in &r.notes {
+        let _ = writeln!(s, "\nNote: {}", cell(n));
+    }
+    s
+}

@@ -1,0 +1,173 @@
+//! The `Report` type: the JSON schema of `report.json`. Every field here is part of the
+//! schema; bump `SCHEMA_VERSION`'s minor for additions and its major for anything a
+//! reader of the previous version would misread.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::knobs::Knobs;
+use crate::runner::plan::Skipped;
+use crate::runner::record::{Repeat, Status};
+use crate::runner::spec::Spec;
+
+pub const SCHEMA_VERSION: &str = "1.0";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// "MAJOR.MINOR"; readers refuse a newer major.
+    pub schema_version: String,
+    pub environment: Environment,
+    pub spec: Spec,
+    /// In plan order, baseline first.
+    pub trials: Vec<TrialReport>,
+    /// Combinations the plan left out because their knobs contradict each other.
+    #[serde(default)]
+    pub skipped: Vec<Skipped>,
+    /// Id of the baseline trial.
+    pub baseline: Option<String>,
+    /// Id of the fastest successful trial.
+    pub best: Option<String>,
+    pub recommendations: Vec<Recommendation>,
+    /// Device samples over time (filled once probes run during sweeps).
+    pub timeline: Vec<TimelineSample>,
+    /// Plain-language remarks about the sweep as a whole (e.g. how many trials failed).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    pub host: String,
+    pub cpu_model: String,
+    /// Logical cores available to the sweep.
+    pub cores: usize,
+    /// "cpu", "cuda" or "command" (an external workload).
+    pub backend: String,
+    pub os: String,
+    pub tune_version: String,
+    /// `git rev-parse HEAD` of the folder the sweep ran in, when it is a repository.
+    pub git_commit: Option<String>,
+}
+
+/// A median with its 95% bootstrap interval.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ci {
+    pub median: f64,
+    pub lo: f64,
+    pub hi: f64,
+}
+
+/// Throughput relative to the baseline; above 1 is faster.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ratio {
+    pub ratio: f64,
+    pub lo: f64,
+    pub hi: f64,
+    /// The 95% interval excludes 1.
+    pub significant: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrialReport {
+    pub id: String,
+    /// Knobs that differ from the baseline, or "baseline".
+    pub label: String,
+    pub knobs: Knobs,
+    pub status: Status,
+    pub error: Option<String>,
+    /// Halving round of the figures below (0 for other strategies).
+    pub round: usize,
+    /// Measured steps per repeat.
+    pub steps: usize,
+    pub repeats: Vec<Repeat>,
+    /// Over the steady-state steps of all repeats pooled.
+    pub samples_per_s: Option<Ci>,
+    pub ratio_vs_baseline: Option<Ratio>,
+    /// Largest peak over the repeats.
+    pub peak_total_bytes: Option<u64>,
+    /// Mean share of a step spent in each phase (`other` = untimed remainder).
+    pub phase_share: BTreeMap<String, f64>,
+    pub accuracy: Option<f64>,
+    pub final_loss: Option<f32>,
+    /// Relative spread between repeat medians (max/min - 1).
+    pub noise_floor: f64,
+    pub not_applicable: BTreeMap<String, String>,
+}
+
+impl TrialReport {
+    pub fn peak_mib(&self) -> Option<f64> {
+        self.peak_total_bytes.map(|b| b as f64 / 1048576.0)
+    }
+}
+
+/// A suggested change, with the evidence from this sweep. Written by the advisor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Recommendation {
+    pub title: String,
+    /// Numbers with confidence intervals, from this run.
+    pub evidence: String,
+    /// Expected throughput ratio after the change (1.2 = 20% faster).
+    pub expected_gain: Option<Ratio>,
+    /// "high", "medium" or "low".
+    pub confidence: String,
+    /// The change as `tune` flags, e.g. `--num-workers 2`.
+    pub tune_flag: String,
+    /// The equivalent PyTorch line.
+    pub pytorch: String,
+}
+
+/// One sample of one metric of one device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TimelineSample {
+    pub t_s: f64,
+    pub device: String,
+    pub metric: String,
+    pub value: f64,
+}
+
+impl Report {
+    /// Reads a report, refusing one written by a newer major schema version.
+    pub fn load(path: impl AsRef<Path>) -> Result<Report> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let value: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::format(path, format!("not a JSON report: {e}")))?;
+        let version = value
+            .get("schema_version")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| Error::format(path, "no schema_version: not a tune report"))?;
+        let major = |v: &str| v.split('.').next().and_then(|m| m.parse::<u64>().ok());
+        match (major(version), major(SCHEMA_VERSION)) {
+            (Some(theirs), Some(ours)) if theirs <= ours => {}
+            (Some(_), _) => {
+                return Err(Error::format(
+                    path,
+                    format!(
+                        "report schema {version} is newer than this tune reads ({SCHEMA_VERSION}); \
+                         upgrade tune to read it"
+                    ),
+                ))
+            }
+            (None, _) => {
+                return Err(Error::format(
+                    path,
+                    format!("schema_version '{version}' is not MAJOR.MINOR"),
+                ))
+            }
+        }
+        serde_json::from_value(value)
+            .map_err(|e| Error::format(path, format!("invalid report: {e}")))
+    }
+
+    pub fn to_json(&self) -> Result<String> {
+        serde_json::to_string_pretty(self)
+            .map_err(|e| Error::Runtime(format!("cannot encode the report: {e}")))
+    }
+
+    pub fn trial(&self, id: &str) -> Option<&TrialReport> {
+        self.trials.iter().find(|t| t.id == id)
+    }
+}
