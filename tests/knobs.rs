@@ -20,7 +20,15 @@ fn batch(kind: ModelKind, n: usize, seed: u64) -> (Vec<f32>, Vec<u32>, [usize; 4
 }
 
 /// One forward/backward; returns every parameter gradient and the activation peak.
-fn grads(kind: ModelKind, seg: Option<usize>, x: &[f32], y: &[u32], shape: [usize; 4], scale: f32, parts: usize) -> (Vec<Vec<f32>>, u64) {
+fn grads(
+    kind: ModelKind,
+    seg: Option<usize>,
+    x: &[f32],
+    y: &[u32],
+    shape: [usize; 4],
+    scale: f32,
+    parts: usize,
+) -> (Vec<Vec<f32>>, u64) {
     let dev = Device::cpu(0, 1);
     let mut model = build(kind, 10, 7, &dev).unwrap();
     let ctx = Ctx::train(&dev);
@@ -30,10 +38,23 @@ fn grads(kind: ModelKind, seg: Option<usize>, x: &[f32], y: &[u32], shape: [usiz
     let base = dev.mem().current(MemCategory::Activations);
     for p in 0..parts {
         let xs = x[p * per * row..(p + 1) * per * row].to_vec();
-        let xt = Tensor::from_vec(&[per, shape[1], shape[2], shape[3]], xs, MemCategory::Activations, dev.mem()).unwrap();
+        let xt = Tensor::from_vec(
+            &[per, shape[1], shape[2], shape[3]],
+            xs,
+            MemCategory::Activations,
+            dev.mem(),
+        )
+        .unwrap();
         let logits = model.forward(xt, &ctx, seg).unwrap();
         let mut d = Tensor::zeros(logits.shape(), MemCategory::Activations, dev.mem());
-        softmax_cross_entropy(logits.f32().unwrap(), &y[p * per..(p + 1) * per], 10, scale, Some(d.f32_mut().unwrap())).unwrap();
+        softmax_cross_entropy(
+            logits.f32().unwrap(),
+            &y[p * per..(p + 1) * per],
+            10,
+            scale,
+            Some(d.f32_mut().unwrap()),
+        )
+        .unwrap();
         drop(logits);
         model.backward(d, &ctx, seg).unwrap();
     }
@@ -58,8 +79,15 @@ fn checkpointing_gives_bit_identical_gradients_and_saves_40_percent_activations(
         assert_eq!(ab, bb, "checkpointed gradients differ");
     }
     let drop = 1.0 - peak_on as f64 / peak_off as f64;
-    println!("resnet-mini activation peak: off {peak_off} B, sqrt {peak_on} B ({:.0}% less)", drop * 100.0);
-    assert!(drop >= 0.40, "activation peak fell only {:.1}%", drop * 100.0);
+    println!(
+        "resnet-mini activation peak: off {peak_off} B, sqrt {peak_on} B ({:.0}% less)",
+        drop * 100.0
+    );
+    assert!(
+        drop >= 0.40,
+        "activation peak fell only {:.1}%",
+        drop * 100.0
+    );
 }
 
 #[test]
@@ -91,17 +119,28 @@ fn short_run(k: Knobs) -> tune::engine::RunSummary {
 
 #[test]
 fn zero_grad_none_releases_gradients_between_steps_and_learns_the_same() {
-    let memset = short_run(Knobs { batch_size: 16, ..Knobs::default() });
+    let memset = short_run(Knobs {
+        batch_size: 16,
+        ..Knobs::default()
+    });
     let none = short_run(Knobs {
         batch_size: 16,
         zero_grad: ZeroGrad::None,
         ..Knobs::default()
     });
     let param_bytes = memset.peak_bytes["params"];
-    assert_eq!(memset.grad_bytes_between_steps, param_bytes, "memset keeps one gradient per parameter");
+    assert_eq!(
+        memset.grad_bytes_between_steps, param_bytes,
+        "memset keeps one gradient per parameter"
+    );
     assert_eq!(none.grad_bytes_between_steps, 0, "none releases them");
-    let bits = |s: &tune::engine::RunSummary| s.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(&memset), bits(&none), "accumulating into zeros and writing give the same numbers");
+    let bits =
+        |s: &tune::engine::RunSummary| s.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&memset),
+        bits(&none),
+        "accumulating into zeros and writing give the same numbers"
+    );
 }
 
 #[test]

@@ -13,7 +13,11 @@ fn tune(args: &[&str], cache: &Path) -> Output {
 }
 
 fn json(out: &Output) -> serde_json::Value {
-    assert!(out.status.success(), "tune failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tune failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
 }
 
@@ -21,26 +25,29 @@ fn json(out: &Output) -> serde_json::Value {
 /// With its default steps, batch size and learning rate.
 fn cnn_small_learns_shapes_to_90_percent() {
     let cache = tempfile::tempdir().unwrap();
-    let out = tune(
-        &["train", "--model", "cnn-small", "--json"],
-        cache.path(),
-    );
+    let out = tune(&["train", "--model", "cnn-small", "--json"], cache.path());
     let v = json(&out);
     let acc = v["accuracy"].as_f64().unwrap();
     assert!(acc >= 0.90, "held-out accuracy {acc}");
     assert!(v["samples_per_s"].as_f64().unwrap() > 0.0);
-    for cat in ["params", "grads", "optimizer_state", "activations", "workspace"] {
-        assert!(v["peak_bytes"][cat].as_u64().unwrap() > 0, "peak {cat} missing");
+    for cat in [
+        "params",
+        "grads",
+        "optimizer_state",
+        "activations",
+        "workspace",
+    ] {
+        assert!(
+            v["peak_bytes"][cat].as_u64().unwrap() > 0,
+            "peak {cat} missing"
+        );
     }
 }
 
 #[test]
 fn mlp_learns_28x28_shapes_to_90_percent() {
     let cache = tempfile::tempdir().unwrap();
-    let out = tune(
-        &["train", "--model", "mlp", "--json"],
-        cache.path(),
-    );
+    let out = tune(&["train", "--model", "mlp", "--json"], cache.path());
     let acc = json(&out)["accuracy"].as_f64().unwrap();
     assert!(acc >= 0.90, "held-out accuracy {acc}");
 }
@@ -48,16 +55,41 @@ fn mlp_learns_28x28_shapes_to_90_percent() {
 #[test]
 fn same_seed_on_one_thread_gives_bit_identical_losses() {
     let cache = tempfile::tempdir().unwrap();
-    let args = ["train", "--model", "cnn-small", "--dataset", "shapes:600", "--steps", "6", "--batch-size", "16", "--threads", "1", "--seed", "3", "--no-eval", "--json"];
+    let args = [
+        "train",
+        "--model",
+        "cnn-small",
+        "--dataset",
+        "shapes:600",
+        "--steps",
+        "6",
+        "--batch-size",
+        "16",
+        "--threads",
+        "1",
+        "--seed",
+        "3",
+        "--no-eval",
+        "--json",
+    ];
     let a = json(&tune(&args, cache.path()));
     let b = json(&tune(&args, cache.path()));
     let bits = |v: &serde_json::Value| -> Vec<u32> {
-        v["losses"].as_array().unwrap().iter().map(|x| (x.as_f64().unwrap() as f32).to_bits()).collect()
+        v["losses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| (x.as_f64().unwrap() as f32).to_bits())
+            .collect()
     };
     assert_eq!(bits(&a), bits(&b));
     let mut other = args.to_vec();
     other[12] = "4";
-    assert_ne!(bits(&a), bits(&json(&tune(&other, cache.path()))), "a different seed must change the run");
+    assert_ne!(
+        bits(&a),
+        bits(&json(&tune(&other, cache.path()))),
+        "a different seed must change the run"
+    );
 }
 
 fn assert_bad_input(args: &[&str], needle: &str) {
@@ -65,15 +97,33 @@ fn assert_bad_input(args: &[&str], needle: &str) {
     let out = tune(args, cache.path());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: stderr {err}");
-    assert!(err.contains(needle), "{args:?}: expected '{needle}' in: {err}");
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected '{needle}' in: {err}"
+    );
     assert!(out.stdout.is_empty(), "{args:?}: nothing on stdout");
 }
 
 #[test]
 fn bad_input_exits_2_with_one_clear_line() {
-    assert_bad_input(&["train", "--model", "nope"], "allowed values are mlp, cnn-small, resnet-mini");
-    assert_bad_input(&["train", "--batch-size", "0", "--steps", "1"], "batch_size 0");
-    assert_bad_input(&["train", "--model", "mlp", "--dataset", "mnist:/definitely/missing"], "/definitely/missing");
+    assert_bad_input(
+        &["train", "--model", "nope"],
+        "allowed values are mlp, cnn-small, resnet-mini",
+    );
+    assert_bad_input(
+        &["train", "--batch-size", "0", "--steps", "1"],
+        "batch_size 0",
+    );
+    assert_bad_input(
+        &[
+            "train",
+            "--model",
+            "mlp",
+            "--dataset",
+            "mnist:/definitely/missing",
+        ],
+        "/definitely/missing",
+    );
     assert_bad_input(&["train", "--zero-grad", "sometimes"], "memset, none");
     assert_bad_input(&["train", "--checkpoint", "every:0"], "every:K");
     assert_bad_input(&["train", "--steps", "0"], "steps 0");
@@ -88,7 +138,18 @@ fn truncated_idx_file_is_reported_with_its_path() {
     let file = std::fs::OpenOptions::new().write(true).open(&f).unwrap();
     file.set_len(len - 100).unwrap();
     let spec = format!("mnist:{}", dir.path().display());
-    assert_bad_input(&["train", "--model", "mlp", "--dataset", &spec, "--steps", "1"], "train-images-idx3-ubyte");
+    assert_bad_input(
+        &[
+            "train",
+            "--model",
+            "mlp",
+            "--dataset",
+            &spec,
+            "--steps",
+            "1",
+        ],
+        "train-images-idx3-ubyte",
+    );
 }
 
 #[test]
@@ -97,11 +158,39 @@ fn real_format_mnist_and_cifar_files_train() {
     let m = tempfile::tempdir().unwrap();
     tune::engine::data::fixtures::write_mnist_fixture(m.path(), 128, 64, 1).unwrap();
     let spec = format!("mnist:{}", m.path().display());
-    let v = json(&tune(&["train", "--model", "mlp", "--dataset", &spec, "--steps", "3", "--batch-size", "32", "--json"], cache.path()));
+    let v = json(&tune(
+        &[
+            "train",
+            "--model",
+            "mlp",
+            "--dataset",
+            &spec,
+            "--steps",
+            "3",
+            "--batch-size",
+            "32",
+            "--json",
+        ],
+        cache.path(),
+    ));
     assert!(v["accuracy"].as_f64().is_some());
     let c = tempfile::tempdir().unwrap();
     tune::engine::data::fixtures::write_cifar_fixture(c.path(), 96, 32, 1).unwrap();
     let spec = format!("cifar10:{}", c.path().display());
-    let v = json(&tune(&["train", "--model", "cnn-small", "--dataset", &spec, "--steps", "2", "--batch-size", "16", "--json"], cache.path()));
+    let v = json(&tune(
+        &[
+            "train",
+            "--model",
+            "cnn-small",
+            "--dataset",
+            &spec,
+            "--steps",
+            "2",
+            "--batch-size",
+            "16",
+            "--json",
+        ],
+        cache.path(),
+    ));
     assert_eq!(v["steps"].as_u64(), Some(2));
 }

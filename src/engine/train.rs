@@ -480,6 +480,8 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
         }
     }
 
+    // Memory figures describe training; evaluation's bigger batches must not count.
+    let snap = dev.mem().snapshot();
     let accuracy = match (&test, w.eval) {
         (Some(test), true) => Some(evaluate(
             &mut model,
@@ -497,7 +499,6 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
     };
     let med = median(measured);
     let samples_per_step = k.batch_size * accum;
-    let snap = dev.mem().snapshot();
     Ok(RunSummary {
         model: w.model.to_string(),
         dataset: w.dataset.clone(),
