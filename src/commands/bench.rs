@@ -15,6 +15,7 @@ use crate::engine::optim::OptimKind;
 use crate::engine::train::{run, DeviceChoice, NoObserver, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Knobs, ZeroGrad};
+use crate::runner::stats::median;
 
 const WARMUP: usize = 10;
 
@@ -28,11 +29,6 @@ struct Row {
     step_ms_median: Option<f64>,
     gflops_median: Option<f64>,
     n: Option<usize>,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn train_row(kind: ModelKind, batch: usize, threads: usize, a: &BenchArgs) -> Result<Row> {
@@ -56,7 +52,7 @@ fn train_row(kind: ModelKind, batch: usize, threads: usize, a: &BenchArgs) -> Re
         .chunks(a.steps)
         .map(|c| c.iter().sum())
         .collect();
-    let med = median(runs);
+    let med = median(&runs);
     Ok(Row {
         engine: "tune",
         workload: if kind == ModelKind::Mlp {
@@ -114,7 +110,7 @@ fn gemm_row(n: usize, threads: usize) -> Result<Row> {
         batch: 0,
         samples_per_s: None,
         step_ms_median: None,
-        gflops_median: Some(flop / median(times) / 1e9),
+        gflops_median: Some(flop / median(&times) / 1e9),
         n: Some(n),
     })
 }

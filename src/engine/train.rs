@@ -19,6 +19,7 @@ use crate::engine::optim::{OptimConfig, OptimKind, Optimizer};
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs, Parallel, ZeroGrad};
+use crate::runner::stats::median;
 
 /// Which device a run asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -220,20 +221,6 @@ pub struct RunSummary {
     /// Knobs that do not apply on this backend, with the reason (never faked).
     pub not_applicable: BTreeMap<String, String>,
     pub wall_s: f64,
-}
-
-fn median(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let m = s.len() / 2;
-    if s.len() % 2 == 1 {
-        s[m]
-    } else {
-        0.5 * (s[m - 1] + s[m])
-    }
 }
 
 /// Where batches come from.
