@@ -12,17 +12,27 @@ use crate::error::{Error, Result};
 
 const CHUNK_ROWS: usize = 256;
 
-/// Per-channel sums of `f(row_values, c)` over all rows, reduced deterministically.
-fn channel_sums(rows_data: &[f32], c: usize, f: impl Fn(&mut [f64], &[f32]) + Sync) -> Vec<f64> {
-    let partials: Vec<Vec<f64>> = rows_data
+/// Per-channel sums over all rows of `a` and `b` (same shape, walked together), `width`
+/// accumulators per chunk, reduced deterministically in chunk order.
+fn channel_sums(
+    a: &[f32],
+    b: &[f32],
+    c: usize,
+    width: usize,
+    f: impl Fn(&mut [f64], &[f32], &[f32]) + Sync,
+) -> Vec<f64> {
+    let partials: Vec<Vec<f64>> = a
         .par_chunks(CHUNK_ROWS * c)
-        .map(|chunk| {
-            let mut acc = vec![0.0f64; c];
-            f(&mut acc, chunk);
+        .zip(b.par_chunks(CHUNK_ROWS * c))
+        .map(|(ac, bc)| {
+            let mut acc = vec![0.0f64; width];
+            for (ar, br) in ac.chunks_exact(c).zip(bc.chunks_exact(c)) {
+                f(&mut acc, ar, br);
+            }
             acc
         })
         .collect();
-    let mut total = vec![0.0f64; c];
+    let mut total = vec![0.0f64; width];
     for p in partials {
         for (t, v) in total.iter_mut().zip(p) {
             *t += v;
@@ -70,20 +80,16 @@ impl BatchNorm2d {
     /// Batch mean and biased variance per channel.
     pub fn batch_stats(x: &[f32], c: usize) -> (Vec<f32>, Vec<f32>) {
         let m = (x.len() / c) as f64;
-        let sum = channel_sums(x, c, |acc, chunk| {
-            for row in chunk.chunks_exact(acc.len()) {
-                for (a, v) in acc.iter_mut().zip(row) {
-                    *a += *v as f64;
-                }
+        let sum = channel_sums(x, x, c, c, |acc, row, _| {
+            for (a, v) in acc.iter_mut().zip(row) {
+                *a += *v as f64;
             }
         });
         let mean: Vec<f64> = sum.iter().map(|s| s / m).collect();
-        let sq = channel_sums(x, c, |acc, chunk| {
-            for row in chunk.chunks_exact(acc.len()) {
-                for ((a, v), mu) in acc.iter_mut().zip(row).zip(&mean) {
-                    let d = *v as f64 - mu;
-                    *a += d * d;
-                }
+        let sq = channel_sums(x, x, c, c, |acc, row, _| {
+            for ((a, v), mu) in acc.iter_mut().zip(row).zip(&mean) {
+                let d = *v as f64 - mu;
+                *a += d * d;
             }
         });
         (
@@ -173,37 +179,20 @@ impl Layer for BatchNorm2d {
         let m = self.rows(&xhat)? as f64;
         let xh = xhat.f32()?;
         let dyd = dy.f32()?;
-        let dbeta = channel_sums(dyd, c, |acc, chunk| {
-            for row in chunk.chunks_exact(acc.len()) {
-                for (a, v) in acc.iter_mut().zip(row) {
-                    *a += *v as f64;
-                }
+        // dbeta = sum(dy) and dgamma = sum(dy * xhat) in one pass over both tensors.
+        let sums = channel_sums(dyd, xh, c, 2 * c, |acc, dr, xr| {
+            let (db, dg) = acc.split_at_mut(c);
+            for i in 0..c {
+                db[i] += dr[i] as f64;
+                dg[i] += dr[i] as f64 * xr[i] as f64;
             }
         });
-        // dgamma needs dy and xhat together: reduce over zipped chunks.
-        let parts: Vec<Vec<f64>> = dyd
-            .par_chunks(CHUNK_ROWS * c)
-            .zip(xh.par_chunks(CHUNK_ROWS * c))
-            .map(|(dc, xc)| {
-                let mut acc = vec![0.0f64; c];
-                for (dr, xr) in dc.chunks_exact(c).zip(xc.chunks_exact(c)) {
-                    for i in 0..c {
-                        acc[i] += dr[i] as f64 * xr[i] as f64;
-                    }
-                }
-                acc
-            })
-            .collect();
-        let mut dgamma = vec![0.0f64; c];
-        for p in parts {
-            for (t, v) in dgamma.iter_mut().zip(p) {
-                *t += v;
-            }
-        }
-        for (p, d) in [(&mut self.gamma, &dgamma), (&mut self.beta, &dbeta)] {
-            let (g, acc) = p.grad_slot()?;
-            for (gi, di) in g.iter_mut().zip(d.iter()) {
-                *gi = if acc { *gi + *di as f32 } else { *di as f32 };
+        let (dbeta, dgamma) = sums.split_at(c);
+        // A fresh gradient slot is zero-filled, so adding is right for the first backward too.
+        for (p, d) in [(&mut self.gamma, dgamma), (&mut self.beta, dbeta)] {
+            let (g, _) = p.grad_slot()?;
+            for (gi, di) in g.iter_mut().zip(d) {
+                *gi += *di as f32;
             }
         }
         if !need_dx {

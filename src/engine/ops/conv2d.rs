@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use crate::engine::device::Device;
 use crate::engine::nn::layer::{take_saved, Ctx, Layer, Param};
 use crate::engine::ops::gemm::{matmul, Mat};
+use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
@@ -210,10 +211,7 @@ impl Layer for Conv2d {
         let yd = y.f32_mut()?;
         let accumulate = match &self.b {
             Some(b) => {
-                let b = b.w.f32()?;
-                for row in yd.chunks_exact_mut(g.c_out) {
-                    row.copy_from_slice(b);
-                }
+                fill_rows(yd, b.w.f32()?);
                 true
             }
             None => false,
@@ -253,15 +251,7 @@ impl Layer for Conv2d {
         let dyd = dy.f32()?;
         let dym = Mat::rm(dyd, rows, g.c_out);
         if let Some(b) = &mut self.b {
-            let (gb, acc) = b.grad_slot()?;
-            if !acc {
-                gb.fill(0.0);
-            }
-            for row in dyd.chunks_exact(g.c_out) {
-                for (s, d) in gb.iter_mut().zip(row) {
-                    *s += d;
-                }
-            }
+            add_bias_grad(b, dyd)?;
         }
         let par = ctx.dev.par();
         let mut dx = if need_dx {

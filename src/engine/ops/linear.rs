@@ -3,6 +3,7 @@
 use crate::engine::device::Device;
 use crate::engine::nn::layer::{take_saved, Ctx, Layer, Param};
 use crate::engine::ops::gemm::{matmul, Mat};
+use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
@@ -58,10 +59,7 @@ impl Layer for Linear {
         let mut y = ctx.alloc(&[n, self.d_out]);
         {
             let yd = y.f32_mut()?;
-            let b = self.b.w.f32()?;
-            for row in yd.chunks_exact_mut(self.d_out) {
-                row.copy_from_slice(b);
-            }
+            fill_rows(yd, self.b.w.f32()?);
             let w = self.w.w.f32()?;
             matmul(
                 yd,
@@ -92,17 +90,7 @@ impl Layer for Linear {
                 ctx.dev.par(),
             )?;
         }
-        {
-            let (gb, acc) = self.b.grad_slot()?;
-            if !acc {
-                gb.fill(0.0);
-            }
-            for row in dyd.chunks_exact(self.d_out) {
-                for (g, d) in gb.iter_mut().zip(row) {
-                    *g += d;
-                }
-            }
-        }
+        add_bias_grad(&mut self.b, dyd)?;
         if !need_dx {
             return Ok(None);
         }

@@ -8,3 +8,27 @@ pub mod gemm;
 pub mod linear;
 pub mod loss;
 pub mod pool;
+
+use crate::engine::nn::layer::Param;
+use crate::error::Result;
+
+/// Writes `bias` into every row of `dst` (rows of `bias.len()`), so a following GEMM can
+/// accumulate onto it: bias add costs no extra pass.
+pub(crate) fn fill_rows(dst: &mut [f32], bias: &[f32]) {
+    for row in dst.chunks_exact_mut(bias.len()) {
+        row.copy_from_slice(bias);
+    }
+}
+
+/// Adds the column sums of `dy` (rows of the bias width) into the bias gradient. A fresh
+/// gradient slot is zero-filled, so adding is also right for the first backward.
+pub(crate) fn add_bias_grad(b: &mut Param, dy: &[f32]) -> Result<()> {
+    let (gb, _) = b.grad_slot()?;
+    let width = gb.len();
+    for row in dy.chunks_exact(width) {
+        for (g, d) in gb.iter_mut().zip(row) {
+            *g += d;
+        }
+    }
+    Ok(())
+}
