@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::engine::amp::ScalerConfig;
 use crate::engine::nn::zoo::ModelKind;
 use crate::engine::optim::OptimKind;
 use crate::engine::train::{default_cache_dir, default_threads, DeviceChoice, Workload};
@@ -129,6 +130,21 @@ pub struct TrainArgs {
     /// Print one JSON summary object instead of progress.
     #[arg(long)]
     pub json: bool,
+    /// Loss scaling under AMP: auto (on for fp16, off for bf16), on, off.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    pub loss_scaling: String,
+    /// Initial loss scale (PyTorch GradScaler: 2^16).
+    #[arg(long, default_value_t = 65536.0)]
+    pub loss_scale_init: f32,
+    /// Scale multiplier after `--loss-scale-growth-interval` clean steps.
+    #[arg(long, default_value_t = 2.0)]
+    pub loss_scale_growth_factor: f32,
+    /// Scale multiplier after an overflow (the step is skipped).
+    #[arg(long, default_value_t = 0.5)]
+    pub loss_scale_backoff: f32,
+    /// Consecutive clean steps before the scale grows.
+    #[arg(long, default_value_t = 2000)]
+    pub loss_scale_growth_interval: u32,
     #[command(flatten)]
     pub knobs: KnobArgs,
 }
@@ -147,6 +163,18 @@ impl TrainArgs {
             eval: !self.no_eval,
             cache_dir: self.cache_dir.clone().unwrap_or_else(default_cache_dir),
             device: self.device,
+            scaler: ScalerConfig {
+                enabled: match self.loss_scaling.as_str() {
+                    "on" => Some(true),
+                    "off" => Some(false),
+                    _ => None,
+                },
+                init_scale: self.loss_scale_init,
+                growth_factor: self.loss_scale_growth_factor,
+                backoff_factor: self.loss_scale_backoff,
+                growth_interval: self.loss_scale_growth_interval,
+            },
+            inject_overflow_at: None,
         }
     }
 }

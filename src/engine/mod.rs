@@ -1,6 +1,7 @@
 //! The training engine: tensors on a device with tracked memory, layer-wise ops with
 //! explicit forward/backward, the model zoo, data, optimizers and the step loop.
 
+pub mod amp;
 pub mod data;
 pub mod device;
 #[cfg(test)]

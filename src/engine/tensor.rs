@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 
+use crate::engine::amp;
 use crate::engine::device::{MemCategory, MemTracker};
 use crate::error::{Error, Result};
 
@@ -219,11 +220,8 @@ impl Tensor {
     /// Converts to another floating dtype, charging the new buffer to `cat`.
     pub fn to_dtype(&self, dt: DType, cat: MemCategory) -> Result<Tensor> {
         let buf = match (&self.storage.buf, dt) {
-            (Buf::F32(v), DType::F32) => Buf::F32(v.clone()),
-            (Buf::F32(v), DType::Bf16) => Buf::Bf16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
-            (Buf::F32(v), DType::F16) => Buf::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
-            (Buf::Bf16(v), DType::F32) => Buf::F32(v.iter().map(|x| x.to_f32()).collect()),
-            (Buf::F16(v), DType::F32) => Buf::F32(v.iter().map(|x| x.to_f32()).collect()),
+            (Buf::F32(v), DType::Bf16 | DType::F16 | DType::F32) => amp::narrow(v, dt)?,
+            (b @ (Buf::Bf16(_) | Buf::F16(_)), DType::F32) => Buf::F32(amp::widen(b)?),
             (b, _) => {
                 return Err(Error::Shape {
                     op: "to_dtype",
@@ -232,6 +230,24 @@ impl Tensor {
             }
         };
         Tensor::from_buf(&self.shape, buf, cat, &self.storage.mem)
+    }
+
+    /// This tensor as f32 for a kernel: the same storage when it already is f32 (free),
+    /// else a widened copy charged as workspace (mixed precision's compute copy).
+    pub fn widened(&self) -> Result<Tensor> {
+        match self.dtype() {
+            DType::F32 => Ok(self.clone()),
+            _ => self.to_dtype(DType::F32, MemCategory::Workspace),
+        }
+    }
+
+    /// Like `widened`, but consumes the tensor, so an f32 tensor stays unique and an
+    /// in-place kernel on it does not copy.
+    pub fn into_f32(self) -> Result<Tensor> {
+        match self.dtype() {
+            DType::F32 => Ok(self),
+            _ => self.to_dtype(DType::F32, MemCategory::Workspace),
+        }
     }
 }
 

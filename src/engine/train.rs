@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::amp::{GradScaler, ScalerConfig};
 use crate::engine::data::{self, Batch, ImageShape, Loader, LoaderConfig};
 use crate::engine::device::{Device, MemCategory, MemSnapshot};
 use crate::engine::nn::layer::Ctx;
@@ -63,6 +64,13 @@ pub struct Workload {
     pub eval: bool,
     pub cache_dir: PathBuf,
     pub device: DeviceChoice,
+    /// Dynamic loss scaling under mixed precision.
+    #[serde(default)]
+    pub scaler: ScalerConfig,
+    /// Fault injection for tests: poisons one gradient with +inf after this step's
+    /// backward, as a real fp16 overflow would.
+    #[serde(skip)]
+    pub inject_overflow_at: Option<usize>,
 }
 
 impl Workload {
@@ -79,6 +87,8 @@ impl Workload {
             eval: true,
             cache_dir: default_cache_dir(),
             device: DeviceChoice::Cpu,
+            scaler: ScalerConfig::default(),
+            inject_overflow_at: None,
         }
     }
 }
@@ -179,6 +189,12 @@ pub struct StepEvent {
     pub phases: Phases,
     /// Bytes per category right after the step (gradients held between steps show here).
     pub mem_after: MemSnapshot,
+    /// The loss scale this step ran with (fp16 loss scaling), if scaling is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f32>,
+    /// The optimizer step was skipped because a gradient overflowed.
+    #[serde(default)]
+    pub skipped: bool,
 }
 
 /// Receives the run's events. The CLI progress line, trial records and the TUI are all
@@ -221,6 +237,12 @@ pub struct RunSummary {
     /// Knobs that do not apply on this backend, with the reason (never faked).
     pub not_applicable: BTreeMap<String, String>,
     pub wall_s: f64,
+    /// Steps whose optimizer update the loss scaler skipped (gradient overflow).
+    #[serde(default)]
+    pub skipped_steps: Vec<usize>,
+    /// The loss scale after the last step, when loss scaling is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale_final: Option<f32>,
 }
 
 /// Where batches come from.
@@ -259,12 +281,6 @@ fn check_supported(k: &Knobs, w: &Workload) -> Result<()> {
             "--device cuda: the CUDA backend is not built yet; use --device cpu".into(),
         ));
     }
-    if k.amp != Amp::Off {
-        return Err(Error::Unavailable(format!(
-            "amp = {}: mixed precision is not implemented in the engine yet",
-            k.amp
-        )));
-    }
     if k.autotune {
         return Err(Error::Unavailable(
             "autotune = true: algorithm autotuning is not implemented in the engine yet".into(),
@@ -291,6 +307,7 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
         ));
     }
     check_supported(k, w)?;
+    w.scaler.validate()?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(w.threads)
         .build()
@@ -357,6 +374,11 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
         ..Ctx::train(&dev)
     };
     let accum = k.grad_accum;
+    let mut scaler = w
+        .scaler
+        .active_for(k.amp)
+        .then(|| GradScaler::new(w.scaler));
+    let mut skipped_steps = Vec::new();
 
     let mut step_times = Vec::with_capacity(w.steps);
     let mut losses = Vec::with_capacity(w.steps);
@@ -398,16 +420,20 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
             ph.h2d += t.elapsed().as_secs_f64();
 
             let t = Instant::now();
-            let logits = model.forward(x, &ctx, seg)?;
+            // The loss runs in f32 (as under autocast); its gradient is scaled, then
+            // stored like any activation gradient, which is where fp16 would underflow.
+            let logits = model.forward(x, &ctx, seg)?.into_f32()?;
             let mut dlogits = ctx.alloc(logits.shape());
+            let loss_scale = scaler.as_ref().map_or(1.0, GradScaler::scale);
             let (loss, _) = softmax_cross_entropy(
                 logits.f32()?,
                 &labels,
                 classes,
-                1.0 / accum as f32,
+                loss_scale / accum as f32,
                 Some(dlogits.f32_mut()?),
             )?;
             drop(logits);
+            let dlogits = ctx.store(dlogits)?;
             ph.forward += t.elapsed().as_secs_f64();
             if !loss.is_finite() {
                 model.clear_saved();
@@ -420,18 +446,36 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
             ph.backward += t.elapsed().as_secs_f64();
             ph.recompute += bs.recompute.as_secs_f64();
         }
+        if w.inject_overflow_at == Some(step) {
+            poison_one_grad(&mut model)?;
+        }
         let t = Instant::now();
-        opt.begin_step();
-        let mut idx = 0;
-        let mut res = Ok(());
-        model.visit_params(&mut |p| {
-            if res.is_ok() {
-                res = opt.update(idx, p, 1.0);
-            }
-            idx += 1;
-        });
-        res?;
+        let loss_scale = scaler.as_ref().map(GradScaler::scale);
+        let apply = match &mut scaler {
+            Some(sc) => sc.update(grads_finite(&mut model)?),
+            None => true,
+        };
+        if apply {
+            opt.begin_step();
+            let mut idx = 0;
+            let mut res = Ok(());
+            let scale = loss_scale.unwrap_or(1.0);
+            model.visit_params(&mut |p| {
+                if res.is_ok() {
+                    res = opt.update(idx, p, scale);
+                }
+                idx += 1;
+            });
+            res?;
+        } else {
+            skipped_steps.push(step);
+            obs.on_note(&format!(
+                "step {step}: gradient overflow at loss scale {}, step skipped",
+                loss_scale.unwrap_or(1.0)
+            ));
+        }
         ph.optimizer += t.elapsed().as_secs_f64();
+
         if k.zero_grad == ZeroGrad::None {
             let t = Instant::now();
             model.visit_params(&mut |p| p.g = None);
@@ -453,6 +497,8 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
             step_s,
             phases: ph,
             mem_after,
+            loss_scale,
+            skipped: !apply,
         });
     }
     drop(source);
@@ -476,6 +522,7 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
             &norm,
             &dev,
             classes,
+            k.amp,
         )?),
         _ => None,
     };
@@ -508,7 +555,45 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
         not_applicable,
         step_times,
         wall_s: started.elapsed().as_secs_f64(),
+        skipped_steps,
+        loss_scale_final: scaler.as_ref().map(GradScaler::scale),
     })
+}
+
+/// True when every gradient is finite (the scaler's inf/nan check).
+fn grads_finite(model: &mut Model) -> Result<bool> {
+    let mut ok = true;
+    let mut res = Ok(());
+    model.visit_params(&mut |p| {
+        if let (true, Some(g)) = (ok, &p.g) {
+            match g.f32() {
+                Ok(d) => ok = d.iter().all(|v| v.is_finite()),
+                Err(e) => res = Err(e),
+            }
+        }
+    });
+    res.map(|()| ok)
+}
+
+fn poison_one_grad(model: &mut Model) -> Result<()> {
+    let mut done = false;
+    let mut res = Ok(());
+    model.visit_params(&mut |p| {
+        if done {
+            return;
+        }
+        if let Some(g) = &mut p.g {
+            match g.f32_mut() {
+                Ok(d) if !d.is_empty() => {
+                    d[0] = f32::INFINITY;
+                    done = true;
+                }
+                Ok(_) => {}
+                Err(e) => res = Err(e),
+            }
+        }
+    });
+    res
 }
 
 /// Held-out accuracy with BN running statistics and nothing saved for backward.
@@ -518,8 +603,12 @@ pub fn evaluate(
     norm: &data::Normalize,
     dev: &Arc<Device>,
     classes: usize,
+    amp: Amp,
 ) -> Result<f64> {
-    let ctx = Ctx::eval(dev);
+    let ctx = Ctx {
+        amp,
+        ..Ctx::eval(dev)
+    };
     let (mut correct, mut total) = (0usize, 0usize);
     for b in Loader::eval_batches(test, norm, 256) {
         let b = b?;
@@ -529,7 +618,7 @@ pub fn evaluate(
             MemCategory::Activations,
             dev.mem(),
         )?;
-        let logits = model.forward(x, &ctx, None)?;
+        let logits = model.forward(x, &ctx, None)?.into_f32()?;
         let (_, c) = softmax_cross_entropy(logits.f32()?, &b.y, classes, 1.0, None)?;
         correct += c;
         total += b.n;

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use crate::engine::amp;
 use crate::engine::device::{Device, MemCategory};
-use crate::engine::tensor::Tensor;
+use crate::engine::tensor::{DType, Tensor};
 use crate::error::Result;
 use crate::knobs::Amp;
 
@@ -103,6 +104,29 @@ impl Ctx {
 
     pub fn from_vec(&self, shape: &[usize], v: Vec<f32>) -> Result<Tensor> {
         Tensor::from_vec(shape, v, MemCategory::Activations, self.dev.mem())
+    }
+
+    /// How a tensor leaves a layer (output, input gradient) or is kept for backward:
+    /// in the mixed-precision storage type when AMP is on, untouched otherwise.
+    pub fn store(&self, t: Tensor) -> Result<Tensor> {
+        match amp::half_dtype(self.amp) {
+            Some(dt) if t.dtype() == DType::F32 => t.to_dtype(dt, t.category()),
+            _ => Ok(t),
+        }
+    }
+
+    /// Weights as a kernel should see them: rounded to the half grid under AMP (a
+    /// workspace copy; the f32 master weights stay with the optimizer), else shared.
+    pub fn weights(&self, w: &Tensor) -> Result<Tensor> {
+        match amp::half_dtype(self.amp) {
+            Some(dt) => Tensor::from_vec(
+                w.shape(),
+                amp::round_to_grid(w.f32()?, dt),
+                MemCategory::Workspace,
+                self.dev.mem(),
+            ),
+            None => Ok(w.clone()),
+        }
     }
 }
 

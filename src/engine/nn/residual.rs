@@ -96,7 +96,9 @@ impl Layer for BasicBlock {
         for l in &mut self.main {
             h = l.forward(h, ctx)?;
         }
-        add_into(&mut h, &sc)?;
+        // The sum is formed in f32 from (possibly half) branches; the output ReLU stores it.
+        let mut h = h.into_f32()?;
+        add_into(&mut h, &sc.widened()?)?;
         drop(sc);
         self.out.forward(h, ctx)
     }
@@ -124,9 +126,10 @@ impl Layer for BasicBlock {
             return Ok(None);
         }
         match (dmain, dsc) {
-            (Some(mut a), Some(b)) => {
-                add_into(&mut a, &b)?;
-                Ok(Some(a))
+            (Some(a), Some(b)) => {
+                let mut a = a.into_f32()?;
+                add_into(&mut a, &b.widened()?)?;
+                Ok(Some(ctx.store(a)?))
             }
             _ => Err(Error::Runtime("basic_block: missing input gradient".into())),
         }

@@ -20,20 +20,23 @@ impl Layer for Relu {
         "relu".into()
     }
 
-    fn forward(&mut self, mut x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+    fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+        let mut x = x.into_f32()?;
         x.f32_mut()?.par_chunks_mut(PAR_CHUNK).for_each(|c| {
             for v in c {
                 *v = v.max(0.0);
             }
         });
+        let y = ctx.store(x)?;
         if ctx.save {
-            self.saved_y = Some(x.clone());
+            self.saved_y = Some(y.clone());
         }
-        Ok(x)
+        Ok(y)
     }
 
-    fn backward(&mut self, mut dy: Tensor, _need_dx: bool, _ctx: &Ctx) -> Result<Option<Tensor>> {
-        let y = take_saved(&mut self.saved_y, "relu")?;
+    fn backward(&mut self, dy: Tensor, _need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
+        let y = take_saved(&mut self.saved_y, "relu")?.into_f32()?;
+        let mut dy = dy.into_f32()?;
         let yd = y.f32()?;
         dy.f32_mut()?
             .par_chunks_mut(PAR_CHUNK)
@@ -45,7 +48,7 @@ impl Layer for Relu {
                     }
                 }
             });
-        Ok(Some(dy))
+        Ok(Some(ctx.store(dy)?))
     }
 
     fn clear_saved(&mut self) {
@@ -67,24 +70,27 @@ impl Layer for Gelu {
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+        let xf = x.widened()?;
         let mut y = ctx.alloc(x.shape());
         y.f32_mut()?
             .par_chunks_mut(PAR_CHUNK)
-            .zip(x.f32()?.par_chunks(PAR_CHUNK))
+            .zip(xf.f32()?.par_chunks(PAR_CHUNK))
             .for_each(|(y, x)| {
                 for (y, &x) in y.iter_mut().zip(x) {
                     let t = (SQRT_2_OVER_PI * (x + GELU_C * x * x * x)).tanh();
                     *y = 0.5 * x * (1.0 + t);
                 }
             });
+        drop(xf);
         if ctx.save {
-            self.saved_x = Some(x);
+            self.saved_x = Some(ctx.store(x)?);
         }
-        Ok(y)
+        ctx.store(y)
     }
 
-    fn backward(&mut self, mut dy: Tensor, _need_dx: bool, _ctx: &Ctx) -> Result<Option<Tensor>> {
-        let x = take_saved(&mut self.saved_x, "gelu")?;
+    fn backward(&mut self, dy: Tensor, _need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
+        let x = take_saved(&mut self.saved_x, "gelu")?.into_f32()?;
+        let mut dy = dy.into_f32()?;
         dy.f32_mut()?
             .par_chunks_mut(PAR_CHUNK)
             .zip(x.f32()?.par_chunks(PAR_CHUNK))
@@ -96,7 +102,7 @@ impl Layer for Gelu {
                     *d *= 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
                 }
             });
-        Ok(Some(dy))
+        Ok(Some(ctx.store(dy)?))
     }
 
     fn clear_saved(&mut self) {

@@ -105,6 +105,7 @@ impl Layer for BatchNorm2d {
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+        let x = x.into_f32()?;
         let m = self.rows(&x)?;
         let c = self.c;
         let (mean, var) = if ctx.train {
@@ -154,8 +155,8 @@ impl Layer for BatchNorm2d {
                         }
                     }
                 });
-            self.saved = Some((xhat, invstd));
-            Ok(y)
+            self.saved = Some((ctx.store(xhat)?, invstd));
+            ctx.store(y)
         } else {
             let mut y = xhat;
             let yd = y.f32_mut()?;
@@ -166,15 +167,17 @@ impl Layer for BatchNorm2d {
                     }
                 }
             });
-            Ok(y)
+            ctx.store(y)
         }
     }
 
-    fn backward(&mut self, mut dy: Tensor, need_dx: bool, _ctx: &Ctx) -> Result<Option<Tensor>> {
+    fn backward(&mut self, dy: Tensor, need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
         let (xhat, invstd) = self
             .saved
             .take()
             .ok_or_else(|| Error::Runtime("batchnorm: backward without forward".into()))?;
+        let xhat = xhat.into_f32()?;
+        let mut dy = dy.into_f32()?;
         let c = self.c;
         let m = self.rows(&xhat)? as f64;
         let xh = xhat.f32()?;
@@ -212,7 +215,7 @@ impl Layer for BatchNorm2d {
                     }
                 }
             });
-        Ok(Some(dy))
+        Ok(Some(ctx.store(dy)?))
     }
 
     fn clear_saved(&mut self) {

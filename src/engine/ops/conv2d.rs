@@ -207,6 +207,8 @@ impl Layer for Conv2d {
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
         let g = self.geom(&x)?;
+        let xf = x.widened()?;
+        let wt = ctx.weights(&self.w.w)?;
         let mut y = ctx.alloc(&[g.n, g.oh(), g.ow(), g.c_out]);
         let yd = y.f32_mut()?;
         let accumulate = match &self.b {
@@ -216,17 +218,17 @@ impl Layer for Conv2d {
             }
             None => false,
         };
-        let w = Mat::rm(self.w.w.f32()?, g.c_out, g.kkc()).t();
+        let w = Mat::rm(wt.f32()?, g.c_out, g.kkc()).t();
         if g.is_pointwise() {
             matmul(
                 yd,
-                Mat::rm(x.f32()?, g.rows(), g.kkc()),
+                Mat::rm(xf.f32()?, g.rows(), g.kkc()),
                 w,
                 accumulate,
                 ctx.dev.par(),
             )?;
         } else {
-            let xd = x.f32()?;
+            let xd = xf.f32()?;
             ctx.dev.with_workspace(g.rows() * g.kkc(), |col| {
                 im2col(xd, &g, col);
                 matmul(
@@ -238,14 +240,17 @@ impl Layer for Conv2d {
                 )
             })?;
         }
+        drop(xf);
         if ctx.save {
-            self.saved_x = Some(x);
+            self.saved_x = Some(ctx.store(x)?);
         }
-        Ok(y)
+        ctx.store(y)
     }
 
     fn backward(&mut self, dy: Tensor, need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
-        let x = take_saved(&mut self.saved_x, "conv2d")?;
+        let x = take_saved(&mut self.saved_x, "conv2d")?.into_f32()?;
+        let dy = dy.into_f32()?;
+        let wt = ctx.weights(&self.w.w)?;
         let g = self.geom(&x)?;
         let (rows, kkc) = (g.rows(), g.kkc());
         let dyd = dy.f32()?;
@@ -266,12 +271,12 @@ impl Layer for Conv2d {
                 matmul(
                     dx.f32_mut()?,
                     dym,
-                    Mat::rm(self.w.w.f32()?, g.c_out, kkc),
+                    Mat::rm(wt.f32()?, g.c_out, kkc),
                     false,
                     par,
                 )?;
             }
-            return Ok(dx);
+            return dx.map(|d| ctx.store(d)).transpose();
         }
         let xd = x.f32()?;
         let ws_len = if need_dx { 2 * rows * kkc } else { rows * kkc };
@@ -284,12 +289,12 @@ impl Layer for Conv2d {
                 matmul(gw, dym.t(), Mat::rm(col, rows, kkc), acc, par)?;
             }
             if let Some(dx) = &mut dx {
-                matmul(dcol, dym, Mat::rm(w.w.f32()?, g.c_out, kkc), false, par)?;
+                matmul(dcol, dym, Mat::rm(wt.f32()?, g.c_out, kkc), false, par)?;
                 col2im(dcol, &g, dx.f32_mut()?);
             }
             Ok(())
         })?;
-        Ok(dx)
+        dx.map(|d| ctx.store(d)).transpose()
     }
 
     fn clear_saved(&mut self) {

@@ -56,27 +56,30 @@ impl Layer for Linear {
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
         let n = self.rows(&x)?;
+        let xf = x.widened()?;
+        let w = ctx.weights(&self.w.w)?;
         let mut y = ctx.alloc(&[n, self.d_out]);
         {
             let yd = y.f32_mut()?;
             fill_rows(yd, self.b.w.f32()?);
-            let w = self.w.w.f32()?;
             matmul(
                 yd,
-                Mat::rm(x.f32()?, n, self.d_in),
-                Mat::rm(w, self.d_out, self.d_in).t(),
+                Mat::rm(xf.f32()?, n, self.d_in),
+                Mat::rm(w.f32()?, self.d_out, self.d_in).t(),
                 true,
                 ctx.dev.par(),
             )?;
         }
+        drop(xf);
         if ctx.save {
-            self.saved_x = Some(x);
+            self.saved_x = Some(ctx.store(x)?);
         }
-        Ok(y)
+        ctx.store(y)
     }
 
     fn backward(&mut self, dy: Tensor, need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
-        let x = take_saved(&mut self.saved_x, "linear")?;
+        let x = take_saved(&mut self.saved_x, "linear")?.into_f32()?;
+        let dy = dy.into_f32()?;
         let n = self.rows(&x)?;
         let dyd = dy.f32()?;
         let dym = Mat::rm(dyd, n, self.d_out);
@@ -94,15 +97,16 @@ impl Layer for Linear {
         if !need_dx {
             return Ok(None);
         }
+        let w = ctx.weights(&self.w.w)?;
         let mut dx = ctx.alloc(x.shape());
         matmul(
             dx.f32_mut()?,
             dym,
-            Mat::rm(self.w.w.f32()?, self.d_out, self.d_in),
+            Mat::rm(w.f32()?, self.d_out, self.d_in),
             false,
             ctx.dev.par(),
         )?;
-        Ok(Some(dx))
+        Ok(Some(ctx.store(dx)?))
     }
 
     fn clear_saved(&mut self) {

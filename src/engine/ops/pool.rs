@@ -38,6 +38,7 @@ impl Layer for MaxPool2d {
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+        let x = x.into_f32()?;
         let [n, h, w, c] = nhwc(&x, "maxpool")?;
         if h < self.k || w < self.k {
             return Err(Error::Shape {
@@ -87,7 +88,7 @@ impl Layer for MaxPool2d {
             )?;
             self.saved = Some((idx, x.shape().to_vec()));
         }
-        Ok(y)
+        ctx.store(y)
     }
 
     fn backward(&mut self, dy: Tensor, _need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
@@ -95,12 +96,13 @@ impl Layer for MaxPool2d {
             .saved
             .take()
             .ok_or_else(|| Error::Runtime("maxpool: backward without forward".into()))?;
+        let dy = dy.into_f32()?;
         let mut dx = ctx.alloc(&shape);
         let dxd = dx.f32_mut()?;
         for (&i, &d) in idx.u32()?.iter().zip(dy.f32()?) {
             dxd[i as usize] += d;
         }
-        Ok(Some(dx))
+        Ok(Some(ctx.store(dx)?))
     }
 
     fn clear_saved(&mut self) {
@@ -120,6 +122,7 @@ impl Layer for GlobalAvgPool {
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+        let x = x.into_f32()?;
         let [n, h, w, c] = nhwc(&x, "global_avg_pool")?;
         let xd = x.f32()?;
         let mut y = ctx.alloc(&[n, c]);
@@ -139,7 +142,7 @@ impl Layer for GlobalAvgPool {
         if ctx.save {
             self.saved_shape = Some(x.shape().to_vec());
         }
-        Ok(y)
+        ctx.store(y)
     }
 
     fn backward(&mut self, dy: Tensor, _need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
@@ -147,6 +150,7 @@ impl Layer for GlobalAvgPool {
             .saved_shape
             .take()
             .ok_or_else(|| Error::Runtime("global_avg_pool: backward without forward".into()))?;
+        let dy = dy.into_f32()?;
         let [n, h, w, c] = [shape[0], shape[1], shape[2], shape[3]];
         let inv = 1.0 / (h * w) as f32;
         let dyd = dy.f32()?;
@@ -160,7 +164,7 @@ impl Layer for GlobalAvgPool {
                 }
             }
         }
-        Ok(Some(dx))
+        Ok(Some(ctx.store(dx)?))
     }
 
     fn clear_saved(&mut self) {

@@ -1,0 +1,269 @@
+//! Mixed precision: half-precision storage with f32 accumulation, and the dynamic loss
+//! scaler.
+//!
+//! Under `amp = bf16 | fp16` every activation and activation gradient that travels
+//! between layers, and everything a layer keeps for backward, is stored in the half type
+//! (2 bytes per element, charged as such). Kernels widen their operands to f32, compute
+//! and accumulate in f32 (what tensor cores do with half inputs) and round the result back
+//! to half. Weights are rounded to the half grid for compute while the optimizer keeps
+//! f32 master weights. So the numerics (rounding, fp16 overflow to inf, underflow to
+//! zero) are those of real mixed precision. The CPU has no half-precision GEMM here, so
+//! the conversions are pure cost: on this backend AMP saves memory, not time.
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::tensor::{Buf, DType};
+use crate::error::{Error, Result};
+use crate::knobs::Amp;
+
+/// Elements per parallel conversion task; below one chunk the conversion stays on the
+/// calling thread, where rayon's fork/join would cost more than the copy.
+const CHUNK: usize = 1 << 15;
+
+/// The storage type `amp` selects, or `None` for full precision.
+pub fn half_dtype(amp: Amp) -> Option<DType> {
+    match amp {
+        Amp::Off => None,
+        Amp::Bf16 => Some(DType::Bf16),
+        Amp::Fp16 => Some(DType::F16),
+    }
+}
+
+/// Converts f32 data to a half buffer (round to nearest even; fp16 overflows to inf).
+pub fn narrow(src: &[f32], dt: DType) -> Result<Buf> {
+    match dt {
+        DType::Bf16 => {
+            let mut v = vec![bf16::ZERO; src.len()];
+            v.par_chunks_mut(CHUNK)
+                .zip(src.par_chunks(CHUNK))
+                .for_each(|(d, s)| d.convert_from_f32_slice(s));
+            Ok(Buf::Bf16(v))
+        }
+        DType::F16 => {
+            let mut v = vec![f16::ZERO; src.len()];
+            v.par_chunks_mut(CHUNK)
+                .zip(src.par_chunks(CHUNK))
+                .for_each(|(d, s)| d.convert_from_f32_slice(s));
+            Ok(Buf::F16(v))
+        }
+        DType::F32 => Ok(Buf::F32(src.to_vec())),
+        DType::U32 => Err(Error::Shape {
+            op: "narrow",
+            msg: "u32 is not a floating type".into(),
+        }),
+    }
+}
+
+/// Widens a half (or f32) buffer to f32.
+pub fn widen(buf: &Buf) -> Result<Vec<f32>> {
+    match buf {
+        Buf::F32(v) => Ok(v.clone()),
+        Buf::Bf16(v) => {
+            let mut out = vec![0.0f32; v.len()];
+            out.par_chunks_mut(CHUNK)
+                .zip(v.par_chunks(CHUNK))
+                .for_each(|(d, s)| s.convert_to_f32_slice(d));
+            Ok(out)
+        }
+        Buf::F16(v) => {
+            let mut out = vec![0.0f32; v.len()];
+            out.par_chunks_mut(CHUNK)
+                .zip(v.par_chunks(CHUNK))
+                .for_each(|(d, s)| s.convert_to_f32_slice(d));
+            Ok(out)
+        }
+        Buf::U32(_) => Err(Error::Shape {
+            op: "widen",
+            msg: "u32 is not a floating type".into(),
+        }),
+    }
+}
+
+/// f32 values rounded to the half grid of `dt`: what a half copy widened back would
+/// hold, in one pass (used for weights in compute).
+pub fn round_to_grid(src: &[f32], dt: DType) -> Vec<f32> {
+    let mut out = src.to_vec();
+    out.par_chunks_mut(CHUNK).for_each(|c| match dt {
+        DType::Bf16 => c.iter_mut().for_each(|v| *v = bf16::from_f32(*v).to_f32()),
+        DType::F16 => c.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32()),
+        DType::F32 | DType::U32 => {}
+    });
+    out
+}
+
+/// Dynamic loss scaling with PyTorch `GradScaler` semantics.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScalerConfig {
+    /// Loss scaling on or off. Default: on for fp16 (whose 5-bit exponent underflows
+    /// small gradients), off for bf16 (same exponent range as f32), as PyTorch advises.
+    pub enabled: Option<bool>,
+    pub init_scale: f32,
+    pub growth_factor: f32,
+    pub backoff_factor: f32,
+    pub growth_interval: u32,
+}
+
+impl Default for ScalerConfig {
+    fn default() -> Self {
+        ScalerConfig {
+            enabled: None,
+            init_scale: 65536.0,
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+            growth_interval: 2000,
+        }
+    }
+}
+
+impl ScalerConfig {
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: &str, v: String, need: &str| {
+            Err(Error::Invalid(format!(
+                "invalid loss-scaler {what} {v}: must be {need}"
+            )))
+        };
+        if !(self.init_scale.is_finite() && self.init_scale > 0.0) {
+            return bad("init_scale", self.init_scale.to_string(), "finite and > 0");
+        }
+        if !(self.growth_factor.is_finite() && self.growth_factor > 1.0) {
+            return bad("growth_factor", self.growth_factor.to_string(), "> 1");
+        }
+        if !(self.backoff_factor > 0.0 && self.backoff_factor < 1.0) {
+            return bad(
+                "backoff_factor",
+                self.backoff_factor.to_string(),
+                "in (0, 1)",
+            );
+        }
+        if self.growth_interval == 0 {
+            return bad("growth_interval", "0".into(), "at least 1");
+        }
+        Ok(())
+    }
+
+    pub fn active_for(&self, amp: Amp) -> bool {
+        self.enabled.unwrap_or(amp == Amp::Fp16) && amp != Amp::Off
+    }
+}
+
+/// The scaler's running state.
+#[derive(Clone, Debug)]
+pub struct GradScaler {
+    cfg: ScalerConfig,
+    scale: f32,
+    clean_steps: u32,
+}
+
+impl GradScaler {
+    pub fn new(cfg: ScalerConfig) -> GradScaler {
+        GradScaler {
+            scale: cfg.init_scale,
+            cfg,
+            clean_steps: 0,
+        }
+    }
+
+    /// The factor the loss (and so every gradient) is multiplied by this step.
+    pub fn scale(&self) -> f32 {
+        self.scale
+    }
+
+    /// Records whether this step's gradients were all finite and returns whether the
+    /// optimizer may step. Overflow: skip the step and back off. Otherwise grow the scale
+    /// after `growth_interval` consecutive clean steps.
+    pub fn update(&mut self, grads_finite: bool) -> bool {
+        if !grads_finite {
+            self.scale *= self.cfg.backoff_factor;
+            self.clean_steps = 0;
+            return false;
+        }
+        self.clean_steps += 1;
+        if self.clean_steps >= self.cfg.growth_interval {
+            let grown = self.scale * self.cfg.growth_factor;
+            // PyTorch keeps the old scale when growing would overflow f32.
+            if grown.is_finite() {
+                self.scale = grown;
+            }
+            self.clean_steps = 0;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaler_follows_gradscaler_rules() {
+        let mut s = GradScaler::new(ScalerConfig {
+            growth_interval: 3,
+            ..ScalerConfig::default()
+        });
+        assert_eq!(s.scale(), 65536.0);
+        assert!(s.update(true));
+        assert!(s.update(true));
+        assert_eq!(s.scale(), 65536.0);
+        assert!(s.update(true));
+        assert_eq!(s.scale(), 131072.0);
+        assert!(!s.update(false));
+        assert_eq!(s.scale(), 65536.0);
+        // The clean-step counter restarts after an overflow.
+        assert!(s.update(true));
+        assert!(s.update(true));
+        assert_eq!(s.scale(), 65536.0);
+    }
+
+    #[test]
+    fn fp16_narrowing_overflows_and_underflows_like_hardware() {
+        let Buf::F16(h) = narrow(&[1e6, 1e-9, 0.1], DType::F16).unwrap() else {
+            panic!("not f16")
+        };
+        assert!(h[0].to_f32().is_infinite());
+        assert_eq!(h[1].to_f32(), 0.0);
+        assert!((h[2].to_f32() - 0.1).abs() < 1e-4);
+        let Buf::Bf16(b) = narrow(&[1e6, 1e-9], DType::Bf16).unwrap() else {
+            panic!("not bf16")
+        };
+        assert!(b[0].to_f32().is_finite() && b[1].to_f32() > 0.0);
+    }
+
+    #[test]
+    fn rounding_matches_a_narrow_widen_round_trip() {
+        let v: Vec<f32> = (0..100_000)
+            .map(|i| (i as f32 * 0.37).sin() * 3.0)
+            .collect();
+        for dt in [DType::Bf16, DType::F16] {
+            let via = widen(&narrow(&v, dt).unwrap()).unwrap();
+            assert_eq!(round_to_grid(&v, dt), via);
+        }
+    }
+
+    #[test]
+    fn bad_scaler_settings_are_refused() {
+        for c in [
+            ScalerConfig {
+                init_scale: 0.0,
+                ..Default::default()
+            },
+            ScalerConfig {
+                growth_factor: 1.0,
+                ..Default::default()
+            },
+            ScalerConfig {
+                backoff_factor: 1.5,
+                ..Default::default()
+            },
+            ScalerConfig {
+                growth_interval: 0,
+                ..Default::default()
+            },
+        ] {
+            assert!(c.validate().is_err());
+        }
+    }
+}
