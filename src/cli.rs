@@ -145,6 +145,9 @@ pub struct TrainArgs {
     /// Consecutive clean steps before the scale grows.
     #[arg(long, default_value_t = 2000)]
     pub loss_scale_growth_interval: u32,
+    /// Autotuning's cache file (default: autotune.json in the cache dir).
+    #[arg(long)]
+    pub autotune_cache: Option<PathBuf>,
     #[command(flatten)]
     pub knobs: KnobArgs,
 }
@@ -174,6 +177,7 @@ impl TrainArgs {
                 backoff_factor: self.loss_scale_backoff,
                 growth_interval: self.loss_scale_growth_interval,
             },
+            autotune_cache: self.autotune_cache.clone(),
             inject_overflow_at: None,
         }
     }

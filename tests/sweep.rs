@@ -170,24 +170,22 @@ fn failing_trials_get_their_status_and_the_sweep_goes_on() {
 }
 
 #[test]
-fn unsupported_knobs_are_reported_and_all_failed_exits_1() {
+fn amp_and_autotune_trials_run_and_all_failed_exits_1() {
     let d = tempfile::tempdir().unwrap();
     let spec = write_spec(
         d.path(),
-        "unsup",
-        "amp = [\"off\", \"bf16\"]",
-        "timeout_s = 60",
+        "knobs",
+        "amp = [\"off\", \"bf16\"]\nautotune = [false, true]",
+        "strategy = \"one-at-a-time\"\ntimeout_s = 60",
     );
     let out = d.path().join("out");
     let o = sweep(&spec, &out, &[], &[]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let r = report_json(&out);
-    let bf16 = trial(&r, "amp=bf16");
-    // Either the engine refuses it (for now) or it runs; never a crash.
-    assert!(
-        ["unsupported", "ok"].contains(&bf16["status"].as_str().unwrap()),
-        "{bf16}"
-    );
+    for label in ["amp=bf16", "autotune=true"] {
+        let t = trial(&r, label);
+        assert_eq!(t["status"], "ok", "{t}");
+    }
 
     let out2 = d.path().join("out2");
     let o = sweep(&spec, &out2, &[], &[("TUNE_TRIAL_FAULT", "panic")]);

@@ -2,6 +2,7 @@
 //! explicit forward/backward, the model zoo, data, optimizers and the step loop.
 
 pub mod amp;
+pub mod autotune;
 pub mod data;
 pub mod device;
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::amp::{GradScaler, ScalerConfig};
+use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
 use crate::engine::data::{self, Batch, ImageShape, Loader, LoaderConfig};
 use crate::engine::device::{Device, MemCategory, MemSnapshot};
 use crate::engine::nn::layer::Ctx;
@@ -67,6 +68,9 @@ pub struct Workload {
     /// Dynamic loss scaling under mixed precision.
     #[serde(default)]
     pub scaler: ScalerConfig,
+    /// Autotuning's disk cache (default: `autotune.json` in `cache_dir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autotune_cache: Option<PathBuf>,
     /// Fault injection for tests: poisons one gradient with +inf after this step's
     /// backward, as a real fp16 overflow would.
     #[serde(skip)]
@@ -88,6 +92,7 @@ impl Workload {
             cache_dir: default_cache_dir(),
             device: DeviceChoice::Cpu,
             scaler: ScalerConfig::default(),
+            autotune_cache: None,
             inject_overflow_at: None,
         }
     }
@@ -243,6 +248,9 @@ pub struct RunSummary {
     /// The loss scale after the last step, when loss scaling is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scale_final: Option<f32>,
+    /// The algorithm each (op, shape, dtype) key ran with, and how it was chosen.
+    #[serde(default)]
+    pub algorithms: Vec<AlgoChoice>,
 }
 
 /// Where batches come from.
@@ -279,11 +287,6 @@ fn check_supported(k: &Knobs, w: &Workload) -> Result<()> {
     if w.device == DeviceChoice::Cuda {
         return Err(Error::Unavailable(
             "--device cuda: the CUDA backend is not built yet; use --device cpu".into(),
-        ));
-    }
-    if k.autotune {
-        return Err(Error::Unavailable(
-            "autotune = true: algorithm autotuning is not implemented in the engine yet".into(),
         ));
     }
     if k.parallel != Parallel::Single {
@@ -369,8 +372,22 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
     };
     let mut opt = Optimizer::new(cfg)?;
     let seg = k.checkpoint.segment_len(model.layers.len());
+    let algos = if k.autotune {
+        let file = w
+            .autotune_cache
+            .clone()
+            .unwrap_or_else(|| w.cache_dir.join("autotune.json"));
+        let (a, note) = Algos::tuned(&format!("cpu:{}t", w.threads), Some(file))?;
+        if let Some(n) = note {
+            obs.on_note(&n);
+        }
+        a
+    } else {
+        Algos::heuristic()
+    };
     let ctx = Ctx {
         amp: k.amp,
+        algos: Arc::clone(&algos),
         ..Ctx::train(&dev)
     };
     let accum = k.grad_accum;
@@ -513,6 +530,18 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
         }
     }
 
+    algos.save()?;
+    let algorithms = algos.choices();
+    for c in algorithms
+        .iter()
+        .filter(|c| c.source != ChoiceSource::Heuristic)
+    {
+        obs.on_note(&format!(
+            "autotune {} [{}]: {} ({:?})",
+            c.op, c.key, c.algo, c.source
+        ));
+    }
+
     // Memory figures describe training; evaluation's bigger batches must not count.
     let snap = dev.mem().snapshot();
     let accuracy = match (&test, w.eval) {
@@ -557,6 +586,7 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
         wall_s: started.elapsed().as_secs_f64(),
         skipped_steps,
         loss_scale_final: scaler.as_ref().map(GradScaler::scale),
+        algorithms,
     })
 }
 

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::engine::amp;
+use crate::engine::autotune::Algos;
 use crate::engine::device::{Device, MemCategory};
 use crate::engine::tensor::{DType, Tensor};
 use crate::error::Result;
@@ -76,6 +77,8 @@ pub struct Ctx {
     /// statistics) already happened and must not happen twice.
     pub recompute: bool,
     pub amp: Amp,
+    /// Algorithm selection (autotuning or the fixed heuristic).
+    pub algos: Arc<Algos>,
 }
 
 impl Ctx {
@@ -86,6 +89,7 @@ impl Ctx {
             save: true,
             recompute: false,
             amp: Amp::Off,
+            algos: Algos::heuristic(),
         }
     }
 
@@ -112,6 +116,15 @@ impl Ctx {
         match amp::half_dtype(self.amp) {
             Some(dt) if t.dtype() == DType::F32 => t.to_dtype(dt, t.category()),
             _ => Ok(t),
+        }
+    }
+
+    /// The storage type name used in algorithm keys.
+    pub fn dtype_name(&self) -> &'static str {
+        match self.amp {
+            Amp::Off => "f32",
+            Amp::Bf16 => "bf16",
+            Amp::Fp16 => "f16",
         }
     }
 

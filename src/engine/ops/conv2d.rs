@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use crate::engine::device::Device;
 use crate::engine::nn::layer::{take_saved, Ctx, Layer, Param};
+use crate::engine::ops::conv_algos;
 use crate::engine::ops::gemm::{matmul, Mat};
 use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
@@ -197,6 +198,54 @@ impl Conv2d {
     }
 }
 
+/// One forward with the named algorithm into a fresh output (bias first, so every
+/// algorithm accumulates onto it).
+fn conv_forward(
+    algo: &str,
+    xd: &[f32],
+    wd: &[f32],
+    bias: Option<&Param>,
+    g: &ConvGeom,
+    ctx: &Ctx,
+) -> Result<Tensor> {
+    let mut y = ctx.alloc(&[g.n, g.oh(), g.ow(), g.c_out]);
+    let yd = y.f32_mut()?;
+    let accumulate = match bias {
+        Some(b) => {
+            fill_rows(yd, b.w.f32()?);
+            true
+        }
+        None => false,
+    };
+    let w = Mat::rm(wd, g.c_out, g.kkc()).t();
+    match algo {
+        "direct" => conv_algos::direct(xd, wd, g, yd, accumulate)?,
+        "winograd" => ctx
+            .dev
+            .with_workspace(conv_algos::winograd_workspace(g), |ws| {
+                conv_algos::winograd(xd, wd, g, yd, accumulate, ws, ctx.dev.par())
+            })?,
+        _ if g.is_pointwise() => matmul(
+            yd,
+            Mat::rm(xd, g.rows(), g.kkc()),
+            w,
+            accumulate,
+            ctx.dev.par(),
+        )?,
+        _ => ctx.dev.with_workspace(g.rows() * g.kkc(), |col| {
+            im2col(xd, g, col);
+            matmul(
+                yd,
+                Mat::rm(col, g.rows(), g.kkc()),
+                w,
+                accumulate,
+                ctx.dev.par(),
+            )
+        })?,
+    }
+    Ok(y)
+}
+
 impl Layer for Conv2d {
     fn name(&self) -> String {
         format!(
@@ -209,37 +258,26 @@ impl Layer for Conv2d {
         let g = self.geom(&x)?;
         let xf = x.widened()?;
         let wt = ctx.weights(&self.w.w)?;
-        let mut y = ctx.alloc(&[g.n, g.oh(), g.ow(), g.c_out]);
-        let yd = y.f32_mut()?;
-        let accumulate = match &self.b {
-            Some(b) => {
-                fill_rows(yd, b.w.f32()?);
-                true
-            }
-            None => false,
-        };
-        let w = Mat::rm(wt.f32()?, g.c_out, g.kkc()).t();
-        if g.is_pointwise() {
-            matmul(
-                yd,
-                Mat::rm(xf.f32()?, g.rows(), g.kkc()),
-                w,
-                accumulate,
-                ctx.dev.par(),
-            )?;
-        } else {
-            let xd = xf.f32()?;
-            ctx.dev.with_workspace(g.rows() * g.kkc(), |col| {
-                im2col(xd, &g, col);
-                matmul(
-                    yd,
-                    Mat::rm(col, g.rows(), g.kkc()),
-                    w,
-                    accumulate,
-                    ctx.dev.par(),
-                )
-            })?;
+        let mut cands = vec!["im2col", "direct"];
+        if conv_algos::winograd_applies(&g) {
+            cands.push("winograd");
         }
+        let key = format!(
+            "n{} {}x{}x{}->{} k{} s{} p{} {}",
+            g.n,
+            g.h,
+            g.w,
+            g.c_in,
+            g.c_out,
+            g.k,
+            g.stride,
+            g.pad,
+            ctx.dtype_name()
+        );
+        let (xd, wd, bias) = (xf.f32()?, wt.f32()?, self.b.as_ref());
+        let y = ctx.algos.run("conv2d", &key, &cands, |algo| {
+            conv_forward(algo, xd, wd, bias, &g, ctx)
+        })?;
         drop(xf);
         if ctx.save {
             self.saved_x = Some(ctx.store(x)?);

@@ -1,5 +1,8 @@
 //! Fully connected layer, `y = x W^T + b` with `W` stored `[out, in]` as in PyTorch.
 
+use rayon::prelude::*;
+
+use crate::engine::autotune;
 use crate::engine::device::Device;
 use crate::engine::nn::layer::{take_saved, Ctx, Layer, Param};
 use crate::engine::ops::gemm::{matmul, Mat};
@@ -49,6 +52,26 @@ impl Linear {
     }
 }
 
+/// The second GEMM strategy: rows split evenly over the compute threads, each block a
+/// single-threaded GEMM. It wins over the GEMM's own parallel split when the batch is
+/// tall and the weight matrix small enough for every thread to keep its own copy hot.
+fn rowsplit(y: &mut [f32], x: &[f32], n: usize, d_in: usize, d_out: usize, w: Mat) -> Result<()> {
+    let per = n.div_ceil(rayon::current_num_threads().max(1)).max(1);
+    y[..n * d_out]
+        .par_chunks_mut(per * d_out)
+        .zip(x[..n * d_in].par_chunks(per * d_in))
+        .try_for_each(|(yc, xc)| {
+            let rows = xc.len() / d_in;
+            matmul(
+                yc,
+                Mat::rm(xc, rows, d_in),
+                w,
+                true,
+                gemm::Parallelism::None,
+            )
+        })
+}
+
 impl Layer for Linear {
     fn name(&self) -> String {
         format!("linear({}->{})", self.d_in, self.d_out)
@@ -58,18 +81,23 @@ impl Layer for Linear {
         let n = self.rows(&x)?;
         let xf = x.widened()?;
         let w = ctx.weights(&self.w.w)?;
-        let mut y = ctx.alloc(&[n, self.d_out]);
-        {
-            let yd = y.f32_mut()?;
-            fill_rows(yd, self.b.w.f32()?);
-            matmul(
-                yd,
-                Mat::rm(xf.f32()?, n, self.d_in),
-                Mat::rm(w.f32()?, self.d_out, self.d_in).t(),
-                true,
-                ctx.dev.par(),
-            )?;
-        }
+        let key = format!("n{n} {}->{} {}", self.d_in, self.d_out, ctx.dtype_name());
+        let (xd, wd, bd) = (xf.f32()?, w.f32()?, self.b.w.f32()?);
+        let (d_in, d_out) = (self.d_in, self.d_out);
+        let y = ctx
+            .algos
+            .run("linear", &key, &autotune::LINEAR_ALGOS, |algo| {
+                let mut y = ctx.alloc(&[n, d_out]);
+                let yd = y.f32_mut()?;
+                fill_rows(yd, bd);
+                let wm = Mat::rm(wd, d_out, d_in).t();
+                if algo == "rowsplit" {
+                    rowsplit(yd, xd, n, d_in, d_out, wm)?;
+                } else {
+                    matmul(yd, Mat::rm(xd, n, d_in), wm, true, ctx.dev.par())?;
+                }
+                Ok(y)
+            })?;
         drop(xf);
         if ctx.save {
             self.saved_x = Some(ctx.store(x)?);
@@ -116,5 +144,41 @@ impl Layer for Linear {
     fn visit_params(&mut self, f: &mut dyn FnMut(&mut Param)) {
         f(&mut self.w);
         f(&mut self.b);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rowsplit_agrees_with_one_gemm() {
+        let (n, d_in, d_out) = (37, 29, 13);
+        let x: Vec<f32> = (0..n * d_in)
+            .map(|i| ((i * 7) % 23) as f32 / 11.0 - 1.0)
+            .collect();
+        let w: Vec<f32> = (0..d_out * d_in)
+            .map(|i| ((i * 5) % 17) as f32 / 9.0 - 1.0)
+            .collect();
+        let wm = Mat::rm(&w, d_out, d_in).t();
+        let mut a = vec![0.5; n * d_out];
+        let mut b = a.clone();
+        matmul(
+            &mut a,
+            Mat::rm(&x, n, d_in),
+            wm,
+            true,
+            gemm::Parallelism::None,
+        )
+        .unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        pool.install(|| rowsplit(&mut b, &x, n, d_in, d_out, wm))
+            .unwrap();
+        for (u, v) in a.iter().zip(&b) {
+            assert!((u - v).abs() <= 1e-5 * (1.0 + u.abs()), "{u} vs {v}");
+        }
     }
 }

@@ -4,6 +4,7 @@
 pub mod activation;
 pub mod batchnorm;
 pub mod conv2d;
+pub mod conv_algos;
 pub mod gemm;
 pub mod linear;
 pub mod loss;
