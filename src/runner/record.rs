@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::autotune::AlgoChoice;
 use crate::engine::train::{Phases, RunSummary};
 use crate::knobs::Knobs;
 use crate::runner::spec::Spec;
@@ -66,6 +67,14 @@ pub struct Repeat {
     #[serde(default)]
     pub backend: String,
     pub wall_s: f64,
+    /// The algorithm each (op, shape, dtype) key ran with (autotune or heuristic).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub algorithms: Vec<AlgoChoice>,
+    /// Steps whose update the fp16 loss scaler skipped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_steps: Vec<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale_final: Option<f32>,
 }
 
 impl Repeat {
@@ -88,6 +97,9 @@ impl Repeat {
             not_applicable: s.not_applicable.clone(),
             backend: s.backend.clone(),
             wall_s: finite_or_zero(s.wall_s),
+            algorithms: s.algorithms.clone(),
+            skipped_steps: s.skipped_steps.clone(),
+            loss_scale_final: s.loss_scale_final,
         }
     }
 }
