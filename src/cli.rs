@@ -212,10 +212,11 @@ pub struct BenchArgs {
 
 #[derive(Debug, Args, Clone)]
 pub struct GateArgs {
-    /// The reference report.json (kept in the repository or as a CI artifact).
+    /// The reference report.json or its sweep folder (kept in the repository or as a CI
+    /// artifact).
     #[arg(long)]
     pub baseline: PathBuf,
-    /// The report.json to judge.
+    /// The report.json (or sweep folder) to judge.
     #[arg(long)]
     pub current: PathBuf,
     /// Metrics to judge, comma-separated.

@@ -481,7 +481,8 @@ fn a_real_sweep_records_its_noise_floor_and_gates_against_itself() {
     );
     let (med, max) = (n["median"].as_f64().unwrap(), n["max"].as_f64().unwrap());
     assert!(med >= 0.0 && med <= max, "{n}");
-    let r = report.to_str().unwrap();
+    // A sweep folder stands for its report.json.
+    let r = out.to_str().unwrap();
     let o = gate(r, r, &["--metric", "samples_per_s,peak_bytes"]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("current noise floor"));

@@ -7,7 +7,7 @@ use std::path::Path;
 use crate::cli::GateArgs;
 use crate::error::{Error, Result};
 use crate::gate::{self, render, Policy};
-use crate::report::Report;
+use crate::report::{Report, REPORT_JSON};
 use crate::runner::journal::atomic_write;
 
 /// "5%" or "0.05" as a fraction. A bare number of 1 or more is refused: "5" is far more
@@ -35,9 +35,15 @@ pub fn parse_threshold(s: &str) -> Result<f64> {
     Ok(v)
 }
 
-/// Loads a report, naming its role in any error.
+/// Loads a report (a report.json, or a sweep folder holding one), naming its role in any
+/// error.
 fn load(role: &str, path: &Path) -> Result<Report> {
-    Report::load(path).map_err(|e| match e {
+    let file = if path.is_dir() {
+        path.join(REPORT_JSON)
+    } else {
+        path.to_path_buf()
+    };
+    Report::load(&file).map_err(|e| match e {
         Error::Io { path, source } => Error::Invalid(format!(
             "cannot read the {role} report {}: {source}",
             path.display()
