@@ -10,6 +10,7 @@ use crate::engine::nn::zoo::ModelKind;
 use crate::engine::optim::OptimKind;
 use crate::engine::train::{default_cache_dir, default_threads, DeviceChoice, Workload};
 use crate::error::Result;
+use crate::gate::Metric;
 use crate::knobs::{Amp, Checkpoint, Knobs, Parallel, ZeroGrad};
 
 #[derive(Debug, Parser)]
@@ -35,6 +36,8 @@ pub enum Command {
     Probe(ProbeArgs),
     /// Engine throughput and GEMM benchmarks (the figures in docs/performance.md).
     Bench(BenchArgs),
+    /// Compares a report with a baseline report: exit 0 pass, 1 regression, 2 bad input.
+    Gate(GateArgs),
     /// One trial of a sweep (run by `tune sweep` in a child process; prints one JSON line).
     #[command(hide = true)]
     Trial(TrainArgs),
@@ -235,6 +238,33 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 50)]
     pub steps: usize,
     /// JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct GateArgs {
+    /// The reference report.json or its sweep folder (kept in the repository or as a CI
+    /// artifact).
+    #[arg(long)]
+    pub baseline: PathBuf,
+    /// The report.json (or sweep folder) to judge.
+    #[arg(long)]
+    pub current: PathBuf,
+    /// Metrics to judge, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "samples_per_s")]
+    pub metric: Vec<Metric>,
+    /// Largest tolerated worsening per metric (5% or 0.05); raised to the measured noise
+    /// floor where that is larger.
+    #[arg(long, default_value = "3%")]
+    pub max_regression: String,
+    /// Write a markdown summary here (CI step summary, PR comment).
+    #[arg(long)]
+    pub md: Option<PathBuf>,
+    /// Write JUnit XML here: one testcase per configuration and metric.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+    /// Print the verdicts as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
 }

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod commands;
 pub mod engine;
 pub mod error;
+pub mod gate;
 pub mod knobs;
 pub mod report;
 pub mod runner;

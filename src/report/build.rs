@@ -3,22 +3,61 @@
 
 use std::collections::BTreeMap;
 
-use super::model::{Ci, Environment, Ratio, Report, TrialReport, SCHEMA_VERSION};
+use super::model::{Ci, Environment, NoiseFloor, Ratio, Report, TrialReport, SCHEMA_VERSION};
 use crate::engine::train::Phases;
 use crate::runner::plan::{self, knobs_hash};
-use crate::runner::record::{Status, TrialRecord};
+use crate::runner::record::{Repeat, Status, TrialRecord};
 use crate::runner::spec::Spec;
 use crate::runner::stats::{self, Bootstrap, Throughput};
 
 /// The steady-state step times of every repeat, pooled, and the samples per step.
 fn steady(rec: &TrialRecord) -> (Vec<f64>, f64) {
-    let per: Vec<&[f64]> = rec
-        .repeats
-        .iter()
-        .map(|r| &r.step_times[stats::steady_state(&r.step_times, r.warmup)..])
-        .collect();
-    let sps = rec.repeats.first().map_or(0.0, |r| r.samples_per_step);
+    steady_times(&rec.repeats)
+}
+
+/// The steps of one repeat that count: warm-up and slow leading steps dropped.
+pub fn steady_slice(r: &Repeat) -> &[f64] {
+    &r.step_times[stats::steady_state(&r.step_times, r.warmup)..]
+}
+
+/// The steady-state step times of `repeats`, pooled, and the samples per step.
+pub fn steady_times(repeats: &[Repeat]) -> (Vec<f64>, f64) {
+    let per: Vec<&[f64]> = repeats.iter().map(steady_slice).collect();
+    let sps = repeats.first().map_or(0.0, |r| r.samples_per_step);
     (stats::pooled(&per), sps)
+}
+
+/// Spread between the repeats' median step times (max/min - 1); None with fewer than two
+/// measured repeats, where the spread is unknown rather than zero.
+pub fn repeat_noise_floor(repeats: &[Repeat]) -> Option<f64> {
+    let medians: Vec<f64> = repeats
+        .iter()
+        .map(|r| stats::median(steady_slice(r)))
+        .filter(|m| m.is_finite() && *m > 0.0)
+        .collect();
+    (medians.len() >= 2)
+        .then(|| stats::noise_floor(&medians))
+        .filter(|f| f.is_finite())
+}
+
+/// The sweep's noise floor: the spread of every successful trial with two or more
+/// repeats, summarised by its median (robust to one unlucky trial) and its maximum.
+pub fn noise_summary(trials: &[TrialReport]) -> Option<NoiseFloor> {
+    let with: Vec<(&TrialReport, f64)> = trials
+        .iter()
+        .filter(|t| t.status == Status::Ok)
+        .filter_map(|t| Some((t, repeat_noise_floor(&t.repeats)?)))
+        .collect();
+    if with.is_empty() {
+        return None;
+    }
+    let floors: Vec<f64> = with.iter().map(|w| w.1).collect();
+    Some(NoiseFloor {
+        trials: with.len(),
+        repeats: with.iter().map(|w| w.0.repeats.len()).min().unwrap_or(0),
+        median: stats::median(&floors),
+        max: floors.iter().copied().fold(0.0, f64::max),
+    })
 }
 
 fn finite(x: f64) -> Option<f64> {
@@ -81,12 +120,6 @@ fn trial_report(rec: &TrialRecord, base: Option<&(Vec<f64>, f64)>) -> TrialRepor
         }
         _ => None,
     };
-    let medians: Vec<f64> = rec
-        .repeats
-        .iter()
-        .map(|r| stats::median(&r.step_times[stats::steady_state(&r.step_times, r.warmup)..]))
-        .filter(|m| m.is_finite())
-        .collect();
     let last = rec.repeats.last();
     let mut not_applicable = BTreeMap::new();
     for r in &rec.repeats {
@@ -107,7 +140,7 @@ fn trial_report(rec: &TrialRecord, base: Option<&(Vec<f64>, f64)>) -> TrialRepor
         phase_share: phase_share(rec, &times),
         accuracy: last.and_then(|r| r.accuracy),
         final_loss: last.and_then(|r| r.losses.last().copied()),
-        noise_floor: finite(stats::noise_floor(&medians)).unwrap_or(0.0),
+        noise_floor: repeat_noise_floor(&rec.repeats).unwrap_or(0.0),
         not_applicable,
     }
 }
@@ -167,6 +200,7 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Report {
         .map(|r| r.backend.clone())
         .find(|b| !b.is_empty())
         .unwrap_or_else(|| "cpu".into());
+    let noise_floor = noise_summary(&trials);
     Report {
         schema_version: SCHEMA_VERSION.into(),
         environment: environment(backend),
@@ -177,6 +211,7 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Report {
         best,
         recommendations: Vec::new(),
         timeline: Vec::new(),
+        noise_floor,
         notes,
     }
 }
@@ -216,5 +251,64 @@ pub fn environment(backend: String) -> Environment {
         os: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
         tune_version: env!("CARGO_PKG_VERSION").into(),
         git_commit,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repeat(median_step: f64) -> Repeat {
+        Repeat {
+            // The slow first step is the warm-up and must not count.
+            step_times: vec![10.0, median_step, median_step, median_step],
+            warmup: 1,
+            samples_per_step: 8.0,
+            ..Repeat::default()
+        }
+    }
+
+    fn trial(status: Status, medians: &[f64]) -> TrialReport {
+        let repeats: Vec<Repeat> = medians.iter().map(|&m| repeat(m)).collect();
+        TrialReport {
+            id: "t".into(),
+            label: "t".into(),
+            knobs: Default::default(),
+            status,
+            error: None,
+            round: 0,
+            steps: 3,
+            noise_floor: repeat_noise_floor(&repeats).unwrap_or(0.0),
+            repeats,
+            samples_per_s: None,
+            ratio_vs_baseline: None,
+            peak_total_bytes: None,
+            phase_share: BTreeMap::new(),
+            accuracy: None,
+            final_loss: None,
+            not_applicable: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn the_noise_floor_is_unknown_below_two_repeats_and_summarised_over_trials() {
+        assert_eq!(repeat_noise_floor(&[repeat(0.1)]), None);
+        let f = repeat_noise_floor(&[repeat(0.10), repeat(0.11), repeat(0.105)]).unwrap();
+        assert!((f - 0.1).abs() < 1e-12, "{f}");
+        assert_eq!(noise_summary(&[trial(Status::Ok, &[0.1])]), None);
+        let s = noise_summary(&[
+            trial(Status::Ok, &[0.10, 0.12]),
+            trial(Status::Ok, &[0.10, 0.102, 0.101]),
+            trial(Status::Ok, &[0.10, 0.104]),
+            // A failed trial's repeats say nothing about noise; a single repeat neither.
+            trial(Status::Crashed, &[0.1, 0.5]),
+            trial(Status::Ok, &[0.1]),
+        ])
+        .unwrap();
+        assert_eq!((s.trials, s.repeats), (3, 2));
+        assert!(
+            (s.median - 0.04).abs() < 1e-12 && (s.max - 0.2).abs() < 1e-12,
+            "{s:?}"
+        );
     }
 }

@@ -13,7 +13,7 @@ use crate::runner::plan::Skipped;
 use crate::runner::record::{Repeat, Status};
 use crate::runner::spec::Spec;
 
-pub const SCHEMA_VERSION: &str = "1.0";
+pub const SCHEMA_VERSION: &str = "1.1";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -36,6 +36,24 @@ pub struct Report {
     /// Plain-language remarks about the sweep as a whole (e.g. how many trials failed).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Spread between identical repeats over the whole sweep (schema 1.1); None when no
+    /// trial has two successful repeats, or the report predates it.
+    #[serde(default)]
+    pub noise_floor: Option<NoiseFloor>,
+}
+
+/// How far apart identical repeats of one configuration landed, over a sweep: differences
+/// smaller than this cannot be told from run-to-run noise on the machine it ran on.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NoiseFloor {
+    /// Successful trials with at least two repeats that it summarises.
+    pub trials: usize,
+    /// Fewest repeats among those trials.
+    pub repeats: usize,
+    /// Median of those trials' `noise_floor` (max/min - 1 of repeat median step times).
+    pub median: f64,
+    /// Largest of them.
+    pub max: f64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -141,7 +159,17 @@ impl Report {
             .ok_or_else(|| Error::format(path, "no schema_version: not a tune report"))?;
         let major = |v: &str| v.split('.').next().and_then(|m| m.parse::<u64>().ok());
         match (major(version), major(SCHEMA_VERSION)) {
-            (Some(theirs), Some(ours)) if theirs <= ours => {}
+            (Some(theirs), Some(ours)) if theirs == ours => {}
+            // A major bump means old fields changed meaning: reading them would mislead.
+            (Some(theirs), Some(ours)) if theirs < ours => {
+                return Err(Error::format(
+                    path,
+                    format!(
+                        "report schema {version} is an older major than this tune reads \
+                         ({SCHEMA_VERSION}); re-run the sweep with this tune"
+                    ),
+                ))
+            }
             (Some(_), _) => {
                 return Err(Error::format(
                     path,
