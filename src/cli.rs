@@ -34,6 +34,8 @@ pub enum Command {
     Probe(ProbeArgs),
     /// Engine throughput and GEMM benchmarks (the figures in docs/performance.md).
     Bench(BenchArgs),
+    /// Live terminal dashboard of a running or finished sweep.
+    Dash(DashArgs),
     /// One trial of a sweep (run by `tune sweep` in a child process; prints one JSON line).
     #[command(hide = true)]
     Trial(TrainArgs),
@@ -182,6 +184,13 @@ pub struct ReportArgs {
 }
 
 #[derive(Debug, Args, Clone)]
+pub struct DashArgs {
+    /// A sweep folder (reports/<name>) or a report.json. Default: the sweep under
+    /// reports/ that changed last.
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args, Clone)]
 pub struct ProbeArgs {
     /// Print JSON.
     #[arg(long)]
@@ -193,7 +202,7 @@ pub struct BenchArgs {
     /// Thread counts to measure.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
-    /// What to measure: mlp, cnn, gemm.
+    /// What to measure: mlp, cnn, gemm, dash (one dashboard frame: 100 trials, 4 devices).
     #[arg(long, value_delimiter = ',', default_value = "mlp,cnn,gemm")]
     pub what: Vec<String>,
     /// Timed runs per configuration (median reported).
