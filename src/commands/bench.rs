@@ -122,11 +122,15 @@ fn dash_row(a: &BenchArgs) -> Result<()> {
             "engine": "tune", "workload": "dash-frame", "trials": trials, "devices": devices,
             "width": w, "height": h, "frames": t.frames,
             "median_ms": t.median_ms, "p95_ms": t.p95_ms, "max_ms": t.max_ms,
+            "cpu_ms_mean": t.cpu_ms_mean,
         });
         println!("{line}");
     } else {
+        let cpu = t
+            .cpu_ms_mean
+            .map_or("unknown".into(), |c| format!("{c:.3} ms"));
         println!(
-            "dash frame ({trials} trials, {devices} devices, {w}x{h}): median {:.3} ms, p95 {:.3} ms, max {:.3} ms over {} frames",
+            "dash frame ({trials} trials, {devices} devices, {w}x{h}): wall median {:.3} ms, p95 {:.3} ms, max {:.3} ms; CPU {cpu} per frame; {} frames",
             t.median_ms, t.p95_ms, t.max_ms, t.frames
         );
     }

@@ -348,9 +348,8 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
                 let r = execute(&mut sweep, &spec, &plan.trials, &rounds, steps, &out);
                 link.end(match &r {
                     Ok((report, _)) => format!(
-                        "sweep finished: {} trial(s), report written to {}",
-                        report.trials.len(),
-                        out.display()
+                        "sweep finished: {} trial(s), reports written",
+                        report.trials.len()
                     ),
                     Err(e) => format!("sweep stopped: {e}"),
                 });

@@ -178,6 +178,17 @@ pub struct FrameTimes {
     pub median_ms: f64,
     pub p95_ms: f64,
     pub max_ms: f64,
+    /// This thread's CPU time per frame over the timed frames (and the key presses
+    /// between them): unlike wall time, not inflated when other processes take the CPU.
+    /// `None` where `/proc/thread-self/stat` cannot be read.
+    pub cpu_ms_mean: Option<f64>,
+}
+
+/// CPU time of the calling thread in milliseconds, at clock-tick (10 ms) resolution.
+fn thread_cpu_ms() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    let s = tune_probes::host::parse_pid_stat(&text).ok()?;
+    Some((s.utime + s.stime) as f64 * 1e3 / tune_probes::host::USER_HZ)
 }
 
 /// Times `frames` full redraws (render into the buffer, diff against the previous
@@ -195,7 +206,11 @@ pub fn measure(
     let mut term = Terminal::new(TestBackend::new(width, height))
         .map_err(|e| Error::Runtime(format!("test backend: {e}")))?;
     let mut times = Vec::with_capacity(frames);
+    let mut cpu_start = None;
     for f in 0..frames + 10 {
+        if f == 10 {
+            cpu_start = thread_cpu_ms();
+        }
         // Down through the table, then back up, and so on.
         let key = if (f / trials.max(1)) & 1 == 0 {
             KeyCode::Down
@@ -211,6 +226,12 @@ pub fn measure(
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
+    let cpu_ms_mean = cpu_start
+        .zip(thread_cpu_ms())
+        .map(|(a, b)| (b - a) / frames as f64);
+    if times.is_empty() {
+        return Err(Error::Invalid("bench: at least one frame is needed".into()));
+    }
     times.sort_by(f64::total_cmp);
     let pick = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
     Ok(FrameTimes {
@@ -218,5 +239,6 @@ pub fn measure(
         median_ms: pick(0.5),
         p95_ms: pick(0.95),
         max_ms: pick(1.0),
+        cpu_ms_mean,
     })
 }

@@ -254,10 +254,6 @@ impl Follower {
         Ok((f, first))
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     pub fn set_sweep_running(&mut self, running: bool) {
         self.sweep_running = running;
     }
@@ -273,19 +269,33 @@ impl Follower {
         }
     }
 
+    /// Whether the devices shown are this machine's, sampled now: while the sweep is
+    /// live, and after it finished in front of us when its report has no timeline.
+    fn sampling_here(&self) -> bool {
+        self.mode == Some(Mode::Live)
+            || (self.report_devices.is_empty() && !self.history.is_empty())
+    }
+
     fn current(&self, report: Option<(Arc<Report>, Mode, usize, Option<usize>)>) -> Update {
-        let (devices, device_note) = match self.mode {
-            Some(Mode::Finished) => (
+        let no_timeline =
+            "the report has no device timeline (probes did not record during the sweep)";
+        let (devices, device_note) = if !self.sampling_here() {
+            (
                 self.report_devices.clone(),
-                self.report_devices.is_empty().then(|| {
-                    "this report has no device timeline (probes did not record during the sweep)"
-                        .to_string()
-                }),
-            ),
-            _ => (
+                self.report_devices
+                    .is_empty()
+                    .then(|| no_timeline.to_string()),
+            )
+        } else if self.mode == Some(Mode::Finished) {
+            (
+                self.history.devices(),
+                Some(format!("{no_timeline}; showing this machine now")),
+            )
+        } else {
+            (
                 self.history.devices(),
                 self.monitor.as_ref().and_then(|m| m.note.clone()),
-            ),
+            )
         };
         Update {
             report,
@@ -334,6 +344,9 @@ impl Follower {
                 self.mode = Some(Mode::Finished);
             }
             self.live = None;
+            if self.sampling_here() {
+                self.follow_devices();
+            }
         } else {
             if self.mode != Some(Mode::Live) || self.journal_seen != js {
                 let (spec, records) = read_journal(&journal_path)?;
@@ -511,8 +524,20 @@ mod tests {
         assert_eq!(mode, Mode::Finished);
         assert_eq!(r.notes.last().map(String::as_str), Some("final"));
         assert!(u.live.is_none());
-        assert!(u.devices.is_empty());
-        assert!(u.device_note.unwrap().contains("no device timeline"));
+        // Watched live, so the devices stay on this machine, and say so.
+        assert!(u.devices.iter().any(|d| d.name == "cpu"));
+        assert!(u
+            .device_note
+            .unwrap()
+            .ends_with("; showing this machine now"));
+        // Opened finished, nothing here is the sweep's: no devices, and why.
+        let (_, fresh) = Follower::open(d, false).unwrap();
+        assert_eq!(report_of(&fresh).1, Mode::Finished);
+        assert!(fresh.devices.is_empty());
+        assert_eq!(
+            fresh.device_note.as_deref(),
+            Some("the report has no device timeline (probes did not record during the sweep)")
+        );
 
         // Resumed: a trial starts after the report was written, so it is live again.
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -526,6 +551,34 @@ mod tests {
         let u = f.poll();
         assert_eq!(report_of(&u).1, Mode::Live);
         assert_eq!(u.live.map(|l| l.id), Some("other#1".to_string()));
+    }
+
+    #[test]
+    fn a_finished_report_shows_its_own_device_timeline() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let spec = Spec::parse(SPEC, d.join("s.toml")).unwrap();
+        let mut r = build::build(&spec, &[]);
+        for (t, dev, util) in [
+            (0.2, "gpu1", 50.0),
+            (0.1, "gpu0", 90.0),
+            (0.2, "gpu0", 95.0),
+        ] {
+            r.timeline.push(TimelineSample {
+                t_s: t,
+                device: dev.into(),
+                metric: "util_gpu_pct".into(),
+                value: util,
+            });
+        }
+        crate::runner::journal::atomic_write(d.join(REPORT_JSON), r.to_json().unwrap().as_bytes())
+            .unwrap();
+        let (_, u) = Follower::open(&d.join(REPORT_JSON), false).unwrap();
+        assert_eq!(report_of(&u).1, Mode::Finished);
+        let names: Vec<&str> = u.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["gpu0", "gpu1"]);
+        assert_eq!(u.devices[0].util_pct, vec![90.0, 95.0], "in time order");
+        assert!(u.device_note.is_none());
     }
 
     #[test]

@@ -328,8 +328,13 @@ impl App {
             let ratio = b
                 .ratio_vs_baseline
                 .map_or(String::new(), |r| format!(", {:.3}x the baseline", r.ratio));
+            let what = if self.mode == Mode::Finished {
+                "best: "
+            } else {
+                "best so far: "
+            };
             lines.push(Line::from(vec![
-                Span::raw("best so far: "),
+                Span::raw(what),
                 Span::styled(b.label.clone(), Style::new().bold()),
                 Span::raw(format!(" ({}{ratio})", throughput_short(b))),
             ]));

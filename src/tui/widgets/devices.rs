@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
-use ratatui::style::{Color, Modifier, Style};
+use ratatui::style::{Color, Modifier, Style, Stylize};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Sparkline, Widget};
+use ratatui::widgets::{Paragraph, Sparkline, Widget, Wrap};
 use tune_probes::{Sample, Source};
 
 use super::{bar, bytes_pair};
@@ -206,7 +206,10 @@ impl Widget for DevicesView<'_> {
             y += 1;
         }
         if let (Some(note), true) = (self.note, y < bottom) {
-            buf.set_stringn(area.x, y, note, area.width.into(), Style::new().dim());
+            Paragraph::new(note)
+                .wrap(Wrap { trim: true })
+                .dim()
+                .render(Rect::new(area.x, y, area.width, bottom - y), buf);
         }
     }
 }
