@@ -354,6 +354,10 @@ fn a_live_trial_during_warmup_and_a_command_trial() {
     let s = screen(&app, 120, 30);
     assert!(s.contains("warm-up"), "{s}");
     assert!(s.contains("samples/s after warm-up"), "{s}");
+    l.round = 1;
+    app.live = Some(l.clone());
+    let s = screen(&app, 120, 30);
+    assert!(s.contains("trial 4/5 · round 2 · repeat 1/2"), "{s}");
     l.steps = 0;
     l.step = 0;
     app.live = Some(l);

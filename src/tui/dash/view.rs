@@ -266,11 +266,17 @@ impl App {
 
     fn live_lines(&self, l: &LiveTrial, width: u16) -> Vec<Line<'static>> {
         let elapsed = l.elapsed_s(self.now_unix_ms);
+        // Halving's later rounds rerun a configuration for longer; say which run this is.
+        let round = if l.round > 0 {
+            format!(" · round {}", l.round + 1)
+        } else {
+            String::new()
+        };
         let mut lines = vec![
             Line::from(vec![
                 Span::styled(l.label.clone(), Style::new().bold().fg(Color::Cyan)),
                 Span::raw(format!(
-                    "  trial {}/{} · repeat {}/{} · {elapsed:.0} s",
+                    "  trial {}/{}{round} · repeat {}/{} · {elapsed:.0} s",
                     l.index, l.total, l.repeat, l.repeats
                 )),
             ]),
