@@ -236,7 +236,7 @@ fn small_terminals_get_a_message_not_garbage() {
         "{s}"
     );
     // Tiny and odd sizes must not panic.
-    for (w, h) in [(1, 1), (0, 0), (200, 18), (60, 200), (61, 19)] {
+    for (w, h) in [(1, 1), (0, 0), (200, 18), (60, 200), (61, 19), (1000, 700)] {
         screen(&app, w, h);
     }
 }

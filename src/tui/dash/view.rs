@@ -86,9 +86,14 @@ fn share_lines(shares: &[(&str, f64)], width: u16) -> Vec<Line<'static>> {
         .collect()
 }
 
+/// `p` percent of `v`, without overflowing on very large terminals.
+fn pct(v: u16, p: u16) -> u16 {
+    (u32::from(v) * u32::from(p) / 100) as u16
+}
+
 fn centered(area: Rect, w_pct: u16, h_pct: u16) -> Rect {
-    let w = (area.width * w_pct / 100).max(40).min(area.width);
-    let h = (area.height * h_pct / 100).max(10).min(area.height);
+    let w = pct(area.width, w_pct).max(40).min(area.width);
+    let h = pct(area.height, h_pct).max(10).min(area.height);
     Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
@@ -115,7 +120,8 @@ impl Widget for &App {
         let note = self.device_note.is_some();
         let dev_need = rows_needed(&self.devices, note) + 2;
         let trial_need = self.live_rows() + 2;
-        let top_h = dev_need.max(trial_need).clamp(6, body.height * 2 / 5);
+        // `max` then `min`, not `clamp`: at the smallest sizes the cap is below 6.
+        let top_h = dev_need.max(trial_need).max(6).min(pct(body.height, 40));
         let recs = self.recommendations_len() as u16;
         let rec_h = (recs.max(1) + 2).clamp(3, 8).min(body.height / 4);
         let [top, results, recs_area] = Layout::vertical([
