@@ -38,6 +38,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Compares a report with a baseline report: exit 0 pass, 1 regression, 2 bad input.
     Gate(GateArgs),
+    /// Live terminal dashboard of a running or finished sweep.
+    Dash(DashArgs),
     /// One trial of a sweep (run by `tune sweep` in a child process; prints one JSON line).
     #[command(hide = true)]
     Trial(TrainArgs),
@@ -217,6 +219,13 @@ pub struct ReportArgs {
 }
 
 #[derive(Debug, Args, Clone)]
+pub struct DashArgs {
+    /// A sweep folder (reports/<name>) or a report.json. Default: the sweep under
+    /// reports/ that changed last.
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args, Clone)]
 pub struct ProbeArgs {
     /// Print JSON.
     #[arg(long)]
@@ -228,7 +237,7 @@ pub struct BenchArgs {
     /// Thread counts to measure.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
-    /// What to measure: mlp, cnn, gemm.
+    /// What to measure: mlp, cnn, gemm, dash (one dashboard frame: 100 trials, 4 devices).
     #[arg(long, value_delimiter = ',', default_value = "mlp,cnn,gemm")]
     pub what: Vec<String>,
     /// Timed runs per configuration (median reported).

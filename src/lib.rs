@@ -13,6 +13,7 @@ pub mod gate;
 pub mod knobs;
 pub mod report;
 pub mod runner;
+pub mod tui;
 
 pub use error::{Error, Result};
 pub use knobs::Knobs;

@@ -13,6 +13,7 @@ fn main() -> ExitCode {
         Command::Probe(a) => tune::commands::probe::main(a),
         Command::Bench(a) => tune::commands::bench::main(a),
         Command::Gate(a) => tune::commands::gate::main(a),
+        Command::Dash(a) => tune::tui::dash::main(a),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

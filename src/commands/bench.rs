@@ -112,6 +112,31 @@ fn gemm_row(n: usize, threads: usize) -> Result<Row> {
     })
 }
 
+/// One dashboard frame over a synthetic sweep of 100 trials on 4 devices; `--runs` times
+/// 100 frames, median and 95th percentile reported.
+fn dash_row(a: &BenchArgs) -> Result<()> {
+    let (trials, devices, w, h) = (100, 4, 160, 48);
+    let t = crate::tui::dash::bench::measure(trials, devices, w, h, a.runs * 100)?;
+    if a.json {
+        let line = serde_json::json!({
+            "engine": "tune", "workload": "dash-frame", "trials": trials, "devices": devices,
+            "width": w, "height": h, "frames": t.frames,
+            "median_ms": t.median_ms, "p95_ms": t.p95_ms, "max_ms": t.max_ms,
+            "cpu_ms_mean": t.cpu_ms_mean,
+        });
+        println!("{line}");
+    } else {
+        let cpu = t
+            .cpu_ms_mean
+            .map_or("unknown".into(), |c| format!("{c:.3} ms"));
+        println!(
+            "dash frame ({trials} trials, {devices} devices, {w}x{h}): wall median {:.3} ms, p95 {:.3} ms, max {:.3} ms; CPU {cpu} per frame; {} frames",
+            t.median_ms, t.p95_ms, t.max_ms, t.frames
+        );
+    }
+    Ok(())
+}
+
 pub fn main(a: &BenchArgs) -> Result<i32> {
     if a.runs == 0 || a.steps == 0 || a.threads.contains(&0) {
         return Err(Error::Invalid(
@@ -119,6 +144,10 @@ pub fn main(a: &BenchArgs) -> Result<i32> {
         ));
     }
     for what in &a.what {
+        if what == "dash" {
+            dash_row(a)?;
+            continue;
+        }
         for &t in &a.threads {
             let rows = match what.as_str() {
                 "mlp" => vec![train_row(ModelKind::Mlp, 128, t, a)?],
@@ -129,7 +158,7 @@ pub fn main(a: &BenchArgs) -> Result<i32> {
                     .collect::<Result<_>>()?,
                 other => {
                     return Err(Error::Invalid(format!(
-                        "bench: unknown workload '{other}': allowed values are mlp, cnn, gemm"
+                        "bench: unknown workload '{other}': allowed values are mlp, cnn, gemm, dash"
                     )))
                 }
             };

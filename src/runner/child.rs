@@ -25,8 +25,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::live::LiveWriter;
 use crate::cli::TrainArgs;
-use crate::engine::train::{run, NoObserver, RunSummary};
+use crate::engine::train::{run, NoObserver, Observer, RunSummary};
 use crate::error::Error;
 use crate::knobs::Knobs;
 
@@ -81,7 +82,14 @@ pub fn child_main(args: &TrainArgs) -> i32 {
     if let Some(code) = inject_fault(&knobs, cap) {
         return code;
     }
-    match run(&args.workload(), &knobs, &mut NoObserver) {
+    // Progress for a dashboard, when the sweep asked for it (see `live`).
+    let mut live = LiveWriter::from_env(args.warmup);
+    let mut quiet = NoObserver;
+    let obs: &mut dyn Observer = match live.as_mut() {
+        Some(w) => w,
+        None => &mut quiet,
+    };
+    match run(&args.workload(), &knobs, obs) {
         Ok(s) => {
             print_line(&Line::Ok(&s));
             0

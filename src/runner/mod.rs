@@ -5,6 +5,7 @@
 
 mod child;
 pub mod journal;
+pub mod live;
 pub mod metric;
 pub mod plan;
 pub mod record;

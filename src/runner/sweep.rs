@@ -7,12 +7,14 @@
 use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
 use super::journal::Journal;
+use super::live::{self, LiveTrial, LIVE_JSON};
 use super::plan::{self, halving_rounds, select_top, Trial};
 use super::record::{Record, Status, TrialRecord};
 use super::spec::{Spec, Strategy, Workload};
@@ -21,17 +23,20 @@ use super::trial::{run_trial, TrialEnv};
 use crate::cli::SweepArgs;
 use crate::error::{Error, Result};
 use crate::report::{self, build, markdown, JOURNAL};
+use crate::tui;
 
-/// Where progress goes: a bar on a terminal, plain lines otherwise, JSON with `--json`.
+/// Where progress goes: a bar on a terminal, plain lines otherwise, JSON with `--json`,
+/// nowhere with `--tui` (the dashboard owns the terminal and reads the journal).
 struct Progress {
     bar: ProgressBar,
     json: bool,
     plain: bool,
+    tui: bool,
 }
 
 impl Progress {
-    fn new(total: usize, json: bool) -> Progress {
-        let interactive = !json && std::io::stderr().is_terminal();
+    fn new(total: usize, json: bool, tui: bool) -> Progress {
+        let interactive = !json && !tui && std::io::stderr().is_terminal();
         let bar = ProgressBar::with_draw_target(
             Some(total as u64),
             if interactive {
@@ -52,7 +57,8 @@ impl Progress {
         Progress {
             bar,
             json,
-            plain: !json && !interactive,
+            plain: !json && !interactive && !tui,
+            tui,
         }
     }
 
@@ -62,6 +68,9 @@ impl Progress {
 
     fn finished(&self, rec: &TrialRecord) {
         self.bar.inc(1);
+        if self.tui {
+            return;
+        }
         let sps = median_sps(rec);
         if self.json {
             let line = json!({
@@ -147,6 +156,7 @@ impl Sweep<'_> {
                 return Ok(r.clone());
             }
         }
+        self.check_cancel(&trial.label)?;
         self.progress.start(&trial.label);
         let mut rec = TrialRecord {
             id: trial.id.clone(),
@@ -158,8 +168,10 @@ impl Sweep<'_> {
             error: None,
             repeats: Vec::new(),
         };
-        for _ in 0..repeats.max(1) {
+        for r in 0..repeats.max(1) {
+            self.show_live(trial, round, r + 1, repeats.max(1));
             let o = run_trial(&self.env, self.spec, &trial.knobs, steps);
+            self.check_cancel(&trial.label)?;
             rec.repeats.extend(o.repeat);
             if o.status != Status::Ok {
                 // Failures here are deterministic far more often than not (an unsupported
@@ -170,10 +182,60 @@ impl Sweep<'_> {
             }
         }
         self.journal.append(&Record::Trial(rec.clone()))?;
+        if let Some(p) = &self.env.live_file {
+            live::clear(p);
+        }
         self.done.insert(key);
         self.records.push(rec.clone());
         self.progress.finished(&rec);
         Ok(rec)
+    }
+}
+
+impl Sweep<'_> {
+    /// Tells a dashboard which trial starts now; its child fills in the steps.
+    fn show_live(&self, trial: &Trial, round: usize, repeat: usize, repeats: usize) {
+        let Some(path) = &self.env.live_file else {
+            return;
+        };
+        let now = live::unix_ms();
+        let state = LiveTrial {
+            id: trial.id.clone(),
+            label: trial.label.clone(),
+            knobs: trial.knobs.clone(),
+            round,
+            repeat,
+            repeats,
+            index: self.progress.bar.position() as usize + 1,
+            total: self.progress.bar.length().unwrap_or(0) as usize,
+            started_unix_ms: now,
+            updated_unix_ms: now,
+            pid: std::process::id(),
+            ..LiveTrial::default()
+        };
+        // A dashboard that cannot see the trial start is no reason to stop the sweep.
+        let _ = state.store(path);
+    }
+
+    /// Stops between (or right after killing) trials when the dashboard asked to quit;
+    /// the trial that was cut short is not journaled, so `--resume` reruns it.
+    fn check_cancel(&self, label: &str) -> Result<()> {
+        let stop = self
+            .env
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed));
+        if !stop {
+            return Ok(());
+        }
+        if let Some(p) = &self.env.live_file {
+            live::clear(p);
+        }
+        Err(Error::Runtime(format!(
+            "sweep stopped from the dashboard before '{label}' finished; {} finished trial(s) are in {}: continue with --resume",
+            self.done.len(),
+            self.journal.path().display()
+        )))
     }
 }
 
@@ -228,7 +290,7 @@ fn measured_steps(spec: &Spec) -> usize {
 pub fn main(args: &SweepArgs) -> Result<i32> {
     let spec = Spec::load(&args.spec)?;
     if args.tui {
-        eprintln!("note: --tui is not available yet; showing the progress bar instead");
+        tui::dash::check_terminal("tune sweep --tui", args.json)?;
     }
     let plan = plan::plan(&spec);
     if plan.trials.is_empty() {
@@ -253,7 +315,6 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
         })?;
     }
     let steps = measured_steps(&spec);
-    let repeats = spec.search.repeats;
     let n = plan.trials.len();
     let rounds = match spec.search.strategy {
         Strategy::Halving => halving_rounds(n, spec.search.eta),
@@ -266,18 +327,80 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
             exe,
             timeout: Duration::from_secs(spec.search.timeout_s),
             mem_cap_bytes: mem_cap(&spec),
+            live_file: Some(out.join(LIVE_JSON)),
+            cancel: None,
         },
         journal,
         done: previous.iter().map(|r| (r.id.clone(), r.round)).collect(),
         records: previous,
-        progress: Progress::new(total, args.json),
+        progress: Progress::new(total, args.json, args.tui),
     };
     let skipped = sweep.done.len();
-    if skipped > 0 && !args.json {
+    if skipped > 0 && !args.json && !args.tui {
         eprintln!("resuming: {skipped} finished trial(s) in the journal are not rerun");
     }
+    let (report, paths) = if args.tui {
+        let link = tui::dash::SweepLink::default();
+        sweep.env.cancel = Some(link.cancel.clone());
+        std::thread::scope(|s| {
+            let worker = s.spawn(|| {
+                let _ended = link.on_end();
+                let r = execute(&mut sweep, &spec, &plan.trials, &rounds, steps, &out);
+                link.end(match &r {
+                    Ok((report, _)) => format!(
+                        "sweep finished: {} trial(s), reports written",
+                        report.trials.len()
+                    ),
+                    Err(e) => format!("sweep stopped: {e}"),
+                });
+                r
+            });
+            let _stop = link.stop_on_unwind();
+            let shown = tui::dash::run_attached(&out, &link);
+            // Whatever ended the dashboard, the sweep must not outlive this function.
+            if shown.is_err() {
+                link.cancel.store(true, Ordering::Relaxed);
+            }
+            let swept = worker
+                .join()
+                .map_err(|_| Error::Runtime("the sweep thread panicked".into()))?;
+            shown?;
+            swept
+        })?
+    } else {
+        execute(&mut sweep, &spec, &plan.trials, &rounds, steps, &out)?
+    };
+    let ok = report
+        .trials
+        .iter()
+        .filter(|t| t.status == Status::Ok)
+        .count();
+    if args.json {
+        println!(
+            "{}",
+            json!({"report": paths[0], "html": paths[1], "summary": paths[2], "ok": ok, "trials": report.trials.len()})
+        );
+    } else {
+        print_table(&report);
+        for p in &paths {
+            println!("{}", p.display());
+        }
+    }
+    Ok(if ok == 0 { 1 } else { 0 })
+}
+
+/// Runs the rounds of the plan, then writes the reports.
+fn execute(
+    sweep: &mut Sweep<'_>,
+    spec: &Spec,
+    trials: &[Trial],
+    rounds: &[(usize, usize)],
+    steps: usize,
+    out: &Path,
+) -> Result<(report::Report, [PathBuf; 3])> {
+    let repeats = spec.search.repeats;
     let last_mult = rounds.last().map_or(1, |r| r.1);
-    let mut candidates: Vec<Trial> = plan.trials.clone();
+    let mut candidates: Vec<Trial> = trials.to_vec();
     for (round, &(keep, mult)) in rounds.iter().enumerate() {
         let final_round = round + 1 == rounds.len();
         // Halving's early rounds are short screens; only the last runs the spec's steps.
@@ -308,26 +431,12 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
         }
     }
     sweep.progress.bar.finish_and_clear();
-
-    let report = build::build(&spec, &sweep.records);
-    let paths = report::write_all(&out, &report)?;
-    let ok = report
-        .trials
-        .iter()
-        .filter(|t| t.status == Status::Ok)
-        .count();
-    if args.json {
-        println!(
-            "{}",
-            json!({"report": paths[0], "html": paths[1], "summary": paths[2], "ok": ok, "trials": report.trials.len()})
-        );
-    } else {
-        print_table(&report);
-        for p in &paths {
-            println!("{}", p.display());
-        }
+    if let Some(p) = &sweep.env.live_file {
+        live::clear(p);
     }
-    Ok(if ok == 0 { 1 } else { 0 })
+    let report = build::build(spec, &sweep.records);
+    let paths = report::write_all(out, &report)?;
+    Ok((report, paths))
 }
 
 fn print_table(r: &report::Report) {

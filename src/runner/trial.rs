@@ -9,6 +9,8 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -16,6 +18,7 @@ use serde::Deserialize;
 
 pub use super::child::child_main;
 use super::child::{EXIT_OOM, MEM_CAP_ENV};
+use super::live::LIVE_ENV;
 use super::metric::{json_value, NumberPattern};
 use super::record::{Repeat, Status};
 use super::spec::{CommandWorkload, EngineWorkload, Metric, Spec, Workload};
@@ -33,6 +36,11 @@ pub struct TrialEnv {
     pub timeout: Duration,
     /// Resident-memory cap for engine trials.
     pub mem_cap_bytes: Option<u64>,
+    /// Where engine trials write their progress (`live::LIVE_ENV`), if anywhere.
+    pub live_file: Option<PathBuf>,
+    /// Set to stop the running child at once (the dashboard's quit); its outcome is then
+    /// meaningless and must not be journaled.
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 /// The result of one run of one configuration.
@@ -112,7 +120,11 @@ fn run_engine(env: &TrialEnv, w: &EngineWorkload, knobs: &Knobs, steps: usize) -
     if let Some(cap) = env.mem_cap_bytes {
         cmd.env(MEM_CAP_ENV, cap.to_string());
     }
-    let fin = match supervise(cmd, env.timeout, false) {
+    match &env.live_file {
+        Some(p) => cmd.env(LIVE_ENV, p),
+        None => cmd.env_remove(LIVE_ENV),
+    };
+    let fin = match supervise(cmd, env, false) {
         Ok(f) => f,
         Err(e) => return Outcome::fail(Status::Failed, e),
     };
@@ -152,7 +164,7 @@ fn run_command(env: &TrialEnv, spec_dir: &Path, c: &CommandWorkload, knobs: &Kno
     };
     let mut cmd = Command::new("sh");
     cmd.arg("-c").arg(&line).current_dir(&cwd);
-    let fin = match supervise(cmd, env.timeout, true) {
+    let fin = match supervise(cmd, env, true) {
         Ok(f) => f,
         Err(e) => return Outcome::fail(Status::Failed, e),
     };
@@ -262,10 +274,10 @@ fn reader<R: Read + Send + 'static>(r: R, keep: Option<usize>) -> JoinHandle<Vec
     })
 }
 
-/// Spawns `cmd` with piped output, waits up to `timeout`, kills it past that. With
-/// `group`, the child leads a new process group and the whole group is killed, so a
-/// shell's grandchildren do not outlive it (and keep our pipes open).
-fn supervise(mut cmd: Command, timeout: Duration, group: bool) -> Result<Finished, String> {
+/// Spawns `cmd` with piped output, waits up to the trial timeout, kills it past that or
+/// when cancelled. With `group`, the child leads a new process group and the whole group
+/// is killed, so a shell's grandchildren do not outlive it (and keep our pipes open).
+fn supervise(mut cmd: Command, env: &TrialEnv, group: bool) -> Result<Finished, String> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -280,7 +292,8 @@ fn supervise(mut cmd: Command, timeout: Duration, group: bool) -> Result<Finishe
         .map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
     let out = child.stdout.take().map(|o| reader(o, None));
     let err = child.stderr.take().map(|e| reader(e, Some(STDERR_TAIL)));
-    let (status, timed_out) = wait_with_timeout(&mut child, timeout, group);
+    let (status, timed_out) =
+        wait_with_timeout(&mut child, env.timeout, env.cancel.as_deref(), group);
     let join =
         |h: Option<JoinHandle<Vec<String>>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
     Ok(Finished {
@@ -295,6 +308,7 @@ fn supervise(mut cmd: Command, timeout: Duration, group: bool) -> Result<Finishe
 fn wait_with_timeout(
     child: &mut Child,
     timeout: Duration,
+    cancel: Option<&AtomicBool>,
     group: bool,
 ) -> (Option<ExitStatus>, bool) {
     let deadline = Instant::now() + timeout;
@@ -305,7 +319,8 @@ fn wait_with_timeout(
             Ok(None) => {}
             Err(_) => return (child.wait().ok(), false),
         }
-        if Instant::now() >= deadline {
+        let cancelled = cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+        if cancelled || Instant::now() >= deadline {
             if group {
                 // No libc here: kill(1) with a negative pid signals the whole group.
                 let _ = Command::new("kill")
@@ -313,7 +328,7 @@ fn wait_with_timeout(
                     .status();
             }
             let _ = child.kill();
-            return (child.wait().ok(), true);
+            return (child.wait().ok(), !cancelled);
         }
         std::thread::sleep(poll);
         // Short trials answer fast; long ones need not be polled 200 times a second.
@@ -362,12 +377,42 @@ mod tests {
             exe: PathBuf::from("unused"),
             timeout: Duration::from_secs(10),
             mem_cap_bytes: None,
+            live_file: None,
+            cancel: None,
         };
         let o = run_trial(&env, &spec, &spec.search.baseline, 1);
         assert_eq!(o.status, Status::Ok, "{:?}", o.error);
         let r = o.repeat.unwrap();
         assert_eq!(r.step_times, vec![0.1, 0.05]);
         assert_eq!(r.samples_per_s, 15.0);
+    }
+
+    #[test]
+    fn cancel_kills_the_child_and_is_not_a_timeout() {
+        let spec = Spec::parse(
+            "[workload.command]\nrun = \"sleep 30; echo 'samples/s: 1'\"\nmetric_regex = 'samples/s: ([0-9.]+)'\n",
+            "/tmp/x.toml",
+        )
+        .unwrap();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let env = TrialEnv {
+            exe: PathBuf::from("unused"),
+            timeout: Duration::from_secs(60),
+            mem_cap_bytes: None,
+            live_file: None,
+            cancel: Some(cancel.clone()),
+        };
+        let t = Instant::now();
+        let o = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                cancel.store(true, Ordering::Relaxed);
+            });
+            run_trial(&env, &spec, &spec.search.baseline, 1)
+        });
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        assert_ne!(o.status, Status::Timeout);
+        assert_ne!(o.status, Status::Ok);
     }
 
     #[test]
@@ -381,6 +426,8 @@ mod tests {
             exe: PathBuf::from("unused"),
             timeout: Duration::from_millis(300),
             mem_cap_bytes: None,
+            live_file: None,
+            cancel: None,
         };
         let t = Instant::now();
         let o = run_trial(&env, &spec, &spec.search.baseline, 1);

@@ -1,0 +1,11 @@
+//! The terminal dashboard. `dash` is `tune dash` and `tune sweep --tui`; `widgets` holds
+//! what other screens share (the devices panel, for `tune watch`); `terminal` owns the
+//! terminal's raw mode and its restoration on every way out, panics included.
+//!
+//! The shape follows ratatui's demo2 and bottom: one event enum, fed by an input thread
+//! and a data thread; the app state drawn with `impl Widget for &App`; no file or device
+//! I/O while drawing.
+
+pub mod dash;
+pub mod terminal;
+pub mod widgets;
