@@ -222,6 +222,8 @@ mod tests {
                 total_current: 1000,
                 total_peak: 4000,
             },
+            loss_scale: None,
+            skipped: false,
         }
     }
 
