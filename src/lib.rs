@@ -12,6 +12,7 @@ pub mod error;
 pub mod knobs;
 pub mod report;
 pub mod runner;
+pub mod watch;
 
 pub use error::{Error, Result};
 pub use knobs::Knobs;

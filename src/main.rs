@@ -12,6 +12,7 @@ fn main() -> ExitCode {
         Command::Report(a) => tune::report::main(a),
         Command::Probe(a) => tune::commands::probe::main(a),
         Command::Bench(a) => tune::commands::bench::main(a),
+        Command::Watch(a) => tune::commands::watch::main(a),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
