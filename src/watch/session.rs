@@ -100,11 +100,18 @@ pub fn run(opts: &Options) -> Result<i32> {
             "watch: --interval must be at least 1 ms".into(),
         ));
     }
+    // Attach first: a dead pid must leave nothing behind. Then make sure the report
+    // can be written before a command is started, not after it ran for hours.
+    let attached = match &opts.what {
+        What::Pid(p) => Some(Target::attach(*p)?),
+        What::Command(_) => None,
+    };
     prepare_out(&opts.out)?;
     catch_stop_signals()?;
-    let mut target = match &opts.what {
-        What::Pid(p) => Target::attach(*p)?,
-        What::Command(c) => Target::spawn(c, opts.json)?,
+    let mut target = match (attached, &opts.what) {
+        (Some(t), _) => t,
+        (None, What::Command(c)) => Target::spawn(c, opts.json)?,
+        (None, What::Pid(p)) => Target::attach(*p)?,
     };
     let started = Instant::now();
     let host = HostSampler::new().watch(target.pid());
