@@ -47,12 +47,24 @@ impl Sampler for EngineDevices {
         if trackers.is_empty() {
             return;
         }
-        for (i, t) in trackers.iter().enumerate() {
+        let n = trackers.len().min(self.counters.len());
+        for (i, t) in trackers.iter().take(n).enumerate() {
             self.counters.set_bytes(i, t.total_current());
             self.counters.raise_peak(i, t.total_peak());
         }
         drop(trackers);
+        let first = out.len();
         self.inner.sample(now_ms, out);
+        // Counters for devices the run did not create would read as idle and empty:
+        // leave them out rather than report zeros.
+        let mut i = first;
+        while i < out.len() {
+            if out[i].device.is_some_and(|d| d as usize >= n) {
+                out.remove(i);
+            } else {
+                i += 1;
+            }
+        }
     }
 }
 
@@ -209,6 +221,22 @@ mod tests {
         s.sample(100.0, &mut out);
         let busy = out[0].get(metric::BUSY_PCT).unwrap();
         assert!((busy - 60.0).abs() < 1e-6, "{busy}");
+    }
+
+    #[test]
+    fn devices_the_run_did_not_create_are_not_reported() {
+        let counters = DeviceCounters::new_shared(2);
+        let trackers: Trackers = Arc::default();
+        let mut s = EngineDevices {
+            trackers: Arc::clone(&trackers),
+            counters: Arc::clone(&counters),
+            inner: EngineSampler::new(Arc::clone(&counters)),
+        };
+        lock(&trackers).push(Arc::clone(Device::cpu(0, 1).mem()));
+        let mut out = Vec::new();
+        s.sample(0.0, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].device, Some(0));
     }
 
     #[test]
