@@ -27,7 +27,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// One training run with a live progress line.
-    Train(TrainArgs),
+    Train(TrainCmdArgs),
     /// Runs a sweep spec: trials in child processes, journal, report.json/html, summary.md.
     Sweep(SweepArgs),
     /// Re-renders a report from a report.json or a sweep directory.
@@ -40,6 +40,8 @@ pub enum Command {
     Gate(GateArgs),
     /// Live terminal dashboard of a running or finished sweep.
     Dash(DashArgs),
+    /// Follows a process tree (a command it starts, or --pid) with the probes; writes a report.
+    Watch(WatchArgs),
     /// One trial of a sweep (run by `tune sweep` in a child process; prints one JSON line).
     #[command(hide = true)]
     Trial(TrainArgs),
@@ -188,6 +190,36 @@ impl TrainArgs {
     }
 }
 
+/// `tune train`: the run flags plus what only an interactive run has.
+#[derive(Debug, Args, Clone)]
+pub struct TrainCmdArgs {
+    #[command(flatten)]
+    pub run: TrainArgs,
+    /// Sample host, process, engine devices and GPUs every MS milliseconds on one
+    /// timeline, and print per-device summaries and findings (off by default).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub sample_interval: Option<u64>,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct WatchArgs {
+    /// Watch this running process and its descendants instead of starting a command.
+    #[arg(long, conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// Sampling interval in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub interval: u64,
+    /// Stream one JSON sample per line on stdout (the command's stdout goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Folder for report.json and summary.md (default: reports/watch-<time>-<pid>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The command to start and watch, after `--`; its exit code becomes tune's.
+    #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
+    pub command: Vec<String>,
+}
+
 #[derive(Debug, Args, Clone)]
 pub struct SweepArgs {
     /// The sweep spec (TOML).
@@ -237,7 +269,8 @@ pub struct BenchArgs {
     /// Thread counts to measure.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
-    /// What to measure: mlp, cnn, gemm, dash (one dashboard frame: 100 trials, 4 devices).
+    /// What to measure: mlp, cnn, gemm, dash (one dashboard frame: 100 trials, 4 devices),
+    /// sampling (10 Hz probes on vs off). dash and sampling are not in the default.
     #[arg(long, value_delimiter = ',', default_value = "mlp,cnn,gemm")]
     pub what: Vec<String>,
     /// Timed runs per configuration (median reported).

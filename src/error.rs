@@ -50,6 +50,10 @@ pub enum Error {
     /// Anything else that went wrong at run time (a worker thread died, a channel closed).
     #[error("{0}")]
     Runtime(String),
+
+    /// The samplers could not run (the sampling thread did not start or panicked).
+    #[error("probes: {0}")]
+    Probe(#[from] tune_probes::ProbeError),
 }
 
 impl Error {

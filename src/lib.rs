@@ -14,6 +14,7 @@ pub mod knobs;
 pub mod report;
 pub mod runner;
 pub mod tui;
+pub mod watch;
 
 pub use error::{Error, Result};
 pub use knobs::Knobs;

@@ -14,6 +14,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => tune::commands::bench::main(a),
         Command::Gate(a) => tune::commands::gate::main(a),
         Command::Dash(a) => tune::tui::dash::main(a),
+        Command::Watch(a) => tune::commands::watch::main(a),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

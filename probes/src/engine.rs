@@ -91,6 +91,14 @@ impl DeviceCounters {
         }
     }
 
+    /// Raises the peak to `bytes` if it is higher, for engines whose allocator
+    /// keeps its own peak (a peak between two ticks would otherwise be missed).
+    pub fn raise_peak(&self, dev: usize, bytes: u64) {
+        if let Some(d) = self.dev(dev) {
+            d.peak.fetch_max(bytes, Ordering::Relaxed);
+        }
+    }
+
     /// Starts a new peak window (e.g. per trial) from the current bytes.
     pub fn reset_peak(&self, dev: usize) {
         if let Some(d) = self.dev(dev) {
@@ -193,6 +201,10 @@ mod tests {
         assert_eq!(c.read(1).map(|r| r.busy_ns), Some(10));
         c.reset_peak(0);
         assert_eq!(c.read(0).map(|r| r.peak_bytes), Some(50));
+        c.raise_peak(0, 40);
+        assert_eq!(c.read(0).map(|r| r.peak_bytes), Some(50));
+        c.raise_peak(0, 900);
+        assert_eq!(c.read(0).map(|r| (r.bytes, r.peak_bytes)), Some((50, 900)));
         assert_eq!(c.read(2), None);
     }
 

@@ -3,9 +3,10 @@
 //! Parsers are pure functions over the file text so they are tested on
 //! captured text; only [`HostSampler`] and the `read_*` helpers touch `/proc`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::ProbeError;
 use crate::sample::{Sample, Sampler, Source};
@@ -23,6 +24,14 @@ pub mod metric {
     /// `Tree`: threads over all members.
     pub const TREE_THREADS: &str = "threads";
 }
+
+/// How often the watched tree is looked for in all of `/proc`; in between only its
+/// known members and the children of their main threads are read. A full scan reads
+/// every process's `stat` (about 2 ms of CPU per 100 processes on a small VM), too
+/// much for every 100 ms tick. A child's CPU time before it is found is not counted,
+/// and a child that lives shorter than a tick may not be seen at all (its CPU time
+/// still counts once its parent, a member, has reaped it).
+pub const TREE_RESCAN_MS: f64 = 1000.0;
 
 /// Linux fixes USER_HZ (the unit of `/proc` CPU times) at 100 on every
 /// mainstream architecture; reading it via sysconf would need libc for no gain.
@@ -289,12 +298,48 @@ pub fn read_rss(pid: u32) -> Option<u64> {
     parse_vm_rss(&text).ok().flatten()
 }
 
+/// Every pid seen in a watched tree so far, shared with readers outside the
+/// sampling thread (e.g. to tell the tree's GPU processes from other users').
+/// Pids are never removed: a member that exited still did its work in the tree.
+#[derive(Clone, Debug, Default)]
+pub struct TreeMembers(Arc<Mutex<BTreeSet<u32>>>);
+
+impl TreeMembers {
+    /// A copy of the pids seen so far.
+    pub fn pids(&self) -> BTreeSet<u32> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn contains(&self, pid: u32) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&pid)
+    }
+
+    fn add(&self, pids: &[u32]) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(pids.iter().copied());
+    }
+}
+
 /// Per-core and total CPU utilisation, and optionally a watched process tree.
 pub struct HostSampler {
     proc_root: PathBuf,
     watch: Option<u32>,
     prev_stat: Option<ProcStat>,
     prev_tree: Option<(f64, u64)>,
+    members: TreeMembers,
+    /// `(pid, starttime)` of the tree's members at the last tick.
+    known: Vec<(u32, u64)>,
+    last_scan_ms: Option<f64>,
+    /// Start time of the watched root, once seen.
+    root_start: Option<u64>,
 }
 
 impl Default for HostSampler {
@@ -310,7 +355,23 @@ impl HostSampler {
             watch: None,
             prev_stat: None,
             prev_tree: None,
+            members: TreeMembers::default(),
+            known: Vec::new(),
+            last_scan_ms: None,
+            root_start: None,
         }
+    }
+
+    /// A handle on the pids seen in the watched tree; stays valid after the
+    /// sampler moves to the recorder thread.
+    pub fn tree_members(&self) -> TreeMembers {
+        self.members.clone()
+    }
+
+    /// Reads `root` instead of `/proc` (a `/proc` mounted elsewhere, or captured files).
+    pub fn with_proc_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.proc_root = root.into();
+        self
     }
 
     /// Also report CPU, RSS and process count of `root` and its descendants.
@@ -347,21 +408,83 @@ impl HostSampler {
         self.prev_stat = Some(cur);
     }
 
-    fn sample_tree(&mut self, root: u32, now_ms: f64, out: &mut Vec<Sample>) {
-        let Ok(stats) = read_all_pid_stats(&self.proc_root) else {
-            return;
-        };
+    /// The tree's members now: after a full scan of `/proc` when one is due, else by
+    /// re-reading the members already known (a process that reused a member's pid is
+    /// told apart by its start time).
+    fn tree_stats(&mut self, root: u32, now_ms: f64) -> Option<Vec<PidStat>> {
+        let due = self
+            .last_scan_ms
+            .is_none_or(|t| now_ms - t >= TREE_RESCAN_MS || now_ms < t);
+        if !due {
+            let read = |pid: u32| -> Option<PidStat> {
+                let text =
+                    fs::read_to_string(self.proc_root.join(pid.to_string()).join("stat")).ok()?;
+                parse_pid_stat(&text).ok()
+            };
+            let mut known: Vec<PidStat> = self
+                .known
+                .iter()
+                .filter_map(|&(pid, start)| read(pid).filter(|s| s.starttime == start))
+                .collect();
+            // Children of the members' main threads are listed in
+            // task/<pid>/children (CONFIG_PROC_CHILDREN): new workers are found at
+            // once. Children of other threads wait for the next full scan.
+            let mut i = 0;
+            while i < known.len() {
+                let pid = known[i].pid;
+                let path = self
+                    .proc_root
+                    .join(pid.to_string())
+                    .join("task")
+                    .join(pid.to_string())
+                    .join("children");
+                if let Ok(text) = fs::read_to_string(path) {
+                    for c in text.split_ascii_whitespace().filter_map(|c| c.parse().ok()) {
+                        if !known.iter().any(|s| s.pid == c) {
+                            known.extend(read(c).filter(|s| s.ppid == pid));
+                        }
+                    }
+                }
+                i += 1;
+            }
+            if known.iter().any(|s| s.pid == root) {
+                return Some(known);
+            }
+            // The root vanished or was never known: only a full scan can tell.
+        }
+        let stats = read_all_pid_stats(&self.proc_root).ok()?;
+        self.last_scan_ms = Some(now_ms);
         let links: Vec<(u32, u32)> = stats.iter().map(|s| (s.pid, s.ppid)).collect();
         if !stats.iter().any(|s| s.pid == root) {
-            // The watched process is gone: report nothing rather than zeros.
-            self.prev_tree = None;
-            return;
+            return Some(Vec::new());
         }
         let tree = descendants(root, &links);
-        let members: Vec<&PidStat> = stats
-            .iter()
-            .filter(|s| tree.binary_search(&s.pid).is_ok())
-            .collect();
+        Some(
+            stats
+                .into_iter()
+                .filter(|s| tree.binary_search(&s.pid).is_ok())
+                .collect(),
+        )
+    }
+
+    fn sample_tree(&mut self, root: u32, now_ms: f64, out: &mut Vec<Sample>) {
+        let Some(members) = self.tree_stats(root, now_ms) else {
+            return;
+        };
+        let start = members.iter().find(|s| s.pid == root).map(|s| s.starttime);
+        let reused = matches!((self.root_start, start), (Some(a), Some(b)) if a != b);
+        if self.root_start.is_none() {
+            self.root_start = start;
+        }
+        if members.is_empty() || reused {
+            // The watched process is gone (a process that reused its pid is another
+            // process): report nothing rather than zeros.
+            self.prev_tree = None;
+            self.known.clear();
+            return;
+        }
+        let pids: Vec<u32> = members.iter().map(|s| s.pid).collect();
+        self.members.add(&pids);
 
         let mut sample = Sample::new(now_ms, Source::Tree).with_pid(root);
         sample.set(metric::TREE_PROCS, members.len() as f64);
@@ -383,16 +506,24 @@ impl HostSampler {
         }
 
         let jiffies: u64 = members.iter().map(|s| s.cpu_with_reaped_children()).sum();
+        // A member found only now (spawned since the last full scan) brings CPU time
+        // from before this tick; count it from here on instead of as a spike now.
+        let late: u64 = members
+            .iter()
+            .filter(|s| !self.known.contains(&(s.pid, s.starttime)))
+            .map(|s| s.cpu_with_reaped_children())
+            .sum();
         if let Some((prev_ms, prev_jiffies)) = self.prev_tree {
             let dt_s = (now_ms - prev_ms) / 1e3;
             if dt_s > 0.0 {
                 // A member re-parented out of the tree lowers the sum; that is
                 // not negative work, so clamp at zero.
-                let used = jiffies.saturating_sub(prev_jiffies) as f64 / USER_HZ;
+                let used = jiffies.saturating_sub(prev_jiffies + late) as f64 / USER_HZ;
                 sample.set(metric::TREE_CPU_PCT, 100.0 * used / dt_s);
             }
         }
         self.prev_tree = Some((now_ms, jiffies));
+        self.known = members.iter().map(|s| (s.pid, s.starttime)).collect();
         out.push(sample);
     }
 }
@@ -535,8 +666,11 @@ intr 12400 0 0
     #[test]
     fn live_sampler_reports_cores_and_watched_tree() {
         let mut s = HostSampler::new().watch(std::process::id());
+        let members = s.tree_members();
+        assert!(members.pids().is_empty());
         let mut out = Vec::new();
         s.sample(0.0, &mut out);
+        assert!(members.contains(std::process::id()));
         // First tick: no rates yet, but the tree's size and RSS are there.
         assert!(out.iter().all(|x| x.source == Source::Tree));
         let tree = &out[0];
@@ -559,6 +693,143 @@ intr 12400 0 0
         assert!((0.0..=100.0).contains(&u));
         let tree = out.iter().find(|x| x.source == Source::Tree).unwrap();
         assert!(tree.get(metric::TREE_CPU_PCT).unwrap() >= 0.0);
+    }
+
+    #[test]
+    fn tree_follows_a_spawned_child() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let mut s = HostSampler::new().watch(std::process::id());
+        let members = s.tree_members();
+        let mut out = Vec::new();
+        s.sample(0.0, &mut out);
+        let _ = child.kill();
+        let _ = child.wait();
+        let tree = out.iter().find(|x| x.source == Source::Tree).unwrap();
+        assert!(tree.get(metric::TREE_PROCS).unwrap() >= 2.0);
+        assert!(members.contains(child.id()));
+        assert!(members.contains(std::process::id()));
+    }
+
+    /// A fake `/proc` with one `stat` line per process: (pid, ppid, utime, cutime,
+    /// start), and `task/<pid>/children` files unless `no_children` (kernels without
+    /// CONFIG_PROC_CHILDREN).
+    fn write_proc(dir: &Path, procs: &[(u32, u32, u64, u64, u64)]) {
+        write_proc_with(dir, procs, true);
+    }
+
+    fn write_proc_with(dir: &Path, procs: &[(u32, u32, u64, u64, u64)], children: bool) {
+        let _ = fs::remove_dir_all(dir);
+        fs::create_dir_all(dir).unwrap();
+        fs::write(dir.join("stat"), "cpu 100 0 0 100\ncpu0 100 0 0 100\n").unwrap();
+        for &(pid, ppid, utime, cutime, start) in procs {
+            let d = dir.join(pid.to_string());
+            fs::create_dir_all(&d).unwrap();
+            let stat = format!(
+                "{pid} (python) S {ppid} 1 1 0 -1 0 0 0 0 0 {utime} 0 {cutime} 0 20 0 2 0 {start} 1000 250\n"
+            );
+            fs::write(d.join("stat"), stat).unwrap();
+            fs::write(d.join("status"), "Name:\tpython\nVmRSS:\t    1000 kB\n").unwrap();
+            if children {
+                let task = d.join("task").join(pid.to_string());
+                fs::create_dir_all(&task).unwrap();
+                let kids: Vec<String> = procs
+                    .iter()
+                    .filter(|p| p.1 == pid && p.0 != pid)
+                    .map(|p| p.0.to_string())
+                    .collect();
+                fs::write(task.join("children"), kids.join(" ")).unwrap();
+            }
+        }
+    }
+
+    fn tree_at(s: &mut HostSampler, t: f64) -> Option<(f64, Option<f64>)> {
+        let mut out = Vec::new();
+        s.sample(t, &mut out);
+        let tree = out.into_iter().find(|x| x.source == Source::Tree)?;
+        Some((
+            tree.get(metric::TREE_PROCS).unwrap(),
+            tree.get(metric::TREE_CPU_PCT),
+        ))
+    }
+
+    #[test]
+    fn tree_cpu_from_captured_proc_across_spawn_reap_and_exit() {
+        let dir = std::env::temp_dir().join(format!("tune-fake-proc-{}", std::process::id()));
+        // pid 1 is init, 10 the watched root, 20 unrelated.
+        write_proc(
+            &dir,
+            &[(1, 0, 0, 0, 1), (10, 1, 100, 0, 500), (20, 1, 9, 0, 7)],
+        );
+        let mut s = HostSampler::new().with_proc_root(&dir).watch(10);
+        assert_eq!(tree_at(&mut s, 0.0), Some((1.0, None)));
+
+        // 5 jiffies (50 ms) in 100 ms; a child appears and is found through the
+        // parent's children file: its 30 jiffies from before are not a spike.
+        write_proc(
+            &dir,
+            &[
+                (1, 0, 0, 0, 1),
+                (10, 1, 105, 0, 500),
+                (11, 10, 30, 0, 600),
+                (20, 1, 99, 0, 7),
+            ],
+        );
+        assert_eq!(tree_at(&mut s, 100.0), Some((2.0, Some(50.0))));
+        assert_eq!(
+            s.tree_members().pids().into_iter().collect::<Vec<_>>(),
+            vec![10, 11]
+        );
+
+        // A full rescan a second later agrees.
+        write_proc(
+            &dir,
+            &[
+                (1, 0, 0, 0, 1),
+                (10, 1, 205, 0, 500),
+                (11, 10, 30, 0, 600),
+                (20, 1, 99, 0, 7),
+            ],
+        );
+        assert_eq!(tree_at(&mut s, 1100.0), Some((2.0, Some(100.0))));
+
+        // Both busy: 20 jiffies in 100 ms is two cores.
+        write_proc(
+            &dir,
+            &[(1, 0, 0, 0, 1), (10, 1, 215, 0, 500), (11, 10, 40, 0, 600)],
+        );
+        assert_eq!(tree_at(&mut s, 1200.0), Some((2.0, Some(200.0))));
+
+        // The child exits and is reaped: its time moves into the parent's cutime.
+        write_proc(&dir, &[(1, 0, 0, 0, 1), (10, 1, 215, 40, 500)]);
+        assert_eq!(tree_at(&mut s, 1300.0), Some((1.0, Some(0.0))));
+
+        // The root is gone: no tree sample at all.
+        write_proc(&dir, &[(1, 0, 0, 0, 1)]);
+        assert_eq!(tree_at(&mut s, 1400.0), None);
+
+        // A new process reusing the root's pid is not the root.
+        write_proc(&dir, &[(1, 0, 0, 0, 1), (10, 1, 50, 0, 9999)]);
+        assert_eq!(tree_at(&mut s, 1500.0), None);
+        assert_eq!(tree_at(&mut s, 2600.0), None);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn without_children_files_new_children_wait_for_the_rescan() {
+        let dir = std::env::temp_dir().join(format!("tune-fake-proc-nc-{}", std::process::id()));
+        write_proc_with(&dir, &[(1, 0, 0, 0, 1), (10, 1, 100, 0, 500)], false);
+        let mut s = HostSampler::new().with_proc_root(&dir).watch(10);
+        assert_eq!(tree_at(&mut s, 0.0), Some((1.0, None)));
+        let both = [(1, 0, 0, 0, 1), (10, 1, 110, 0, 500), (11, 10, 30, 0, 600)];
+        write_proc_with(&dir, &both, false);
+        assert_eq!(tree_at(&mut s, 100.0), Some((1.0, Some(100.0))));
+        write_proc_with(&dir, &both, false);
+        // Found by the full scan; counted from here on, not as a 30-jiffy spike.
+        assert_eq!(tree_at(&mut s, 1000.0), Some((2.0, Some(0.0))));
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

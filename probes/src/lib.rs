@@ -10,6 +10,7 @@
 //! [`DeviceCounters`] and this crate turns them into rates.
 
 pub mod cpu;
+pub mod culibs;
 pub mod engine;
 pub mod error;
 pub mod host;
@@ -21,9 +22,10 @@ pub mod series;
 pub mod timeline;
 
 pub use cpu::{cpu_info, cpu_model, CpuInfo};
+pub use culibs::{probe_cuda_libs, LibStatus};
 pub use engine::{DeviceCounters, DeviceReading, EngineSampler};
 pub use error::ProbeError;
-pub use host::HostSampler;
+pub use host::{HostSampler, TreeMembers};
 pub use nvml::{
     gpu_inventory, nvml_available, nvml_notice, throttle_reason_names, GpuInfo, NvmlSampler,
 };

@@ -37,6 +37,11 @@ pub struct Overhead {
     /// Ticks that started later than a full interval after they were due,
     /// because sampling took longer than the interval.
     pub late_ticks: u64,
+    /// CPU time the sampling thread used over its life (user + system, from
+    /// `/proc/thread-self/stat`, 10 ms resolution), written when it stops; unlike
+    /// the tick costs above it does not grow when the machine is busy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_cpu_ms: Option<f64>,
 }
 
 impl Overhead {

@@ -122,6 +122,15 @@ fn run(mut samplers: Vec<Box<dyn Sampler>>, timeline: &Mutex<Timeline>, stop: &A
             thread::park_timeout(due - now);
         }
     }
+    let cpu = thread_cpu_ms();
+    lock(timeline).overhead_mut().thread_cpu_ms = cpu;
+}
+
+/// CPU time of the calling thread in ms, `None` where `/proc/thread-self` is missing.
+fn thread_cpu_ms() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    let s = crate::host::parse_pid_stat(&text).ok()?;
+    Some((s.utime + s.stime) as f64 / crate::host::USER_HZ * 1e3)
 }
 
 #[cfg(test)]
@@ -193,6 +202,8 @@ mod tests {
         thread::sleep(Duration::from_millis(30));
         assert_eq!(lock(&tl).len(), n, "sampling went on after stop");
         assert!(lock(&tl).overhead().tick.mean_us().is_some());
+        // Linux has /proc/thread-self; a tiny sampler may well have used 0 ms.
+        assert!(lock(&tl).overhead().thread_cpu_ms.is_some_and(|c| c >= 0.0));
     }
 
     #[test]

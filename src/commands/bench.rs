@@ -2,6 +2,10 @@
 //! docs/performance.md. Same protocol as `../shared/peers/torch_bench.py`: one fixed
 //! synthetic batch (no loader), SGD lr 0.01 momentum 0.9, fp32, gradients set to none,
 //! 10 warm-up steps then `runs` timed runs of `steps` steps, median run reported.
+//!
+//! `--what sampling` measures what sampling at 10 Hz costs a training run: `runs` pairs
+//! of the same `cnn-small` run with the probes off and on (the `tune train
+//! --sample-interval 100` path), alternating which goes first, in one process.
 
 use std::time::Instant;
 
@@ -16,6 +20,7 @@ use crate::engine::train::{run, DeviceChoice, NoObserver, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Knobs, ZeroGrad};
 use crate::runner::stats::median;
+use crate::runner::stats::{bootstrap_ci, Bootstrap};
 
 const WARMUP: usize = 10;
 
@@ -137,6 +142,130 @@ fn dash_row(a: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
+#[derive(Serialize)]
+struct SamplingRow {
+    engine: &'static str,
+    workload: &'static str,
+    model: &'static str,
+    threads: usize,
+    batch: usize,
+    interval_ms: u64,
+    pairs: usize,
+    steps: usize,
+    off_samples_per_s: f64,
+    on_samples_per_s: f64,
+    /// Median over pairs of on/off throughput, with its 95% bootstrap interval.
+    ratio_on_off: f64,
+    ratio_lo: f64,
+    ratio_hi: f64,
+    /// Sampling thread CPU as a share of one core, median over the "on" runs.
+    sampler_cpu_pct_of_core: Option<f64>,
+    tick_mean_us: Option<f64>,
+}
+
+/// Throughput of the timed steps of one run (after the warm-up).
+fn timed_throughput(s: &crate::engine::RunSummary, batch: usize) -> f64 {
+    let t: f64 = s.step_times[WARMUP..].iter().sum();
+    (batch * (s.step_times.len() - WARMUP)) as f64 / t
+}
+
+fn sampling_row(threads: usize, a: &BenchArgs) -> Result<SamplingRow> {
+    const BATCH: usize = 64;
+    const INTERVAL_MS: u64 = 100;
+    let w = Workload {
+        steps: WARMUP + a.steps,
+        warmup: WARMUP,
+        lr: 0.01,
+        optimizer: OptimKind::Sgd,
+        threads,
+        eval: false,
+        device: DeviceChoice::Cpu,
+        ..Workload::new(ModelKind::CnnSmall, "synthetic")
+    };
+    let k = Knobs {
+        batch_size: BATCH,
+        zero_grad: ZeroGrad::None,
+        ..Knobs::default()
+    };
+    let interval = std::time::Duration::from_millis(INTERVAL_MS);
+    let (mut off, mut on, mut ratios, mut cpu, mut tick) = (vec![], vec![], vec![], vec![], vec![]);
+    for pair in 0..a.runs {
+        let mut one = |sampled: bool| -> Result<f64> {
+            let (s, p) = crate::commands::train::run_sampled(
+                &w,
+                &k,
+                &mut NoObserver,
+                sampled.then_some(interval),
+            )?;
+            if let Some(p) = p {
+                cpu.extend(p.sampling.thread_cpu_pct_of_core);
+                tick.extend(p.sampling.tick_mean_us);
+            }
+            Ok(timed_throughput(&s, BATCH))
+        };
+        // Alternate the order so drift on a shared machine does not favour one side.
+        let (x, y) = if pair % 2 == 0 {
+            let x = one(false)?;
+            (x, one(true)?)
+        } else {
+            let y = one(true)?;
+            (one(false)?, y)
+        };
+        off.push(x);
+        on.push(y);
+        ratios.push(y / x);
+    }
+    let (lo, hi) = bootstrap_ci(&ratios, median, &Bootstrap::with_seed(7));
+    let med = |v: &[f64]| (!v.is_empty()).then(|| median(v));
+    Ok(SamplingRow {
+        engine: "tune",
+        workload: "sampling-overhead",
+        model: "cnn-small",
+        threads,
+        batch: BATCH,
+        interval_ms: INTERVAL_MS,
+        pairs: a.runs,
+        steps: a.steps,
+        off_samples_per_s: median(&off),
+        on_samples_per_s: median(&on),
+        ratio_on_off: median(&ratios),
+        ratio_lo: lo,
+        ratio_hi: hi,
+        sampler_cpu_pct_of_core: med(&cpu),
+        tick_mean_us: med(&tick),
+    })
+}
+
+fn print_sampling(r: &SamplingRow, json: bool) -> Result<()> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(r).map_err(|e| Error::Runtime(e.to_string()))?
+        );
+        return Ok(());
+    }
+    println!(
+        "sampling every {} ms, {} batch {} threads={}: off {:.1} samples/s, on {:.1} samples/s; \
+         on/off {:.4} [{:.4}, {:.4}] over {} pairs (cost {:.2}%); sampling thread {} of one core, {} per tick",
+        r.interval_ms,
+        r.model,
+        r.batch,
+        r.threads,
+        r.off_samples_per_s,
+        r.on_samples_per_s,
+        r.ratio_on_off,
+        r.ratio_lo,
+        r.ratio_hi,
+        r.pairs,
+        100.0 * (1.0 - r.ratio_on_off),
+        r.sampler_cpu_pct_of_core
+            .map_or("unknown".into(), |c| format!("{c:.2}%")),
+        r.tick_mean_us
+            .map_or("unknown".into(), |t| format!("{:.0} us", t)),
+    );
+    Ok(())
+}
+
 pub fn main(a: &BenchArgs) -> Result<i32> {
     if a.runs == 0 || a.steps == 0 || a.threads.contains(&0) {
         return Err(Error::Invalid(
@@ -149,6 +278,10 @@ pub fn main(a: &BenchArgs) -> Result<i32> {
             continue;
         }
         for &t in &a.threads {
+            if what == "sampling" {
+                print_sampling(&sampling_row(t, a)?, a.json)?;
+                continue;
+            }
             let rows = match what.as_str() {
                 "mlp" => vec![train_row(ModelKind::Mlp, 128, t, a)?],
                 "cnn" => vec![train_row(ModelKind::CnnSmall, 64, t, a)?],
@@ -158,7 +291,7 @@ pub fn main(a: &BenchArgs) -> Result<i32> {
                     .collect::<Result<_>>()?,
                 other => {
                     return Err(Error::Invalid(format!(
-                        "bench: unknown workload '{other}': allowed values are mlp, cnn, gemm, dash"
+                        "bench: unknown workload '{other}': allowed values are mlp, cnn, gemm, dash, sampling"
                     )))
                 }
             };

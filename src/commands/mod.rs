@@ -1,8 +1,10 @@
 //! Commands whose work is a thin layer over a stage: `train` (progress line over the
-//! engine's observer), `bench` (engine and GEMM throughput) `probe` (machine facts) and `gate`
-//! (loads two reports and writes the verdict of `crate::gate`).
+//! engine's observer), `bench` (engine and GEMM throughput), `probe` (machine facts), `gate`
+//! (loads two reports and writes the verdict of `crate::gate`) and `watch` (flags to a
+//! `crate::watch` session).
 
 pub mod bench;
 pub mod gate;
 pub mod probe;
 pub mod train;
+pub mod watch;

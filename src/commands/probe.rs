@@ -6,11 +6,13 @@ use crate::error::Result;
 pub fn main(args: &ProbeArgs) -> Result<i32> {
     let cpu = tune_probes::cpu_info();
     let gpus = tune_probes::gpu_inventory();
+    let libs = tune_probes::probe_cuda_libs();
     if args.json {
         let v = serde_json::json!({
             "cpu": { "model": cpu.model, "logical_cores": cpu.logical_cores, "available": cpu.available },
             "gpus": match &gpus { Ok(g) => serde_json::to_value(g).unwrap_or_default(), Err(_) => serde_json::Value::Null },
             "gpu_notice": gpus.as_ref().err().map(|e| e.to_string()),
+            "cuda_libraries": libs,
             "cuda": "the CUDA backend is not built yet",
         });
         println!("{v}");
@@ -37,6 +39,24 @@ pub fn main(args: &ProbeArgs) -> Result<i32> {
             }
         }
         Err(e) => println!("gpus: none: {e}"),
+    }
+    for l in &libs {
+        match (&l.loaded, &l.error) {
+            (Some(name), _) => println!(
+                "cuda library {}: loads ({})",
+                l.name,
+                l.path.as_deref().unwrap_or(name)
+            ),
+            (None, Some(e)) => println!("cuda library {}: does not load: {e}", l.name),
+            (None, None) => println!("cuda library {}: does not load", l.name),
+        }
+    }
+    if libs.iter().any(|l| l.loaded.is_none()) {
+        println!(
+            "  (looked up by soname via LD_LIBRARY_PATH and the loader cache, then in ${}: \
+             ':'-separated folders, e.g. the lib folders of the nvidia-* Python wheels)",
+            tune_probes::culibs::LIB_DIRS_ENV
+        );
     }
     println!("cuda backend: not built yet (CPU backend only)");
     Ok(0)

@@ -1,12 +1,21 @@
 //! `tune train`: one run with a live progress line, or one JSON summary with `--json`.
+//! `--sample-interval MS` puts the run's devices, this process and any GPUs on one
+//! sampled timeline and adds per-device summaries and findings to the output. It is off
+//! by default because `tune train` is also the benchmark harness: its figures stay
+//! comparable with those taken without a sampling thread (the measured cost at 10 Hz
+//! is in docs/performance.md).
 
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
 
-use crate::cli::TrainArgs;
-use crate::engine::train::{run, Observer, RunSummary, StepEvent};
+use crate::cli::TrainCmdArgs;
+use crate::engine::probe::RunProbes;
+use crate::engine::train::{run, Observer, RunSummary, StepEvent, Workload};
 use crate::error::Result;
+use crate::knobs::Knobs;
+use crate::watch::report::RunSampled;
 
 /// Draws the progress line: step, loss, samples/s over the last steps.
 struct Progress {
@@ -37,14 +46,46 @@ impl Observer for Progress {
     }
 }
 
-pub fn main(args: &TrainArgs) -> Result<i32> {
+/// `--json` output: the run summary, plus what sampling found when it was on.
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    #[serde(flatten)]
+    summary: &'a RunSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    probes: Option<RunSampled>,
+}
+
+/// Runs with sampling every `interval` when given; returns what sampling found.
+pub fn run_sampled(
+    w: &Workload,
+    k: &Knobs,
+    obs: &mut dyn Observer,
+    interval: Option<Duration>,
+) -> Result<(RunSummary, Option<RunSampled>)> {
+    let Some(interval) = interval else {
+        return Ok((run(w, k, obs)?, None));
+    };
+    let probes = RunProbes::start(interval, k.devices)?;
+    let tree = probes.tree_members();
+    let s = run(w, k, &mut probes.observer(obs))?;
+    let snap = probes.finish()?;
+    Ok((s, Some(RunSampled::of(&snap, tree.pids()))))
+}
+
+pub fn main(cmd: &TrainCmdArgs) -> Result<i32> {
+    let args = &cmd.run;
     let knobs = args.knobs.knobs()?;
     let w = args.workload();
+    let interval = cmd.sample_interval.map(Duration::from_millis);
     if args.json {
-        let s = run(&w, &knobs, &mut crate::engine::NoObserver)?;
+        let (s, probes) = run_sampled(&w, &knobs, &mut crate::engine::NoObserver, interval)?;
+        let out = JsonOut {
+            summary: &s,
+            probes,
+        };
         println!(
             "{}",
-            serde_json::to_string(&s).map_err(|e| crate::Error::Runtime(e.to_string()))?
+            serde_json::to_string(&out).map_err(|e| crate::Error::Runtime(e.to_string()))?
         );
         return Ok(0);
     }
@@ -60,9 +101,12 @@ pub fn main(args: &TrainArgs) -> Result<i32> {
         last: Instant::now(),
         window: (0, 0.0),
     };
-    let s = run(&w, &knobs, &mut p)?;
+    let (s, sampled) = run_sampled(&w, &knobs, &mut p, interval)?;
     p.bar.finish();
     print_summary(&s);
+    for line in sampled.iter().flat_map(RunSampled::lines) {
+        println!("{line}");
+    }
     Ok(0)
 }
 

@@ -93,6 +93,16 @@ impl MemTracker {
         self.peak[Self::idx(c)].load(Ordering::Relaxed).max(0) as u64
     }
 
+    /// Bytes in use over all categories; cheap (one atomic load), for samplers.
+    pub fn total_current(&self) -> u64 {
+        self.total.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// Peak of the total since creation or the last `reset_peaks`.
+    pub fn total_peak(&self) -> u64 {
+        self.total_peak.load(Ordering::Relaxed).max(0) as u64
+    }
+
     /// Starts a new peak window (e.g. after warm-up) at the current level.
     pub fn reset_peaks(&self) {
         for i in 0..5 {
@@ -108,8 +118,8 @@ impl MemTracker {
             s.current.insert(c.name().into(), self.current(c));
             s.peak.insert(c.name().into(), self.peak(c));
         }
-        s.total_current = self.total.load(Ordering::Relaxed).max(0) as u64;
-        s.total_peak = self.total_peak.load(Ordering::Relaxed).max(0) as u64;
+        s.total_current = self.total_current();
+        s.total_peak = self.total_peak();
         s
     }
 }

@@ -10,6 +10,7 @@ mod gradcheck;
 pub mod nn;
 pub mod ops;
 pub mod optim;
+pub mod probe;
 pub mod rng;
 pub mod tensor;
 pub mod train;

@@ -207,6 +207,9 @@ pub struct StepEvent {
 pub trait Observer: Send {
     fn on_note(&mut self, _note: &str) {}
     fn on_step(&mut self, _ev: &StepEvent) {}
+    /// The run's devices, once, before the first step: lets a sampler read their
+    /// memory trackers between steps (`engine::probe`).
+    fn on_devices(&mut self, _devices: &[Arc<Device>]) {}
 }
 
 /// An observer that ignores everything.
@@ -321,6 +324,7 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
 fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
     let started = Instant::now();
     let dev = Device::cpu(0, w.threads);
+    obs.on_devices(std::slice::from_ref(&dev));
     let [h, wd, c] = w.model.input();
     let want = ImageShape { h, w: wd, c };
     let mut not_applicable = BTreeMap::new();

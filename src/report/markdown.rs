@@ -6,7 +6,7 @@ use super::model::{Report, TrialReport};
 use crate::runner::record::Status;
 
 /// Table cells must not break the table: pipes and newlines are escaped.
-fn cell(s: &str) -> String {
+pub fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 

@@ -1,0 +1,18 @@
+//! `tune watch`: follows any process tree (a user's PyTorch job included) on the probes'
+//! timeline, shows it live and explains at exit what it saw.
+//!
+//! - `model`: per-device series grouped from the timeline (what the live view, a
+//!   dashboard widget or a finding reads; no formatting);
+//! - `findings`: rules over those series (imbalance, starvation, throttling, GPU sharing);
+//! - `target`: the watched process, started from a command or attached by pid, and the
+//!   stop signals;
+//! - `live`: the plain-line view and the `--json` sample stream;
+//! - `report`: report.json and summary.md;
+//! - `session`: one watch from start to report.
+
+pub mod findings;
+pub mod live;
+pub mod model;
+pub mod report;
+pub mod session;
+pub mod target;
