@@ -92,7 +92,7 @@ fn sweep_writes_journal_and_reports() {
     assert!(lines[2]["report"].is_string());
 
     let r = report_json(&out);
-    assert_eq!(r["schema_version"], "1.0");
+    assert_eq!(r["schema_version"], "1.1");
     assert_eq!(r["trials"].as_array().unwrap().len(), 2);
     let none = trial(&r, "zero_grad=none");
     assert_eq!(none["status"], "ok");

@@ -8,6 +8,7 @@ mod gradcheck;
 pub mod nn;
 pub mod ops;
 pub mod optim;
+pub mod parallel;
 pub mod rng;
 pub mod tensor;
 pub mod train;

@@ -13,7 +13,7 @@ use crate::runner::plan::Skipped;
 use crate::runner::record::{Repeat, Status};
 use crate::runner::spec::Spec;
 
-pub const SCHEMA_VERSION: &str = "1.0";
+pub const SCHEMA_VERSION: &str = "1.1";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::parallel::{DeviceSummary, Imbalance};
 use crate::engine::train::{Phases, RunSummary};
 use crate::knobs::Knobs;
 use crate::runner::spec::Spec;
@@ -66,6 +67,12 @@ pub struct Repeat {
     #[serde(default)]
     pub backend: String,
     pub wall_s: f64,
+    /// Per device: busy fraction, peak bytes, time in communication (engine runs).
+    #[serde(default)]
+    pub devices: Vec<DeviceSummary>,
+    /// max/mean over the devices of busy fraction and peak bytes.
+    #[serde(default)]
+    pub imbalance: Option<Imbalance>,
 }
 
 impl Repeat {
@@ -88,6 +95,8 @@ impl Repeat {
             not_applicable: s.not_applicable.clone(),
             backend: s.backend.clone(),
             wall_s: finite_or_zero(s.wall_s),
+            devices: s.devices.clone(),
+            imbalance: s.imbalance,
         }
     }
 }

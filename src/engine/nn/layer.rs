@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::engine::device::{Device, MemCategory};
+use crate::engine::parallel::collective::Collective;
 use crate::engine::tensor::Tensor;
 use crate::error::Result;
 use crate::knobs::Amp;
@@ -75,6 +76,8 @@ pub struct Ctx {
     /// statistics) already happened and must not happen twice.
     pub recompute: bool,
     pub amp: Amp,
+    /// SyncBatchNorm: batch-norm statistics are reduced over these ranks (DDP).
+    pub sync_bn: Option<Arc<dyn Collective>>,
 }
 
 impl Ctx {
@@ -85,6 +88,7 @@ impl Ctx {
             save: true,
             recompute: false,
             amp: Amp::Off,
+            sync_bn: None,
         }
     }
 
