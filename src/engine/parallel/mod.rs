@@ -438,7 +438,9 @@ pub(crate) fn collect(
                 }
             }
         }
-        if step >= w.warmup {
+        // The same window as the summary's step times: all steps when there are no more
+        // than the warm-up.
+        if step >= w.warmup || w.steps <= w.warmup {
             c.phase_sum.add(&phases);
             for r in &reps {
                 for d in &r.devices {
