@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tune::engine::nn::zoo::ModelKind;
@@ -13,6 +13,14 @@ use tune::engine::parallel::{run_traced, Options, Trace};
 use tune::engine::train::{run, NoObserver, RunSummary, Workload};
 use tune::knobs::{Checkpoint, Knobs, Parallel, ZeroGrad};
 use tune::Error;
+
+/// The tests that time devices run one at a time: on two cores, a concurrent test's
+/// threads would be the noise they measure.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Float reassociation only (chunked GEMMs, ring sums): observed differences are about
 /// 1e-7 relative; anything that changes the data or the statistics is far above this.
@@ -87,6 +95,7 @@ fn ddp_verified(w: &Workload, k: &Knobs) -> (RunSummary, Trace) {
 
 #[test]
 fn single_dp_and_ddp_follow_one_loss_curve_and_ddp_replicas_stay_identical() {
+    let _serial = serial();
     let cache = tempfile::tempdir().unwrap();
     let w = workload(ModelKind::Mlp, "synthetic", 5, cache.path());
     let single = run(&w, &knobs(Parallel::Single, 1, 48), &mut NoObserver).unwrap();
@@ -114,6 +123,7 @@ fn single_dp_and_ddp_follow_one_loss_curve_and_ddp_replicas_stay_identical() {
 
 #[test]
 fn sync_bn_makes_ddp_match_one_device_on_a_batch_norm_model() {
+    let _serial = serial();
     let cache = tempfile::tempdir().unwrap();
     let w = workload(ModelKind::CnnSmall, "synthetic", 4, cache.path());
     let k = |p, n, sync_bn| Knobs {
@@ -137,6 +147,7 @@ fn sync_bn_makes_ddp_match_one_device_on_a_batch_norm_model() {
 
 #[test]
 fn ddp_over_distributed_sampler_shards_matches_one_device_across_an_epoch() {
+    let _serial = serial();
     // 256 samples, global batch 32: 8 steps per epoch, so 10 steps reshuffle once.
     let cache = tempfile::tempdir().unwrap();
     let w = workload(ModelKind::Mlp, "shapes:256", 10, cache.path());
@@ -162,6 +173,7 @@ fn table(what: &str, s: &RunSummary) {
 
 #[test]
 fn dp_loads_device_0_and_ddp_keeps_devices_even() {
+    let _serial = serial();
     let cache = tempfile::tempdir().unwrap();
     let w = Workload {
         warmup: 2,
@@ -207,6 +219,7 @@ fn dp_loads_device_0_and_ddp_keeps_devices_even() {
 
 #[test]
 fn ddp_all_reduces_the_first_bucket_while_backward_is_still_running() {
+    let _serial = serial();
     // mlp with 1 MiB buckets: bucket 0 holds the last two layers (4 MiB) and is ready
     // while the first layer's weight gradient (784x1024) is still being computed.
     let cache = tempfile::tempdir().unwrap();
@@ -228,8 +241,8 @@ fn ddp_all_reduces_the_first_bucket_while_backward_is_still_running() {
                 .find(|b| b.step == bwd.step && b.bucket == 0)
                 .unwrap();
             println!(
-                "rank {r} step {}: backward {:.2}..{:.2} ms, bucket 0 handed over {:.2}, \
-                 all-reduce {:.2}..{:.2} ms",
+                "rank {r} step {}: backward {:.2}..{:.2} ms (last gradient), bucket 0 handed \
+                 over {:.2}, all-reduce {:.2}..{:.2} ms",
                 bwd.step,
                 bwd.start_s * 1e3,
                 bwd.end_s * 1e3,
@@ -237,7 +250,8 @@ fn ddp_all_reduces_the_first_bucket_while_backward_is_still_running() {
                 first.start_s * 1e3,
                 first.end_s * 1e3
             );
-            // The hand-over happens inside backward, every time.
+            // The hand-over happens inside backward, before its last gradient (the first
+            // layer's weights) is computed, every time.
             assert!(first.launch_s > bwd.start_s && first.launch_s < bwd.end_s);
             total += 1;
             if first.start_s < bwd.end_s {
@@ -252,7 +266,7 @@ fn ddp_all_reduces_the_first_bucket_while_backward_is_still_running() {
         "bucket 0's all-reduce started before backward ended in only {started_early} of {total} steps"
     );
     let overlap = s.devices[0].comm_overlap.unwrap();
-    println!("share of all-reduce time hidden behind backward on device 0: {overlap:.2}");
+    println!("share of all-reduce time hidden behind gradient computation, device 0: {overlap:.2}");
     assert!(overlap > 0.0);
 }
 

@@ -130,6 +130,9 @@ pub struct Reducer {
     jobs: Sender<Job>,
     done: Receiver<Done>,
     t0: Instant,
+    /// When the last gradient of the current backward was computed: the entry of the
+    /// last `layer_ready` of a layer with parameters.
+    grads_done_s: f64,
 }
 
 impl Reducer {
@@ -163,7 +166,14 @@ impl Reducer {
             jobs,
             done,
             t0,
+            grads_done_s: 0.0,
         }
+    }
+
+    /// When the latest backward computed its last gradient (seconds since the run
+    /// started). All-reduce time before this moment ran alongside gradient computation.
+    pub fn grads_done_s(&self) -> f64 {
+        self.grads_done_s
     }
 
     /// Elements per bucket, in launch order.
@@ -187,6 +197,9 @@ impl Reducer {
                 "ddp: layer {i} is not in the model"
             )));
         };
+        if !range.is_empty() {
+            self.grads_done_s = self.t0.elapsed().as_secs_f64();
+        }
         let mut idx = range.start;
         let mut res = Ok(());
         layer.visit_params(&mut |p| {

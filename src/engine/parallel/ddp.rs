@@ -376,7 +376,7 @@ impl State<'_, '_> {
                     .backward_hooked(dlogits, self.ctx, self.seg, &mut |i, l| {
                         reducer.layer_ready(i, l)
                     })?;
-                bwd.end_s = self.t0.elapsed().as_secs_f64();
+                bwd.end_s = reducer.grads_done_s();
                 bs
             } else {
                 self.model.backward(dlogits, self.ctx, self.seg)?

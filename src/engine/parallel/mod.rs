@@ -112,7 +112,9 @@ pub struct Span {
 /// What one DDP rank did when.
 #[derive(Clone, Debug, Default)]
 pub struct RankTrace {
-    /// The backward pass that launches the buckets (the last micro-batch's), per step.
+    /// The backward pass that launches the buckets (the last micro-batch's), per step:
+    /// from its start to the moment its last gradient was computed (before that
+    /// gradient's copy into its bucket and the hand-over).
     pub backward: Vec<Span>,
     /// Every bucket's all-reduce, per step, bucket 0 first.
     pub allreduce: Vec<BucketSpan>,

@@ -72,8 +72,8 @@ pub struct DeviceStep {
     pub busy_s: f64,
     /// In inter-device communication (DP copies; DDP collectives, waits for peers included).
     pub comm_s: f64,
-    /// DDP: gradient all-reduce time, and the part of it that ran while backward was
-    /// still running.
+    /// DDP: gradient all-reduce time, and the part of it that ran before backward had
+    /// computed its last gradient.
     pub allreduce_s: f64,
     pub allreduce_overlapped_s: f64,
 }
@@ -96,8 +96,9 @@ pub struct DeviceSummary {
     pub comm_s: f64,
     /// `comm_s` over the measured steps' wall time.
     pub comm_fraction: f64,
-    /// DDP only: share of the gradient all-reduce time that ran while backward was still
-    /// running (hidden behind compute).
+    /// DDP only: share of the gradient all-reduce time that ran before backward had
+    /// computed its last gradient (hidden behind gradient computation). With a single
+    /// bucket this is about 0: the bucket fills with the last gradient.
     pub comm_overlap: Option<f64>,
     /// Peak bytes of this device's arena during training, all categories together.
     pub peak_bytes: u64,
