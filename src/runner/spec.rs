@@ -985,6 +985,12 @@ amp = "bf16"
             15,
             &["batch_size 0", "at least 1"],
         );
+        assert_err(
+            &format!("{ENGINE}[knobs]\nbucket_mb = [25, 0]\n"),
+            5,
+            18,
+            &["bucket_mb 0", "at least 1"],
+        );
     }
 
     #[test]

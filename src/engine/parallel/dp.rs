@@ -24,6 +24,7 @@ use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
 use crate::engine::ops::loss::softmax_cross_entropy;
 use crate::engine::optim::Optimizer;
+use crate::engine::parallel::collective::PEER_STOPPED;
 use crate::engine::parallel::summary::{DeviceClock, DeviceStep};
 use crate::engine::parallel::{collect, optim_config, pool, Feed, Outcome, StepReport, Trace};
 use crate::engine::tensor::Tensor;
@@ -267,17 +268,21 @@ impl Timer<'_> {
 }
 
 impl Driver<'_> {
+    /// A replica that hung up failed with an error of its own, which the launcher
+    /// reports instead of this.
+    fn stopped(i: usize) -> Error {
+        Error::Runtime(format!("{PEER_STOPPED} (dp: device {i} stopped)"))
+    }
+
     fn recv(&self, i: usize) -> Result<Reply> {
         match self.from[i - 1].recv() {
             Ok(r) => r,
-            Err(_) => Err(Error::Runtime(format!("dp: device {i} stopped"))),
+            Err(_) => Err(Self::stopped(i)),
         }
     }
 
     fn send(&self, i: usize, c: Cmd) -> Result<()> {
-        self.to[i - 1]
-            .send(c)
-            .map_err(|_| Error::Runtime(format!("dp: device {i} stopped")))
+        self.to[i - 1].send(c).map_err(|_| Self::stopped(i))
     }
 
     fn train(mut self) -> Result<Model> {

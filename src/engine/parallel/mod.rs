@@ -136,7 +136,8 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     run_traced(w, k, obs, Options::default()).map(|(s, _)| s)
 }
 
-/// `run`, also returning the trace.
+/// `run`, also returning the trace. Runs the strategy `k.parallel` names even on one
+/// device (`single` runs as DP on one device: device 0 alone).
 pub fn run_traced(
     w: &Workload,
     k: &Knobs,
@@ -326,7 +327,9 @@ impl Feed {
                     x: g.x[rows.start * len..rows.end * len].to_vec(),
                     y: g.y[rows.clone()].to_vec(),
                     n: batch,
-                    ..g.clone()
+                    shape: g.shape,
+                    epoch: g.epoch,
+                    index: g.index,
                 }))
             }
             FeedKind::Dataset(train) => Ok(Source::Loader(Loader::new(
