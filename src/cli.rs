@@ -80,6 +80,12 @@ pub struct KnobArgs {
     /// Micro-batches accumulated per optimizer step.
     #[arg(long, default_value_t = 1)]
     pub grad_accum: usize,
+    /// DDP gradient bucket cap in MiB (PyTorch's bucket_cap_mb).
+    #[arg(long, default_value_t = 25)]
+    pub bucket_mb: usize,
+    /// SyncBatchNorm under DDP: batch statistics over the global batch.
+    #[arg(long)]
+    pub sync_bn: bool,
 }
 
 impl KnobArgs {
@@ -95,6 +101,8 @@ impl KnobArgs {
             devices: self.devices,
             batch_size: self.batch_size,
             grad_accum: self.grad_accum,
+            bucket_mb: self.bucket_mb,
+            sync_bn: self.sync_bn,
         };
         k.validate()?;
         Ok(k)

@@ -159,6 +159,10 @@ pub struct Knobs {
     pub devices: usize,
     pub batch_size: usize,
     pub grad_accum: usize,
+    /// DDP gradient bucket cap in MiB (`DistributedDataParallel(bucket_cap_mb=...)`).
+    pub bucket_mb: usize,
+    /// SyncBatchNorm under DDP: batch statistics over the global batch.
+    pub sync_bn: bool,
 }
 
 impl Default for Knobs {
@@ -174,6 +178,8 @@ impl Default for Knobs {
             devices: 1,
             batch_size: 64,
             grad_accum: 1,
+            bucket_mb: 25,
+            sync_bn: false,
         }
     }
 }
@@ -191,7 +197,13 @@ impl Knobs {
         "devices",
         "batch_size",
         "grad_accum",
+        "bucket_mb",
+        "sync_bn",
     ];
+
+    /// Knobs added after trial ids were first stored in journals: they enter a trial's id
+    /// only when they differ from their default, so older journals still resume.
+    pub const LATER: &'static [&'static str] = &["bucket_mb", "sync_bn"];
 
     pub fn validate(&self) -> Result<()> {
         if self.batch_size == 0 {
@@ -208,6 +220,19 @@ impl Knobs {
             return Err(Error::Invalid(
                 "invalid devices 0: must be at least 1".into(),
             ));
+        }
+        if self.bucket_mb == 0 {
+            return Err(Error::Invalid(
+                "invalid bucket_mb 0: must be at least 1 (MiB per DDP gradient bucket; default 25)"
+                    .into(),
+            ));
+        }
+        if self.sync_bn && self.parallel != Parallel::Ddp {
+            return Err(Error::Invalid(format!(
+                "sync_bn needs parallel = ddp (parallel is {}): SyncBatchNorm synchronises \
+                 batch statistics across DDP replicas",
+                self.parallel
+            )));
         }
         if self.parallel == Parallel::Single && self.devices > 1 {
             return Err(Error::Invalid(format!(
@@ -253,6 +278,8 @@ impl Knobs {
             "devices" => self.devices = num(name, value)?,
             "batch_size" => self.batch_size = num(name, value)?,
             "grad_accum" => self.grad_accum = num(name, value)?,
+            "bucket_mb" => self.bucket_mb = num(name, value)?,
+            "sync_bn" => self.sync_bn = flag(name, value)?,
             other => {
                 return Err(Error::Invalid(format!(
                     "unknown knob '{other}': known knobs are {}",
@@ -276,6 +303,8 @@ impl Knobs {
             "devices" => self.devices.to_string(),
             "batch_size" => self.batch_size.to_string(),
             "grad_accum" => self.grad_accum.to_string(),
+            "bucket_mb" => self.bucket_mb.to_string(),
+            "sync_bn" => self.sync_bn.to_string(),
             _ => return None,
         })
     }
@@ -343,6 +372,37 @@ mod tests {
         assert!(j.contains("\"zero_grad\":\"none\""), "{j}");
         let back: Knobs = serde_json::from_str(&j).unwrap();
         assert_eq!(back, k);
+    }
+
+    #[test]
+    fn validate_rejects_zero_bucket_and_sync_bn_without_ddp() {
+        let k = Knobs {
+            bucket_mb: 0,
+            ..Knobs::default()
+        };
+        assert!(k
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("bucket_mb 0"));
+        let k = Knobs {
+            sync_bn: true,
+            parallel: Parallel::Dp,
+            devices: 2,
+            ..Knobs::default()
+        };
+        assert!(k
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("parallel = ddp"));
+        let k = Knobs {
+            sync_bn: true,
+            parallel: Parallel::Ddp,
+            devices: 2,
+            ..Knobs::default()
+        };
+        k.validate().unwrap();
     }
 
     #[test]

@@ -140,4 +140,33 @@ fn print_summary(s: &RunSummary) {
     for (k, why) in &s.not_applicable {
         println!("{k}: not applicable: {why}");
     }
+    print_devices(s);
+}
+
+/// The per-device table of a multi-device run.
+fn print_devices(s: &RunSummary) {
+    if s.devices.len() < 2 {
+        return;
+    }
+    println!("device  threads   busy   comm  overlap  peak MiB");
+    for d in &s.devices {
+        let overlap = d
+            .comm_overlap
+            .map_or("-".to_string(), |o| format!("{:.0}%", o * 100.0));
+        println!(
+            "{:>6}  {:>7}  {:>5.1}%  {:>4.1}%  {:>7}  {:>8.1}",
+            d.index,
+            d.threads,
+            d.busy_fraction * 100.0,
+            d.comm_fraction * 100.0,
+            overlap,
+            d.peak_bytes as f64 / (1 << 20) as f64
+        );
+    }
+    if let Some(i) = s.imbalance {
+        println!(
+            "imbalance (max/mean): busy {:.3}, peak memory {:.3}",
+            i.busy, i.memory
+        );
+    }
 }

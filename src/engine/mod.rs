@@ -11,6 +11,7 @@ pub mod nn;
 pub mod ops;
 pub mod optim;
 pub mod probe;
+pub mod parallel;
 pub mod rng;
 pub mod tensor;
 pub mod train;

@@ -18,9 +18,10 @@ use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo::{self, ModelKind};
 use crate::engine::ops::loss::softmax_cross_entropy;
 use crate::engine::optim::{OptimConfig, OptimKind, Optimizer};
+use crate::engine::parallel::{self, DeviceSummary, Imbalance};
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
-use crate::knobs::{Amp, Knobs, Parallel, ZeroGrad};
+use crate::knobs::{Amp, Knobs, ZeroGrad};
 use crate::runner::stats::median;
 
 /// Which device a run asks for.
@@ -158,7 +159,7 @@ impl Phases {
         }
     }
 
-    fn add(&mut self, o: &Phases) {
+    pub(crate) fn add(&mut self, o: &Phases) {
         self.data_wait += o.data_wait;
         self.h2d += o.h2d;
         self.zero_grad += o.zero_grad;
@@ -169,7 +170,7 @@ impl Phases {
         self.optimizer += o.optimizer;
     }
 
-    fn scaled(&self, f: f64) -> Phases {
+    pub(crate) fn scaled(&self, f: f64) -> Phases {
         Phases {
             data_wait: self.data_wait * f,
             h2d: self.h2d * f,
@@ -254,17 +255,25 @@ pub struct RunSummary {
     /// The algorithm each (op, shape, dtype) key ran with, and how it was chosen.
     #[serde(default)]
     pub algorithms: Vec<AlgoChoice>,
+    /// Per device over the measured steps: busy fraction, peak bytes, time in
+    /// communication. With several devices, `peak_bytes` and `peak_total_bytes` above
+    /// are those of the device with the highest peak.
+    #[serde(default)]
+    pub devices: Vec<DeviceSummary>,
+    /// max/mean over the devices of busy fraction and of peak bytes.
+    #[serde(default)]
+    pub imbalance: Option<Imbalance>,
 }
 
 /// Where batches come from.
-enum Source {
+pub(crate) enum Source {
     Loader(Loader),
     /// One fixed batch, reused every step (the peers' benchmark protocol).
     Fixed(Batch),
 }
 
 impl Source {
-    fn next(&mut self) -> Result<Batch> {
+    pub(crate) fn next(&mut self) -> Result<Batch> {
         match self {
             Source::Loader(l) => l.next_batch(),
             Source::Fixed(b) => Ok(b.clone()),
@@ -272,7 +281,7 @@ impl Source {
     }
 }
 
-fn synthetic_batch(shape: ImageShape, n: usize, classes: usize, seed: u64) -> Batch {
+pub(crate) fn synthetic_batch(shape: ImageShape, n: usize, classes: usize, seed: u64) -> Batch {
     let mut rng = data::Rng::from_keys(&[seed, 0x5359_4e54]);
     Batch {
         x: (0..n * shape.len()).map(|_| rng.normal()).collect(),
@@ -292,11 +301,21 @@ fn check_supported(k: &Knobs, w: &Workload) -> Result<()> {
             "--device cuda: the CUDA backend is not built yet; use --device cpu".into(),
         ));
     }
-    if k.parallel != Parallel::Single {
-        return Err(Error::Unavailable(format!(
-            "parallel = {}: multi-device training is not implemented in the engine yet",
-            k.parallel
-        )));
+    // The DP/DDP step loops (engine::parallel) have their own contexts and no loss
+    // scaler or algorithm cache yet; refusing beats silently running plain f32.
+    if crate::engine::parallel::is_multi_device(k) {
+        if k.amp != Amp::Off {
+            return Err(Error::Unavailable(format!(
+                "amp = {} with parallel = {}: mixed precision is not implemented for multi-device runs yet",
+                k.amp, k.parallel
+            )));
+        }
+        if k.autotune {
+            return Err(Error::Unavailable(format!(
+                "autotune with parallel = {}: not implemented for multi-device runs yet",
+                k.parallel
+            )));
+        }
     }
     Ok(())
 }
@@ -314,6 +333,9 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     }
     check_supported(k, w)?;
     w.scaler.validate()?;
+    if parallel::is_multi_device(k) {
+        return parallel::run(w, k, obs);
+    }
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(w.threads)
         .build()
@@ -332,6 +354,10 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
         let why = "CPU backend: there is no host-to-device copy to pin memory for";
         not_applicable.insert("pin_memory".to_string(), why.to_string());
         obs.on_note(&format!("pin_memory: not applicable ({why})"));
+    }
+    for (knob, why) in parallel::single_device_notes(k) {
+        obs.on_note(&format!("{knob}: {why}"));
+        not_applicable.insert(knob.to_string(), why);
     }
     let (mut source, test, classes, norm) = if w.dataset == "synthetic" {
         let classes = 10;
@@ -566,6 +592,8 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
     };
     let med = median(measured);
     let samples_per_step = k.batch_size * accum;
+    let (devices, imbalance) =
+        parallel::single_device_summary(w.threads, &phase_sum, measured.iter().sum(), &snap);
     Ok(RunSummary {
         model: w.model.to_string(),
         dataset: w.dataset.clone(),
@@ -591,6 +619,8 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
         skipped_steps,
         loss_scale_final: scaler.as_ref().map(GradScaler::scale),
         algorithms,
+        devices,
+        imbalance: Some(imbalance),
     })
 }
 

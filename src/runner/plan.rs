@@ -33,13 +33,18 @@ pub struct Plan {
     pub skipped: Vec<Skipped>,
 }
 
-/// FNV-1a over `name=value;` for every knob in `Knobs::NAMES` order. Spelled out rather
-/// than `std::hash` because ids are stored in journals and must not change between
-/// compiler versions.
+/// FNV-1a over `name=value;` for every knob in `Knobs::NAMES` order (a knob of
+/// `Knobs::LATER` only when it is not at its default). Spelled out rather than
+/// `std::hash` because ids are stored in journals and must not change between compiler
+/// versions, nor when a knob is added.
 pub fn knobs_hash(k: &Knobs) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let defaults = Knobs::default();
     for name in Knobs::NAMES {
         let value = k.get(name).unwrap_or_default();
+        if Knobs::LATER.contains(name) && defaults.get(name).as_ref() == Some(&value) {
+            continue;
+        }
         for b in name
             .bytes()
             .chain(std::iter::once(b'='))
@@ -241,6 +246,17 @@ mod tests {
             trial_id(&Knobs::default(), &Knobs::default()),
             "baseline#8649f191"
         );
+        // A later knob changes the id only when set.
+        let ddp = Knobs {
+            parallel: crate::knobs::Parallel::Ddp,
+            devices: 2,
+            ..Knobs::default()
+        };
+        let ddp_bucket = Knobs {
+            bucket_mb: 5,
+            ..ddp.clone()
+        };
+        assert_ne!(knobs_hash(&ddp), knobs_hash(&ddp_bucket));
         // Same label against different baselines, different ids.
         let base2 = Knobs {
             batch_size: 128,

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::autotune::AlgoChoice;
+use crate::engine::parallel::{DeviceSummary, Imbalance};
 use crate::engine::train::{Phases, RunSummary};
 use crate::knobs::Knobs;
 use crate::runner::spec::Spec;
@@ -75,6 +76,12 @@ pub struct Repeat {
     pub skipped_steps: Vec<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scale_final: Option<f32>,
+    /// Per device: busy fraction, peak bytes, time in communication (engine runs).
+    #[serde(default)]
+    pub devices: Vec<DeviceSummary>,
+    /// max/mean over the devices of busy fraction and peak bytes.
+    #[serde(default)]
+    pub imbalance: Option<Imbalance>,
 }
 
 impl Repeat {
@@ -100,6 +107,8 @@ impl Repeat {
             algorithms: s.algorithms.clone(),
             skipped_steps: s.skipped_steps.clone(),
             loss_scale_final: s.loss_scale_final,
+            devices: s.devices.clone(),
+            imbalance: s.imbalance,
         }
     }
 }

@@ -650,7 +650,7 @@ impl Cx<'_> {
         k.set(name, &raw)
             .map_err(|e| self.err(v.span(), e.to_string()))?;
         let canon = k.get(name).unwrap_or(raw);
-        if canon == "0" && ["batch_size", "grad_accum", "devices"].contains(&name) {
+        if canon == "0" && ["batch_size", "grad_accum", "devices", "bucket_mb"].contains(&name) {
             return Err(self.err(v.span(), format!("invalid {name} 0: must be at least 1")));
         }
         Ok(canon)
@@ -984,6 +984,12 @@ amp = "bf16"
             5,
             15,
             &["batch_size 0", "at least 1"],
+        );
+        assert_err(
+            &format!("{ENGINE}[knobs]\nbucket_mb = [25, 0]\n"),
+            5,
+            18,
+            &["bucket_mb 0", "at least 1"],
         );
     }
 

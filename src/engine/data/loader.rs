@@ -157,7 +157,6 @@ impl Plan {
         let mut y = Vec::with_capacity(indices.len());
         let mut raw = vec![0u8; len];
         let mut aug = vec![0u8; if self.cfg.augment { len } else { 0 }];
-        let mut rng = Rng::from_keys(&[self.cfg.seed, epoch as u64, index as u64, 0xa06]);
         let classes = self.ds.num_classes();
         for (&i, out) in indices.iter().zip(x.chunks_exact_mut(len)) {
             let label = self.ds.load(i, &mut raw)?;
@@ -168,6 +167,10 @@ impl Plan {
             }
             y.push(label);
             let img = if self.cfg.augment {
+                // Seeded per sample, not per batch: a sample is augmented the same way
+                // whichever batch or DDP rank it lands in, so one device and N devices
+                // over the same global batch see the same pixels.
+                let mut rng = Rng::from_keys(&[self.cfg.seed, epoch as u64, i as u64, 0xa06]);
                 augment(&raw, &mut aug, self.shape, &mut rng);
                 &aug
             } else {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::engine::amp;
 use crate::engine::autotune::Algos;
 use crate::engine::device::{Device, MemCategory};
+use crate::engine::parallel::collective::Collective;
 use crate::engine::tensor::{DType, Tensor};
 use crate::error::Result;
 use crate::knobs::Amp;
@@ -79,6 +80,8 @@ pub struct Ctx {
     pub amp: Amp,
     /// Algorithm selection (autotuning or the fixed heuristic).
     pub algos: Arc<Algos>,
+    /// SyncBatchNorm: batch-norm statistics are reduced over these ranks (DDP).
+    pub sync_bn: Option<Arc<dyn Collective>>,
 }
 
 impl Ctx {
@@ -90,6 +93,7 @@ impl Ctx {
             recompute: false,
             amp: Amp::Off,
             algos: Algos::heuristic(),
+            sync_bn: None,
         }
     }
 

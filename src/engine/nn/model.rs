@@ -137,6 +137,19 @@ impl Model {
         ctx: &Ctx,
         seg_len: Option<usize>,
     ) -> Result<BackwardStats> {
+        self.backward_hooked(dlogits, ctx, seg_len, &mut |_, _| Ok(()))
+    }
+
+    /// Backward that calls `grads_ready(i, layer)` as soon as top-level layer `i` is done
+    /// (every layer, in reverse order): its parameter gradients are final for this pass,
+    /// which is when DDP launches a full bucket's all-reduce.
+    pub fn backward_hooked(
+        &mut self,
+        dlogits: Tensor,
+        ctx: &Ctx,
+        seg_len: Option<usize>,
+        grads_ready: &mut dyn FnMut(usize, &mut dyn Layer) -> Result<()>,
+    ) -> Result<BackwardStats> {
         let mut stats = BackwardStats::default();
         let mut g = Some(dlogits);
         let first = self.first_param_layer;
@@ -167,6 +180,7 @@ impl Model {
                 if i < first {
                     // Below the first layer with parameters nothing needs a gradient.
                     self.layers[i].clear_saved();
+                    grads_ready(i, self.layers[i].as_mut())?;
                     continue;
                 }
                 let dy = g.take().ok_or_else(|| {
@@ -177,6 +191,7 @@ impl Model {
                 if let Some(e) = self.layer_times.as_mut().and_then(|lt| lt.get_mut(i)) {
                     e.1 += t.elapsed().as_secs_f64();
                 }
+                grads_ready(i, self.layers[i].as_mut())?;
             }
         }
         Ok(stats)

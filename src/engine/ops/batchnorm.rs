@@ -7,6 +7,7 @@ use rayon::prelude::*;
 
 use crate::engine::device::Device;
 use crate::engine::nn::layer::{Ctx, Layer, Param};
+use crate::engine::parallel::sync_bn;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
 
@@ -14,7 +15,7 @@ const CHUNK_ROWS: usize = 256;
 
 /// Per-channel sums over all rows of `a` and `b` (same shape, walked together), `width`
 /// accumulators per chunk, reduced deterministically in chunk order.
-fn channel_sums(
+pub(crate) fn channel_sums(
     a: &[f32],
     b: &[f32],
     c: usize,
@@ -109,7 +110,14 @@ impl Layer for BatchNorm2d {
         let m = self.rows(&x)?;
         let c = self.c;
         let (mean, var) = if ctx.train {
-            let (mean, var) = BatchNorm2d::batch_stats(x.f32()?, c);
+            // SyncBatchNorm: statistics and their row count over every rank's batch.
+            let (mean, var, m) = match &ctx.sync_bn {
+                Some(coll) => sync_bn::global_stats(x.f32()?, c, coll.as_ref())?,
+                None => {
+                    let (mean, var) = BatchNorm2d::batch_stats(x.f32()?, c);
+                    (mean, var, m)
+                }
+            };
             if !ctx.recompute {
                 let unbias = m as f32 / (m.max(2) - 1) as f32;
                 for i in 0..c {
@@ -201,6 +209,12 @@ impl Layer for BatchNorm2d {
         if !need_dx {
             return Ok(None);
         }
+        // SyncBatchNorm: the input gradient needs these sums over the global batch.
+        let (sums, m) = match &ctx.sync_bn {
+            Some(coll) => sync_bn::global_sums(&sums, m, coll.as_ref())?,
+            None => (sums, m),
+        };
+        let (dbeta, dgamma) = sums.split_at(c);
         let gamma = self.gamma.w.f32()?;
         let scale: Vec<f32> = (0..c).map(|i| gamma[i] * invstd[i]).collect();
         let mb: Vec<f32> = dbeta.iter().map(|v| (v / m) as f32).collect();

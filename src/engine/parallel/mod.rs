@@ -1,0 +1,529 @@
+//! Multi-device training: DataParallel (`dp`) and DistributedDataParallel (`ddp`) over N
+//! devices. On the CPU backend a device is virtual: a thread with its own compute
+//! threads (a rayon pool), its own memory arena (a `MemTracker`) and a busy/comm clock,
+//! so per-device utilisation and peak memory are measurements of what each device did.
+//!
+//! - `dp.rs`: device 0 drives every step as `nn.DataParallel` does (broadcast parameters,
+//!   scatter the batch, gather outputs, loss, reduce gradients, optimizer), which is
+//!   where DP's imbalance really comes from.
+//! - `ddp.rs`: every device is a rank with its own replica, data shard and optimizer;
+//!   gradients are averaged in buckets (`bucket.rs`) that all-reduce on a communication
+//!   thread while backward goes on.
+//! - `collective.rs`: the `Collective` trait (in-process ring now, NCCL on GPUs later).
+//! - `sync_bn.rs`: SyncBatchNorm statistics over the global batch.
+//! - `summary.rs`: the per-device summary and imbalance figures.
+//!
+//! The launcher here owns the data, starts the device threads, turns their per-step
+//! reports into the run's `StepEvent`s and builds the `RunSummary`.
+
+pub mod bucket;
+pub mod collective;
+mod ddp;
+mod dp;
+pub mod summary;
+pub mod sync_bn;
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::thread::ScopedJoinHandle;
+use std::time::Instant;
+
+pub use bucket::BucketSpan;
+pub use summary::{DeviceSummary, Imbalance};
+
+use crate::engine::data::{self, Batch, ImageShape, Loader, LoaderConfig, Normalize};
+use crate::engine::device::{Device, MemCategory, MemSnapshot};
+use crate::engine::nn::model::Model;
+use crate::engine::optim::{OptimConfig, OptimKind};
+use crate::engine::parallel::collective::is_peer_stop;
+use crate::engine::parallel::summary::{summarize, DeviceStep, DeviceTotals};
+use crate::engine::train::{
+    evaluate, synthetic_batch, Observer, Phases, RunSummary, Source, StepEvent, Workload,
+};
+use crate::error::{Error, Result};
+use crate::knobs::{Amp, Knobs, Parallel};
+use crate::runner::stats::median;
+
+/// More virtual devices than this is a typo, not an experiment.
+pub const MAX_DEVICES: usize = 64;
+
+/// Whether `k` needs the multi-device path (DP on one device is plain training).
+pub fn is_multi_device(k: &Knobs) -> bool {
+    match k.parallel {
+        Parallel::Single => false,
+        Parallel::Dp => k.devices > 1,
+        Parallel::Ddp => true,
+    }
+}
+
+/// Notes for a single-device run about parallel knobs that do nothing there.
+pub fn single_device_notes(k: &Knobs) -> Vec<(&'static str, String)> {
+    let mut v = Vec::new();
+    if k.parallel == Parallel::Dp && k.devices == 1 {
+        v.push((
+            "parallel",
+            "DP on one device is single-device training (DataParallel calls the module \
+             directly); ran as parallel = single"
+                .to_string(),
+        ));
+    }
+    if k.bucket_mb != Knobs::default().bucket_mb && k.parallel != Parallel::Ddp {
+        v.push((
+            "bucket_mb",
+            format!("only DDP buckets gradients (parallel is {})", k.parallel),
+        ));
+    }
+    v
+}
+
+/// The one-device summary of a single-device run: busy = zero-grad, forward (with the
+/// loss), backward and optimizer time; waiting for data is not device work.
+pub fn single_device_summary(
+    threads: usize,
+    phase_sum: &Phases,
+    wall_s: f64,
+    snap: &MemSnapshot,
+) -> (Vec<DeviceSummary>, Imbalance) {
+    let t = DeviceTotals {
+        threads,
+        busy_s: phase_sum.zero_grad + phase_sum.forward + phase_sum.backward + phase_sum.optimizer,
+        ..DeviceTotals::default()
+    };
+    summarize(&[t], std::slice::from_ref(snap), wall_s)
+}
+
+/// What to record beyond the summary (tests and traces).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// DDP: digest every rank's parameters after every step and fail the run if two
+    /// ranks differ in a single bit.
+    pub verify_replicas: bool,
+}
+
+/// One timed interval of one step, in seconds since the run started.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Span {
+    pub step: usize,
+    pub start_s: f64,
+    pub end_s: f64,
+}
+
+/// What one DDP rank did when.
+#[derive(Clone, Debug, Default)]
+pub struct RankTrace {
+    /// The backward pass that launches the buckets (the last micro-batch's), per step:
+    /// from its start to the moment its last gradient was computed (before that
+    /// gradient's copy into its bucket and the hand-over).
+    pub backward: Vec<Span>,
+    /// Every bucket's all-reduce, per step, bucket 0 first.
+    pub allreduce: Vec<BucketSpan>,
+    /// Digest of the parameters' bits after each step (with `verify_replicas`).
+    pub digests: Vec<u64>,
+}
+
+/// The timing trace of a multi-device run.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// DDP: elements per gradient bucket, in launch order.
+    pub bucket_lens: Vec<usize>,
+    /// DDP: one per rank.
+    pub ranks: Vec<RankTrace>,
+}
+
+/// Trains on `k.devices` devices.
+pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
+    run_traced(w, k, obs, Options::default()).map(|(s, _)| s)
+}
+
+/// `run`, also returning the trace. Runs the strategy `k.parallel` names even on one
+/// device (`single` runs as DP on one device: device 0 alone).
+pub fn run_traced(
+    w: &Workload,
+    k: &Knobs,
+    obs: &mut dyn Observer,
+    opts: Options,
+) -> Result<(RunSummary, Trace)> {
+    k.validate()?;
+    if k.devices > MAX_DEVICES {
+        return Err(Error::Invalid(format!(
+            "invalid devices {}: at most {MAX_DEVICES} virtual devices",
+            k.devices
+        )));
+    }
+    if w.steps == 0 || w.threads == 0 {
+        return Err(Error::Invalid(
+            "steps and threads must be at least 1".into(),
+        ));
+    }
+    if k.amp != Amp::Off {
+        return Err(Error::Unavailable(format!(
+            "amp = {} with parallel = {}: mixed precision is not implemented for multi-device \
+             training yet",
+            k.amp, k.parallel
+        )));
+    }
+    let started = Instant::now();
+    let n = k.devices;
+    let per = (w.threads / n).max(1);
+    let mut not_applicable = BTreeMap::new();
+    if k.pin_memory {
+        let why = "CPU backend: there is no host-to-device copy to pin memory for";
+        not_applicable.insert("pin_memory".to_string(), why.to_string());
+        obs.on_note(&format!("pin_memory: not applicable ({why})"));
+    }
+    if k.parallel == Parallel::Dp && k.bucket_mb != Knobs::default().bucket_mb {
+        let why = "only DDP buckets gradients (parallel is dp)";
+        not_applicable.insert("bucket_mb".into(), why.into());
+        obs.on_note(&format!("bucket_mb: {why}"));
+    }
+    if w.threads < n {
+        obs.on_note(&format!(
+            "{n} devices on {} compute threads: devices share cores, so their busy times \
+             include waiting for a core",
+            w.threads
+        ));
+    } else if !w.threads.is_multiple_of(n) {
+        obs.on_note(&format!(
+            "{} compute threads do not split evenly over {n} devices: {per} each, {} unused",
+            w.threads,
+            w.threads - per * n
+        ));
+    }
+    let feed = Feed::open(w, k)?;
+    let devs: Vec<Arc<Device>> = (0..n).map(|i| Device::cpu(i, per)).collect();
+    let (out, trace) = match k.parallel {
+        Parallel::Ddp => ddp::run(w, k, obs, &feed, &devs, opts)?,
+        Parallel::Dp | Parallel::Single => dp::run(w, k, obs, &feed, &devs)?,
+    };
+    if k.sync_bn && !out.has_batch_norm {
+        let why = format!("{} has no batch norm", w.model);
+        not_applicable.insert("sync_bn".into(), why.clone());
+        obs.on_note(&format!("sync_bn: not applicable ({why})"));
+    }
+    let snaps: Vec<MemSnapshot> = devs.iter().map(|d| d.mem().snapshot()).collect();
+    let mut model = out.model;
+    let accuracy = match (&feed.test, w.eval) {
+        (Some(test), true) => {
+            let pool = pool(w.threads, "tune-eval")?;
+            Some(pool.install(|| {
+                evaluate(
+                    &mut model,
+                    Arc::clone(test),
+                    &feed.norm,
+                    &devs[0],
+                    feed.classes,
+                    k.amp,
+                )
+            })?)
+        }
+        _ => None,
+    };
+    let params = model.num_params();
+    let c = out.collected;
+    let measured = if c.step_times.len() > w.warmup {
+        &c.step_times[w.warmup..]
+    } else {
+        &c.step_times[..]
+    };
+    let wall: f64 = measured.iter().sum();
+    let med = median(measured);
+    let (devices, imbalance) = summarize(&c.totals, &snaps, wall);
+    let top = snaps
+        .iter()
+        .max_by_key(|s| s.total_peak)
+        .cloned()
+        .unwrap_or_default();
+    let samples_per_step = k.batch_size * k.grad_accum;
+    let summary = RunSummary {
+        skipped_steps: Vec::new(),
+        loss_scale_final: None,
+        algorithms: Vec::new(),
+        model: w.model.to_string(),
+        dataset: w.dataset.clone(),
+        knobs: k.clone(),
+        threads: w.threads,
+        backend: "cpu".into(),
+        params,
+        steps: w.steps,
+        warmup: w.warmup,
+        samples_per_step,
+        samples_per_s: samples_per_step as f64 / med,
+        step_ms_median: med * 1e3,
+        final_loss: c.losses.last().copied().unwrap_or(f32::NAN),
+        losses: c.losses.clone(),
+        accuracy,
+        phases_mean: c.phase_sum.scaled(1.0 / measured.len().max(1) as f64),
+        peak_bytes: top.peak.clone(),
+        peak_total_bytes: top.total_peak,
+        grad_bytes_between_steps: c.grad_between,
+        not_applicable,
+        step_times: c.step_times.clone(),
+        wall_s: started.elapsed().as_secs_f64(),
+        devices,
+        imbalance: Some(imbalance),
+    };
+    Ok((summary, trace))
+}
+
+/// A rayon pool for one device's compute.
+fn pool(threads: usize, name: &str) -> Result<rayon::ThreadPool> {
+    let name = name.to_string();
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |i| format!("{name}-{i}"))
+        .build()
+        .map_err(|e| Error::Runtime(format!("cannot start {threads} compute threads: {e}")))
+}
+
+/// The training data of a run, from which each device's batches are cut.
+pub(crate) struct Feed {
+    pub classes: usize,
+    pub norm: Normalize,
+    pub test: Option<Arc<dyn data::Dataset>>,
+    kind: FeedKind,
+}
+
+enum FeedKind {
+    /// The global synthetic batch; each rank takes its rows.
+    Synthetic(Batch),
+    Dataset(Arc<dyn data::Dataset>),
+}
+
+impl Feed {
+    fn open(w: &Workload, k: &Knobs) -> Result<Feed> {
+        let [h, wd, c] = w.model.input();
+        let want = ImageShape { h, w: wd, c };
+        let norm = data::default_normalize(want);
+        if w.dataset == "synthetic" {
+            let classes = 10;
+            return Ok(Feed {
+                classes,
+                norm,
+                test: None,
+                kind: FeedKind::Synthetic(synthetic_batch(want, k.batch_size, classes, w.seed)),
+            });
+        }
+        let splits = data::open(&w.dataset, want, &w.cache_dir)?;
+        Ok(Feed {
+            classes: splits.train.num_classes(),
+            norm,
+            test: Some(splits.test),
+            kind: FeedKind::Dataset(splits.train),
+        })
+    }
+
+    /// Batches of `batch` samples for `rank` of `world`: a DistributedSampler shard of
+    /// the dataset, or this rank's rows of the synthetic batch.
+    fn source(
+        &self,
+        w: &Workload,
+        k: &Knobs,
+        rank: usize,
+        world: usize,
+        batch: usize,
+    ) -> Result<Source> {
+        match &self.kind {
+            FeedKind::Synthetic(g) => {
+                let len = g.shape.len();
+                let rows = rank * batch..(rank + 1) * batch;
+                Ok(Source::Fixed(Batch {
+                    x: g.x[rows.start * len..rows.end * len].to_vec(),
+                    y: g.y[rows.clone()].to_vec(),
+                    n: batch,
+                    shape: g.shape,
+                    epoch: g.epoch,
+                    index: g.index,
+                }))
+            }
+            FeedKind::Dataset(train) => Ok(Source::Loader(Loader::new(
+                Arc::clone(train),
+                self.norm.clone(),
+                LoaderConfig {
+                    batch_size: batch,
+                    num_workers: k.num_workers,
+                    prefetch: 2,
+                    seed: w.seed,
+                    shuffle: true,
+                    augment: true,
+                    drop_last: true,
+                    rank,
+                    world_size: world,
+                },
+            )?)),
+        }
+    }
+}
+
+fn optim_config(w: &Workload) -> OptimConfig {
+    match w.optimizer {
+        OptimKind::Sgd => OptimConfig::sgd(w.lr),
+        OptimKind::Adamw => OptimConfig::adamw(w.lr),
+    }
+}
+
+/// What a reporting thread (the DP driver, or every DDP rank) sends after each step.
+pub(crate) struct StepReport {
+    pub rank: usize,
+    pub step: usize,
+    pub loss: f32,
+    pub samples: usize,
+    pub step_s: f64,
+    pub phases: Phases,
+    pub mem_after: MemSnapshot,
+    pub devices: Vec<DeviceStep>,
+    pub digest: Option<u64>,
+}
+
+/// The run's per-step record, merged over the reporting threads.
+#[derive(Default)]
+pub(crate) struct Collected {
+    pub step_times: Vec<f64>,
+    pub losses: Vec<f32>,
+    pub phase_sum: Phases,
+    pub totals: Vec<DeviceTotals>,
+    pub grad_between: u64,
+    /// First step at which two ranks' parameter digests differed.
+    pub mismatch: Option<String>,
+}
+
+/// What the parallel strategies hand back to the launcher.
+pub(crate) struct Outcome {
+    /// The model on device 0 (DP's module, DDP's rank 0), for evaluation.
+    pub model: Model,
+    pub collected: Collected,
+    pub has_batch_norm: bool,
+}
+
+/// Receives step reports until every reporter has hung up; each step is emitted once
+/// all `reporters` have reported it. Loss is the mean over reporters (every DDP rank's
+/// local mean over equal shards), step time the slowest one's, phases the mean.
+pub(crate) fn collect(
+    rx: Receiver<StepReport>,
+    reporters: usize,
+    threads: &[usize],
+    ddp: bool,
+    w: &Workload,
+    obs: &mut dyn Observer,
+) -> Collected {
+    let mut c = Collected {
+        totals: threads
+            .iter()
+            .map(|&t| DeviceTotals {
+                threads: t,
+                ddp,
+                ..DeviceTotals::default()
+            })
+            .collect(),
+        ..Collected::default()
+    };
+    let mut pending: BTreeMap<usize, Vec<StepReport>> = BTreeMap::new();
+    for r in rx {
+        let step = r.step;
+        let slot = pending.entry(step).or_default();
+        slot.push(r);
+        if slot.len() < reporters {
+            continue;
+        }
+        let Some(mut reps) = pending.remove(&step) else {
+            continue;
+        };
+        reps.sort_by_key(|r| r.rank);
+        let n = reps.len() as f32;
+        let loss = reps.iter().map(|r| r.loss).sum::<f32>() / n;
+        let step_s = reps.iter().map(|r| r.step_s).fold(0.0, f64::max);
+        let mut phases = Phases::default();
+        for r in &reps {
+            phases.add(&r.phases);
+        }
+        let phases = phases.scaled(1.0 / reps.len() as f64);
+        if c.mismatch.is_none() {
+            if let Some(d0) = reps[0].digest {
+                if let Some(bad) = reps.iter().find(|r| r.digest != Some(d0)) {
+                    c.mismatch = Some(format!(
+                        "ddp: after step {step}, rank {}'s parameters differ from rank 0's",
+                        bad.rank
+                    ));
+                }
+            }
+        }
+        // The same window as the summary's step times: all steps when there are no more
+        // than the warm-up.
+        if step >= w.warmup || w.steps <= w.warmup {
+            c.phase_sum.add(&phases);
+            for r in &reps {
+                for d in &r.devices {
+                    if let Some(t) = c.totals.get_mut(d.index) {
+                        t.add(d);
+                    }
+                }
+            }
+        }
+        let first = reps.swap_remove(0);
+        c.grad_between = first.mem_after.current_of(MemCategory::Grads);
+        c.step_times.push(step_s);
+        c.losses.push(loss);
+        obs.on_step(&StepEvent {
+            step,
+            steps: w.steps,
+            loss,
+            samples: first.samples,
+            step_s,
+            phases,
+            mem_after: first.mem_after,
+            loss_scale: None,
+            skipped: false,
+        });
+    }
+    c
+}
+
+/// The error that explains a failed run: a device's own error rather than a peer's
+/// "someone else stopped", and a panic as an error.
+pub(crate) fn first_error<T>(
+    results: Vec<(usize, std::thread::Result<Result<T>>)>,
+) -> Result<Vec<T>> {
+    let mut oks = Vec::new();
+    let mut primary: Option<Error> = None;
+    let mut secondary: Option<Error> = None;
+    for (i, r) in results {
+        match r {
+            Ok(Ok(v)) => oks.push(v),
+            Ok(Err(e)) if is_peer_stop(&e) => {
+                secondary.get_or_insert(e);
+            }
+            Ok(Err(e)) => {
+                primary.get_or_insert(e);
+            }
+            Err(_) => {
+                primary.get_or_insert(Error::Runtime(format!("device {i}'s thread panicked")));
+            }
+        }
+    }
+    match primary.or(secondary) {
+        Some(e) => Err(e),
+        None => Ok(oks),
+    }
+}
+
+/// Joins device threads in index order.
+pub(crate) fn join_all<T>(hs: Vec<ScopedJoinHandle<'_, Result<T>>>) -> Result<Vec<T>> {
+    first_error(hs.into_iter().map(|h| h.join()).enumerate().collect())
+}
+
+/// Digest of every parameter's bits (FNV-1a over 32-bit words): equal digests after a
+/// step mean bit-identical replicas, short of a 64-bit collision.
+pub(crate) fn param_digest(model: &mut Model) -> Result<u64> {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut res = Ok(());
+    model.visit_params(&mut |p| match p.w.f32() {
+        Ok(v) => {
+            for x in v {
+                h ^= u64::from(x.to_bits());
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        Err(e) => res = Err(e),
+    });
+    res.map(|_| h)
+}
