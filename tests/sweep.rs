@@ -361,6 +361,7 @@ fn html_escapes_every_user_string() {
             losses: vec![2.0, 1.5, 1.0],
             ..Repeat::default()
         }],
+        timeline: Vec::new(),
     };
     let report = build::build(&spec, &[rec]);
     let page = html::render(&report);

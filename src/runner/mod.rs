@@ -8,6 +8,7 @@ pub mod journal;
 pub mod metric;
 pub mod plan;
 pub mod record;
+pub mod sampling;
 pub mod spec;
 pub mod stats;
 pub mod sweep;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::train::{Phases, RunSummary};
 use crate::knobs::Knobs;
+use crate::report::model::TimelineSample;
 use crate::runner::spec::Spec;
 
 /// How a trial ended.
@@ -66,6 +67,51 @@ pub struct Repeat {
     #[serde(default)]
     pub backend: String,
     pub wall_s: f64,
+    /// Per device: how busy it was and its peak memory.
+    #[serde(default)]
+    pub devices: Vec<DeviceStats>,
+}
+
+/// One device during one repeat.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceStats {
+    /// "cpu:0", "cuda:1", ...
+    pub device: String,
+    /// Share of the measured steps' wall time the device was computing, 0..=1.
+    pub busy_share: Option<f64>,
+    pub peak_bytes: Option<u64>,
+    /// Share of the measured steps' wall time spent in communication, 0..=1.
+    pub comm_share: Option<f64>,
+}
+
+impl DeviceStats {
+    /// The one device of a single-device run, from its step phases: the device computes
+    /// during zero-grad, forward, backward and the optimizer step, and idles while the
+    /// step waits for data or a copy. A run that reports its own per-device counters
+    /// (multi-device engines) should be taken as it reports them instead.
+    pub fn single_from_phases(s: &RunSummary) -> DeviceStats {
+        let p = &s.phases_mean;
+        let measured = s.step_times.get(s.warmup..).unwrap_or(&[]);
+        let step = if measured.is_empty() {
+            f64::NAN
+        } else {
+            measured.iter().sum::<f64>() / measured.len() as f64
+        };
+        let share = |v: f64| (step > 0.0 && v.is_finite()).then(|| (v / step).clamp(0.0, 1.0));
+        DeviceStats {
+            device: format!(
+                "{}:0",
+                if s.backend.is_empty() {
+                    "cpu"
+                } else {
+                    &s.backend
+                }
+            ),
+            busy_share: share(p.zero_grad + p.forward + p.backward + p.optimizer),
+            peak_bytes: Some(s.peak_total_bytes),
+            comm_share: share(p.comm).filter(|c| *c > 0.0),
+        }
+    }
 }
 
 impl Repeat {
@@ -88,6 +134,7 @@ impl Repeat {
             not_applicable: s.not_applicable.clone(),
             backend: s.backend.clone(),
             wall_s: finite_or_zero(s.wall_s),
+            devices: vec![DeviceStats::single_from_phases(s)],
         }
     }
 }
@@ -116,6 +163,9 @@ pub struct TrialRecord {
     pub error: Option<String>,
     /// Repeats that completed; a failed trial may still have some.
     pub repeats: Vec<Repeat>,
+    /// Device samples taken while the trial ran, `t_s` from the trial's start.
+    #[serde(default)]
+    pub timeline: Vec<TimelineSample>,
 }
 
 /// A journal line.

@@ -15,9 +15,11 @@ use serde_json::json;
 use super::journal::Journal;
 use super::plan::{self, halving_rounds, select_top, Trial};
 use super::record::{Record, Status, TrialRecord};
+use super::sampling::SweepSampler;
 use super::spec::{Spec, Strategy, Workload};
 use super::stats;
 use super::trial::{run_trial, TrialEnv};
+use crate::advisor::confirm;
 use crate::cli::SweepArgs;
 use crate::error::{Error, Result};
 use crate::report::{self, build, markdown, JOURNAL};
@@ -125,6 +127,7 @@ struct Sweep<'a> {
     done: HashSet<(String, usize)>,
     records: Vec<TrialRecord>,
     progress: Progress,
+    sampler: SweepSampler,
 }
 
 impl Sweep<'_> {
@@ -157,7 +160,9 @@ impl Sweep<'_> {
             status: Status::Ok,
             error: None,
             repeats: Vec::new(),
+            timeline: Vec::new(),
         };
+        let started_ms = self.sampler.now_ms();
         for _ in 0..repeats.max(1) {
             let o = run_trial(&self.env, self.spec, &trial.knobs, steps);
             rec.repeats.extend(o.repeat);
@@ -169,6 +174,7 @@ impl Sweep<'_> {
                 break;
             }
         }
+        rec.timeline = self.sampler.since(started_ms);
         self.journal.append(&Record::Trial(rec.clone()))?;
         self.done.insert(key);
         self.records.push(rec.clone());
@@ -271,6 +277,7 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
         done: previous.iter().map(|r| (r.id.clone(), r.round)).collect(),
         records: previous,
         progress: Progress::new(total, args.json),
+        sampler: SweepSampler::start(),
     };
     let skipped = sweep.done.len();
     if skipped > 0 && !args.json {
@@ -306,6 +313,19 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
         for t in candidates.clone() {
             sweep.run(&t, round, round_steps, reps)?;
         }
+    }
+    // The recommended combination, measured once more so the report can say whether
+    // the predicted gain holds up.
+    let before = build::build(&spec, &sweep.records);
+    if let Some((knobs, _, _)) = confirm::combination(&before) {
+        let base = &spec.search.baseline;
+        let trial = Trial {
+            id: format!("{}{}", build::CONFIRM_PREFIX, plan::trial_id(&knobs, base)),
+            label: format!("confirm: {}", knobs.diff_label(base)),
+            knobs,
+        };
+        sweep.progress.bar.inc_length(1);
+        sweep.run(&trial, 0, steps, repeats)?;
     }
     sweep.progress.bar.finish_and_clear();
 
@@ -355,5 +375,18 @@ fn print_table(r: &report::Report) {
     }
     for n in &r.notes {
         println!("note: {n}");
+    }
+    for rec in &r.recommendations {
+        let gain = rec.expected_gain.map_or(String::new(), |g| {
+            format!(" ({})", crate::advisor::fmt_ratio(&g))
+        });
+        let kind = match rec.kind {
+            crate::report::model::RecKind::Change => "recommend",
+            crate::report::model::RecKind::Warning => "warning",
+        };
+        println!("{kind}: {}{gain}: {}", rec.title, rec.tune_flag);
+    }
+    if let Some(c) = &r.confirmation {
+        println!("confirmation ({}): {}", c.verdict, c.summary);
     }
 }
