@@ -47,6 +47,7 @@ fn trial<'a>(r: &'a Value, label: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no trial {label} in {r}"))
 }
 
+/// Ids of the plan's trials in the journal (confirmation runs left out).
 fn journal_trial_ids(out: &Path) -> Vec<String> {
     std::fs::read_to_string(out.join("journal.jsonl"))
         .unwrap_or_default()
@@ -54,6 +55,7 @@ fn journal_trial_ids(out: &Path) -> Vec<String> {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v["type"] == "trial")
         .map(|v| v["id"].as_str().unwrap().to_string())
+        .filter(|id| !id.starts_with("confirm:"))
         .collect()
 }
 
@@ -81,18 +83,24 @@ fn sweep_writes_journal_and_reports() {
     for f in ["journal.jsonl", "report.json", "report.html", "summary.md"] {
         assert!(out.join(f).exists(), "{f} missing");
     }
-    // One JSON line per trial, then the paths.
+    // One JSON line per trial, then the paths. When a change is recommended, its
+    // confirmation (the combination and a baseline re-run) adds two trial lines.
     let stdout = String::from_utf8_lossy(&o.stdout);
     let lines: Vec<Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &Value| {
+            !v["id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("confirm:"))
+        })
         .collect();
     assert_eq!(lines.len(), 3, "{stdout}");
     assert_eq!(lines[0]["status"], "ok");
     assert!(lines[2]["report"].is_string());
 
     let r = report_json(&out);
-    assert_eq!(r["schema_version"], "1.0");
+    assert_eq!(r["schema_version"], "1.1");
     assert_eq!(r["trials"].as_array().unwrap().len(), 2);
     let none = trial(&r, "zero_grad=none");
     assert_eq!(none["status"], "ok");

@@ -1,7 +1,9 @@
 //! The confirmation trial: the measured changes the advisor recommends, combined on the
 //! baseline, run once more. The prediction assumes the changes' effects multiply: the
 //! product of their ratios, with the product of their interval bounds as a (wide)
-//! interval. The verdict compares the measured interval with the predicted one.
+//! interval. The sweep measures the combination alternately with a fresh run of the
+//! baseline, and the verdict compares that ratio's interval with the predicted one: a
+//! sweep's trials run minutes apart, and a machine's load can drift in between.
 
 use super::fmt_ratio;
 use crate::knobs::Knobs;
@@ -46,8 +48,8 @@ pub fn combination(report: &Report) -> Option<(Knobs, Vec<String>, Option<Ratio>
     (knobs != report.spec.search.baseline).then_some((knobs, rules, predicted))
 }
 
-/// The confirmation section of a report, with `measured` giving the confirmation run
-/// of a combination when one was made.
+/// The confirmation section of a report. `measured(knobs)` gives the confirmation run of
+/// those knobs (the combination, or the baseline's re-run) when the sweep made one.
 pub fn evaluate(
     report: &Report,
     measured: impl Fn(&Knobs) -> Option<TrialReport>,
@@ -55,7 +57,13 @@ pub fn evaluate(
     let (knobs, rules, predicted) = combination(report)?;
     let label = knobs.diff_label(&report.spec.search.baseline);
     let trial = measured(&knobs);
+    let baseline_rerun = measured(&report.spec.search.baseline);
     let pred = predicted.map_or("–".into(), |p| fmt_ratio(&p));
+    let against = if baseline_rerun.is_some() {
+        "the baseline re-run beside it"
+    } else {
+        "the baseline"
+    };
     let (verdict, summary) = match (&trial, predicted) {
         (None, _) => (
             "not_run",
@@ -71,7 +79,9 @@ pub fn evaluate(
         ),
         (Some(t), p) => match (t.ratio_vs_baseline, p) {
             (Some(m), Some(p)) => {
-                let v = if m.lo <= p.hi && p.lo <= m.hi {
+                let v = if p.ratio > 1.0 && !(m.significant && m.ratio > 1.0) {
+                    "not_confirmed"
+                } else if m.lo <= p.hi && p.lo <= m.hi {
                     "matches"
                 } else if m.lo > p.hi {
                     "better"
@@ -79,6 +89,7 @@ pub fn evaluate(
                     "worse"
                 };
                 let how = match v {
+                    "not_confirmed" => "no significant gain, against",
                     "matches" => "consistent with",
                     "better" => "above",
                     _ => "below",
@@ -86,7 +97,7 @@ pub fn evaluate(
                 (
                     v,
                     format!(
-                        "{label} measured {} vs the baseline, {how} the predicted {pred}",
+                        "{label} measured {} vs {against}, {how} the predicted {pred}",
                         fmt_ratio(&m)
                     ),
                 )
@@ -103,6 +114,7 @@ pub fn evaluate(
         rules,
         predicted,
         trial,
+        baseline_rerun,
         verdict: verdict.into(),
         summary,
     })
@@ -114,6 +126,11 @@ mod tests {
     use super::*;
 
     fn sweep_with_confirmation(confirm_step: Option<f64>) -> Report {
+        sweep_with_rerun(confirm_step, None)
+    }
+
+    /// The sweep, its confirmation run (step time) and the baseline's re-run (step time).
+    fn sweep_with_rerun(confirm_step: Option<f64>, rerun_step: Option<f64>) -> Report {
         let s = spec(
             "num_workers = [0, 2]\nzero_grad = [\"memset\", \"none\"]",
             "",
@@ -127,6 +144,11 @@ mod tests {
             let mut c = trial(&s, &[("num_workers", "2"), ("zero_grad", "none")], step);
             c.rec.id = format!("{}{}", crate::report::build::CONFIRM_PREFIX, c.rec.id);
             trials.push(c);
+        }
+        if let Some(step) = rerun_step {
+            let mut b = trial(&s, &[], step);
+            b.rec.id = format!("{}baseline", crate::report::build::CONFIRM_PREFIX);
+            trials.push(b);
         }
         report(&s, trials)
     }
@@ -156,6 +178,20 @@ mod tests {
         assert_eq!(worse.verdict, "worse", "{}", worse.summary);
         let better = sweep_with_confirmation(Some(0.005)).confirmation.unwrap();
         assert_eq!(better.verdict, "better", "{}", better.summary);
+        let none = sweep_with_confirmation(Some(0.010)).confirmation.unwrap();
+        assert_eq!(none.verdict, "not_confirmed", "{}", none.summary);
+    }
+
+    #[test]
+    fn the_measured_gain_is_against_the_baselines_rerun() {
+        // The machine got faster after the sweep: against the old baseline the
+        // combination looks 2× faster, against the re-run it is what was predicted.
+        let r = sweep_with_rerun(Some(0.005), Some(0.00695));
+        let c = r.confirmation.unwrap();
+        assert!(c.baseline_rerun.is_some());
+        let m = c.trial.unwrap().ratio_vs_baseline.unwrap();
+        assert!((m.ratio - 1.39).abs() < 0.03, "{m:?}");
+        assert_eq!(c.verdict, "matches", "{}", c.summary);
     }
 
     #[test]

@@ -257,9 +257,16 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Report {
         notes,
     };
     report.recommendations = advisor::advise(&report);
+    // The confirmation is compared with the baseline's re-run beside it when there is one.
+    let rerun = confirm
+        .iter()
+        .rev()
+        .find(|r| r.knobs == spec.search.baseline && r.status == Status::Ok)
+        .map(steady);
+    let against = rerun.as_ref().or(base_data.as_ref());
     report.confirmation = advisor::confirm::evaluate(&report, |knobs| {
         let rec = confirm.iter().rev().find(|r| &r.knobs == knobs)?;
-        Some(trial_report(rec, base_data.as_ref()))
+        Some(trial_report(rec, against))
     });
     report
 }

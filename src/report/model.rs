@@ -188,9 +188,15 @@ pub struct Confirmation {
     /// Product of the combined changes' measured ratios (and of their interval bounds):
     /// what the combination should give if the effects multiply.
     pub predicted: Option<Ratio>,
-    /// The confirmation run (its `ratio_vs_baseline` is the measured gain); None until run.
+    /// The confirmation run; its `ratio_vs_baseline` is the measured gain, against
+    /// `baseline_rerun` when there is one. None until run.
     pub trial: Option<TrialReport>,
-    /// `matches` (the intervals overlap), `better`, `worse`, `failed` or `not_run`.
+    /// The baseline measured again, alternating repeats with `trial`, so both see the
+    /// same machine (load drifts over a sweep).
+    #[serde(default)]
+    pub baseline_rerun: Option<TrialReport>,
+    /// `matches` (measured and predicted intervals overlap), `better`, `worse`,
+    /// `not_confirmed` (the measured interval includes 1), `failed` or `not_run`.
     pub verdict: String,
     /// One sentence for people.
     pub summary: String,

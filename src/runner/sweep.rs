@@ -183,6 +183,55 @@ impl Sweep<'_> {
     }
 }
 
+impl Sweep<'_> {
+    /// The confirmation: the recommended combination and a fresh run of the baseline,
+    /// alternating repeat by repeat so both see the same machine state.
+    fn confirm(
+        &mut self,
+        combo: &Trial,
+        rerun: &Trial,
+        steps: usize,
+        repeats: usize,
+    ) -> Result<()> {
+        if self.done.contains(&(combo.id.clone(), 0)) {
+            self.progress.bar.inc(2);
+            return Ok(());
+        }
+        let fresh = |t: &Trial| TrialRecord {
+            id: t.id.clone(),
+            label: t.label.clone(),
+            knobs: t.knobs.clone(),
+            round: 0,
+            steps,
+            status: Status::Ok,
+            error: None,
+            repeats: Vec::new(),
+            // Alternating runs share one stretch of time; the timeline shows the plan's
+            // trials only.
+            timeline: Vec::new(),
+        };
+        let mut recs = [fresh(rerun), fresh(combo)];
+        self.progress.start(&combo.label);
+        for _ in 0..repeats.max(1) {
+            for rec in recs.iter_mut().filter(|r| r.status == Status::Ok) {
+                let o = run_trial(&self.env, self.spec, &rec.knobs, steps);
+                rec.repeats.extend(o.repeat);
+                if o.status != Status::Ok {
+                    rec.status = o.status;
+                    rec.error = o.error;
+                }
+            }
+        }
+        for rec in recs {
+            self.journal.append(&Record::Trial(rec.clone()))?;
+            self.done.insert((rec.id.clone(), rec.round));
+            self.progress.finished(&rec);
+            self.records.push(rec);
+        }
+        Ok(())
+    }
+}
+
 /// Journal records so far; an existing journal needs `--resume`.
 fn existing_records(path: &Path, spec: &Spec, resume: bool) -> Result<(Vec<TrialRecord>, bool)> {
     if !path.exists() {
@@ -319,13 +368,18 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
     let before = build::build(&spec, &sweep.records);
     if let Some((knobs, _, _)) = confirm::combination(&before) {
         let base = &spec.search.baseline;
-        let trial = Trial {
+        let combo = Trial {
             id: format!("{}{}", build::CONFIRM_PREFIX, plan::trial_id(&knobs, base)),
             label: format!("confirm: {}", knobs.diff_label(base)),
             knobs,
         };
-        sweep.progress.bar.inc_length(1);
-        sweep.run(&trial, 0, steps, repeats)?;
+        let rerun = Trial {
+            id: format!("{}{}", build::CONFIRM_PREFIX, plan::trial_id(base, base)),
+            label: "confirm: baseline re-run".into(),
+            knobs: base.clone(),
+        };
+        sweep.progress.bar.inc_length(2);
+        sweep.confirm(&combo, &rerun, steps, repeats)?;
     }
     sweep.progress.bar.finish_and_clear();
 
