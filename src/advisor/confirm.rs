@@ -79,7 +79,7 @@ pub fn evaluate(
         ),
         (Some(t), p) => match (t.ratio_vs_baseline, p) {
             (Some(m), Some(p)) => {
-                let v = if p.ratio > 1.0 && !(m.significant && m.ratio > 1.0) {
+                let v = if p.significant && p.ratio > 1.0 && !(m.significant && m.ratio > 1.0) {
                     "not_confirmed"
                 } else if m.lo <= p.hi && p.lo <= m.hi {
                     "matches"
@@ -192,6 +192,14 @@ mod tests {
         let m = c.trial.unwrap().ratio_vs_baseline.unwrap();
         assert!((m.ratio - 1.39).abs() < 0.03, "{m:?}");
         assert_eq!(c.verdict, "matches", "{}", c.summary);
+        // The report says the machine drifted; without a re-run it cannot know.
+        assert!(
+            r.notes.iter().any(|n| n.contains("drifted")),
+            "{:?}",
+            r.notes
+        );
+        let same = sweep_with_rerun(Some(0.0072), Some(0.010));
+        assert!(!same.notes.iter().any(|n| n.contains("drifted")));
     }
 
     #[test]

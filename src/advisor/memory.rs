@@ -9,6 +9,25 @@ use crate::runner::record::Status;
 /// Peak memory above this share of the limit leaves no room to grow (DESIGN.md's anchor).
 pub const NEAR: f64 = 0.90;
 
+/// What counts against the limit: on the CUDA backend the engine's tracked device
+/// memory; otherwise the sampled resident memory when there is one (the per-trial cap
+/// and the host limit apply to it), else the tracked bytes.
+pub fn used(cx: &Ctx, t: &TrialReport) -> Option<u64> {
+    if cx.backend() == "cuda" {
+        t.peak_total_bytes
+    } else {
+        t.rss_peak_bytes.or(t.peak_total_bytes)
+    }
+}
+
+fn what_used(cx: &Ctx, t: &TrialReport) -> &'static str {
+    if cx.backend() != "cuda" && t.rss_peak_bytes.is_some() {
+        "resident memory"
+    } else {
+        "tracked memory"
+    }
+}
+
 /// The memory a trial may use, and what that limit is: the spec's per-trial cap, else
 /// GPU 0's memory on the CUDA backend, else the host's memory.
 pub fn limit(cx: &Ctx) -> Option<(u64, String)> {
@@ -43,10 +62,11 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
         return Vec::new();
     };
     let base_oom = base.status == Status::Oom;
-    let base_peak = base.peak_total_bytes.filter(|_| base.status == Status::Ok);
+    let base_peak = used(cx, base).filter(|_| base.status == Status::Ok);
     let seen = match base_peak {
         Some(p) if p as f64 >= NEAR * limit as f64 => format!(
-            "the baseline peaks at {:.1} MiB, {} of {what} ({:.1} MiB)",
+            "the baseline's {} peaks at {:.1} MiB, {} of {what} ({:.1} MiB)",
+            what_used(cx, base),
             mib(p),
             fmt_pct(p as f64 / limit as f64),
             mib(limit)
@@ -64,7 +84,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
         .map(|t| ("checkpoint", t))
         .chain(cx.varying("amp").into_iter().map(|t| ("amp", t)))
     {
-        let saves = match (t.peak_total_bytes, base_peak) {
+        let saves = match (used(cx, t), base_peak) {
             (Some(x), Some(b)) => x < b,
             (Some(_), None) => true,
             _ => false,
@@ -102,7 +122,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 .into(),
         })];
     };
-    let peak = t.peak_total_bytes.unwrap_or(0);
+    let peak = used(cx, t).unwrap_or(0);
     let mut evidence = vec![seen];
     match base_peak {
         Some(b) => evidence.push(format!(
@@ -169,6 +189,28 @@ mod tests {
         assert!(g.ratio < 0.9 && g.significant, "{g:?}");
         assert_eq!(recs[0].tune_flag, "--checkpoint sqrt");
         assert!(recs[0].pytorch.contains("torch.utils.checkpoint"));
+    }
+
+    #[test]
+    fn resident_memory_counts_against_the_cap_when_sampled() {
+        let s = spec("checkpoint = [\"off\", \"sqrt\"]", CAP);
+        // Little tracked memory, but the process really holds 960 MiB.
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010).peak_mib(100).rss_mib(960),
+                trial(&s, &[("checkpoint", "sqrt")], 0.012)
+                    .peak_mib(60)
+                    .rss_mib(700),
+            ],
+        );
+        let recs = by_rule(&r, "memory");
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        let e = &recs[0].evidence;
+        assert!(
+            e.contains("resident memory peaks at 960.0 MiB") && e.contains("saves 260.0 MiB"),
+            "{e}"
+        );
     }
 
     #[test]

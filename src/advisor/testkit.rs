@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::engine::train::Phases;
 use crate::knobs::Knobs;
 use crate::report::build;
-use crate::report::model::{Recommendation, Report};
+use crate::report::model::{Recommendation, Report, TimelineSample};
 use crate::runner::plan::trial_id;
 use crate::runner::record::{DeviceStats, Repeat, Status, TrialRecord};
 use crate::runner::spec::Spec;
@@ -106,6 +106,17 @@ impl Trial {
         for r in &mut self.rec.repeats {
             r.peak_total_bytes = mib << 20;
         }
+        self
+    }
+
+    /// A sampled resident-memory peak while the trial ran.
+    pub fn rss_mib(mut self, mib: u64) -> Trial {
+        self.rec.timeline.push(TimelineSample {
+            t_s: 0.5,
+            device: "host".into(),
+            metric: "rss_bytes".into(),
+            value: (mib << 20) as f64,
+        });
         self
     }
 

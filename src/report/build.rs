@@ -145,6 +145,12 @@ fn trial_report(rec: &TrialRecord, base: Option<&(Vec<f64>, f64)>) -> TrialRepor
         samples_per_s,
         ratio_vs_baseline,
         peak_total_bytes: rec.repeats.iter().map(|r| r.peak_total_bytes).max(),
+        rss_peak_bytes: rec
+            .timeline
+            .iter()
+            .filter(|s| s.device == "host" && s.metric == "rss_bytes" && s.value.is_finite())
+            .map(|s| s.value as u64)
+            .max(),
         phase_share: phase_share(rec, &times),
         accuracy: last.and_then(|r| r.accuracy),
         final_loss: last.and_then(|r| r.losses.last().copied()),
@@ -268,7 +274,28 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Report {
         let rec = confirm.iter().rev().find(|r| &r.knobs == knobs)?;
         Some(trial_report(rec, against))
     });
+    if let Some(note) = drift_note(&report) {
+        report.notes.push(note);
+    }
     report
+}
+
+/// The baseline's re-run after the sweep against its first run: a significant
+/// difference means the machine's speed drifted while the sweep ran.
+fn drift_note(report: &Report) -> Option<String> {
+    let c = report.confirmation.as_ref()?;
+    let rerun = c.baseline_rerun.as_ref()?;
+    let base = report.baseline.as_deref().and_then(|id| report.trial(id))?;
+    let r = advisor::Ctx::new(report).ratio(base, rerun)?;
+    r.significant.then(|| {
+        format!(
+            "the baseline, re-run after the sweep, ran at {} its first run's throughput: this \
+             machine's speed drifted while the sweep ran (other load, clocks, heat), so ratios \
+             between trials run minutes apart include that drift; the confirmation compares runs \
+             made side by side",
+            advisor::fmt_ratio(&r)
+        )
+    })
 }
 
 fn read_trimmed(path: &str) -> Option<String> {

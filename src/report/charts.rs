@@ -651,7 +651,7 @@ pub fn pareto(r: &Report) -> String {
             .bold_line_style(GRID)
             .x_label_formatter(&|v| tick(*v))
             .y_label_formatter(&|v| tick(*v))
-            .x_desc("peak memory (MiB)")
+            .x_desc("peak memory tracked by the engine (MiB)")
             .y_desc("samples/s")
             .label_style(text_style(&INK))
             .axis_desc_style(text_style(&MUTED))
@@ -663,6 +663,7 @@ pub fn pareto(r: &Report) -> String {
                 .collect::<Vec<_>>(),
             BEST.stroke_width(2),
         )))?;
+        let mut placed: Vec<(i32, i32, i32)> = Vec::new();
         for (i, p) in pts.iter().enumerate() {
             let on_front = front.contains(&i);
             chart.draw_series(std::iter::once(ErrorBar::new_vertical(
@@ -680,9 +681,21 @@ pub fn pareto(r: &Report) -> String {
             };
             chart.draw_series(std::iter::once(Circle::new((p.1, p.2), 5, style)))?;
             let at = chart.backend_coord(&(p.1, p.2));
+            let label = truncate(&p.0.label, 28);
+            // Nearby points would print their labels on top of each other: move a label
+            // down a line until it is clear of those already placed.
+            let (x, mut y) = (at.0 + 8, at.1 - 8);
+            let w = 7 * label.chars().count() as i32;
+            while placed
+                .iter()
+                .any(|&(px, py, pw)| (py - y).abs() < 13 && x < px + pw && px < x + w)
+            {
+                y += 13;
+            }
+            placed.push((x, y, w));
             root.draw(&Text::new(
-                truncate(&p.0.label, 28),
-                (at.0 + 8, at.1 - 8),
+                label,
+                (x, y),
                 anchored(
                     if on_front { &INK } else { &MUTED },
                     HPos::Left,

@@ -141,16 +141,24 @@ fn confirmation(r: &Report) -> String {
         .as_ref()
         .and_then(|t| t.ratio_vs_baseline)
         .map_or("–".into(), |m| fmt_ratio(&m));
+    let caution = match c.verdict.as_str() {
+        "worse" | "not_confirmed" => {
+            " The gains above did not hold up when re-measured beside the baseline: the \
+             machine's load may have changed during the sweep, or the effects do not add up. \
+             Re-run with more repeats before relying on them."
+        }
+        _ => "",
+    };
     format!(
         "<p id=\"confirmation\">Confirmation: the recommended changes combined, <code>{}</code> \
-         (rules: {}), predicted {} vs the baseline; measured alternately with a re-run of the \
-         baseline: {}, <b class=\"{class}\">{}</b>. {}</p>",
+         (rules: {}), measured alternately with a re-run of the baseline: {} against the \
+         predicted {}, <b class=\"{class}\">{}</b>.{}</p>",
         esc(&c.label),
         esc(&c.rules.join(", ")),
-        esc(&pred),
         esc(&measured),
+        esc(&pred),
         esc(&c.verdict),
-        esc(&c.summary)
+        esc(caution)
     )
 }
 

@@ -47,6 +47,9 @@ pub fn render(r: &Report) -> String {
         cell(&e.backend),
         cell(&e.tune_version)
     );
+    for n in &r.notes {
+        let _ = writeln!(s, "> Note: {}\n", cell(n));
+    }
     let _ = writeln!(
         s,
         "| trial | status | samples/s [95% CI] | vs baseline [95% CI] | peak MiB | accuracy |"
@@ -131,9 +134,6 @@ pub fn render(r: &Report) -> String {
         for k in &r.skipped {
             let _ = writeln!(s, "- {}: {}", cell(&k.label), cell(&k.reason));
         }
-    }
-    for n in &r.notes {
-        let _ = writeln!(s, "\nNote: {}", cell(n));
     }
     s
 }

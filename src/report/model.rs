@@ -109,6 +109,10 @@ pub struct TrialReport {
     pub ratio_vs_baseline: Option<Ratio>,
     /// Largest peak over the repeats.
     pub peak_total_bytes: Option<u64>,
+    /// Largest resident set of the sweep's process tree sampled while the trial ran: the
+    /// host memory it really used (allocator and runtime included), when sampled.
+    #[serde(default)]
+    pub rss_peak_bytes: Option<u64>,
     /// Mean share of a step spent in each phase (`other` = untimed remainder).
     pub phase_share: BTreeMap<String, f64>,
     pub accuracy: Option<f64>,
@@ -261,5 +265,53 @@ impl Report {
 
     pub fn trial(&self, id: &str) -> Option<&TrialReport> {
         self.trials.iter().find(|t| t.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::advisor::testkit::{report, spec, trial};
+
+    #[test]
+    fn a_1_0_report_without_the_1_1_fields_still_loads() {
+        let s = spec("zero_grad = [\"memset\", \"none\"]", "");
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.01),
+                trial(&s, &[("zero_grad", "none")], 0.009),
+            ],
+        );
+        let mut v = serde_json::to_value(&r).unwrap();
+        v["schema_version"] = "1.0".into();
+        let obj = v.as_object_mut().unwrap();
+        obj.remove("confirmation");
+        obj.remove("trial_spans");
+        for f in ["gpus", "gpu_notice", "driver", "cuda", "host_memory_bytes"] {
+            v["environment"].as_object_mut().unwrap().remove(f);
+        }
+        for t in v["trials"].as_array_mut().unwrap() {
+            let t = t.as_object_mut().unwrap();
+            t.remove("devices");
+            t.remove("rss_peak_bytes");
+        }
+        for rec in v["recommendations"].as_array_mut().unwrap() {
+            let rec = rec.as_object_mut().unwrap();
+            rec.remove("rule");
+            rec.remove("kind");
+            rec.remove("change");
+        }
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("old.json");
+        std::fs::write(&p, v.to_string()).unwrap();
+        let back = Report::load(&p).unwrap();
+        assert_eq!(back.trials.len(), 2);
+        assert!(back.confirmation.is_none() && back.trials[0].devices.is_empty());
+
+        v["schema_version"] = "2.0".into();
+        std::fs::write(&p, v.to_string()).unwrap();
+        let e = Report::load(&p).unwrap_err();
+        assert!(e.is_bad_input() && e.to_string().contains("newer"), "{e}");
     }
 }
