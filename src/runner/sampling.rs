@@ -72,6 +72,14 @@ impl SweepSampler {
         lock(&self.timeline).now_ms()
     }
 
+    /// Share of one core the sampling thread used, in percent (its duty cycle), with
+    /// the interval; None when sampling is off or has not ticked.
+    pub fn cost(&self) -> Option<(f64, Duration)> {
+        self.recorder.as_ref()?;
+        let tl = lock(&self.timeline);
+        Some((tl.overhead().duty_pct(tl.interval())?, tl.interval()))
+    }
+
     /// Samples taken after `start_ms`, with times in seconds from `start_ms`.
     pub fn since(&self, start_ms: f64) -> Vec<TimelineSample> {
         if self.recorder.is_none() {

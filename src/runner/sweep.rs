@@ -382,6 +382,12 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
         sweep.confirm(&combo, &rerun, steps, repeats)?;
     }
     sweep.progress.bar.finish_and_clear();
+    if let (Some((pct, every)), false) = (sweep.sampler.cost(), args.json) {
+        eprintln!(
+            "note: device sampling every {} ms used {pct:.2}% of one core",
+            every.as_millis()
+        );
+    }
 
     let report = build::build(&spec, &sweep.records);
     let paths = report::write_all(&out, &report)?;
