@@ -389,26 +389,50 @@ pub fn device_timeline(r: &Report) -> String {
         let (top, bottom) = root.split_vertically(panel + 15);
         let mut names: Vec<String> = util.keys().cloned().collect();
         names.extend(mem.keys().cloned());
-        line_panel(&top, r, t_end, 100.0, "utilization (%)", &util, &names)?;
+        let util_panel = Panel {
+            y_max: 100.0,
+            y_desc: "utilization (%)",
+            series: &util,
+            limit: None,
+        };
+        line_panel(&top, r, t_end, &util_panel, &names)?;
+        // The per-trial cap is what resident memory is held against.
+        let cap = r
+            .spec
+            .search
+            .mem_cap_mib
+            .map(|c| (c as f64, format!("per-trial memory cap {c} MiB")));
         let mem_max = mem
             .values()
             .flat_map(|v| v.iter().map(|p| p.1))
+            .chain(cap.as_ref().map(|c| c.0))
             .fold(0.0, f64::max)
             .max(1.0)
             * 1.1;
-        line_panel(&bottom, r, t_end, mem_max, "memory (MiB)", &mem, &names)
+        let mem_panel = Panel {
+            y_max: mem_max,
+            y_desc: "memory (MiB)",
+            series: &mem,
+            limit: cap,
+        };
+        line_panel(&bottom, r, t_end, &mem_panel, &names)
     })
 }
 
-fn line_panel(
-    area: &Area,
-    r: &Report,
-    t_end: f64,
+/// One panel of the device timeline.
+struct Panel<'a> {
     y_max: f64,
-    y_desc: &str,
-    series: &BTreeMap<String, Vec<(f64, f64)>>,
-    all_names: &[String],
-) -> Drawn {
+    y_desc: &'a str,
+    series: &'a BTreeMap<String, Vec<(f64, f64)>>,
+    /// A horizontal reference line: its value and its label.
+    limit: Option<(f64, String)>,
+}
+
+fn line_panel(area: &Area, r: &Report, t_end: f64, p: &Panel, all_names: &[String]) -> Drawn {
+    let (y_max, y_desc, series) = (p.y_max, p.y_desc, p.series);
+    // The chart maps to whole-SVG pixels; this panel draws relative to its own corner.
+    let base = area.get_base_pixel();
+    let local = |(x, y): (i32, i32)| (x - base.0, y - base.1);
     let mut chart = ChartBuilder::on(area)
         .margin(10)
         .margin_top(22)
@@ -433,8 +457,8 @@ fn line_panel(
                 BAND.filled(),
             )))?;
         }
-        let left = chart.backend_coord(&(s.start_s, y_max));
-        let right = chart.backend_coord(&(s.end_s, y_max));
+        let left = local(chart.backend_coord(&(s.start_s, y_max)));
+        let right = local(chart.backend_coord(&(s.end_s, y_max)));
         let room = ((right.0 - left.0) / 7).max(0) as usize;
         if room >= 3 {
             area.draw(&Text::new(
@@ -443,6 +467,18 @@ fn line_panel(
                 anchored(&MUTED, HPos::Left, VPos::Bottom),
             ))?;
         }
+    }
+    if let Some((v, label)) = &p.limit {
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(0.0, *v), (t_end, *v)],
+            BAD.stroke_width(1),
+        )))?;
+        let at = local(chart.backend_coord(&(0.0, *v)));
+        area.draw(&Text::new(
+            label.clone(),
+            (at.0 + 4, at.1 - 3),
+            anchored(&BAD, HPos::Left, VPos::Bottom),
+        ))?;
     }
     for (name, pts) in series {
         let j = all_names.iter().position(|n| n == name).unwrap_or(0);
