@@ -761,6 +761,35 @@ mod tests {
     }
 
     #[test]
+    fn device_chart_shows_every_device_of_a_multi_device_trial() {
+        use crate::advisor::testkit::{report, spec, trial};
+        let s = spec(
+            "parallel = [\"single\", \"dp\"]\ndevices = [1, 2]",
+            "strategy = \"grid\"",
+        );
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.01).devices(&[(0.9, 100, 0.0)]),
+                trial(&s, &[("parallel", "dp"), ("devices", "2")], 0.008)
+                    .devices(&[(0.95, 180, 0.0), (0.55, 100, 0.0)]),
+            ],
+        );
+        let svg = device_memory(&r);
+        assert!(svg.starts_with("<svg"), "{svg}");
+        for text in [
+            "parallel=dp devices=2 · cpu:0",
+            "· cpu:1",
+            "180.0 · busy 95%",
+            "100.0 · busy 55%",
+        ] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+        // No samples: a sentence, not an empty chart.
+        assert!(device_timeline(&r).contains("No device samples"));
+    }
+
+    #[test]
     fn truncation_counts_characters() {
         assert_eq!(truncate("ünïcödé", 4), "ünï…");
         assert_eq!(truncate("abc", 4), "abc");
