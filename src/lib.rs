@@ -5,6 +5,7 @@
 //! child-process trials, `advisor` turns measurements into recommendations, `report`
 //! renders them.
 
+pub mod advisor;
 pub mod cli;
 pub mod commands;
 pub mod engine;

@@ -47,6 +47,7 @@ fn trial<'a>(r: &'a Value, label: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no trial {label} in {r}"))
 }
 
+/// Ids of the plan's trials in the journal (confirmation runs left out).
 fn journal_trial_ids(out: &Path) -> Vec<String> {
     std::fs::read_to_string(out.join("journal.jsonl"))
         .unwrap_or_default()
@@ -54,6 +55,7 @@ fn journal_trial_ids(out: &Path) -> Vec<String> {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v["type"] == "trial")
         .map(|v| v["id"].as_str().unwrap().to_string())
+        .filter(|id| !id.starts_with("confirm:"))
         .collect()
 }
 
@@ -81,11 +83,17 @@ fn sweep_writes_journal_and_reports() {
     for f in ["journal.jsonl", "report.json", "report.html", "summary.md"] {
         assert!(out.join(f).exists(), "{f} missing");
     }
-    // One JSON line per trial, then the paths.
+    // One JSON line per trial, then the paths. When a change is recommended, its
+    // confirmation (the combination and a baseline re-run) adds two trial lines.
     let stdout = String::from_utf8_lossy(&o.stdout);
     let lines: Vec<Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &Value| {
+            !v["id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("confirm:"))
+        })
         .collect();
     assert_eq!(lines.len(), 3, "{stdout}");
     assert_eq!(lines[0]["status"], "ok");
@@ -359,6 +367,7 @@ fn html_escapes_every_user_string() {
             losses: vec![2.0, 1.5, 1.0],
             ..Repeat::default()
         }],
+        timeline: Vec::new(),
     };
     let report = build::build(&spec, &[rec]);
     let page = html::render(&report);
@@ -398,6 +407,8 @@ fn halving_screens_short_then_runs_survivors_longer() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .filter(|v: &Value| v["type"] == "trial")
+        // A recommended change's confirmation runs after the rounds, at round 0.
+        .filter(|v: &Value| !v["id"].as_str().unwrap().starts_with("confirm:"))
         .collect();
     let per_round: Vec<usize> = (0..3)
         .map(|r| records.iter().filter(|v| v["round"] == r).count())

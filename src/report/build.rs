@@ -3,12 +3,20 @@
 
 use std::collections::BTreeMap;
 
-use super::model::{Ci, Environment, NoiseFloor, Ratio, Report, TrialReport, SCHEMA_VERSION};
+use super::model::{
+    Ci, DeviceSummary, Environment, NoiseFloor, Ratio, Report, TimelineSample, TrialReport,
+    TrialSpan, SCHEMA_VERSION,
+};
+use crate::advisor;
 use crate::engine::train::Phases;
 use crate::runner::plan::{self, knobs_hash};
 use crate::runner::record::{Repeat, Status, TrialRecord};
 use crate::runner::spec::Spec;
 use crate::runner::stats::{self, Bootstrap, Throughput};
+
+/// Journal ids of confirmation trials start with this; they are reported apart from the
+/// plan's trials.
+pub const CONFIRM_PREFIX: &str = "confirm:";
 
 /// The steady-state step times of every repeat, pooled, and the samples per step.
 fn steady(rec: &TrialRecord) -> (Vec<f64>, f64) {
@@ -58,6 +66,35 @@ pub fn noise_summary(trials: &[TrialReport]) -> Option<NoiseFloor> {
         median: stats::median(&floors),
         max: floors.iter().copied().fold(0.0, f64::max),
     })
+}
+
+/// Per device over the repeats: the largest peak, the mean busy and communication shares.
+fn devices(rec: &TrialRecord) -> Vec<DeviceSummary> {
+    let mut names: Vec<&str> = Vec::new();
+    for r in &rec.repeats {
+        for d in &r.devices {
+            if !names.contains(&d.device.as_str()) {
+                names.push(&d.device);
+            }
+        }
+    }
+    let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    names
+        .into_iter()
+        .map(|name| {
+            let all: Vec<_> = rec
+                .repeats
+                .iter()
+                .flat_map(|r| r.devices.iter().filter(|d| d.device == name))
+                .collect();
+            DeviceSummary {
+                device: name.to_string(),
+                peak_bytes: all.iter().filter_map(|d| d.peak_bytes).max(),
+                busy_share: mean(all.iter().filter_map(|d| d.busy_share).collect()),
+                comm_share: mean(all.iter().filter_map(|d| d.comm_share).collect()),
+            }
+        })
+        .collect()
 }
 
 fn finite(x: f64) -> Option<f64> {
@@ -137,12 +174,47 @@ fn trial_report(rec: &TrialRecord, base: Option<&(Vec<f64>, f64)>) -> TrialRepor
         samples_per_s,
         ratio_vs_baseline,
         peak_total_bytes: rec.repeats.iter().map(|r| r.peak_total_bytes).max(),
+        rss_peak_bytes: rec
+            .timeline
+            .iter()
+            .filter(|s| s.device == "host" && s.metric == "rss_bytes" && s.value.is_finite())
+            .map(|s| s.value as u64)
+            .max(),
         phase_share: phase_share(rec, &times),
         accuracy: last.and_then(|r| r.accuracy),
         final_loss: last.and_then(|r| r.losses.last().copied()),
         noise_floor: repeat_noise_floor(&rec.repeats).unwrap_or(0.0),
         not_applicable,
+        devices: devices(rec),
     }
+}
+
+/// Trials' samples laid end to end in plan order, with each trial's span.
+fn timeline(recs: &[TrialRecord]) -> (Vec<TimelineSample>, Vec<TrialSpan>) {
+    let mut samples = Vec::new();
+    let mut spans = Vec::new();
+    let mut offset = 0.0;
+    for r in recs {
+        let wall: f64 = r.repeats.iter().map(|x| x.wall_s).sum();
+        let last = r.timeline.iter().map(|s| s.t_s).fold(0.0, f64::max);
+        let len = wall.max(last);
+        if r.timeline.is_empty() {
+            offset += len;
+            continue;
+        }
+        spans.push(TrialSpan {
+            id: r.id.clone(),
+            label: r.label.clone(),
+            start_s: offset,
+            end_s: offset + len,
+        });
+        samples.extend(r.timeline.iter().map(|s| TimelineSample {
+            t_s: s.t_s + offset,
+            ..s.clone()
+        }));
+        offset += len;
+    }
+    (samples, spans)
 }
 
 /// The newest record per trial id (a later halving round supersedes an earlier one), in
@@ -168,7 +240,11 @@ fn latest(spec: &Spec, records: &[TrialRecord]) -> Vec<TrialRecord> {
 }
 
 pub fn build(spec: &Spec, records: &[TrialRecord]) -> Report {
-    let recs = latest(spec, records);
+    let (confirm, records): (Vec<TrialRecord>, Vec<TrialRecord>) = records
+        .iter()
+        .cloned()
+        .partition(|r| r.id.starts_with(CONFIRM_PREFIX));
+    let recs = latest(spec, &records);
     let base_id = plan::trial_id(&spec.search.baseline, &spec.search.baseline);
     let base_data = recs
         .iter()
@@ -201,7 +277,8 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Report {
         .find(|b| !b.is_empty())
         .unwrap_or_else(|| "cpu".into());
     let noise_floor = noise_summary(&trials);
-    Report {
+    let (timeline, trial_spans) = timeline(&recs);
+    let mut report = Report {
         schema_version: SCHEMA_VERSION.into(),
         environment: environment(backend),
         spec: spec.clone(),
@@ -210,10 +287,46 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Report {
         baseline: recs.iter().any(|r| r.id == base_id).then_some(base_id),
         best,
         recommendations: Vec::new(),
-        timeline: Vec::new(),
+        confirmation: None,
+        timeline,
+        trial_spans,
         noise_floor,
         notes,
+    };
+    report.recommendations = advisor::advise(&report);
+    // The confirmation is compared with the baseline's re-run beside it when there is one.
+    let rerun = confirm
+        .iter()
+        .rev()
+        .find(|r| r.knobs == spec.search.baseline && r.status == Status::Ok)
+        .map(steady);
+    let against = rerun.as_ref().or(base_data.as_ref());
+    report.confirmation = advisor::confirm::evaluate(&report, |knobs| {
+        let rec = confirm.iter().rev().find(|r| &r.knobs == knobs)?;
+        Some(trial_report(rec, against))
+    });
+    if let Some(note) = drift_note(&report) {
+        report.notes.push(note);
     }
+    report
+}
+
+/// The baseline's re-run after the sweep against its first run: a significant
+/// difference means the machine's speed drifted while the sweep ran.
+fn drift_note(report: &Report) -> Option<String> {
+    let c = report.confirmation.as_ref()?;
+    let rerun = c.baseline_rerun.as_ref()?;
+    let base = report.baseline.as_deref().and_then(|id| report.trial(id))?;
+    let r = advisor::Ctx::new(report).ratio(base, rerun)?;
+    r.significant.then(|| {
+        format!(
+            "the baseline, re-run after the sweep, ran at {} its first run's throughput: this \
+             machine's speed drifted while the sweep ran (other load, clocks, heat), so ratios \
+             between trials run minutes apart include that drift; the confirmation compares runs \
+             made side by side",
+            advisor::fmt_ratio(&r)
+        )
+    })
 }
 
 fn read_trimmed(path: &str) -> Option<String> {
@@ -241,7 +354,24 @@ pub fn environment(backend: String) -> Environment {
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .filter(|s| !s.is_empty());
+    let host_memory_bytes = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    });
+    let (gpus, gpu_notice) = match tune_probes::gpu_inventory() {
+        Ok(g) => {
+            let notice = g.is_empty().then(|| "NVML loaded, no GPUs".to_string());
+            (g, notice)
+        }
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
     Environment {
+        driver: gpus.first().map(|g| g.driver_version.clone()),
+        cuda: gpus.first().map(|g| g.cuda_driver_version.clone()),
+        gpus,
+        gpu_notice,
+        host_memory_bytes,
         host: read_trimmed("/proc/sys/kernel/hostname")
             .or_else(|| std::env::var("HOSTNAME").ok())
             .unwrap_or_else(|| "unknown".into()),
@@ -287,6 +417,8 @@ mod tests {
             accuracy: None,
             final_loss: None,
             not_applicable: BTreeMap::new(),
+            devices: Vec::new(),
+            rss_peak_bytes: None,
         }
     }
 

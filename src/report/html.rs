@@ -1,10 +1,13 @@
 //! `report.html`: one self-contained file (inline CSS and SVG, no scripts, no external
-//! requests). Every string that came from the user or a trial goes through `esc`.
+//! requests; a Content-Security-Policy forbids both). Every string that came from the
+//! user or a trial goes through `esc`; chart text is escaped by plotters' SVG backend.
 
 use std::fmt::Write;
 
+use super::charts;
 use super::markdown::{ratio_cell, throughput_cell};
-use super::model::{Report, TrialReport};
+use super::model::{RecKind, Report};
+use crate::advisor::{fmt_ratio, mib};
 use crate::runner::record::Status;
 
 /// Escapes text for HTML element content and double- or single-quoted attributes.
@@ -23,244 +26,140 @@ pub fn esc(s: &str) -> String {
     out
 }
 
-const COLORS: &[&str] = &[
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-    "#9c755f", "#bab0ac",
-];
+const STYLE: &str = "\
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#222;background:#fafafa}\
+main{max-width:1020px;margin:0 auto;padding:1.5em 2em 3em;background:#fff}\
+h1{font-size:1.6em;margin:.2em 0 .4em}h2{font-size:1.2em;margin:1.8em 0 .5em;border-bottom:1px solid #e5e5e5;padding-bottom:.2em}\
+table{border-collapse:collapse;margin:.6em 0;font-size:.92em;width:100%}\
+td,th{border:1px solid #ddd;padding:5px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}\
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\
+.bad{color:#b00}.muted{color:#777}.ok{color:#2e7d32}\
+code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em;background:#f5f5f5;padding:1px 3px;border-radius:3px;word-break:break-word}\
+.headline{font-size:1.05em;background:#f2f7f2;border-left:4px solid #59a14f;padding:.6em 1em;margin:1em 0}\
+.kind{display:inline-block;font-size:.75em;font-weight:600;text-transform:uppercase;padding:1px 6px;border-radius:3px}\
+.kind.change{background:#e3efe3;color:#2e7d32}.kind.warning{background:#fbe9e7;color:#b00}\
+tr.rec td{border-bottom:none}tr.how td{border-top:none;background:#fcfcfc;padding-bottom:8px}\
+figure{margin:.4em 0 1em}figure svg{max-width:100%;height:auto;display:block}\
+figcaption{color:#777;font-size:.88em;margin-top:.2em}";
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}\
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}\
-td.n{text-align:right;font-variant-numeric:tabular-nums}.bad{color:#b00}.muted{color:#777}\
-svg text{font-size:12px;font-family:system-ui,sans-serif}h2{margin-top:1.6em}";
-
-const LABEL_W: f64 = 260.0;
-const PLOT_W: f64 = 560.0;
-const ROW_H: f64 = 24.0;
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('…');
-        t
-    }
+fn figure(id: &str, svg: String, caption: &str) -> String {
+    format!(
+        "<figure class=\"chart\" id=\"{id}\">{svg}<figcaption>{}</figcaption></figure>",
+        esc(caption)
+    )
 }
 
-/// Horizontal bars of median samples/s with the 95% interval as an error bar.
-fn throughput_chart(r: &Report) -> String {
-    let max = r
-        .trials
-        .iter()
-        .filter_map(|t| t.samples_per_s.map(|c| c.hi.max(c.median)))
-        .fold(0.0, f64::max);
-    if max <= 0.0 {
-        return "<p class=\"muted\">No successful trial to chart.</p>".into();
+fn headline(r: &Report) -> String {
+    let mut parts = Vec::new();
+    if let Some(best) = r.best.as_deref().and_then(|id| r.trial(id)) {
+        let thr = best.samples_per_s.map_or("–".into(), |c| {
+            format!("{:.1} samples/s [{:.1}, {:.1}]", c.median, c.lo, c.hi)
+        });
+        let vs = match best.ratio_vs_baseline {
+            Some(x) if r.baseline.as_deref() != Some(best.id.as_str()) => {
+                format!(", {} the baseline", fmt_ratio(&x))
+            }
+            _ => String::new(),
+        };
+        parts.push(format!(
+            "Fastest: <b>{}</b> at {}{}.",
+            esc(&best.label),
+            esc(&thr),
+            esc(&vs)
+        ));
     }
-    let h = ROW_H * r.trials.len() as f64 + 30.0;
-    let w = LABEL_W + PLOT_W + 120.0;
-    let x = |v: f64| LABEL_W + PLOT_W * v / max;
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" role=\"img\" aria-label=\"throughput per configuration\">"
+    let changes = r
+        .recommendations
+        .iter()
+        .filter(|x| x.kind == RecKind::Change)
+        .count();
+    let warnings = r.recommendations.len() - changes;
+    parts.push(format!(
+        "{changes} recommendation{}{}.",
+        if changes == 1 { "" } else { "s" },
+        if warnings > 0 {
+            format!(
+                ", {warnings} warning{}",
+                if warnings == 1 { "" } else { "s" }
+            )
+        } else {
+            String::new()
+        }
+    ));
+    if let Some(c) = &r.confirmation {
+        parts.push(format!("Confirmation: {}.", esc(&c.summary)));
+    }
+    format!("<p class=\"headline\">{}</p>", parts.join(" "))
+}
+
+fn recommendations(r: &Report) -> String {
+    if r.recommendations.is_empty() {
+        return "<p class=\"muted\">No recommendations: no rule found measured evidence in this sweep.</p>".into();
+    }
+    let mut s = String::from(
+        "<table id=\"recommendations\"><colgroup><col style=\"width:26%\"><col><col style=\"width:14%\">\
+         <col style=\"width:9%\"></colgroup><tr><th>recommendation</th><th>evidence</th>\
+         <th>expected gain [95% CI]</th><th>confidence</th></tr>",
     );
-    for (i, t) in r.trials.iter().enumerate() {
-        let y = ROW_H * i as f64 + 4.0;
+    for rec in &r.recommendations {
+        let gain = rec
+            .expected_gain
+            .map_or("not measured".into(), |g| fmt_ratio(&g));
+        let (kind, class) = match rec.kind {
+            RecKind::Change => ("change", "change"),
+            RecKind::Warning => ("warning", "warning"),
+        };
         let _ = write!(
             s,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\"><title>{}</title>{}</text>",
-            LABEL_W - 6.0,
-            y + 14.0,
-            esc(&t.label),
-            esc(&truncate(&t.label, 36))
+            "<tr class=\"rec\"><td><span class=\"kind {class}\">{kind}</span> <b>{}</b></td><td>{}</td>\
+             <td class=\"n\">{}</td><td>{}</td></tr>\
+             <tr class=\"how\"><td colspan=\"4\">tune: <code>{}</code> &nbsp; PyTorch: <code>{}</code></td></tr>",
+            esc(&rec.title),
+            esc(&rec.evidence),
+            esc(&gain),
+            esc(&rec.confidence),
+            esc(&rec.tune_flag),
+            esc(&rec.pytorch)
         );
-        match t.samples_per_s {
-            Some(c) => {
-                let color = if r.best.as_deref() == Some(t.id.as_str()) {
-                    "#59a14f"
-                } else {
-                    "#4e79a7"
-                };
-                let _ = write!(
-                    s,
-                    "<rect x=\"{LABEL_W}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\"/>\
-                     <line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#222\"/>\
-                     <line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#222\"/>\
-                     <line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#222\"/>\
-                     <text x=\"{:.1}\" y=\"{:.1}\">{:.1}</text>",
-                    (x(c.median) - LABEL_W).max(1.0),
-                    ROW_H - 8.0,
-                    x(c.lo),
-                    x(c.hi),
-                    y + 8.0,
-                    y + 8.0,
-                    x(c.lo),
-                    x(c.lo),
-                    y + 3.0,
-                    y + 13.0,
-                    x(c.hi),
-                    x(c.hi),
-                    y + 3.0,
-                    y + 13.0,
-                    x(c.hi) + 6.0,
-                    y + 12.0,
-                    c.median
-                );
-            }
-            None => {
-                let _ = write!(
-                    s,
-                    "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#b00\">{}</text>",
-                    LABEL_W + 4.0,
-                    y + 12.0,
-                    esc(t.status.as_str())
-                );
-            }
-        }
     }
-    let axis_y = ROW_H * r.trials.len() as f64 + 8.0;
-    let _ = write!(
-        s,
-        "<line x1=\"{LABEL_W}\" x2=\"{:.1}\" y1=\"{axis_y:.1}\" y2=\"{axis_y:.1}\" stroke=\"#999\"/>\
-         <text x=\"{LABEL_W}\" y=\"{:.1}\">0</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{max:.0} samples/s</text></svg>",
-        LABEL_W + PLOT_W,
-        axis_y + 16.0,
-        LABEL_W + PLOT_W,
-        axis_y + 16.0
-    );
+    s.push_str("</table>");
     s
 }
 
-fn phase_names(r: &Report) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    for t in &r.trials {
-        for k in t.phase_share.keys() {
-            // `recompute` is inside `backward`; stacking it would count it twice.
-            if k != "recompute" && !names.contains(k) {
-                names.push(k.clone());
-            }
+fn confirmation(r: &Report) -> String {
+    let Some(c) = &r.confirmation else {
+        return "<p class=\"muted\">No combination to confirm: no recommended change was measured.</p>"
+            .into();
+    };
+    let class = match c.verdict.as_str() {
+        "matches" | "better" => "ok",
+        _ => "bad",
+    };
+    let pred = c.predicted.map_or("–".into(), |p| fmt_ratio(&p));
+    let measured = c
+        .trial
+        .as_ref()
+        .and_then(|t| t.ratio_vs_baseline)
+        .map_or("–".into(), |m| fmt_ratio(&m));
+    let caution = match c.verdict.as_str() {
+        "worse" | "not_confirmed" => {
+            " The gains above did not hold up when re-measured beside the baseline: the \
+             machine's load may have changed during the sweep, or the effects do not add up. \
+             Re-run with more repeats before relying on them."
         }
-    }
-    names
-}
-
-/// One stacked bar per configuration: share of the step in each phase.
-fn phase_chart(r: &Report) -> String {
-    let names = phase_names(r);
-    let rows: Vec<&TrialReport> = r
-        .trials
-        .iter()
-        .filter(|t| !t.phase_share.is_empty())
-        .collect();
-    if rows.is_empty() {
-        return "<p class=\"muted\">No phase timings recorded.</p>".into();
-    }
-    let h = ROW_H * rows.len() as f64 + 40.0;
-    let w = LABEL_W + PLOT_W + 20.0;
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" role=\"img\" aria-label=\"step phase breakdown\">"
-    );
-    for (i, t) in rows.iter().enumerate() {
-        let y = ROW_H * i as f64 + 4.0;
-        let _ = write!(
-            s,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            LABEL_W - 6.0,
-            y + 14.0,
-            esc(&truncate(&t.label, 36))
-        );
-        let total: f64 = names.iter().filter_map(|n| t.phase_share.get(n)).sum();
-        let mut x = LABEL_W;
-        for (j, n) in names.iter().enumerate() {
-            let Some(v) = t.phase_share.get(n) else {
-                continue;
-            };
-            let width = PLOT_W * v / total.max(1e-12);
-            let _ = write!(
-                s,
-                "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{width:.1}\" height=\"{:.1}\" fill=\"{}\"><title>{}: {:.1}%</title></rect>",
-                ROW_H - 8.0,
-                COLORS[j % COLORS.len()],
-                esc(n),
-                v * 100.0
-            );
-            x += width;
-        }
-    }
-    let ly = ROW_H * rows.len() as f64 + 22.0;
-    let mut lx = LABEL_W;
-    for (j, n) in names.iter().enumerate() {
-        let _ = write!(
-            s,
-            "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{ly:.1}\">{}</text>",
-            ly - 9.0,
-            COLORS[j % COLORS.len()],
-            lx + 13.0,
-            esc(n)
-        );
-        lx += 18.0 + 7.0 * n.len() as f64;
-    }
-    s.push_str("</svg>");
-    s
-}
-
-/// Loss per step of each configuration's first repeat.
-fn loss_chart(r: &Report) -> String {
-    let curves: Vec<(&TrialReport, &[f32])> = r
-        .trials
-        .iter()
-        .filter_map(|t| Some((t, t.repeats.first()?.losses.as_slice())))
-        .filter(|(_, l)| l.len() >= 2)
-        .collect();
-    if curves.is_empty() {
-        return "<p class=\"muted\">No loss curves recorded.</p>".into();
-    }
-    let finite = |v: f32| v.is_finite() && v < f32::MAX;
-    let max_len = curves.iter().map(|(_, l)| l.len()).max().unwrap_or(2);
-    let max_loss = curves
-        .iter()
-        .flat_map(|(_, l)| l.iter().copied().filter(|v| finite(*v)))
-        .fold(0.0f32, f32::max)
-        .max(1e-6) as f64;
-    let (w, h, pad) = (PLOT_W, 220.0, 40.0);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0}\" height=\"{:.0}\" role=\"img\" aria-label=\"loss curves\">\
-         <line x1=\"{pad}\" y1=\"{h}\" x2=\"{:.0}\" y2=\"{h}\" stroke=\"#999\"/><line x1=\"{pad}\" y1=\"0\" x2=\"{pad}\" y2=\"{h}\" stroke=\"#999\"/>\
-         <text x=\"2\" y=\"12\">{max_loss:.2}</text><text x=\"2\" y=\"{h}\">0</text>\
-         <text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"end\">step {}</text>",
-        w + pad + 260.0,
-        h + 24.0,
-        w + pad,
-        w + pad,
-        h + 18.0,
-        max_len
-    );
-    for (i, (t, losses)) in curves.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let pts: Vec<String> = losses
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| finite(**v))
-            .map(|(k, v)| {
-                let x = pad + w * k as f64 / (max_len - 1).max(1) as f64;
-                let y = h - h * (*v as f64 / max_loss).min(1.0);
-                format!("{x:.1},{y:.1}")
-            })
-            .collect();
-        let _ = write!(
-            s,
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{}\"><title>{}</title></polyline>\
-             <rect x=\"{:.0}\" y=\"{:.0}\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{:.0}\" y=\"{:.0}\">{}</text>",
-            pts.join(" "),
-            esc(&t.label),
-            w + pad + 10.0,
-            6.0 + 16.0 * i as f64,
-            w + pad + 24.0,
-            15.0 + 16.0 * i as f64,
-            esc(&truncate(&t.label, 32))
-        );
-    }
-    s.push_str("</svg>");
-    s
+        _ => "",
+    };
+    format!(
+        "<p id=\"confirmation\">Confirmation: the recommended changes combined, <code>{}</code> \
+         (rules: {}), measured alternately with a re-run of the baseline: {} against the \
+         predicted {}, <b class=\"{class}\">{}</b>.{}</p>",
+        esc(&c.label),
+        esc(&c.rules.join(", ")),
+        esc(&measured),
+        esc(&pred),
+        esc(&c.verdict),
+        esc(caution)
+    )
 }
 
 fn trials_table(r: &Report) -> String {
@@ -268,7 +167,11 @@ fn trials_table(r: &Report) -> String {
         "<table><tr><th>trial</th><th>status</th><th>samples/s [95% CI]</th><th>vs baseline [95% CI]</th>\
          <th>peak MiB</th><th>accuracy</th><th>final loss</th><th>repeats</th><th>notes</th></tr>",
     );
-    for t in &r.trials {
+    let confirm = r
+        .confirmation
+        .iter()
+        .flat_map(|c| c.baseline_rerun.iter().chain(c.trial.iter()));
+    for t in r.trials.iter().chain(confirm) {
         let is_base = r.baseline.as_deref() == Some(t.id.as_str());
         let mut notes: Vec<String> = t
             .not_applicable
@@ -300,38 +203,42 @@ fn trials_table(r: &Report) -> String {
     s
 }
 
-fn recommendations(r: &Report) -> String {
-    if r.recommendations.is_empty() {
-        return "<p class=\"muted\">No recommendations in this report.</p>".into();
-    }
-    let mut s = String::from(
-        "<table><tr><th>recommendation</th><th>evidence</th><th>expected gain</th><th>confidence</th><th>tune</th><th>PyTorch</th></tr>",
-    );
-    for rec in &r.recommendations {
-        let gain = rec.expected_gain.map_or("–".into(), |g| {
-            format!("{:.2}× [{:.2}, {:.2}]", g.ratio, g.lo, g.hi)
-        });
-        let _ = write!(
-            s,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td><code>{}</code></td></tr>",
-            esc(&rec.title),
-            esc(&rec.evidence),
-            esc(&gain),
-            esc(&rec.confidence),
-            esc(&rec.tune_flag),
-            esc(&rec.pytorch)
-        );
-    }
-    s.push_str("</table>");
-    s
-}
-
 fn environment(r: &Report) -> String {
     let e = &r.environment;
+    let gpus = if e.gpus.is_empty() {
+        format!(
+            "none ({})",
+            e.gpu_notice.as_deref().unwrap_or("no GPU facts recorded")
+        )
+    } else {
+        e.gpus
+            .iter()
+            .map(|g| {
+                format!(
+                    "{}: {} ({:.1} GiB)",
+                    g.index,
+                    g.name,
+                    g.memory_total_bytes as f64 / (1u64 << 30) as f64
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
     let rows = [
         ("host", e.host.clone()),
         ("CPU", e.cpu_model.clone()),
         ("cores", e.cores.to_string()),
+        (
+            "host memory",
+            e.host_memory_bytes
+                .map_or("–".into(), |b| format!("{:.1} GiB", mib(b) / 1024.0)),
+        ),
+        ("GPUs", gpus),
+        ("driver", e.driver.clone().unwrap_or_else(|| "–".into())),
+        (
+            "CUDA (driver)",
+            e.cuda.clone().unwrap_or_else(|| "–".into()),
+        ),
         ("backend", e.backend.clone()),
         ("OS", e.os.clone()),
         ("tune", e.tune_version.clone()),
@@ -344,7 +251,7 @@ fn environment(r: &Report) -> String {
         ("repeats", r.spec.search.repeats.to_string()),
         ("schema", r.schema_version.clone()),
     ];
-    let mut s = String::from("<table>");
+    let mut s = String::from("<table id=\"environment\">");
     for (k, v) in rows {
         let _ = write!(s, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(&v));
     }
@@ -352,33 +259,77 @@ fn environment(r: &Report) -> String {
     s
 }
 
+/// The ids of the chart figures, in page order (the browser test checks each).
+pub const CHARTS: [&str; 6] = [
+    "fig-throughput",
+    "fig-phases",
+    "fig-pareto",
+    "fig-device-timeline",
+    "fig-device-memory",
+    "fig-loss",
+];
+
 pub fn render(r: &Report) -> String {
     let mut s = String::new();
     let title = format!("tune sweep: {}", r.spec.name);
     let _ = write!(
         s,
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\
-         <title>{}</title><style>{STYLE}</style></head><body><h1>{}</h1>",
+         <title>{}</title><style>{STYLE}</style></head><body><main><h1>{}</h1>{}",
         esc(&title),
-        esc(&title)
+        esc(&title),
+        headline(r)
     );
     for n in &r.notes {
         let _ = write!(s, "<p class=\"bad\">{}</p>", esc(n));
     }
     let _ = write!(
         s,
-        "<h2>Throughput per configuration</h2><p class=\"muted\">Median samples/s over steady-state steps, \
-         with the 95% bootstrap interval.</p>{}\
+        "<h2>Recommendations</h2>{}{}\
+         <h2>Throughput per configuration</h2>{}\
          <h2>Where a step's time goes</h2>{}\
+         <h2>Throughput vs peak memory</h2>{}\
+         <h2>Devices</h2>{}{}\
          <h2>Loss curves</h2>{}\
-         <h2>Trials</h2>{}\
-         <h2>Recommendations</h2>{}",
-        throughput_chart(r),
-        phase_chart(r),
-        loss_chart(r),
-        trials_table(r),
-        recommendations(r)
+         <h2>Trials</h2>{}",
+        recommendations(r),
+        confirmation(r),
+        figure(
+            CHARTS[0],
+            charts::throughput(r),
+            "Median samples/s over steady-state steps with the 95% bootstrap interval; green: fastest, \
+             purple: the confirmation runs (after the sweep), grey rule: the baseline."
+        ),
+        figure(
+            CHARTS[1],
+            charts::phases(r),
+            "Mean share of a step in each phase; `other` is the untimed remainder."
+        ),
+        figure(
+            CHARTS[2],
+            charts::pareto(r),
+            "Each successful configuration with its 95% interval; the green line joins the Pareto front \
+             (no other configuration is both faster and smaller)."
+        ),
+        figure(
+            CHARTS[3],
+            charts::device_timeline(r),
+            "Sampled while the sweep ran, trials end to end (shaded bands). CPU use of the trial processes \
+             is a share of all cores."
+        ),
+        figure(
+            CHARTS[4],
+            charts::device_memory(r),
+            "Peak memory and busy share per device per configuration: an imbalance between devices shows here."
+        ),
+        figure(
+            CHARTS[5],
+            charts::loss(r),
+            "Training loss per step of each configuration's first repeat."
+        ),
+        trials_table(r)
     );
     if !r.skipped.is_empty() {
         s.push_str("<h2>Skipped combinations</h2><ul>");
@@ -387,7 +338,11 @@ pub fn render(r: &Report) -> String {
         }
         s.push_str("</ul>");
     }
-    let _ = writeln!(s, "<h2>Environment</h2>{}</body></html>", environment(r));
+    let _ = writeln!(
+        s,
+        "<h2>Environment</h2>{}</main></body></html>",
+        environment(r)
+    );
     s
 }
 

@@ -2,7 +2,8 @@
 
 use std::fmt::Write;
 
-use super::model::{Report, TrialReport};
+use super::model::{RecKind, Report, TrialReport};
+use crate::advisor::fmt_ratio;
 use crate::runner::record::Status;
 
 /// Table cells must not break the table: pipes and newlines are escaped.
@@ -46,6 +47,9 @@ pub fn render(r: &Report) -> String {
         cell(&e.backend),
         cell(&e.tune_version)
     );
+    for n in &r.notes {
+        let _ = writeln!(s, "> Note: {}\n", cell(n));
+    }
     let _ = writeln!(
         s,
         "| trial | status | samples/s [95% CI] | vs baseline [95% CI] | peak MiB | accuracy |"
@@ -76,6 +80,42 @@ pub fn render(r: &Report) -> String {
         "\nRatios are throughput relative to the baseline; (n.s.) marks an interval that \
          includes 1, i.e. no effect shown."
     );
+    if !r.recommendations.is_empty() {
+        let _ = writeln!(s, "\n## Recommendations\n");
+        let _ = writeln!(
+            s,
+            "| | recommendation | expected gain [95% CI] | confidence | tune | PyTorch |"
+        );
+        let _ = writeln!(s, "|---|---|---:|---|---|---|");
+        for rec in &r.recommendations {
+            let kind = match rec.kind {
+                RecKind::Change => "change",
+                RecKind::Warning => "**warning**",
+            };
+            let _ = writeln!(
+                s,
+                "| {kind} | {} | {} | {} | `{}` | `{}` |",
+                cell(&rec.title),
+                rec.expected_gain
+                    .map_or("not measured".into(), |g| fmt_ratio(&g)),
+                cell(&rec.confidence),
+                cell(&rec.tune_flag).replace('`', "'"),
+                cell(&rec.pytorch).replace('`', "'"),
+            );
+        }
+        let _ = writeln!(s);
+        for rec in &r.recommendations {
+            let _ = writeln!(s, "- **{}**: {}", cell(&rec.title), cell(&rec.evidence));
+        }
+    }
+    if let Some(c) = &r.confirmation {
+        let _ = writeln!(
+            s,
+            "\n**Confirmation ({})**: {}",
+            cell(&c.verdict),
+            cell(&c.summary)
+        );
+    }
     let failed: Vec<&TrialReport> = r.trials.iter().filter(|t| t.status != Status::Ok).collect();
     if !failed.is_empty() {
         let _ = writeln!(s, "\n## Trials that did not complete\n");
@@ -94,9 +134,6 @@ pub fn render(r: &Report) -> String {
         for k in &r.skipped {
             let _ = writeln!(s, "- {}: {}", cell(&k.label), cell(&k.reason));
         }
-    }
-    for n in &r.notes {
-        let _ = writeln!(s, "\nNote: {}", cell(n));
     }
     s
 }

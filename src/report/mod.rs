@@ -5,6 +5,7 @@
 //! when there is one, else its journal.jsonl, whose header line carries the spec.
 
 pub mod build;
+pub mod charts;
 pub mod html;
 pub mod markdown;
 pub mod model;

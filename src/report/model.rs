@@ -31,8 +31,14 @@ pub struct Report {
     /// Id of the fastest successful trial.
     pub best: Option<String>,
     pub recommendations: Vec<Recommendation>,
-    /// Device samples over time (filled once probes run during sweeps).
+    /// The recommended combination measured once more, and whether it delivered.
+    #[serde(default)]
+    pub confirmation: Option<Confirmation>,
+    /// Device samples over time, trials laid end to end (see `trial_spans`).
     pub timeline: Vec<TimelineSample>,
+    /// Where each trial sits on the timeline.
+    #[serde(default)]
+    pub trial_spans: Vec<TrialSpan>,
     /// Plain-language remarks about the sweep as a whole (e.g. how many trials failed).
     #[serde(default)]
     pub notes: Vec<String>,
@@ -68,6 +74,21 @@ pub struct Environment {
     pub tune_version: String,
     /// `git rev-parse HEAD` of the folder the sweep ran in, when it is a repository.
     pub git_commit: Option<String>,
+    /// GPUs NVML sees (empty when none; `gpu_notice` says why).
+    #[serde(default)]
+    pub gpus: Vec<tune_probes::GpuInfo>,
+    /// Why there are no GPU facts, e.g. "NVML unavailable: ...".
+    #[serde(default)]
+    pub gpu_notice: Option<String>,
+    /// NVIDIA driver version, when NVML answers.
+    #[serde(default)]
+    pub driver: Option<String>,
+    /// Highest CUDA version the driver supports, when NVML answers.
+    #[serde(default)]
+    pub cuda: Option<String>,
+    /// Physical memory of the host (`MemTotal`).
+    #[serde(default)]
+    pub host_memory_bytes: Option<u64>,
 }
 
 /// A median with its 95% bootstrap interval.
@@ -106,6 +127,10 @@ pub struct TrialReport {
     pub ratio_vs_baseline: Option<Ratio>,
     /// Largest peak over the repeats.
     pub peak_total_bytes: Option<u64>,
+    /// Largest resident set of the sweep's process tree sampled while the trial ran: the
+    /// host memory it really used (allocator and runtime included), when sampled.
+    #[serde(default)]
+    pub rss_peak_bytes: Option<u64>,
     /// Mean share of a step spent in each phase (`other` = untimed remainder).
     pub phase_share: BTreeMap<String, f64>,
     pub accuracy: Option<f64>,
@@ -113,6 +138,23 @@ pub struct TrialReport {
     /// Relative spread between repeat medians (max/min - 1).
     pub noise_floor: f64,
     pub not_applicable: BTreeMap<String, String>,
+    /// Per device: peak memory and utilization, over the repeats.
+    #[serde(default)]
+    pub devices: Vec<DeviceSummary>,
+}
+
+/// One device's share of a trial. Imbalance between devices (DataParallel's device 0)
+/// shows here.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceSummary {
+    /// "cpu:0", "cuda:1", ...
+    pub device: String,
+    /// Largest peak over the repeats.
+    pub peak_bytes: Option<u64>,
+    /// Mean share of wall time the device was computing, 0..=1.
+    pub busy_share: Option<f64>,
+    /// Mean share of a step spent in communication, 0..=1.
+    pub comm_share: Option<f64>,
 }
 
 impl TrialReport {
@@ -121,9 +163,25 @@ impl TrialReport {
     }
 }
 
+/// What a recommendation asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecKind {
+    /// Make this change.
+    #[default]
+    Change,
+    /// Do not do this, or watch out: the evidence shows a risk.
+    Warning,
+}
+
 /// A suggested change, with the evidence from this sweep. Written by the advisor.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Recommendation {
+    /// The advisor rule that wrote it (e.g. `data_wait`).
+    #[serde(default)]
+    pub rule: String,
+    #[serde(default)]
+    pub kind: RecKind,
     pub title: String,
     /// Numbers with confidence intervals, from this run.
     pub evidence: String,
@@ -135,6 +193,44 @@ pub struct Recommendation {
     pub tune_flag: String,
     /// The equivalent PyTorch line.
     pub pytorch: String,
+    /// The change as knob values (`knob -> value`), when it is one this sweep measured:
+    /// the confirmation trial combines these.
+    #[serde(default)]
+    pub change: BTreeMap<String, String>,
+}
+
+/// The recommended combination, run once more after the sweep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Confirmation {
+    /// Knobs that differ from the baseline.
+    pub label: String,
+    pub knobs: Knobs,
+    /// Rules whose changes were combined.
+    pub rules: Vec<String>,
+    /// Product of the combined changes' measured ratios (and of their interval bounds):
+    /// what the combination should give if the effects multiply.
+    pub predicted: Option<Ratio>,
+    /// The confirmation run; its `ratio_vs_baseline` is the measured gain, against
+    /// `baseline_rerun` when there is one. None until run.
+    pub trial: Option<TrialReport>,
+    /// The baseline measured again, alternating repeats with `trial`, so both see the
+    /// same machine (load drifts over a sweep).
+    #[serde(default)]
+    pub baseline_rerun: Option<TrialReport>,
+    /// `matches` (measured and predicted intervals overlap), `better`, `worse`,
+    /// `not_confirmed` (the measured interval includes 1), `failed` or `not_run`.
+    pub verdict: String,
+    /// One sentence for people.
+    pub summary: String,
+}
+
+/// One trial's place on the report's timeline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrialSpan {
+    pub id: String,
+    pub label: String,
+    pub start_s: f64,
+    pub end_s: f64,
 }
 
 /// One sample of one metric of one device.
@@ -197,5 +293,53 @@ impl Report {
 
     pub fn trial(&self, id: &str) -> Option<&TrialReport> {
         self.trials.iter().find(|t| t.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::advisor::testkit::{report, spec, trial};
+
+    #[test]
+    fn a_1_0_report_without_the_1_1_fields_still_loads() {
+        let s = spec("zero_grad = [\"memset\", \"none\"]", "");
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.01),
+                trial(&s, &[("zero_grad", "none")], 0.009),
+            ],
+        );
+        let mut v = serde_json::to_value(&r).unwrap();
+        v["schema_version"] = "1.0".into();
+        let obj = v.as_object_mut().unwrap();
+        obj.remove("confirmation");
+        obj.remove("trial_spans");
+        for f in ["gpus", "gpu_notice", "driver", "cuda", "host_memory_bytes"] {
+            v["environment"].as_object_mut().unwrap().remove(f);
+        }
+        for t in v["trials"].as_array_mut().unwrap() {
+            let t = t.as_object_mut().unwrap();
+            t.remove("devices");
+            t.remove("rss_peak_bytes");
+        }
+        for rec in v["recommendations"].as_array_mut().unwrap() {
+            let rec = rec.as_object_mut().unwrap();
+            rec.remove("rule");
+            rec.remove("kind");
+            rec.remove("change");
+        }
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("old.json");
+        std::fs::write(&p, v.to_string()).unwrap();
+        let back = Report::load(&p).unwrap();
+        assert_eq!(back.trials.len(), 2);
+        assert!(back.confirmation.is_none() && back.trials[0].devices.is_empty());
+
+        v["schema_version"] = "2.0".into();
+        std::fs::write(&p, v.to_string()).unwrap();
+        let e = Report::load(&p).unwrap_err();
+        assert!(e.is_bad_input() && e.to_string().contains("newer"), "{e}");
     }
 }

@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::autotune::AlgoChoice;
-use crate::engine::parallel::{DeviceSummary, Imbalance};
+use crate::engine::parallel::Imbalance;
 use crate::engine::train::{Phases, RunSummary};
 use crate::knobs::Knobs;
+use crate::report::model::TimelineSample;
 use crate::runner::spec::Spec;
 
 /// How a trial ended.
@@ -76,12 +77,78 @@ pub struct Repeat {
     pub skipped_steps: Vec<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scale_final: Option<f32>,
-    /// Per device: busy fraction, peak bytes, time in communication (engine runs).
-    #[serde(default)]
-    pub devices: Vec<DeviceSummary>,
-    /// max/mean over the devices of busy fraction and peak bytes.
+    /// max/mean over the devices of busy fraction and peak bytes (engine runs).
     #[serde(default)]
     pub imbalance: Option<Imbalance>,
+    /// Per device: how busy it was and its peak memory.
+    #[serde(default)]
+    pub devices: Vec<DeviceStats>,
+}
+
+/// One device during one repeat.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceStats {
+    /// "cpu:0", "cuda:1", ...
+    pub device: String,
+    /// Share of the measured steps' wall time the device was computing, 0..=1.
+    pub busy_share: Option<f64>,
+    pub peak_bytes: Option<u64>,
+    /// Share of the measured steps' wall time spent in communication, 0..=1.
+    pub comm_share: Option<f64>,
+    /// DDP: share of the all-reduce time hidden behind backward.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm_overlap: Option<f64>,
+}
+
+impl DeviceStats {
+    /// The one device of a single-device run, from its step phases: the device computes
+    /// during zero-grad, forward, backward and the optimizer step, and idles while the
+    /// step waits for data or a copy. A run that reports its own per-device counters
+    /// (multi-device engines) should be taken as it reports them instead.
+    pub fn single_from_phases(s: &RunSummary) -> DeviceStats {
+        let p = &s.phases_mean;
+        let measured = s.step_times.get(s.warmup..).unwrap_or(&[]);
+        let step = if measured.is_empty() {
+            f64::NAN
+        } else {
+            measured.iter().sum::<f64>() / measured.len() as f64
+        };
+        let share = |v: f64| (step > 0.0 && v.is_finite()).then(|| (v / step).clamp(0.0, 1.0));
+        DeviceStats {
+            device: format!(
+                "{}:0",
+                if s.backend.is_empty() {
+                    "cpu"
+                } else {
+                    &s.backend
+                }
+            ),
+            busy_share: share(p.zero_grad + p.forward + p.backward + p.optimizer),
+            peak_bytes: Some(s.peak_total_bytes),
+            comm_share: share(p.comm).filter(|c| *c > 0.0),
+            comm_overlap: None,
+        }
+    }
+
+    /// The devices of a run that measured its own per-device counters.
+    pub fn from_engine(s: &RunSummary) -> Vec<DeviceStats> {
+        let backend = if s.backend.is_empty() {
+            "cpu"
+        } else {
+            &s.backend
+        };
+        s.devices
+            .iter()
+            .map(|d| DeviceStats {
+                device: format!("{backend}:{}", d.index),
+                busy_share: d.busy_fraction.is_finite().then_some(d.busy_fraction),
+                peak_bytes: Some(d.peak_bytes),
+                comm_share: (d.comm_fraction.is_finite() && d.comm_fraction > 0.0)
+                    .then_some(d.comm_fraction),
+                comm_overlap: d.comm_overlap,
+            })
+            .collect()
+    }
 }
 
 impl Repeat {
@@ -107,7 +174,11 @@ impl Repeat {
             algorithms: s.algorithms.clone(),
             skipped_steps: s.skipped_steps.clone(),
             loss_scale_final: s.loss_scale_final,
-            devices: s.devices.clone(),
+            devices: if s.devices.is_empty() {
+                vec![DeviceStats::single_from_phases(s)]
+            } else {
+                DeviceStats::from_engine(s)
+            },
             imbalance: s.imbalance,
         }
     }
@@ -137,6 +208,9 @@ pub struct TrialRecord {
     pub error: Option<String>,
     /// Repeats that completed; a failed trial may still have some.
     pub repeats: Vec<Repeat>,
+    /// Device samples taken while the trial ran, `t_s` from the trial's start.
+    #[serde(default)]
+    pub timeline: Vec<TimelineSample>,
 }
 
 /// A journal line.

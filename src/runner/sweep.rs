@@ -17,9 +17,11 @@ use super::journal::Journal;
 use super::live::{self, LiveTrial, LIVE_JSON};
 use super::plan::{self, halving_rounds, select_top, Trial};
 use super::record::{Record, Status, TrialRecord};
+use super::sampling::SweepSampler;
 use super::spec::{Spec, Strategy, Workload};
 use super::stats;
 use super::trial::{run_trial, TrialEnv};
+use crate::advisor::confirm;
 use crate::cli::SweepArgs;
 use crate::error::{Error, Result};
 use crate::report::{self, build, markdown, JOURNAL};
@@ -134,6 +136,7 @@ struct Sweep<'a> {
     done: HashSet<(String, usize)>,
     records: Vec<TrialRecord>,
     progress: Progress,
+    sampler: SweepSampler,
 }
 
 impl Sweep<'_> {
@@ -167,7 +170,9 @@ impl Sweep<'_> {
             status: Status::Ok,
             error: None,
             repeats: Vec::new(),
+            timeline: Vec::new(),
         };
+        let started_ms = self.sampler.now_ms();
         for r in 0..repeats.max(1) {
             self.show_live(trial, round, r + 1, repeats.max(1));
             let o = run_trial(&self.env, self.spec, &trial.knobs, steps);
@@ -181,6 +186,7 @@ impl Sweep<'_> {
                 break;
             }
         }
+        rec.timeline = self.sampler.since(started_ms);
         self.journal.append(&Record::Trial(rec.clone()))?;
         if let Some(p) = &self.env.live_file {
             live::clear(p);
@@ -236,6 +242,53 @@ impl Sweep<'_> {
             self.done.len(),
             self.journal.path().display()
         )))
+    }
+
+    /// The confirmation: the recommended combination and a fresh run of the baseline,
+    /// alternating repeat by repeat so both see the same machine state.
+    fn confirm(
+        &mut self,
+        combo: &Trial,
+        rerun: &Trial,
+        steps: usize,
+        repeats: usize,
+    ) -> Result<()> {
+        if self.done.contains(&(combo.id.clone(), 0)) {
+            self.progress.bar.inc(2);
+            return Ok(());
+        }
+        let fresh = |t: &Trial| TrialRecord {
+            id: t.id.clone(),
+            label: t.label.clone(),
+            knobs: t.knobs.clone(),
+            round: 0,
+            steps,
+            status: Status::Ok,
+            error: None,
+            repeats: Vec::new(),
+            // Alternating runs share one stretch of time; the timeline shows the plan's
+            // trials only.
+            timeline: Vec::new(),
+        };
+        let mut recs = [fresh(rerun), fresh(combo)];
+        self.progress.start(&combo.label);
+        for _ in 0..repeats.max(1) {
+            for rec in recs.iter_mut().filter(|r| r.status == Status::Ok) {
+                let o = run_trial(&self.env, self.spec, &rec.knobs, steps);
+                rec.repeats.extend(o.repeat);
+                if o.status != Status::Ok {
+                    rec.status = o.status;
+                    rec.error = o.error;
+                }
+            }
+        }
+        for rec in recs {
+            self.journal.append(&Record::Trial(rec.clone()))?;
+            self.done.insert((rec.id.clone(), rec.round));
+            self.progress.finished(&rec);
+            self.records.push(rec);
+        }
+        Ok(())
     }
 }
 
@@ -334,6 +387,7 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
         done: previous.iter().map(|r| (r.id.clone(), r.round)).collect(),
         records: previous,
         progress: Progress::new(total, args.json, args.tui),
+        sampler: SweepSampler::start(),
     };
     let skipped = sweep.done.len();
     if skipped > 0 && !args.json && !args.tui {
@@ -430,9 +484,36 @@ fn execute(
             sweep.run(&t, round, round_steps, reps)?;
         }
     }
+    // The recommended combination, measured once more so the report can say whether
+    // the predicted gain holds up.
+    let before = build::build(spec, &sweep.records);
+    if let Some((knobs, _, _)) = confirm::combination(&before) {
+        let base = &spec.search.baseline;
+        let combo = Trial {
+            id: format!("{}{}", build::CONFIRM_PREFIX, plan::trial_id(&knobs, base)),
+            label: format!("confirm: {}", knobs.diff_label(base)),
+            knobs,
+        };
+        let rerun = Trial {
+            id: format!("{}{}", build::CONFIRM_PREFIX, plan::trial_id(base, base)),
+            label: "confirm: baseline re-run".into(),
+            knobs: base.clone(),
+        };
+        sweep.progress.bar.inc_length(2);
+        sweep.confirm(&combo, &rerun, steps, repeats)?;
+    }
     sweep.progress.bar.finish_and_clear();
     if let Some(p) = &sweep.env.live_file {
         live::clear(p);
+    }
+    if let (Some((pct, every)), false) = (
+        sweep.sampler.cost(),
+        sweep.progress.json || sweep.progress.tui,
+    ) {
+        eprintln!(
+            "note: device sampling every {} ms used {pct:.2}% of one core",
+            every.as_millis()
+        );
     }
     let report = build::build(spec, &sweep.records);
     let paths = report::write_all(out, &report)?;
@@ -464,5 +545,18 @@ fn print_table(r: &report::Report) {
     }
     for n in &r.notes {
         println!("note: {n}");
+    }
+    for rec in &r.recommendations {
+        let gain = rec.expected_gain.map_or(String::new(), |g| {
+            format!(" ({})", crate::advisor::fmt_ratio(&g))
+        });
+        let kind = match rec.kind {
+            crate::report::model::RecKind::Change => "recommend",
+            crate::report::model::RecKind::Warning => "warning",
+        };
+        println!("{kind}: {}{gain}: {}", rec.title, rec.tune_flag);
+    }
+    if let Some(c) = &r.confirmation {
+        println!("confirmation ({}): {}", c.verdict, c.summary);
     }
 }

@@ -89,6 +89,7 @@ pub fn synthetic_report(trials: usize, fail_every: usize) -> Result<Report> {
                 } else {
                     vec![repeat.clone(), repeat]
                 },
+                timeline: Vec::new(),
             }
         })
         .collect();
@@ -106,6 +107,9 @@ pub fn synthetic_report(trials: usize, fail_every: usize) -> Result<Report> {
             confidence: "medium".into(),
             tune_flag: "--num-workers 2".into(),
             pytorch: "DataLoader(num_workers=2)".into(),
+            rule: "data_wait".into(),
+            kind: Default::default(),
+            change: [("num_workers".to_string(), "2".to_string())].into(),
         })
         .collect();
     Ok(report)

@@ -455,6 +455,7 @@ mod tests {
             status,
             error: (status != Status::Ok).then(|| "boom".to_string()),
             repeats: Vec::new(),
+            timeline: Vec::new(),
         }
     }
 

@@ -1,0 +1,218 @@
+//! The confirmation trial: the measured changes the advisor recommends, combined on the
+//! baseline, run once more. The prediction assumes the changes' effects multiply: the
+//! product of their ratios, with the product of their interval bounds as a (wide)
+//! interval. The sweep measures the combination alternately with a fresh run of the
+//! baseline, and the verdict compares that ratio's interval with the predicted one: a
+//! sweep's trials run minutes apart, and a machine's load can drift in between.
+
+use super::fmt_ratio;
+use crate::knobs::Knobs;
+use crate::report::model::{Confirmation, Ratio, RecKind, Report, TrialReport};
+use crate::runner::record::Status;
+
+/// The combination to confirm: baseline knobs with every measured recommended change
+/// (the first rule to claim a knob wins), the rules combined, and the prediction. None
+/// when there is nothing measured to combine.
+pub fn combination(report: &Report) -> Option<(Knobs, Vec<String>, Option<Ratio>)> {
+    let mut knobs = report.spec.search.baseline.clone();
+    let mut claimed: Vec<&str> = Vec::new();
+    let mut rules = Vec::new();
+    let mut predicted: Option<Ratio> = None;
+    for rec in &report.recommendations {
+        let Some(gain) = rec.expected_gain else {
+            continue;
+        };
+        if rec.kind != RecKind::Change || rec.change.is_empty() {
+            continue;
+        }
+        if rec.change.keys().any(|k| claimed.contains(&k.as_str())) {
+            continue;
+        }
+        let mut next = knobs.clone();
+        if rec.change.iter().any(|(k, v)| next.set(k, v).is_err()) || next.validate().is_err() {
+            continue;
+        }
+        knobs = next;
+        claimed.extend(rec.change.keys().map(String::as_str));
+        rules.push(rec.rule.clone());
+        predicted = Some(match predicted {
+            None => gain,
+            Some(p) => Ratio {
+                ratio: p.ratio * gain.ratio,
+                lo: p.lo * gain.lo,
+                hi: p.hi * gain.hi,
+                significant: p.lo * gain.lo > 1.0 || p.hi * gain.hi < 1.0,
+            },
+        });
+    }
+    (knobs != report.spec.search.baseline).then_some((knobs, rules, predicted))
+}
+
+/// The confirmation section of a report. `measured(knobs)` gives the confirmation run of
+/// those knobs (the combination, or the baseline's re-run) when the sweep made one.
+pub fn evaluate(
+    report: &Report,
+    measured: impl Fn(&Knobs) -> Option<TrialReport>,
+) -> Option<Confirmation> {
+    let (knobs, rules, predicted) = combination(report)?;
+    let label = knobs.diff_label(&report.spec.search.baseline);
+    let trial = measured(&knobs);
+    let baseline_rerun = measured(&report.spec.search.baseline);
+    let pred = predicted.map_or("–".into(), |p| fmt_ratio(&p));
+    let against = if baseline_rerun.is_some() {
+        "the baseline re-run beside it"
+    } else {
+        "the baseline"
+    };
+    let (verdict, summary) = match (&trial, predicted) {
+        (None, _) => (
+            "not_run",
+            format!("{label} was not run to confirm the predicted {pred}"),
+        ),
+        (Some(t), _) if t.status != Status::Ok => (
+            "failed",
+            format!(
+                "the confirmation run of {label} ended as {}: {}",
+                t.status.as_str(),
+                t.error.as_deref().unwrap_or("no error text")
+            ),
+        ),
+        (Some(t), p) => match (t.ratio_vs_baseline, p) {
+            (Some(m), Some(p)) => {
+                let v = if p.significant && p.ratio > 1.0 && !(m.significant && m.ratio > 1.0) {
+                    "not_confirmed"
+                } else if m.lo <= p.hi && p.lo <= m.hi {
+                    "matches"
+                } else if m.lo > p.hi {
+                    "better"
+                } else {
+                    "worse"
+                };
+                let how = match v {
+                    "not_confirmed" => "no significant gain, against",
+                    "matches" => "consistent with",
+                    "better" => "above",
+                    _ => "below",
+                };
+                (
+                    v,
+                    format!(
+                        "{label} measured {} vs {against}, {how} the predicted {pred}",
+                        fmt_ratio(&m)
+                    ),
+                )
+            }
+            _ => (
+                "failed",
+                format!("the confirmation run of {label} has no ratio to the baseline"),
+            ),
+        },
+    };
+    Some(Confirmation {
+        label,
+        knobs,
+        rules,
+        predicted,
+        trial,
+        baseline_rerun,
+        verdict: verdict.into(),
+        summary,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit::{report, spec, trial, Trial};
+    use super::*;
+
+    fn sweep_with_confirmation(confirm_step: Option<f64>) -> Report {
+        sweep_with_rerun(confirm_step, None)
+    }
+
+    /// The sweep, its confirmation run (step time) and the baseline's re-run (step time).
+    fn sweep_with_rerun(confirm_step: Option<f64>, rerun_step: Option<f64>) -> Report {
+        let s = spec(
+            "num_workers = [0, 2]\nzero_grad = [\"memset\", \"none\"]",
+            "",
+        );
+        let mut trials: Vec<Trial> = vec![
+            trial(&s, &[], 0.010).phase("data_wait", 0.3),
+            trial(&s, &[("num_workers", "2")], 0.008),
+            trial(&s, &[("zero_grad", "none")], 0.009),
+        ];
+        if let Some(step) = confirm_step {
+            let mut c = trial(&s, &[("num_workers", "2"), ("zero_grad", "none")], step);
+            c.rec.id = format!("{}{}", crate::report::build::CONFIRM_PREFIX, c.rec.id);
+            trials.push(c);
+        }
+        if let Some(step) = rerun_step {
+            let mut b = trial(&s, &[], step);
+            b.rec.id = format!("{}baseline", crate::report::build::CONFIRM_PREFIX);
+            trials.push(b);
+        }
+        report(&s, trials)
+    }
+
+    #[test]
+    fn combines_measured_changes_and_predicts_their_product() {
+        let r = sweep_with_confirmation(None);
+        let (k, rules, p) = combination(&r).unwrap();
+        assert_eq!(k.num_workers, 2);
+        assert_eq!(k.zero_grad, crate::knobs::ZeroGrad::None);
+        assert_eq!(rules, vec!["data_wait", "zero_grad"]);
+        let p = p.unwrap();
+        // 1.25 × 1.11.
+        assert!((p.ratio - 1.25 * 1.0 / 0.9).abs() < 0.03, "{p:?}");
+        let c = r.confirmation.unwrap();
+        assert_eq!(c.verdict, "not_run");
+        // Confirmation records never count as plan trials.
+        assert_eq!(r.trials.len(), 3);
+    }
+
+    #[test]
+    fn verdict_compares_measured_with_predicted() {
+        let matches = sweep_with_confirmation(Some(0.0072)).confirmation.unwrap();
+        assert_eq!(matches.verdict, "matches", "{}", matches.summary);
+        assert!(matches.summary.contains("consistent with"));
+        let worse = sweep_with_confirmation(Some(0.0095)).confirmation.unwrap();
+        assert_eq!(worse.verdict, "worse", "{}", worse.summary);
+        let better = sweep_with_confirmation(Some(0.005)).confirmation.unwrap();
+        assert_eq!(better.verdict, "better", "{}", better.summary);
+        let none = sweep_with_confirmation(Some(0.010)).confirmation.unwrap();
+        assert_eq!(none.verdict, "not_confirmed", "{}", none.summary);
+    }
+
+    #[test]
+    fn the_measured_gain_is_against_the_baselines_rerun() {
+        // The machine got faster after the sweep: against the old baseline the
+        // combination looks 2× faster, against the re-run it is what was predicted.
+        let r = sweep_with_rerun(Some(0.005), Some(0.00695));
+        let c = r.confirmation.unwrap();
+        assert!(c.baseline_rerun.is_some());
+        let m = c.trial.unwrap().ratio_vs_baseline.unwrap();
+        assert!((m.ratio - 1.39).abs() < 0.03, "{m:?}");
+        assert_eq!(c.verdict, "matches", "{}", c.summary);
+        // The report says the machine drifted; without a re-run it cannot know.
+        assert!(
+            r.notes.iter().any(|n| n.contains("drifted")),
+            "{:?}",
+            r.notes
+        );
+        let same = sweep_with_rerun(Some(0.0072), Some(0.010));
+        assert!(!same.notes.iter().any(|n| n.contains("drifted")));
+    }
+
+    #[test]
+    fn nothing_to_confirm_without_measured_changes() {
+        let s = spec("zero_grad = [\"memset\", \"none\"]", "");
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010),
+                trial(&s, &[("zero_grad", "none")], 0.010),
+            ],
+        );
+        assert!(combination(&r).is_none());
+        assert!(r.confirmation.is_none());
+    }
+}

@@ -1,0 +1,797 @@
+//! The report's charts as inline SVG, drawn with plotters' SVG backend. Without the
+//! `ttf` feature plotters writes text as SVG `<text>` (the browser picks the font) and
+//! escapes it, so user strings in labels cannot become markup.
+//!
+//! Each function returns one `<svg>` element, or a short HTML note saying why there is
+//! nothing to draw; a drawing error is shown as such, never as an empty chart.
+
+use std::collections::BTreeMap;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::model::{Report, TrialReport};
+use crate::runner::record::Status;
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+type Drawn = Result<(), Box<dyn std::error::Error>>;
+
+/// Tableau 10: distinguishable, and readable on white.
+pub const PALETTE: [RGBColor; 10] = [
+    RGBColor(78, 121, 167),
+    RGBColor(242, 142, 43),
+    RGBColor(225, 87, 89),
+    RGBColor(118, 183, 178),
+    RGBColor(89, 161, 79),
+    RGBColor(237, 201, 72),
+    RGBColor(176, 122, 161),
+    RGBColor(255, 157, 167),
+    RGBColor(156, 117, 95),
+    RGBColor(186, 176, 172),
+];
+const INK: RGBColor = RGBColor(34, 34, 34);
+const MUTED: RGBColor = RGBColor(119, 119, 119);
+const GRID: RGBColor = RGBColor(221, 221, 221);
+const BAR: RGBColor = RGBColor(78, 121, 167);
+const BEST: RGBColor = RGBColor(89, 161, 79);
+const CONFIRM: RGBColor = RGBColor(176, 122, 161);
+const BAD: RGBColor = RGBColor(187, 0, 0);
+const BAND: RGBColor = RGBColor(242, 242, 242);
+
+const FONT: &str = "sans-serif";
+/// plotters' SVG backend writes font-size = size / 1.24; 15 gives 12px text.
+const TEXT: f64 = 15.0;
+const WIDTH: u32 = 980;
+
+pub fn color(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+pub fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n.saturating_sub(1)).collect();
+        t.push('…');
+        t
+    }
+}
+
+fn text_style(c: &'static RGBColor) -> TextStyle<'static> {
+    TextStyle::from((FONT, TEXT).into_font()).color(c)
+}
+
+fn anchored(c: &'static RGBColor, h: HPos, v: VPos) -> TextStyle<'static> {
+    text_style(c).pos(Pos::new(h, v))
+}
+
+/// Draws into a fresh SVG of `w`×`h` pixels, labelled for screen readers and tests.
+fn svg(id: &str, w: u32, h: u32, draw: impl FnOnce(&Area) -> Drawn) -> String {
+    let mut buf = String::new();
+    let res = {
+        let root = SVGBackend::with_string(&mut buf, (w, h)).into_drawing_area();
+        root.fill(&WHITE)
+            .map_err(|e| e.into())
+            .and_then(|_| draw(&root))
+            .and_then(|_| root.present().map_err(|e| e.into()))
+    };
+    match res {
+        // `id` is one of this module's fixed names, never user text.
+        Ok(()) => buf.replacen(
+            "<svg ",
+            &format!("<svg class=\"chart-svg\" data-chart=\"{id}\" role=\"img\" "),
+            1,
+        ),
+        Err(e) => format!(
+            "<p class=\"bad\">chart {id} could not be drawn: {}</p>",
+            super::html::esc(&e.to_string())
+        ),
+    }
+}
+
+fn note(text: &str) -> String {
+    format!("<p class=\"muted\">{}</p>", super::html::esc(text))
+}
+
+/// An axis tick: no decimals once the numbers are large enough not to need them.
+fn tick(v: f64) -> String {
+    if v.abs() >= 10.0 || v == v.round() {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// Width of the label column for labels of up to `chars` characters.
+fn label_width(labels: &[String]) -> u32 {
+    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(8);
+    (longest as u32 * 7 + 16).clamp(90, 300)
+}
+
+/// One row of the throughput chart.
+struct Row<'a> {
+    label: String,
+    trial: &'a TrialReport,
+    fill: RGBColor,
+}
+
+/// Horizontal bars of median samples/s per configuration, with the 95% interval as an
+/// error bar and the baseline's median as a vertical rule. The confirmation run, when
+/// there is one, is the last row.
+pub fn throughput(r: &Report) -> String {
+    let mut rows: Vec<Row> = r
+        .trials
+        .iter()
+        .map(|t| Row {
+            label: truncate(&t.label, 40),
+            trial: t,
+            fill: if r.best.as_deref() == Some(t.id.as_str()) {
+                BEST
+            } else {
+                BAR
+            },
+        })
+        .collect();
+    if let Some(c) = &r.confirmation {
+        for t in c.baseline_rerun.iter().chain(c.trial.iter()) {
+            rows.push(Row {
+                label: truncate(&t.label, 40),
+                trial: t,
+                fill: CONFIRM,
+            });
+        }
+    }
+    let max = rows
+        .iter()
+        .filter_map(|row| row.trial.samples_per_s.map(|c| c.hi.max(c.median)))
+        .fold(0.0, f64::max);
+    if rows.is_empty() || max <= 0.0 {
+        return note("No successful trial to chart.");
+    }
+    let n = rows.len();
+    let labels: Vec<String> = rows.iter().map(|x| x.label.clone()).collect();
+    let lw = label_width(&labels);
+    let h = 26 * n as u32 + 70;
+    let base = r
+        .baseline
+        .as_deref()
+        .and_then(|id| r.trial(id))
+        .and_then(|t| t.samples_per_s);
+    svg("throughput", WIDTH, h, |root| {
+        let mut chart = ChartBuilder::on(root)
+            .margin(10)
+            .margin_right(70)
+            .x_label_area_size(40)
+            .y_label_area_size(lw)
+            .build_cartesian_2d(0f64..max * 1.05, 0f64..n as f64)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(0)
+            .light_line_style(WHITE)
+            .bold_line_style(GRID)
+            .x_label_formatter(&|v| tick(*v))
+            .x_desc("samples/s (median, 95% bootstrap interval)")
+            .label_style(text_style(&INK))
+            .axis_desc_style(text_style(&MUTED))
+            .draw()?;
+        let y = |i: usize| (n - 1 - i) as f64;
+        for (i, row) in rows.iter().enumerate() {
+            let at = chart.backend_coord(&(0.0, y(i) + 0.5));
+            root.draw(&Text::new(
+                row.label.clone(),
+                (at.0 - 8, at.1),
+                anchored(&INK, HPos::Right, VPos::Center),
+            ))?;
+            match row.trial.samples_per_s {
+                Some(c) => {
+                    chart.draw_series(std::iter::once(Rectangle::new(
+                        [(0.0, y(i) + 0.18), (c.median, y(i) + 0.82)],
+                        row.fill.filled(),
+                    )))?;
+                    chart.draw_series(std::iter::once(ErrorBar::new_horizontal(
+                        y(i) + 0.5,
+                        c.lo,
+                        c.median,
+                        c.hi,
+                        INK.stroke_width(1),
+                        8,
+                    )))?;
+                    let end = chart.backend_coord(&(c.hi, y(i) + 0.5));
+                    root.draw(&Text::new(
+                        format!("{:.1}", c.median),
+                        (end.0 + 6, end.1),
+                        anchored(&INK, HPos::Left, VPos::Center),
+                    ))?;
+                }
+                None => {
+                    root.draw(&Text::new(
+                        row.trial.status.as_str().to_string(),
+                        (at.0 + 6, at.1),
+                        anchored(&BAD, HPos::Left, VPos::Center),
+                    ))?;
+                }
+            }
+        }
+        if let Some(b) = base {
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(b.median, 0.0), (b.median, n as f64)],
+                MUTED.stroke_width(1),
+            )))?;
+        }
+        Ok(())
+    })
+}
+
+/// Phase names in a fixed, meaningful order; `recompute` is inside `backward` and
+/// stacking it would count it twice.
+fn phase_order(r: &Report) -> Vec<String> {
+    const ORDER: [&str; 8] = [
+        "data_wait",
+        "h2d",
+        "zero_grad",
+        "forward",
+        "backward",
+        "comm",
+        "optimizer",
+        "other",
+    ];
+    let mut names: Vec<String> = ORDER
+        .iter()
+        .filter(|n| r.trials.iter().any(|t| t.phase_share.contains_key(**n)))
+        .map(|n| n.to_string())
+        .collect();
+    for t in &r.trials {
+        for k in t.phase_share.keys() {
+            if k != "recompute" && !names.contains(k) {
+                names.push(k.clone());
+            }
+        }
+    }
+    names
+}
+
+/// One stacked bar per configuration: the share of a step in each phase.
+pub fn phases(r: &Report) -> String {
+    let names = phase_order(r);
+    let rows: Vec<&TrialReport> = r
+        .trials
+        .iter()
+        .filter(|t| !t.phase_share.is_empty())
+        .collect();
+    if rows.is_empty() {
+        return note("No phase timings recorded (external-command workloads have none).");
+    }
+    let n = rows.len();
+    let labels: Vec<String> = rows.iter().map(|t| truncate(&t.label, 40)).collect();
+    let lw = label_width(&labels);
+    let h = 26 * n as u32 + 96;
+    svg("phases", WIDTH, h, |root| {
+        let (plot, legend) = root.split_vertically(h - 34);
+        let mut chart = ChartBuilder::on(&plot)
+            .margin(10)
+            .margin_right(30)
+            .x_label_area_size(40)
+            .y_label_area_size(lw)
+            .build_cartesian_2d(0f64..100f64, 0f64..n as f64)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(0)
+            .light_line_style(WHITE)
+            .bold_line_style(GRID)
+            .x_label_formatter(&|v| tick(*v))
+            .x_desc("share of a step (%)")
+            .label_style(text_style(&INK))
+            .axis_desc_style(text_style(&MUTED))
+            .draw()?;
+        for (i, t) in rows.iter().enumerate() {
+            let y = (n - 1 - i) as f64;
+            let at = chart.backend_coord(&(0.0, y + 0.5));
+            root.draw(&Text::new(
+                labels[i].clone(),
+                (at.0 - 8, at.1),
+                anchored(&INK, HPos::Right, VPos::Center),
+            ))?;
+            let total: f64 = names.iter().filter_map(|k| t.phase_share.get(k)).sum();
+            let mut x = 0.0;
+            for (j, k) in names.iter().enumerate() {
+                let Some(v) = t.phase_share.get(k) else {
+                    continue;
+                };
+                let w = 100.0 * v / total.max(1e-12);
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(x, y + 0.18), (x + w, y + 0.82)],
+                    color(j).filled(),
+                )))?;
+                if w >= 7.0 {
+                    let mid = chart.backend_coord(&(x + w / 2.0, y + 0.5));
+                    root.draw(&Text::new(
+                        format!("{:.0}%", v * 100.0),
+                        mid,
+                        anchored(&WHITE, HPos::Center, VPos::Center),
+                    ))?;
+                }
+                x += w;
+            }
+        }
+        legend_row(&legend, lw as i32 + 10, &names)
+    })
+}
+
+/// A row of colour swatches with names.
+fn legend_row(area: &Area, x0: i32, names: &[String]) -> Drawn {
+    let mut x = x0;
+    for (j, k) in names.iter().enumerate() {
+        area.draw(&Rectangle::new([(x, 10), (x + 12, 22)], color(j).filled()))?;
+        area.draw(&Text::new(
+            k.clone(),
+            (x + 16, 16),
+            anchored(&INK, HPos::Left, VPos::Center),
+        ))?;
+        x += 30 + 7 * k.chars().count() as i32;
+    }
+    Ok(())
+}
+
+/// Per-device series over the sweep's timeline: utilization (%) on top, memory (MiB)
+/// below, with each trial's stretch shaded and named.
+pub fn device_timeline(r: &Report) -> String {
+    if r.timeline.is_empty() {
+        return note(
+            "No device samples in this report (sampling was off, or the report predates schema 1.1).",
+        );
+    }
+    let cores = r.environment.cores.max(1) as f64;
+    // (device, metric) -> (legend, points); CPU use of the trial processes is shown as a
+    // share of all cores so it sits on the same 0-100% axis as GPU utilization.
+    let mut util: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut mem: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for s in &r.timeline {
+        match s.metric.as_str() {
+            "cpu_pct" => util
+                .entry(format!("{} CPU, trial processes", s.device))
+                .or_default()
+                .push((s.t_s, s.value / cores)),
+            // Everything running on the machine: other work competes with the trials.
+            "cpu_util_pct" => util
+                .entry(format!("{} CPU, whole machine", s.device))
+                .or_default()
+                .push((s.t_s, s.value)),
+            "util_gpu_pct" => util
+                .entry(format!("{} utilization", s.device))
+                .or_default()
+                .push((s.t_s, s.value)),
+            "rss_bytes" => mem
+                .entry(format!("{} resident memory", s.device))
+                .or_default()
+                .push((s.t_s, s.value / 1048576.0)),
+            "mem_used_bytes" => mem
+                .entry(format!("{} memory used", s.device))
+                .or_default()
+                .push((s.t_s, s.value / 1048576.0)),
+            _ => {}
+        }
+    }
+    if util.is_empty() && mem.is_empty() {
+        return note("The timeline has no utilization or memory samples.");
+    }
+    let t_end = r
+        .timeline
+        .iter()
+        .map(|s| s.t_s)
+        .chain(r.trial_spans.iter().map(|s| s.end_s))
+        .fold(0.0, f64::max)
+        .max(1e-3);
+    let panel = 230u32;
+    svg("device-timeline", WIDTH, 2 * panel + 30, |root| {
+        let (top, bottom) = root.split_vertically(panel + 15);
+        let mut names: Vec<String> = util.keys().cloned().collect();
+        names.extend(mem.keys().cloned());
+        let util_panel = Panel {
+            y_max: 100.0,
+            y_desc: "utilization (%)",
+            series: &util,
+            limit: None,
+        };
+        line_panel(&top, r, t_end, &util_panel, &names)?;
+        // The per-trial cap is what resident memory is held against.
+        let cap = r
+            .spec
+            .search
+            .mem_cap_mib
+            .map(|c| (c as f64, format!("per-trial memory cap {c} MiB")));
+        let mem_max = mem
+            .values()
+            .flat_map(|v| v.iter().map(|p| p.1))
+            .chain(cap.as_ref().map(|c| c.0))
+            .fold(0.0, f64::max)
+            .max(1.0)
+            * 1.1;
+        let mem_panel = Panel {
+            y_max: mem_max,
+            y_desc: "memory (MiB)",
+            series: &mem,
+            limit: cap,
+        };
+        line_panel(&bottom, r, t_end, &mem_panel, &names)
+    })
+}
+
+/// One panel of the device timeline.
+struct Panel<'a> {
+    y_max: f64,
+    y_desc: &'a str,
+    series: &'a BTreeMap<String, Vec<(f64, f64)>>,
+    /// A horizontal reference line: its value and its label.
+    limit: Option<(f64, String)>,
+}
+
+fn line_panel(area: &Area, r: &Report, t_end: f64, p: &Panel, all_names: &[String]) -> Drawn {
+    let (y_max, y_desc, series) = (p.y_max, p.y_desc, p.series);
+    // The chart maps to whole-SVG pixels; this panel draws relative to its own corner.
+    let base = area.get_base_pixel();
+    let local = |(x, y): (i32, i32)| (x - base.0, y - base.1);
+    let mut chart = ChartBuilder::on(area)
+        .margin(10)
+        .margin_top(22)
+        .x_label_area_size(34)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..t_end, 0f64..y_max)?;
+    chart
+        .configure_mesh()
+        .light_line_style(WHITE)
+        .bold_line_style(GRID)
+        .x_label_formatter(&|v| tick(*v))
+        .y_label_formatter(&|v| tick(*v))
+        .x_desc("time (s), trials end to end")
+        .y_desc(y_desc)
+        .label_style(text_style(&INK))
+        .axis_desc_style(text_style(&MUTED))
+        .draw()?;
+    for (i, s) in r.trial_spans.iter().enumerate() {
+        if i % 2 == 0 {
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(s.start_s, 0.0), (s.end_s, y_max)],
+                BAND.filled(),
+            )))?;
+        }
+        let left = local(chart.backend_coord(&(s.start_s, y_max)));
+        let right = local(chart.backend_coord(&(s.end_s, y_max)));
+        let room = ((right.0 - left.0) / 7).max(0) as usize;
+        if room >= 3 {
+            area.draw(&Text::new(
+                truncate(&s.label, room),
+                (left.0 + 3, left.1 - 4),
+                anchored(&MUTED, HPos::Left, VPos::Bottom),
+            ))?;
+        }
+    }
+    if let Some((v, label)) = &p.limit {
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(0.0, *v), (t_end, *v)],
+            BAD.stroke_width(1),
+        )))?;
+        let at = local(chart.backend_coord(&(0.0, *v)));
+        area.draw(&Text::new(
+            label.clone(),
+            (at.0 + 4, at.1 - 3),
+            anchored(&BAD, HPos::Left, VPos::Bottom),
+        ))?;
+    }
+    for (name, pts) in series {
+        let j = all_names.iter().position(|n| n == name).unwrap_or(0);
+        let c = color(j);
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+    }
+    if !series.is_empty() {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(GRID)
+            .label_font(text_style(&INK))
+            .draw()?;
+    }
+    Ok(())
+}
+
+/// Per trial, one bar per device: peak memory, with the device's busy share written at
+/// the end. DataParallel's device 0 stands out here.
+pub fn device_memory(r: &Report) -> String {
+    let rows: Vec<(&TrialReport, usize)> = r
+        .trials
+        .iter()
+        .filter(|t| t.devices.iter().any(|d| d.peak_bytes.is_some()))
+        .flat_map(|t| (0..t.devices.len()).map(move |i| (t, i)))
+        .collect();
+    if rows.is_empty() {
+        return note("No per-device figures recorded.");
+    }
+    let max = rows
+        .iter()
+        .filter_map(|(t, i)| t.devices[*i].peak_bytes)
+        .max()
+        .unwrap_or(1) as f64
+        / 1048576.0;
+    let labels: Vec<String> = rows
+        .iter()
+        .map(|(t, i)| format!("{} · {}", truncate(&t.label, 32), t.devices[*i].device))
+        .collect();
+    let lw = label_width(&labels);
+    let n = rows.len();
+    let h = 22 * n as u32 + 70;
+    svg("device-memory", WIDTH, h, |root| {
+        let mut chart = ChartBuilder::on(root)
+            .margin(10)
+            .margin_right(90)
+            .x_label_area_size(40)
+            .y_label_area_size(lw)
+            .build_cartesian_2d(0f64..max * 1.05, 0f64..n as f64)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(0)
+            .light_line_style(WHITE)
+            .bold_line_style(GRID)
+            .x_label_formatter(&|v| tick(*v))
+            .x_desc("peak memory per device (MiB); busy share at the bar's end")
+            .label_style(text_style(&INK))
+            .axis_desc_style(text_style(&MUTED))
+            .draw()?;
+        for (k, (t, i)) in rows.iter().enumerate() {
+            let d = &t.devices[*i];
+            let y = (n - 1 - k) as f64;
+            let at = chart.backend_coord(&(0.0, y + 0.5));
+            root.draw(&Text::new(
+                labels[k].clone(),
+                (at.0 - 8, at.1),
+                anchored(&INK, HPos::Right, VPos::Center),
+            ))?;
+            let v = d.peak_bytes.unwrap_or(0) as f64 / 1048576.0;
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(0.0, y + 0.15), (v, y + 0.85)],
+                color(*i).filled(),
+            )))?;
+            let end = chart.backend_coord(&(v, y + 0.5));
+            let busy = d
+                .busy_share
+                .map_or(String::new(), |b| format!(" · busy {:.0}%", b * 100.0));
+            root.draw(&Text::new(
+                format!("{v:.1}{busy}"),
+                (end.0 + 6, end.1),
+                anchored(&INK, HPos::Left, VPos::Center),
+            ))?;
+        }
+        Ok(())
+    })
+}
+
+/// Loss per step of each configuration's first repeat.
+pub fn loss(r: &Report) -> String {
+    let finite = |v: f32| v.is_finite() && v < f32::MAX;
+    let curves: Vec<(&TrialReport, Vec<(f64, f64)>)> = r
+        .trials
+        .iter()
+        .filter_map(|t| {
+            let l = &t.repeats.first()?.losses;
+            let pts: Vec<(f64, f64)> = l
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| finite(**v))
+                .map(|(i, v)| (i as f64, f64::from(*v)))
+                .collect();
+            (pts.len() >= 2).then_some((t, pts))
+        })
+        .collect();
+    if curves.is_empty() {
+        return note("No loss curves recorded.");
+    }
+    let steps = curves
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.0))
+        .fold(1.0, f64::max);
+    let top = curves
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.1))
+        .fold(0.0, f64::max)
+        .max(1e-6)
+        * 1.05;
+    svg("loss", WIDTH, 340, |root| {
+        let mut chart = ChartBuilder::on(root)
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..steps, 0f64..top)?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .bold_line_style(GRID)
+            .x_label_formatter(&|v| tick(*v))
+            .x_desc("step (first repeat)")
+            .y_desc("training loss")
+            .label_style(text_style(&INK))
+            .axis_desc_style(text_style(&MUTED))
+            .draw()?;
+        for (i, (t, pts)) in curves.iter().enumerate() {
+            let c = color(i);
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))?
+                .label(truncate(&t.label, 40))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(GRID)
+            .label_font(text_style(&INK))
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// The configurations no other beats on both throughput and peak memory, by memory.
+pub fn pareto_front(points: &[(f64, f64)]) -> Vec<usize> {
+    let mut front: Vec<usize> = (0..points.len())
+        .filter(|&i| {
+            let (m, s) = points[i];
+            !points
+                .iter()
+                .enumerate()
+                .any(|(j, &(m2, s2))| j != i && m2 <= m && s2 >= s && (m2 < m || s2 > s))
+        })
+        .collect();
+    front.sort_by(|&a, &b| points[a].0.total_cmp(&points[b].0));
+    front
+}
+
+/// Throughput against peak memory, one point per successful configuration with its
+/// interval; the Pareto front is joined and drawn solid.
+pub fn pareto(r: &Report) -> String {
+    let pts: Vec<(&TrialReport, f64, f64, f64, f64)> = r
+        .trials
+        .iter()
+        .filter(|t| t.status == Status::Ok)
+        .filter_map(|t| {
+            let c = t.samples_per_s?;
+            Some((t, t.peak_mib()?, c.median, c.lo, c.hi))
+        })
+        .collect();
+    if pts.len() < 2 {
+        return note("Fewer than two successful configurations with memory figures.");
+    }
+    let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.1, p.2)).collect();
+    let front = pareto_front(&xy);
+    let (x_lo, x_hi) = pts
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(a, b), p| (a.min(p.1), b.max(p.1)));
+    let y_hi = pts.iter().map(|p| p.4).fold(0.0, f64::max);
+    let pad = ((x_hi - x_lo) * 0.08).max(1.0);
+    svg("pareto", WIDTH, 400, |root| {
+        let mut chart = ChartBuilder::on(root)
+            .margin(10)
+            .margin_right(40)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d((x_lo - pad).max(0.0)..x_hi + pad, 0f64..y_hi * 1.1)?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .bold_line_style(GRID)
+            .x_label_formatter(&|v| tick(*v))
+            .y_label_formatter(&|v| tick(*v))
+            .x_desc("peak memory tracked by the engine (MiB)")
+            .y_desc("samples/s")
+            .label_style(text_style(&INK))
+            .axis_desc_style(text_style(&MUTED))
+            .draw()?;
+        chart.draw_series(std::iter::once(PathElement::new(
+            front
+                .iter()
+                .map(|&i| (pts[i].1, pts[i].2))
+                .collect::<Vec<_>>(),
+            BEST.stroke_width(2),
+        )))?;
+        let mut placed: Vec<(i32, i32, i32)> = Vec::new();
+        for (i, p) in pts.iter().enumerate() {
+            let on_front = front.contains(&i);
+            chart.draw_series(std::iter::once(ErrorBar::new_vertical(
+                p.1,
+                p.3,
+                p.2,
+                p.4,
+                MUTED.stroke_width(1),
+                6,
+            )))?;
+            let style = if on_front {
+                BEST.filled()
+            } else {
+                BAR.stroke_width(2)
+            };
+            chart.draw_series(std::iter::once(Circle::new((p.1, p.2), 5, style)))?;
+            let at = chart.backend_coord(&(p.1, p.2));
+            let label = truncate(&p.0.label, 28);
+            // Nearby points would print their labels on top of each other: move a label
+            // down a line until it is clear of those already placed.
+            let (x, mut y) = (at.0 + 8, at.1 - 8);
+            let w = 7 * label.chars().count() as i32;
+            while placed
+                .iter()
+                .any(|&(px, py, pw)| (py - y).abs() < 13 && x < px + pw && px < x + w)
+            {
+                y += 13;
+            }
+            placed.push((x, y, w));
+            root.draw(&Text::new(
+                label,
+                (x, y),
+                anchored(
+                    if on_front { &INK } else { &MUTED },
+                    HPos::Left,
+                    VPos::Bottom,
+                ),
+            ))?;
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pareto_front_keeps_only_undominated_points() {
+        // (memory, throughput)
+        let pts = [
+            (100.0, 50.0),
+            (80.0, 40.0),
+            (120.0, 45.0),
+            (60.0, 20.0),
+            (90.0, 50.0),
+        ];
+        assert_eq!(pareto_front(&pts), vec![3, 1, 4]);
+    }
+
+    #[test]
+    fn device_chart_shows_every_device_of_a_multi_device_trial() {
+        use crate::advisor::testkit::{report, spec, trial};
+        let s = spec(
+            "parallel = [\"single\", \"dp\"]\ndevices = [1, 2]",
+            "strategy = \"grid\"",
+        );
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.01).devices(&[(0.9, 100, 0.0)]),
+                trial(&s, &[("parallel", "dp"), ("devices", "2")], 0.008)
+                    .devices(&[(0.95, 180, 0.0), (0.55, 100, 0.0)]),
+            ],
+        );
+        let svg = device_memory(&r);
+        assert!(svg.starts_with("<svg"), "{svg}");
+        for text in [
+            "parallel=dp devices=2 · cpu:0",
+            "· cpu:1",
+            "180.0 · busy 95%",
+            "100.0 · busy 55%",
+        ] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+        // No samples: a sentence, not an empty chart.
+        assert!(device_timeline(&r).contains("No device samples"));
+    }
+
+    #[test]
+    fn truncation_counts_characters() {
+        assert_eq!(truncate("ünïcödé", 4), "ünï…");
+        assert_eq!(truncate("abc", 4), "abc");
+    }
+}
