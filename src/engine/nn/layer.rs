@@ -105,9 +105,16 @@ impl Ctx {
         }
     }
 
-    /// A new activation tensor on this context's device.
+    /// A new f32 output buffer on this context's device. Under AMP it is a compute
+    /// temporary (the kernel's f32 accumulator, narrowed by `store` before it is kept or
+    /// passed on), so it is charged as workspace; otherwise it is the activation itself.
     pub fn alloc(&self, shape: &[usize]) -> Tensor {
-        Tensor::zeros(shape, MemCategory::Activations, self.dev.mem())
+        let cat = if self.amp == Amp::Off {
+            MemCategory::Activations
+        } else {
+            MemCategory::Workspace
+        };
+        Tensor::zeros(shape, cat, self.dev.mem())
     }
 
     pub fn from_vec(&self, shape: &[usize], v: Vec<f32>) -> Result<Tensor> {
@@ -118,7 +125,9 @@ impl Ctx {
     /// in the mixed-precision storage type when AMP is on, untouched otherwise.
     pub fn store(&self, t: Tensor) -> Result<Tensor> {
         match amp::half_dtype(self.amp) {
-            Some(dt) if t.dtype() == DType::F32 => t.to_dtype(dt, t.category()),
+            // Charged as activations whatever buffer it came from: a widened compute
+            // copy (workspace) turns back into a stored activation here.
+            Some(dt) if t.dtype() == DType::F32 => t.to_dtype(dt, MemCategory::Activations),
             _ => Ok(t),
         }
     }
