@@ -50,7 +50,11 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--models", default="cnn-small,resnet-mini")
+    ap.add_argument("--workers-only", action="store_true")
     a = ap.parse_args()
+    workers_table(a.binary)
+    if a.workers_only:
+        return
     for model in a.models.split(","):
         print(f"\n### {model}, batch {a.batch}, {a.steps} steps (5 warm-up), shapes:4000\n")
         print("| setting | samples/s | vs baseline | step ms | data_wait share | "
@@ -79,6 +83,30 @@ def main():
                   + f" | {s['peak_bytes'].get('activations', 0) / mib:.1f}"
                   + f" | {s['peak_total_bytes'] / mib:.1f} | {note} |")
             sys.stdout.flush()
+
+
+def workers_table(binary):
+    """num_workers where loading is heavy: 512x512 PNGs decoded and box-filtered to 32x32
+    (an ImageNet-style decode-then-resize pipeline), compute on one thread so the other
+    core is free for loaders, as the host cores are when a GPU computes."""
+    print("\n### num_workers, cnn-small, shapes:1200@512 (decode 512x512, resize to 32x32), "
+          "batch 32, 1 compute thread, 25 steps (3 warm-up)\n")
+    print("| num_workers | samples/s | data_wait ms/step | data_wait share of step |")
+    print("|---|---|---|---|")
+    for w in [0, 1, 2]:
+        cmd = [binary, "train", "--model", "cnn-small", "--dataset", "shapes:1200@512",
+               "--steps", "25", "--warmup", "3", "--batch-size", "32", "--threads", "1",
+               "--num-workers", str(w), "--no-eval", "--json"]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"| {w} | failed: {out.stderr.strip().splitlines()[-1:]} |")
+            continue
+        s = json.loads(out.stdout)
+        ph = s["phases_mean"]
+        total = sum(ph[p] for p in PHASES if p != "recompute")
+        print(f"| {w} | {s['samples_per_s']:.0f} | {ph['data_wait'] * 1e3:.2f} | "
+              f"{ph['data_wait'] / total:.1%} |")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -107,6 +107,16 @@ fn assert_bad_input(args: &[&str], needle: &str) {
 #[test]
 fn bad_input_exits_2_with_one_clear_line() {
     assert_bad_input(
+        &[
+            "train",
+            "--model",
+            "cnn-small",
+            "--dataset",
+            "shapes:100@50",
+        ],
+        "whole multiple of the model's 32 pixels",
+    );
+    assert_bad_input(
         &["train", "--model", "nope"],
         "allowed values are mlp, cnn-small, resnet-mini",
     );

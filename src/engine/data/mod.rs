@@ -11,6 +11,7 @@ pub mod cifar;
 pub mod fixtures;
 pub mod idx;
 pub mod loader;
+pub mod resize;
 pub mod shapes;
 
 use std::path::Path;
@@ -87,6 +88,22 @@ pub fn open(spec: &str, want: ImageShape, cache_dir: &Path) -> Result<Splits> {
     };
     match kind {
         "shapes" => {
+            // `shapes:N@S`: stored at S x S, shrunk to the model's size on load.
+            let (arg, stored) = match arg.and_then(|a| a.split_once('@')) {
+                Some((n, s)) => {
+                    let side = s.trim().parse::<usize>().ok().filter(|&v| {
+                        v >= want.h && v % want.h == 0 && want.h == want.w && v <= 1024
+                    });
+                    let side = side.ok_or_else(|| {
+                        Error::Invalid(format!(
+                            "dataset `{spec}`: stored size `{s}` must be a whole multiple of the model's {} pixels, at most 1024 (try shapes:4000@128)",
+                            want.h
+                        ))
+                    })?;
+                    (Some(n), Some(side))
+                }
+                None => (arg, None),
+            };
             let n = match arg {
                 None => SHAPES_DEFAULT_N,
                 Some(a) => a
@@ -100,7 +117,22 @@ pub fn open(spec: &str, want: ImageShape, cache_dir: &Path) -> Result<Splits> {
                     ))
                     })?,
             };
-            shapes::open_splits(n, want, cache_dir)
+            match stored {
+                None => shapes::open_splits(n, want, cache_dir),
+                Some(side) => {
+                    let big = ImageShape {
+                        h: side,
+                        w: side,
+                        c: want.c,
+                    };
+                    let s = shapes::open_splits_stored(n, want, big, cache_dir)?;
+                    Ok(Splits {
+                        train: Arc::new(resize::Downscaled::new(s.train, want)?),
+                        test: Arc::new(resize::Downscaled::new(s.test, want)?),
+                        name: format!("shapes:{n}@{side} ({big} -> {want})"),
+                    })
+                }
+            }
         }
         "mnist" | "cifar10" => {
             let dir = match arg {

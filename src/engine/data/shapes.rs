@@ -38,6 +38,23 @@ pub fn test_len(n: usize) -> usize {
     (n / 5).max(500)
 }
 
+/// The splits rendered at `stored` (a larger square of the same channels as `want`).
+pub(super) fn open_splits_stored(
+    n: usize,
+    want: ImageShape,
+    stored: ImageShape,
+    cache_dir: &Path,
+) -> Result<Splits> {
+    open_splits(n, want, cache_dir)?; // the same checks on the model's shape
+    let train = ShapesDataset::open(cache_dir, stored, n, TRAIN_SEED)?;
+    let test = ShapesDataset::open(cache_dir, stored, test_len(n), TEST_SEED)?;
+    Ok(Splits {
+        train: Arc::new(train),
+        test: Arc::new(test),
+        name: format!("shapes:{n}@{} ({want})", stored.h),
+    })
+}
+
 pub(super) fn open_splits(n: usize, want: ImageShape, cache_dir: &Path) -> Result<Splits> {
     if want != GRAY28 && want != RGB32 {
         return Err(Error::Invalid(format!(
