@@ -229,15 +229,7 @@ mod tests {
     use super::*;
     use crate::engine::ops::conv2d::im2col;
 
-    fn data(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) % 200) as f32
-                    / 100.0
-                    - 1.0
-            })
-            .collect()
-    }
+    use crate::engine::ops::gemm::test_data as data;
 
     fn reference(x: &[f32], w: &[f32], g: &ConvGeom) -> Vec<f32> {
         let mut col = vec![0.0; g.rows() * g.kkc()];

@@ -108,6 +108,17 @@ pub fn matmul(
     Ok(())
 }
 
+/// Deterministic values in [-1, 1) for kernel tests.
+#[cfg(test)]
+pub fn test_data(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) % 200) as f32 / 100.0
+                - 1.0
+        })
+        .collect()
+}
+
 /// Plain triple loop, the reference every GEMM path is tested against.
 #[cfg(test)]
 pub fn matmul_ref(a: Mat, b: Mat) -> Vec<f32> {
@@ -128,15 +139,7 @@ pub fn matmul_ref(a: Mat, b: Mat) -> Vec<f32> {
 mod tests {
     use super::*;
 
-    fn data(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) % 200) as f32
-                    / 100.0
-                    - 1.0
-            })
-            .collect()
-    }
+    use super::test_data as data;
 
     #[test]
     fn matches_reference_with_transposes_and_accumulate() {
