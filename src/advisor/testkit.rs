@@ -161,6 +161,22 @@ impl Trial {
         self
     }
 
+    /// Each repeat reports `n` distinct algorithm decisions.
+    pub fn algorithms(mut self, n: usize) -> Trial {
+        for r in &mut self.rec.repeats {
+            r.algorithms = (0..n)
+                .map(|i| crate::engine::autotune::AlgoChoice {
+                    op: "conv2d".into(),
+                    key: format!("shape {i}"),
+                    algo: "im2col".into(),
+                    source: crate::engine::autotune::ChoiceSource::Measured,
+                    timings_ms: Default::default(),
+                })
+                .collect();
+        }
+        self
+    }
+
     /// Every `every`-th step of each repeat takes `factor` times as long.
     pub fn spikes(mut self, every: usize, factor: f64) -> Trial {
         for r in &mut self.rec.repeats {
