@@ -220,6 +220,10 @@ pub struct WatchArgs {
     /// Stream one JSON sample per line on stdout (the command's stdout goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Show the process tree and the devices full-screen (as `tune dash`) instead of
+    /// plain lines; the command's output goes to command.log in the report folder.
+    #[arg(long)]
+    pub tui: bool,
     /// Folder for report.json and summary.md (default: reports/watch-<time>-<pid>).
     #[arg(long)]
     pub out: Option<PathBuf>,

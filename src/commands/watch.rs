@@ -15,6 +15,7 @@ pub fn main(args: &WatchArgs) -> Result<i32> {
         what,
         interval: Duration::from_millis(args.interval),
         json: args.json,
+        tui: args.tui,
         out: args.out.clone().unwrap_or_else(default_out),
     })
 }

@@ -8,7 +8,8 @@
 //!   stop signals;
 //! - `live`: the plain-line view and the `--json` sample stream;
 //! - `report`: report.json and summary.md;
-//! - `session`: one watch from start to report.
+//! - `session`: one watch from start to report;
+//! - `tui`: the full-screen live view (`--tui`), on the dashboard's devices widget.
 
 pub mod findings;
 pub mod live;
@@ -16,3 +17,4 @@ pub mod model;
 pub mod report;
 pub mod session;
 pub mod target;
+pub mod tui;

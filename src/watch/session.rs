@@ -19,6 +19,7 @@ use super::report::{
     timeline_rows, Sampling, TargetReport, WatchReport, KIND, MAX_POINTS_PER_SERIES,
 };
 use super::target::{catch_stop_signals, stop_signals, Ended, Target};
+use super::tui::{Screen, WatchApp};
 use crate::error::{Error, Result};
 use crate::report::model::SCHEMA_VERSION;
 
@@ -31,6 +32,8 @@ pub struct Options {
     pub what: What,
     pub interval: Duration,
     pub json: bool,
+    /// The full-screen view (`super::tui`) instead of plain lines.
+    pub tui: bool,
     pub out: PathBuf,
 }
 
@@ -100,6 +103,9 @@ pub fn run(opts: &Options) -> Result<i32> {
             "watch: --interval must be at least 1 ms".into(),
         ));
     }
+    if opts.tui {
+        check_tui(opts.json)?;
+    }
     // Attach first: a dead pid must leave nothing behind. Then make sure the report
     // can be written before a command is started, not after it ran for hours.
     let attached = match &opts.what {
@@ -110,6 +116,7 @@ pub fn run(opts: &Options) -> Result<i32> {
     catch_stop_signals()?;
     let mut target = match (attached, &opts.what) {
         (Some(t), _) => t,
+        (None, What::Command(c)) if opts.tui => Target::spawn_logged(c, &log_path(opts))?,
         (None, What::Command(c)) => Target::spawn(c, opts.json)?,
         (None, What::Pid(p)) => Target::attach(*p)?,
     };
@@ -134,6 +141,21 @@ pub fn run(opts: &Options) -> Result<i32> {
         opts.out.display()
     );
 
+    let mut screen = None;
+    if opts.tui {
+        let log = target
+            .is_child()
+            .then(|| log_path(opts).display().to_string());
+        if let Some(l) = &log {
+            eprintln!("watch: the command's output goes to {l}");
+        }
+        let app = WatchApp::new(what.clone(), notes.first().cloned(), log);
+        match Screen::start(app) {
+            Ok(s) => screen = Some(s),
+            // The command runs already: watch it without the view rather than leave it.
+            Err(e) => eprintln!("watch: no full-screen view ({e}); plain lines instead"),
+        }
+    }
     let mut printer = Printer {
         json: opts.json,
         every: opts.interval.max(Duration::from_secs(1)),
@@ -144,35 +166,76 @@ pub fn run(opts: &Options) -> Result<i32> {
     };
     let poll = opts.interval.min(Duration::from_millis(50));
     let mut signals_seen = 0;
+    let mut stops = 0;
     let ended = loop {
         if let Some(e) = target.poll()? {
             break e;
         }
+        let keys = match screen.as_mut().map(Screen::take_keys) {
+            Some(Err(msg)) => {
+                screen = None;
+                eprintln!("watch: the full-screen view stopped ({msg}); plain lines from here");
+                0
+            }
+            Some(Ok(k)) => k,
+            None => 0,
+        };
         let (n, sig) = stop_signals();
-        if n > signals_seen {
+        if n > signals_seen || keys > 0 {
+            let by_signal = n - signals_seen;
             signals_seen = n;
             if !target.is_child() {
                 break Ended::Interrupted;
             }
-            if n == 1 {
+            stops += by_signal + keys;
+            if stops == 1 {
                 // Ctrl-C reaches the whole foreground process group, the command
-                // included; a SIGTERM sent to tune alone is passed on.
-                if sig == libc::SIGTERM {
+                // included; a SIGTERM sent to tune alone is passed on. Under --tui the
+                // terminal is raw, so q and Ctrl-C make no signal: send the one Ctrl-C
+                // would have sent.
+                if keys == 1 {
+                    target.signal(libc::SIGINT);
+                } else if sig == libc::SIGTERM {
                     target.signal(libc::SIGTERM);
                 }
-                eprintln!("watch: waiting for the command to exit (signal again to kill it)");
+                let msg = "waiting for the command to exit (again to kill it)";
+                match screen.as_mut() {
+                    Some(s) => s.app.status = Some(format!("{msg}: q")),
+                    None => eprintln!("watch: {msg}: signal"),
+                }
             } else {
                 target.signal(libc::SIGKILL);
             }
         }
         printer.pull(&timeline);
-        printer.show(false);
+        if let Some(s) = screen.as_mut() {
+            let fresh = std::mem::take(&mut printer.pending);
+            s.app.push_samples(&fresh);
+            if !fresh.is_empty() {
+                s.app.members = members.pids().into_iter().collect();
+            }
+            s.app.elapsed_s = started.elapsed().as_secs_f64();
+            if let Err(e) = s.draw(!fresh.is_empty() || keys > 0) {
+                // The command runs on: leave the view, keep watching.
+                screen = None;
+                eprintln!("{e}; plain lines from here");
+            }
+        } else {
+            printer.show(false);
+        }
         std::thread::sleep(poll);
     };
     let duration_s = started.elapsed().as_secs_f64();
+    let had_screen = screen.is_some();
+    // Back to the normal screen before anything is printed.
+    drop(screen);
     recorder.stop()?;
     printer.pull(&timeline);
-    printer.show(true);
+    if had_screen {
+        printer.pending.clear();
+    } else {
+        printer.show(true);
+    }
 
     let snap = lock(&timeline).snapshot();
     if snap.dropped > 0 {
@@ -208,6 +271,30 @@ pub fn run(opts: &Options) -> Result<i32> {
     let paths = report.write(&opts.out)?;
     print_outcome(&report, &paths);
     Ok(ended.exit_code())
+}
+
+fn log_path(opts: &Options) -> PathBuf {
+    opts.out.join("command.log")
+}
+
+/// Refuses `--tui` where it cannot work, before anything is started or written.
+fn check_tui(json: bool) -> Result<()> {
+    use std::io::IsTerminal;
+    if json {
+        return Err(Error::Invalid(
+            "watch: --tui and --json do not go together (--json streams samples on \
+             stdout, --tui draws there); drop one of them"
+                .into(),
+        ));
+    }
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        return Err(Error::Invalid(
+            "watch --tui needs an interactive terminal on stdin and stdout; without one, \
+             drop --tui for plain progress lines"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {

@@ -78,18 +78,47 @@ impl Target {
     /// Starts `command` (program and arguments, no shell). With `stdout_to_stderr` its
     /// standard output goes to tune's standard error, keeping tune's stdout for JSON.
     pub fn spawn(command: &[String], stdout_to_stderr: bool) -> Result<Target> {
+        Target::spawn_with(command, |cmd| {
+            if stdout_to_stderr {
+                let fd = std::io::stderr()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|e| Error::Runtime(format!("watch: cannot duplicate stderr: {e}")))?;
+                cmd.stdout(Stdio::from(fd));
+            }
+            Ok(())
+        })
+    }
+
+    /// Starts `command` with its output appended to `log` and no input: under the
+    /// full-screen view its lines would scribble over the screen, and its reads would
+    /// steal the view's keys.
+    pub fn spawn_logged(command: &[String], log: &std::path::Path) -> Result<Target> {
+        Target::spawn_with(command, |cmd| {
+            let open = || {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)
+                    .map_err(|e| Error::io(log, e))
+            };
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::from(open()?))
+                .stderr(Stdio::from(open()?));
+            Ok(())
+        })
+    }
+
+    fn spawn_with(
+        command: &[String],
+        setup: impl FnOnce(&mut Command) -> Result<()>,
+    ) -> Result<Target> {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| Error::Invalid("watch: no command given after --".into()))?;
         let mut cmd = Command::new(program);
         cmd.args(args);
-        if stdout_to_stderr {
-            let fd = std::io::stderr()
-                .as_fd()
-                .try_clone_to_owned()
-                .map_err(|e| Error::Runtime(format!("watch: cannot duplicate stderr: {e}")))?;
-            cmd.stdout(Stdio::from(fd));
-        }
+        setup(&mut cmd)?;
         let child = cmd.spawn().map_err(|e| {
             let why = match e.kind() {
                 ErrorKind::NotFound => "no such program (not found on PATH)".to_string(),

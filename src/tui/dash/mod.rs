@@ -146,7 +146,8 @@ pub fn run_attached(out: &Path, link: &SweepLink) -> Result<()> {
     run(app, follower, Some(link))
 }
 
-fn input_thread(tx: Sender<Event>, stop: &AtomicBool) {
+/// Forwards terminal events until `stop` is set; shared with `tune watch --tui`.
+pub(crate) fn input_thread(tx: Sender<Event>, stop: &AtomicBool) {
     let _notice = PanicNotice(tx.clone(), "input");
     while !stop.load(Ordering::Relaxed) {
         // A short poll so that quitting never waits long for this thread.

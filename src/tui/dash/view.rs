@@ -91,7 +91,7 @@ fn pct(v: u16, p: u16) -> u16 {
     (u32::from(v) * u32::from(p) / 100) as u16
 }
 
-fn centered(area: Rect, w_pct: u16, h_pct: u16) -> Rect {
+pub(crate) fn centered(area: Rect, w_pct: u16, h_pct: u16) -> Rect {
     let w = pct(area.width, w_pct).max(40).min(area.width);
     let h = pct(area.height, h_pct).max(10).min(area.height);
     Rect::new(
@@ -105,7 +105,7 @@ fn centered(area: Rect, w_pct: u16, h_pct: u16) -> Rect {
 impl Widget for &App {
     fn render(self, area: Rect, buf: &mut Buffer) {
         if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
-            too_small(area, buf);
+            too_small(area, buf, "tune dash", MIN_WIDTH, MIN_HEIGHT);
             return;
         }
         let [header, body, footer] = Layout::vertical([
@@ -155,11 +155,12 @@ impl Widget for &App {
     }
 }
 
-fn too_small(area: Rect, buf: &mut Buffer) {
+/// A "too small" message instead of garbage; shared with `tune watch --tui`.
+pub(crate) fn too_small(area: Rect, buf: &mut Buffer, who: &str, min_w: u16, min_h: u16) {
     let lines = vec![
         Line::from("terminal too small".bold()),
         Line::from(format!(
-            "{}x{} here; tune dash needs at least {MIN_WIDTH}x{MIN_HEIGHT}",
+            "{}x{} here; {who} needs at least {min_w}x{min_h}",
             area.width, area.height
         )),
         Line::from("enlarge the window, or press q to quit"),
@@ -469,7 +470,7 @@ fn throughput_short(t: &TrialReport) -> String {
     })
 }
 
-fn popup<'a>(title: impl Into<Line<'a>>) -> Block<'a> {
+pub(crate) fn popup<'a>(title: impl Into<Line<'a>>) -> Block<'a> {
     Block::bordered()
         .border_type(BorderType::Double)
         .border_style(Style::new().fg(Color::Cyan))
