@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const SESSION: &str = "tune";
@@ -35,8 +36,14 @@ pub struct Tmux {
 impl Tmux {
     /// Starts `script` (a shell script file) in a detached session of the given size.
     pub fn start(dir: &Path, script: &str, w: u16, h: u16) -> Tmux {
+        // A fresh socket per server: a test that starts a second server in the same
+        // folder must not race the first one's shutdown on a shared socket path.
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
         let t = Tmux {
-            socket: dir.join("tmux.sock"),
+            socket: dir.join(format!(
+                "tmux-{}.sock",
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            )),
         };
         let path = dir.join("run.sh");
         std::fs::write(&path, script).unwrap();
