@@ -3,6 +3,7 @@
 
 pub mod amp;
 pub mod autotune;
+pub mod cuda;
 pub mod data;
 pub mod device;
 #[cfg(test)]

@@ -1,0 +1,349 @@
+// The CUDA backend's kernels, compiled once per process by NVRTC (PTX cached on disk by
+// `cuda::kernels`). Everything is f32 in NHWC, the CPU backend's layout, so the two can
+// be compared element by element. Half types are 16-bit words converted with PTX `cvt`,
+// which keeps NVRTC free of include paths (cuda_fp16.h is not shipped with libnvrtc).
+//
+// Index arithmetic is 64-bit where a product can pass 2^31 (im2col of a large batch).
+
+typedef unsigned long long u64;
+
+#define GRID_STRIDE(i, n) \
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (u64)(n); \
+         i += (u64)blockDim.x * gridDim.x)
+
+// ---- elementwise -------------------------------------------------------------------
+
+extern "C" __global__ void fill(float* y, float v, u64 n) {
+    GRID_STRIDE(i, n) { y[i] = v; }
+}
+
+// y[r, c] = b[c]: the bias a following GEMM accumulates onto.
+extern "C" __global__ void fill_rows(float* y, const float* b, u64 rows, int cols) {
+    GRID_STRIDE(i, rows * cols) { y[i] = b[i % cols]; }
+}
+
+// y += a * x
+extern "C" __global__ void axpy(float* y, const float* x, float a, u64 n) {
+    GRID_STRIDE(i, n) { y[i] += a * x[i]; }
+}
+
+extern "C" __global__ void scale(float* y, float a, u64 n) {
+    GRID_STRIDE(i, n) { y[i] *= a; }
+}
+
+extern "C" __global__ void relu_forward(float* y, const float* x, u64 n) {
+    GRID_STRIDE(i, n) { y[i] = fmaxf(x[i], 0.0f); }
+}
+
+// The mask is the forward output, as on the CPU: dx = dy where y > 0.
+extern "C" __global__ void relu_backward(float* dx, const float* dy, const float* y, u64 n) {
+    GRID_STRIDE(i, n) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; }
+}
+
+// ---- half precision (AMP storage) ---------------------------------------------------
+
+__device__ __forceinline__ unsigned short f32_to_f16_bits(float x) {
+    unsigned short r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ float f16_bits_to_f32(unsigned short h) {
+    float r;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));
+    return r;
+}
+// bf16 is the top half of an f32; round to nearest even, NaN stays NaN.
+__device__ __forceinline__ unsigned short f32_to_bf16_bits(float x) {
+    unsigned int u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float bf16_bits_to_f32(unsigned short h) {
+    return __uint_as_float(((unsigned int)h) << 16);
+}
+
+extern "C" __global__ void narrow_f16(unsigned short* y, const float* x, u64 n) {
+    GRID_STRIDE(i, n) { y[i] = f32_to_f16_bits(x[i]); }
+}
+extern "C" __global__ void widen_f16(float* y, const unsigned short* x, u64 n) {
+    GRID_STRIDE(i, n) { y[i] = f16_bits_to_f32(x[i]); }
+}
+extern "C" __global__ void narrow_bf16(unsigned short* y, const float* x, u64 n) {
+    GRID_STRIDE(i, n) { y[i] = f32_to_bf16_bits(x[i]); }
+}
+extern "C" __global__ void widen_bf16(float* y, const unsigned short* x, u64 n) {
+    GRID_STRIDE(i, n) { y[i] = bf16_bits_to_f32(x[i]); }
+}
+
+// ---- per-channel reductions (bias gradient, batch norm) ----------------------------
+//
+// Blocks of 32 x 8 threads: x walks 32 adjacent channels (coalesced rows), y splits the
+// rows; partial sums meet in shared memory and one atomicAdd per channel per block.
+
+#define RED_X 32
+#define RED_Y 8
+
+__device__ __forceinline__ void block_col_add(float* out, float acc, int ch, int c) {
+    __shared__ float part[RED_Y][RED_X];
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && ch < c) {
+        float s = 0.0f;
+        for (int k = 0; k < RED_Y; ++k) s += part[k][threadIdx.x];
+        atomicAdd(&out[ch], s);
+    }
+}
+
+// out[ch] += sum over rows of x[r, ch]
+extern "C" __global__ void channel_sum(float* out, const float* x, u64 rows, int c) {
+    int ch = blockIdx.x * RED_X + threadIdx.x;
+    float acc = 0.0f;
+    if (ch < c) {
+        for (u64 r = (u64)blockIdx.y * RED_Y + threadIdx.y; r < rows;
+             r += (u64)gridDim.y * RED_Y)
+            acc += x[r * c + ch];
+    }
+    block_col_add(out, acc, ch, c);
+}
+
+// out[ch] += sum over rows of (x[r, ch] - mean[ch])^2
+extern "C" __global__ void channel_sqdev(float* out, const float* x, const float* mean, u64 rows,
+                                         int c) {
+    int ch = blockIdx.x * RED_X + threadIdx.x;
+    float acc = 0.0f;
+    if (ch < c) {
+        float mu = mean[ch];
+        for (u64 r = (u64)blockIdx.y * RED_Y + threadIdx.y; r < rows;
+             r += (u64)gridDim.y * RED_Y) {
+            float d = x[r * c + ch] - mu;
+            acc += d * d;
+        }
+    }
+    block_col_add(out, acc, ch, c);
+}
+
+// out[ch] += sum dy[r, ch] * xhat[r, ch]  (the dgamma half of batch norm's backward)
+extern "C" __global__ void channel_dot(float* out, const float* dy, const float* xhat, u64 rows,
+                                       int c) {
+    int ch = blockIdx.x * RED_X + threadIdx.x;
+    float acc = 0.0f;
+    if (ch < c) {
+        for (u64 r = (u64)blockIdx.y * RED_Y + threadIdx.y; r < rows;
+             r += (u64)gridDim.y * RED_Y)
+            acc += dy[r * c + ch] * xhat[r * c + ch];
+    }
+    block_col_add(out, acc, ch, c);
+}
+
+// ---- batch norm --------------------------------------------------------------------
+
+// stats = [sum | sqdev] on entry; on exit mean, biased var, invstd; running statistics
+// updated with the unbiased variance, as torch.nn.BatchNorm2d.
+extern "C" __global__ void bn_finish(float* mean, float* var, float* invstd, float* run_mean,
+                                     float* run_var, int c, float m, float eps, float momentum,
+                                     int update_running) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= c) return;
+    float v = var[i] / m;
+    var[i] = v;
+    invstd[i] = rsqrtf(v + eps);
+    if (update_running) {
+        float unbias = m / fmaxf(m - 1.0f, 1.0f);
+        run_mean[i] = (1.0f - momentum) * run_mean[i] + momentum * mean[i];
+        run_var[i] = (1.0f - momentum) * run_var[i] + momentum * v * unbias;
+    }
+}
+
+// Evaluation: invstd from the running variance.
+extern "C" __global__ void bn_invstd(float* invstd, const float* var, int c, float eps) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < c) invstd[i] = rsqrtf(var[i] + eps);
+}
+
+// xhat = (x - mean) * invstd (kept when xhat != 0); y = gamma * xhat + beta
+extern "C" __global__ void bn_forward(float* y, float* xhat, const float* x, const float* mean,
+                                      const float* invstd, const float* gamma,
+                                      const float* beta, u64 n, int c) {
+    GRID_STRIDE(i, n) {
+        int ch = (int)(i % c);
+        float h = (x[i] - mean[ch]) * invstd[ch];
+        if (xhat) xhat[i] = h;
+        y[i] = gamma[ch] * h + beta[ch];
+    }
+}
+
+// sums = [dbeta | dgamma] over the batch: dx = gamma*invstd*(dy - dbeta/m - xhat*dgamma/m)
+extern "C" __global__ void bn_backward_dx(float* dx, const float* dy, const float* xhat,
+                                          const float* gamma, const float* invstd,
+                                          const float* sums, float inv_m, u64 n, int c) {
+    GRID_STRIDE(i, n) {
+        int ch = (int)(i % c);
+        float mb = sums[ch] * inv_m;
+        float mg = sums[c + ch] * inv_m;
+        dx[i] = gamma[ch] * invstd[ch] * (dy[i] - mb - xhat[i] * mg);
+    }
+}
+
+// ---- convolution helpers (NHWC, patch columns ordered ky, kx, c as the weights) ---------
+
+extern "C" __global__ void im2col(float* col, const float* x, int n, int h, int w, int c, int k,
+                                  int stride, int pad, int oh, int ow) {
+    u64 kkc = (u64)k * k * c;
+    u64 total = (u64)n * oh * ow * kkc;
+    GRID_STRIDE(i, total) {
+        u64 row = i / kkc;
+        int j = (int)(i % kkc);
+        int ci = j % c;
+        int kx = (j / c) % k;
+        int ky = j / (c * k);
+        int ox = (int)(row % ow);
+        int oy = (int)((row / ow) % oh);
+        u64 b = row / ((u64)ow * oh);
+        int iy = oy * stride + ky - pad;
+        int ix = ox * stride + kx - pad;
+        col[i] = (iy >= 0 && iy < h && ix >= 0 && ix < w)
+                     ? x[((b * h + iy) * w + ix) * c + ci]
+                     : 0.0f;
+    }
+}
+
+// Gather form of col2im: each input element sums the patch entries that read it, so the
+// result is deterministic and needs no atomics. Overwrites dx.
+extern "C" __global__ void col2im(float* dx, const float* col, int n, int h, int w, int c, int k,
+                                  int stride, int pad, int oh, int ow) {
+    u64 kkc = (u64)k * k * c;
+    u64 total = (u64)n * h * w * c;
+    GRID_STRIDE(i, total) {
+        int ci = (int)(i % c);
+        int ix = (int)((i / c) % w);
+        int iy = (int)((i / ((u64)c * w)) % h);
+        u64 b = i / ((u64)c * w * h);
+        float acc = 0.0f;
+        for (int ky = 0; ky < k; ++ky) {
+            int ty = iy + pad - ky;
+            if (ty < 0 || ty % stride) continue;
+            int oy = ty / stride;
+            if (oy >= oh) continue;
+            for (int kx = 0; kx < k; ++kx) {
+                int tx = ix + pad - kx;
+                if (tx < 0 || tx % stride) continue;
+                int ox = tx / stride;
+                if (ox >= ow) continue;
+                acc += col[((b * oh + oy) * ow + ox) * kkc + (u64)(ky * k + kx) * c + ci];
+            }
+        }
+        dx[i] = acc;
+    }
+}
+
+// ---- pooling -----------------------------------------------------------------------
+
+extern "C" __global__ void gap_forward(float* y, const float* x, int n, int hw, int c) {
+    GRID_STRIDE(i, (u64)n * c) {
+        int ch = (int)(i % c);
+        u64 b = i / c;
+        float acc = 0.0f;
+        for (int p = 0; p < hw; ++p) acc += x[(b * hw + p) * c + ch];
+        y[i] = acc / (float)hw;
+    }
+}
+
+extern "C" __global__ void gap_backward(float* dx, const float* dy, int n, int hw, int c) {
+    GRID_STRIDE(i, (u64)n * hw * c) {
+        int ch = (int)(i % c);
+        u64 b = i / ((u64)hw * c);
+        dx[i] = dy[b * c + ch] / (float)hw;
+    }
+}
+
+// ---- loss --------------------------------------------------------------------------
+
+// One thread per row (k is the class count, small). loss[r] is the row's loss; correct[r]
+// is 1 when the argmax is the label; dlogits = (softmax - onehot) * scale / n.
+extern "C" __global__ void softmax_xent(float* dlogits, float* loss, float* correct,
+                                        const float* logits, const unsigned int* labels, int n,
+                                        int k, float scale) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= n) return;
+    const float* row = logits + (u64)r * k;
+    int label = (int)labels[r];
+    float mx = __int_as_float(0xff800000);  // -inf; NVRTC has no math.h macros
+    int arg = 0;
+    for (int j = 0; j < k; ++j)
+        if (row[j] > mx) { mx = row[j]; arg = j; }
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) sum += expf(row[j] - mx);
+    loss[r] = logf(sum) + mx - row[label];
+    correct[r] = arg == label ? 1.0f : 0.0f;
+    if (dlogits) {
+        float f = scale / (float)n;
+        for (int j = 0; j < k; ++j) {
+            float p = expf(row[j] - mx) / sum;
+            dlogits[(u64)r * k + j] = (p - (j == label ? 1.0f : 0.0f)) * f;
+        }
+    }
+}
+
+// ---- optimizers and the loss scaler (no host sync: state lives on the device) -----------
+//
+// `amp_state` = [loss scale, found_inf (0/1), growth tracker]. The optimizers divide by the
+// scale and do nothing on a step whose gradients overflowed, as torch's fused optimizers
+// with GradScaler.
+
+extern "C" __global__ void find_nonfinite(float* amp_state, const float* g, u64 n) {
+    GRID_STRIDE(i, n) {
+        if (!isfinite(g[i])) amp_state[1] = 1.0f;
+    }
+}
+
+extern "C" __global__ void sgd_step(float* w, const float* g, float* buf, const float* amp_state,
+                                    u64 n, float lr, float momentum, float wd, int first) {
+    if (amp_state[1] != 0.0f) return;
+    float inv = 1.0f / amp_state[0];
+    GRID_STRIDE(i, n) {
+        float d = g[i] * inv + wd * w[i];
+        if (buf) {
+            float b = first ? d : momentum * buf[i] + d;
+            buf[i] = b;
+            w[i] -= lr * b;
+        } else {
+            w[i] -= lr * d;
+        }
+    }
+}
+
+extern "C" __global__ void adamw_step(float* w, const float* g, float* m, float* v,
+                                      const float* amp_state, u64 n, float lr, float b1, float b2,
+                                      float eps, float wd, float bc1, float bc2) {
+    if (amp_state[1] != 0.0f) return;
+    float inv = 1.0f / amp_state[0];
+    GRID_STRIDE(i, n) {
+        float gi = g[i] * inv;
+        w[i] *= 1.0f - lr * wd;
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        w[i] -= lr * (m[i] / bc1) / (sqrtf(v[i] / bc2) + eps);
+    }
+}
+
+// GradScaler.update on the device: back off and reset on overflow, grow after `interval`
+// clean steps. Also clears found_inf for the next step; `skipped[step]` records the
+// outcome so the host reads every step's decision once, at the end of the run.
+extern "C" __global__ void scaler_update(float* amp_state, float* skipped, int step,
+                                         float growth, float backoff, int interval) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    float found = amp_state[1];
+    skipped[step] = found;
+    if (found != 0.0f) {
+        amp_state[0] *= backoff;
+        amp_state[2] = 0.0f;
+    } else {
+        amp_state[2] += 1.0f;
+        if (amp_state[2] >= (float)interval) {
+            amp_state[0] *= growth;
+            amp_state[2] = 0.0f;
+        }
+    }
+    amp_state[1] = 0.0f;
+}

@@ -1,0 +1,218 @@
+//! The backend's own kernels (`kernels.cu`): compiled by NVRTC once per (source, GPU
+//! architecture, NVRTC version), the PTX cached on disk, each function loaded once.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, LaunchConfig};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
+
+use crate::error::{Error, Result};
+
+pub const SOURCE: &str = include_str!("kernels.cu");
+
+/// Every `extern "C" __global__` in [`SOURCE`]; a test checks the two agree.
+pub const NAMES: &[&str] = &[
+    "fill",
+    "fill_rows",
+    "axpy",
+    "scale",
+    "relu_forward",
+    "relu_backward",
+    "narrow_f16",
+    "widen_f16",
+    "narrow_bf16",
+    "widen_bf16",
+    "channel_sum",
+    "channel_sqdev",
+    "channel_dot",
+    "bn_finish",
+    "bn_invstd",
+    "bn_forward",
+    "bn_backward_dx",
+    "im2col",
+    "col2im",
+    "gap_forward",
+    "gap_backward",
+    "softmax_xent",
+    "find_nonfinite",
+    "sgd_step",
+    "adamw_step",
+    "scaler_update",
+];
+
+/// FNV-1a, for cache file names.
+fn fnv(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in p.iter().chain(std::iter::once(&0u8)) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// `sm_90` style architecture name from a compute capability.
+pub fn arch_name(major: i32, minor: i32) -> String {
+    format!("sm_{major}{minor}")
+}
+
+/// NVRTC's version as "major.minor". Needs libnvrtc (see `libs::require`).
+pub fn nvrtc_version() -> Result<String> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: nvrtcVersion writes two ints through the pointers it is given, which point
+    // at live locals; the caller has checked that libnvrtc loads (cudarc panics if not).
+    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if r != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(Error::Unavailable(format!(
+            "NVRTC: cannot read its version: {r:?}"
+        )));
+    }
+    Ok(format!("{major}.{minor}"))
+}
+
+/// Compiles [`SOURCE`] for `arch` (e.g. `sm_90`). Works without a GPU: only NVRTC is
+/// needed, which is how CI checks that the kernels compile.
+pub fn compile(arch: &str) -> Result<String> {
+    // NVRTC wants a 'static str for the architecture; the set is small and fixed per run.
+    let arch: &'static str = Box::leak(arch.to_string().into_boxed_str());
+    let opts = CompileOptions {
+        arch: Some(arch),
+        // Exact division and square root: parity with the CPU backend matters more than
+        // the last few percent of these memory-bound kernels.
+        prec_div: Some(true),
+        prec_sqrt: Some(true),
+        ftz: Some(false),
+        options: vec!["--std=c++17".into()],
+        name: Some("tune_kernels.cu".into()),
+        ..Default::default()
+    };
+    let ptx = compile_ptx_with_opts(SOURCE, opts).map_err(|e| match e {
+        cudarc::nvrtc::CompileError::CompileError { log, .. } => Error::Runtime(format!(
+            "NVRTC could not compile tune's kernels for {arch}: {}",
+            log.to_string_lossy().trim()
+        )),
+        other => Error::Runtime(format!("NVRTC failed for {arch}: {other:?}")),
+    })?;
+    Ok(ptx.to_src())
+}
+
+/// The PTX for `arch`, from `cache_dir` when an earlier run compiled the same source with
+/// the same NVRTC; compiled and written there (atomically) otherwise.
+pub fn ptx_cached(arch: &str, cache_dir: &Path) -> Result<(String, bool)> {
+    let ver = nvrtc_version()?;
+    let key = fnv(&[SOURCE.as_bytes(), arch.as_bytes(), ver.as_bytes()]);
+    let file = cache_dir
+        .join("cuda")
+        .join(format!("kernels-{arch}-{key:016x}.ptx"));
+    if let Ok(ptx) = std::fs::read_to_string(&file) {
+        if ptx.contains(".entry") {
+            return Ok((ptx, true));
+        }
+    }
+    let ptx = compile(arch)?;
+    if let Some(d) = file.parent() {
+        std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+    }
+    crate::runner::journal::atomic_write(&file, ptx.as_bytes())?;
+    Ok((ptx, false))
+}
+
+/// The loaded kernel functions of one context.
+pub struct Kernels {
+    _module: Arc<CudaModule>,
+    funcs: HashMap<&'static str, CudaFunction>,
+    /// Whether the PTX came from the disk cache (else NVRTC ran in this process).
+    pub from_cache: bool,
+}
+
+impl Kernels {
+    pub fn load(ctx: &Arc<CudaContext>, cache_dir: &Path) -> Result<Kernels> {
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| Error::Runtime(format!("CUDA: compute capability: {e}")))?;
+        let (ptx, from_cache) = ptx_cached(&arch_name(major, minor), cache_dir)?;
+        let module = ctx
+            .load_module(Ptx::from_src(ptx))
+            .map_err(|e| Error::Runtime(format!("CUDA: loading tune's kernels: {e}")))?;
+        let mut funcs = HashMap::new();
+        for &n in NAMES {
+            let f = module
+                .load_function(n)
+                .map_err(|e| Error::Runtime(format!("CUDA: kernel {n}: {e}")))?;
+            funcs.insert(n, f);
+        }
+        Ok(Kernels {
+            _module: module,
+            funcs,
+            from_cache,
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Result<&CudaFunction> {
+        self.funcs
+            .get(name)
+            .ok_or_else(|| Error::Runtime(format!("CUDA: no kernel named {name}")))
+    }
+}
+
+/// Launch shape for a grid-stride elementwise kernel over `n` items: 256 threads, at
+/// most 65535 blocks (the loop covers the rest).
+pub fn elementwise(n: usize) -> LaunchConfig {
+    let blocks = n.div_ceil(256).clamp(1, 65_535) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Launch shape for the per-channel reductions (32 x 8 blocks, see `kernels.cu`): enough
+/// row blocks to fill the GPU, each walking at least 64 rows.
+pub fn channel_reduce(rows: usize, c: usize) -> LaunchConfig {
+    let gy = rows.div_ceil(8 * 64).clamp(1, 1024) as u32;
+    LaunchConfig {
+        grid_dim: (c.div_ceil(32) as u32, gy, 1),
+        block_dim: (32, 8, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// One thread per item in blocks of 128 (per-row and per-channel kernels).
+pub fn per_item(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(128).max(1) as u32, 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_list_every_kernel_in_the_source() {
+        let mut in_source: Vec<&str> = SOURCE
+            .split("extern \"C\" __global__ void ")
+            .skip(1)
+            .filter_map(|s| s.split('(').next())
+            .collect();
+        in_source.sort_unstable();
+        let mut listed = NAMES.to_vec();
+        listed.sort_unstable();
+        assert_eq!(in_source, listed);
+    }
+
+    #[test]
+    fn launch_shapes_cover_the_work() {
+        let c = elementwise(1000);
+        assert_eq!(c.grid_dim.0 * c.block_dim.0, 1024);
+        assert_eq!(elementwise(usize::MAX / 2).grid_dim.0, 65_535);
+        let r = channel_reduce(100_000, 40);
+        assert_eq!(r.grid_dim.0, 2);
+        assert!(r.grid_dim.1 >= 1 && r.grid_dim.1 <= 1024);
+    }
+}

@@ -1,0 +1,135 @@
+//! Finding the CUDA libraries before cudarc touches them.
+//!
+//! cudarc loads each library lazily by soname and panics when it is missing, so every
+//! entry point calls [`require`] first. Libraries outside the loader's search path (the
+//! GPU image ships them inside Python wheels) are found through `TUNE_CUDA_LIB_DIRS` and
+//! loaded here by absolute path: the dynamic loader then hands cudarc's later
+//! `dlopen(soname)` the library already mapped, since it matches loaded objects by soname.
+//! That works for every library whose soname cudarc tries; NCCL (soname `libnccl.so.2`,
+//! which cudarc 0.19 never tries) needs `LD_LIBRARY_PATH` set before the process starts.
+
+use std::sync::Mutex;
+
+use crate::error::{Error, Result};
+
+/// A CUDA library the backend uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lib {
+    Driver,
+    Nvrtc,
+    CublasLt,
+}
+
+impl Lib {
+    /// Sonames in the order tried: CUDA 13 (the target), then 12.
+    pub fn sonames(self) -> &'static [&'static str] {
+        match self {
+            Lib::Driver => &["libcuda.so.1"],
+            Lib::Nvrtc => &["libnvrtc.so.13", "libnvrtc.so.12"],
+            Lib::CublasLt => &["libcublasLt.so.13", "libcublasLt.so.12"],
+        }
+    }
+
+    pub fn what(self) -> &'static str {
+        match self {
+            Lib::Driver => "the NVIDIA driver",
+            Lib::Nvrtc => "NVRTC, the runtime kernel compiler",
+            Lib::CublasLt => "cuBLASLt, for GEMM",
+        }
+    }
+
+    /// Whether cudarc will find it (by soname, which includes what [`preload`] mapped).
+    fn present(self) -> bool {
+        // SAFETY: `is_culib_present` only dlopens each candidate name and closes it again;
+        // it calls no symbol. These are NVIDIA's own libraries, made to be dlopen'ed.
+        unsafe {
+            match self {
+                Lib::Driver => cudarc::driver::sys::is_culib_present(),
+                Lib::Nvrtc => cudarc::nvrtc::sys::is_culib_present(),
+                Lib::CublasLt => cudarc::cublaslt::sys::is_culib_present(),
+            }
+        }
+    }
+}
+
+/// Handles of libraries loaded from `TUNE_CUDA_LIB_DIRS`; kept for the whole process so
+/// the loader keeps them mapped for cudarc.
+static PRELOADED: Mutex<Vec<libloading::Library>> = Mutex::new(Vec::new());
+
+fn open(name: &str) -> std::result::Result<libloading::Library, String> {
+    // SAFETY: as in `Lib::present`: loading runs only the library's initialisers.
+    unsafe { libloading::Library::new(name) }.map_err(|e| e.to_string())
+}
+
+/// Maps `lib` from `TUNE_CUDA_LIB_DIRS` when the loader cannot find it by soname.
+/// Returns the loader's last error when neither works.
+fn preload(lib: Lib) -> std::result::Result<(), String> {
+    let mut last = String::new();
+    for s in lib.sonames() {
+        match open(s) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = e,
+        }
+    }
+    for dir in tune_probes::culibs::extra_dirs() {
+        for s in lib.sonames() {
+            let p = dir.join(s);
+            if !p.exists() {
+                continue;
+            }
+            match open(&p.display().to_string()) {
+                Ok(l) => {
+                    match PRELOADED.lock() {
+                        Ok(mut v) => v.push(l),
+                        Err(poisoned) => poisoned.into_inner().push(l),
+                    }
+                    return Ok(());
+                }
+                Err(e) => last = e,
+            }
+        }
+    }
+    Err(last)
+}
+
+/// Makes sure every library in `libs` loads, or says in one line which one does not and
+/// why, and where tune looked.
+pub fn require(libs: &[Lib]) -> Result<()> {
+    for &lib in libs {
+        let loaded = preload(lib);
+        if loaded.is_ok() && lib.present() {
+            continue;
+        }
+        let why = loaded
+            .err()
+            .unwrap_or_else(|| "cudarc cannot load it".into());
+        return Err(Error::Unavailable(format!(
+            "CUDA backend: {} ({}) does not load: {why}; looked up by soname and in ${} \
+             (':'-separated folders)",
+            lib.sonames()[0],
+            lib.what(),
+            tune_probes::culibs::LIB_DIRS_ENV
+        )));
+    }
+    Ok(())
+}
+
+/// Everything a training run on the CUDA backend needs.
+pub const TRAINING: [Lib; 3] = [Lib::Driver, Lib::Nvrtc, Lib::CublasLt];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_is_one_line_naming_it() {
+        // No machine this test runs on has a CUDA 9 driver library by this name.
+        let e = preload(Lib::Driver).err();
+        if let Some(e) = e {
+            assert!(!e.is_empty());
+            let msg = require(&[Lib::Driver]).unwrap_err().to_string();
+            assert!(msg.contains("libcuda.so.1"), "{msg}");
+            assert!(!msg.contains('\n'), "{msg}");
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! The CUDA kernels compile. Needs only NVRTC, not a GPU, so CI checks it (`.ci/run`
+//! installs NVRTC from NVIDIA's wheel and sets `TUNE_REQUIRE_NVRTC=1`). Skips with a
+//! reason when NVRTC is absent, and fails instead under `TUNE_REQUIRE_NVRTC=1` or
+//! `TUNE_REQUIRE_GPU=1`.
+
+use tune::engine::cuda::kernels;
+use tune::engine::cuda::libs::{self, Lib};
+
+fn nvrtc_or_skip(test: &str) -> bool {
+    match libs::require(&[Lib::Nvrtc]) {
+        Ok(()) => true,
+        Err(e) => {
+            for var in ["TUNE_REQUIRE_NVRTC", "TUNE_REQUIRE_GPU"] {
+                if std::env::var(var).as_deref() == Ok("1") {
+                    panic!("{test}: {var}=1 but {e}");
+                }
+            }
+            eprintln!("skipping {test}: {e}");
+            false
+        }
+    }
+}
+
+#[test]
+fn kernels_compile_for_hopper_and_ampere() {
+    if !nvrtc_or_skip("kernels_compile_for_hopper_and_ampere") {
+        return;
+    }
+    eprintln!("NVRTC {}", kernels::nvrtc_version().unwrap());
+    for arch in ["sm_90", "sm_80"] {
+        let ptx = kernels::compile(arch).unwrap_or_else(|e| panic!("{e}"));
+        for name in kernels::NAMES {
+            assert!(
+                ptx.contains(&format!(".entry {name}(")),
+                "{arch}: no entry for {name}"
+            );
+        }
+        assert!(ptx.contains(&format!(".target {arch}")), "{arch}");
+    }
+}
+
+#[test]
+fn ptx_is_cached_on_disk_and_reused() {
+    if !nvrtc_or_skip("ptx_is_cached_on_disk_and_reused") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (a, cached) = kernels::ptx_cached("sm_90", dir.path()).unwrap();
+    assert!(!cached, "first call must compile");
+    let (b, cached) = kernels::ptx_cached("sm_90", dir.path()).unwrap();
+    assert!(cached, "second call must read the cache");
+    assert_eq!(a, b);
+    let files: Vec<_> = std::fs::read_dir(dir.path().join("cuda"))
+        .unwrap()
+        .collect();
+    assert_eq!(files.len(), 1, "one PTX file, no temp left behind");
+}
+
+#[test]
+fn a_kernel_that_does_not_compile_is_a_clear_error() {
+    if !nvrtc_or_skip("a_kernel_that_does_not_compile_is_a_clear_error") {
+        return;
+    }
+    let e = kernels::compile("sm_1").unwrap_err().to_string();
+    assert!(e.contains("sm_1"), "{e}");
+}
