@@ -138,8 +138,8 @@ extern "C" __global__ void channel_dot(float* out, const float* dy, const float*
 
 // ---- batch norm --------------------------------------------------------------------
 
-// stats = [sum | sqdev] on entry; on exit mean, biased var, invstd; running statistics
-// updated with the unbiased variance, as torch.nn.BatchNorm2d.
+// On entry `var` holds the summed squared deviations; on exit the biased variance, and
+// invstd; running statistics updated with the unbiased variance, as torch.nn.BatchNorm2d.
 extern "C" __global__ void bn_finish(float* mean, float* var, float* invstd, float* run_mean,
                                      float* run_var, int c, float m, float eps, float momentum,
                                      int update_running) {
@@ -173,15 +173,15 @@ extern "C" __global__ void bn_forward(float* y, float* xhat, const float* x, con
     }
 }
 
-// sums = [dbeta | dgamma] over the batch: dx = gamma*invstd*(dy - dbeta/m - xhat*dgamma/m)
+// dx = gamma*invstd*(dy - dbeta/m - xhat*dgamma/m), dbeta and dgamma summed over the batch
 extern "C" __global__ void bn_backward_dx(float* dx, const float* dy, const float* xhat,
                                           const float* gamma, const float* invstd,
-                                          const float* sums, float inv_m, u64 n, int c) {
+                                          const float* dbeta, const float* dgamma, float inv_m,
+                                          u64 n, int c) {
     GRID_STRIDE(i, n) {
         int ch = (int)(i % c);
-        float mb = sums[ch] * inv_m;
-        float mg = sums[c + ch] * inv_m;
-        dx[i] = gamma[ch] * invstd[ch] * (dy[i] - mb - xhat[i] * mg);
+        dx[i] = gamma[ch] * invstd[ch] *
+                (dy[i] - dbeta[ch] * inv_m - xhat[i] * dgamma[ch] * inv_m);
     }
 }
 

@@ -4,5 +4,8 @@
 //! that each one loads, so machines without a GPU get one clear line instead of
 //! cudarc's panic. Kernels are NVRTC-compiled from `kernels.cu`; GEMM is cuBLASLt.
 
+pub mod blas;
+pub mod gpu;
 pub mod kernels;
+pub mod layers;
 pub mod libs;

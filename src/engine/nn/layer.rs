@@ -156,8 +156,45 @@ impl Ctx {
     }
 }
 
+/// What a layer is, for another backend to build the same model (the CUDA backend builds
+/// its layers from these and copies the parameters over in `visit_params` order).
+#[derive(Clone, Debug, PartialEq)]
+pub enum LayerDesc {
+    Linear {
+        d_in: usize,
+        d_out: usize,
+    },
+    Conv2d {
+        c_in: usize,
+        c_out: usize,
+        k: usize,
+        stride: usize,
+        pad: usize,
+        bias: bool,
+    },
+    BatchNorm2d {
+        c: usize,
+        eps: f32,
+        momentum: f32,
+    },
+    Relu,
+    Flatten,
+    GlobalAvgPool,
+    BasicBlock {
+        main: Vec<LayerDesc>,
+        shortcut: Vec<LayerDesc>,
+        out: Box<LayerDesc>,
+    },
+    /// A layer no other backend implements; carries its name for the error message.
+    Other(String),
+}
+
 pub trait Layer: Send {
     fn name(&self) -> String;
+
+    fn describe(&self) -> LayerDesc {
+        LayerDesc::Other(self.name())
+    }
 
     /// Forward pass. Takes the input by value so a layer that needs it for backward keeps
     /// it without a copy, and an in-place layer can reuse its buffer.

@@ -3,7 +3,7 @@
 //! treats it as one unit.
 
 use crate::engine::device::Device;
-use crate::engine::nn::layer::{Ctx, Layer, Param};
+use crate::engine::nn::layer::{Ctx, Layer, LayerDesc, Param};
 use crate::engine::ops::activation::Relu;
 use crate::engine::ops::batchnorm::BatchNorm2d;
 use crate::engine::ops::conv2d::Conv2d;
@@ -85,6 +85,14 @@ impl Layer for BasicBlock {
             "basic_block({}->{}, s{})",
             self.c_in, self.c_out, self.stride
         )
+    }
+
+    fn describe(&self) -> LayerDesc {
+        LayerDesc::BasicBlock {
+            main: self.main.iter().map(|l| l.describe()).collect(),
+            shortcut: self.shortcut.iter().map(|l| l.describe()).collect(),
+            out: Box::new(self.out.describe()),
+        }
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {

@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use crate::engine::nn::layer::{take_saved, Ctx, Layer};
+use crate::engine::nn::layer::{take_saved, Ctx, Layer, LayerDesc};
 use crate::engine::tensor::Tensor;
 use crate::error::Result;
 
@@ -18,6 +18,10 @@ pub struct Relu {
 impl Layer for Relu {
     fn name(&self) -> String {
         "relu".into()
+    }
+
+    fn describe(&self) -> LayerDesc {
+        LayerDesc::Relu
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {

@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use crate::engine::device::Device;
-use crate::engine::nn::layer::{Ctx, Layer, Param};
+use crate::engine::nn::layer::{Ctx, Layer, LayerDesc, Param};
 use crate::engine::parallel::sync_bn;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
@@ -103,6 +103,14 @@ impl BatchNorm2d {
 impl Layer for BatchNorm2d {
     fn name(&self) -> String {
         format!("batchnorm({})", self.c)
+    }
+
+    fn describe(&self) -> LayerDesc {
+        LayerDesc::BatchNorm2d {
+            c: self.c,
+            eps: self.eps,
+            momentum: self.momentum,
+        }
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {

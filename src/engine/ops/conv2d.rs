@@ -8,7 +8,7 @@
 use rayon::prelude::*;
 
 use crate::engine::device::Device;
-use crate::engine::nn::layer::{take_saved, Ctx, Layer, Param};
+use crate::engine::nn::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
 use crate::engine::ops::conv_algos;
 use crate::engine::ops::gemm::{matmul, Mat};
 use crate::engine::ops::{add_bias_grad, fill_rows};
@@ -252,6 +252,17 @@ impl Layer for Conv2d {
             "conv{}x{}({}->{}, s{})",
             self.k, self.k, self.c_in, self.c_out, self.stride
         )
+    }
+
+    fn describe(&self) -> LayerDesc {
+        LayerDesc::Conv2d {
+            c_in: self.c_in,
+            c_out: self.c_out,
+            k: self.k,
+            stride: self.stride,
+            pad: self.pad,
+            bias: self.b.is_some(),
+        }
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {

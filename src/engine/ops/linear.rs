@@ -4,7 +4,7 @@ use rayon::prelude::*;
 
 use crate::engine::autotune;
 use crate::engine::device::Device;
-use crate::engine::nn::layer::{take_saved, Ctx, Layer, Param};
+use crate::engine::nn::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
 use crate::engine::ops::gemm::{matmul, Mat};
 use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
@@ -75,6 +75,13 @@ fn rowsplit(y: &mut [f32], x: &[f32], n: usize, d_in: usize, d_out: usize, w: Ma
 impl Layer for Linear {
     fn name(&self) -> String {
         format!("linear({}->{})", self.d_in, self.d_out)
+    }
+
+    fn describe(&self) -> LayerDesc {
+        LayerDesc::Linear {
+            d_in: self.d_in,
+            d_out: self.d_out,
+        }
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {

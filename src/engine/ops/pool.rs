@@ -2,7 +2,7 @@
 //! pooling (NHWC -> NC), and flatten.
 
 use crate::engine::device::MemCategory;
-use crate::engine::nn::layer::{Ctx, Layer};
+use crate::engine::nn::layer::{Ctx, Layer, LayerDesc};
 use crate::engine::tensor::{Buf, Tensor};
 use crate::error::{Error, Result};
 
@@ -121,6 +121,10 @@ impl Layer for GlobalAvgPool {
         "global_avg_pool".into()
     }
 
+    fn describe(&self) -> LayerDesc {
+        LayerDesc::GlobalAvgPool
+    }
+
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
         let x = x.into_f32()?;
         let [n, h, w, c] = nhwc(&x, "global_avg_pool")?;
@@ -181,6 +185,10 @@ pub struct Flatten {
 impl Layer for Flatten {
     fn name(&self) -> String {
         "flatten".into()
+    }
+
+    fn describe(&self) -> LayerDesc {
+        LayerDesc::Flatten
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
