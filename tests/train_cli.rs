@@ -139,6 +139,32 @@ fn bad_input_exits_2_with_one_clear_line() {
     assert_bad_input(&["train", "--steps", "0"], "steps 0");
 }
 
+/// Without a usable GPU, `--device cuda` is one line naming the library that does not
+/// load (exit 2), and `--device auto` trains on the CPU and says why. On a GPU machine
+/// both train on the GPU instead (`tests/gpu_parity.rs` covers that).
+#[test]
+fn cuda_without_a_gpu_exits_2_and_auto_falls_back_to_the_cpu() {
+    if let Ok(gpu) = tune::engine::cuda::usable() {
+        eprintln!("skipping: this machine has a usable GPU ({gpu})");
+        return;
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let out = tune(&["train", "--device", "cuda", "--steps", "1"], cache.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(err.contains("does not load"), "{err}");
+    assert!(err.contains(".so"), "names the library: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    let out = tune(
+        &["train", "--device", "auto", "--steps", "2", "--dataset", "synthetic"],
+        cache.path(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stderr: {err}");
+    let all = format!("{err}{}", String::from_utf8_lossy(&out.stdout));
+    assert!(all.contains("device auto: CPU backend ("), "{all}");
+}
+
 #[test]
 fn truncated_idx_file_is_reported_with_its_path() {
     let dir = tempfile::tempdir().unwrap();

@@ -7,13 +7,17 @@ pub fn main(args: &ProbeArgs) -> Result<i32> {
     let cpu = tune_probes::cpu_info();
     let gpus = tune_probes::gpu_inventory();
     let libs = tune_probes::probe_cuda_libs();
+    let backend = match crate::engine::cuda::usable() {
+        Ok(name) => format!("usable on {name}"),
+        Err(why) => format!("not usable here: {why}"),
+    };
     if args.json {
         let v = serde_json::json!({
             "cpu": { "model": cpu.model, "logical_cores": cpu.logical_cores, "available": cpu.available },
             "gpus": match &gpus { Ok(g) => serde_json::to_value(g).unwrap_or_default(), Err(_) => serde_json::Value::Null },
             "gpu_notice": gpus.as_ref().err().map(|e| e.to_string()),
             "cuda_libraries": libs,
-            "cuda": "the CUDA backend is not built yet",
+            "cuda_backend": backend,
         });
         println!("{v}");
         return Ok(0);
@@ -58,6 +62,6 @@ pub fn main(args: &ProbeArgs) -> Result<i32> {
             tune_probes::culibs::LIB_DIRS_ENV
         );
     }
-    println!("cuda backend: not built yet (CPU backend only)");
+    println!("cuda backend: {backend}");
     Ok(0)
 }

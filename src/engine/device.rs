@@ -155,6 +155,18 @@ impl Device {
         })
     }
 
+    /// A GPU's accounting: its buffers live in device memory (`engine::cuda`), so the
+    /// CPU-side workspace and thread count do not apply.
+    pub fn cuda(index: usize) -> Arc<Device> {
+        Arc::new(Device {
+            backend: Backend::Cuda,
+            index,
+            threads: 1,
+            mem: Arc::new(MemTracker::default()),
+            workspace: Mutex::new(Vec::new()),
+        })
+    }
+
     pub fn mem(&self) -> &Arc<MemTracker> {
         &self.mem
     }

@@ -295,12 +295,7 @@ pub(crate) fn synthetic_batch(shape: ImageShape, n: usize, classes: usize, seed:
 
 /// Refuses knobs the engine cannot honour yet, with one clear line each, instead of
 /// silently running something else.
-fn check_supported(k: &Knobs, w: &Workload) -> Result<()> {
-    if w.device == DeviceChoice::Cuda {
-        return Err(Error::Unavailable(
-            "--device cuda: the CUDA backend is not built yet; use --device cpu".into(),
-        ));
-    }
+fn check_supported(k: &Knobs) -> Result<()> {
     // The DP/DDP step loops (engine::parallel) have their own contexts and no loss
     // scaler or algorithm cache yet; refusing beats silently running plain f32.
     if crate::engine::parallel::is_multi_device(k) {
@@ -320,6 +315,48 @@ fn check_supported(k: &Knobs, w: &Workload) -> Result<()> {
     Ok(())
 }
 
+/// Where a run's batches come from, its held-out set, class count and normalisation:
+/// the same for every backend.
+pub(crate) type Opened = (
+    Source,
+    Option<Arc<dyn data::Dataset>>,
+    usize,
+    data::Normalize,
+);
+
+pub(crate) fn open_source(w: &Workload, k: &Knobs, want: ImageShape) -> Result<Opened> {
+    if w.dataset == "synthetic" {
+        let classes = 10;
+        let b = synthetic_batch(want, k.batch_size, classes, w.seed);
+        Ok((
+            Source::Fixed(b),
+            None,
+            classes,
+            data::default_normalize(want),
+        ))
+    } else {
+        let splits = data::open(&w.dataset, want, &w.cache_dir)?;
+        let classes = splits.train.num_classes();
+        let norm = data::default_normalize(want);
+        let loader = Loader::new(
+            Arc::clone(&splits.train),
+            norm.clone(),
+            LoaderConfig {
+                batch_size: k.batch_size,
+                num_workers: k.num_workers,
+                prefetch: 2,
+                seed: w.seed,
+                shuffle: true,
+                augment: true,
+                drop_last: true,
+                rank: 0,
+                world_size: 1,
+            },
+        )?;
+        Ok((Source::Loader(loader), Some(splits.test), classes, norm))
+    }
+}
+
 /// Trains `w` under `k`, reporting each step to `obs`.
 pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
     k.validate()?;
@@ -331,8 +368,19 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
             "invalid threads 0: must be at least 1".into(),
         ));
     }
-    check_supported(k, w)?;
     w.scaler.validate()?;
+    match w.device {
+        DeviceChoice::Cuda => return crate::engine::cuda::train::run(w, k, obs),
+        DeviceChoice::Auto => match crate::engine::cuda::usable() {
+            Ok(name) => {
+                obs.on_note(&format!("device auto: CUDA backend ({name})"));
+                return crate::engine::cuda::train::run(w, k, obs);
+            }
+            Err(why) => obs.on_note(&format!("device auto: CPU backend ({why})")),
+        },
+        DeviceChoice::Cpu => {}
+    }
+    check_supported(k)?;
     if parallel::is_multi_device(k) {
         return parallel::run(w, k, obs);
     }
@@ -359,36 +407,7 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
         obs.on_note(&format!("{knob}: {why}"));
         not_applicable.insert(knob.to_string(), why);
     }
-    let (mut source, test, classes, norm) = if w.dataset == "synthetic" {
-        let classes = 10;
-        let b = synthetic_batch(want, k.batch_size, classes, w.seed);
-        (
-            Source::Fixed(b),
-            None,
-            classes,
-            data::default_normalize(want),
-        )
-    } else {
-        let splits = data::open(&w.dataset, want, &w.cache_dir)?;
-        let classes = splits.train.num_classes();
-        let norm = data::default_normalize(want);
-        let loader = Loader::new(
-            Arc::clone(&splits.train),
-            norm.clone(),
-            LoaderConfig {
-                batch_size: k.batch_size,
-                num_workers: k.num_workers,
-                prefetch: 2,
-                seed: w.seed,
-                shuffle: true,
-                augment: true,
-                drop_last: true,
-                rank: 0,
-                world_size: 1,
-            },
-        )?;
-        (Source::Loader(loader), Some(splits.test), classes, norm)
-    };
+    let (mut source, test, classes, norm) = open_source(w, k, want)?;
 
     let mut model = zoo::build(w.model, classes, w.seed, &dev)?;
     let params = model.num_params();

@@ -178,6 +178,16 @@ impl Gpu {
         })
     }
 
+    /// Charges a buffer allocated elsewhere (on the copy stream) to `cat`.
+    pub fn wrap(&self, s: CudaSlice<f32>, cat: MemCategory) -> DBuf {
+        self.mem.alloc(cat, s.len() * 4);
+        DBuf {
+            s,
+            cat,
+            mem: Arc::clone(&self.mem),
+        }
+    }
+
     pub fn zeros(&self, n: usize, cat: MemCategory) -> Result<DBuf> {
         let s = self
             .stream

@@ -1,0 +1,370 @@
+//! The CUDA backend against the CPU backend, op by op and end to end. Needs a GPU:
+//! skips with the reason when the CUDA backend cannot run here, and fails instead under
+//! `TUNE_REQUIRE_GPU=1`.
+//!
+//! Tolerances (tinygrad's style, |gpu - cpu| <= atol + rtol*|cpu|): fp32 GEMMs on both
+//! sides, but cuBLASLt and the CPU GEMM sum in different orders and the channel
+//! reductions use atomics, so forward atol 1e-4 / rtol 1e-3 and gradients 1e-4 / 2e-3.
+
+use std::sync::Arc;
+
+use tune::engine::cuda::gpu::{GTensor, Gpu};
+use tune::engine::cuda::layers::{self, Pass};
+use tune::engine::cuda::train::softmax_xent;
+use tune::engine::device::{Device, MemCategory, MemTracker};
+use tune::engine::nn::layer::{Ctx, Layer};
+use tune::engine::nn::model::Model;
+use tune::engine::nn::residual::BasicBlock;
+use tune::engine::nn::zoo::ModelKind;
+use tune::engine::ops::activation::Relu;
+use tune::engine::ops::batchnorm::BatchNorm2d;
+use tune::engine::ops::conv2d::Conv2d;
+use tune::engine::ops::linear::Linear;
+use tune::engine::ops::loss::softmax_cross_entropy;
+use tune::engine::ops::pool::{Flatten, GlobalAvgPool};
+use tune::engine::rng::Rng;
+use tune::engine::tensor::Tensor;
+use tune::engine::train::{run, DeviceChoice, NoObserver, Workload};
+use tune::knobs::{Checkpoint, Knobs, ZeroGrad};
+
+fn gpu_or_skip(test: &str) -> Option<Gpu> {
+    let why = match tune::engine::cuda::usable() {
+        Ok(_) => {
+            let cache = tempfile::tempdir().unwrap();
+            match Gpu::open(0, cache.path(), false, Arc::new(MemTracker::default())) {
+                Ok(g) => return Some(g),
+                Err(e) => e.to_string(),
+            }
+        }
+        Err(why) => why,
+    };
+    if std::env::var("TUNE_REQUIRE_GPU").as_deref() == Ok("1") {
+        panic!("{test}: TUNE_REQUIRE_GPU=1 but {why}");
+    }
+    eprintln!("skipping {test}: {why}");
+    None
+}
+
+fn close(what: &str, gpu: &[f32], cpu: &[f32], atol: f32, rtol: f32) {
+    assert_eq!(gpu.len(), cpu.len(), "{what}: lengths");
+    let mut worst = (0usize, 0.0f32);
+    for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
+        let excess = (g - c).abs() - (atol + rtol * c.abs());
+        if excess > worst.1 {
+            worst = (i, excess);
+        }
+    }
+    assert!(
+        worst.1 <= 0.0,
+        "{what}: element {} is {} on the GPU, {} on the CPU",
+        worst.0,
+        gpu[worst.0],
+        cpu[worst.0]
+    );
+}
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = Rng::from_keys(&[seed, 17]);
+    (0..n).map(|_| r.normal()).collect()
+}
+
+fn up(gpu: &Gpu, shape: &[usize], v: &[f32]) -> GTensor {
+    GTensor::new(shape, gpu.upload(v, MemCategory::Activations).unwrap()).unwrap()
+}
+
+/// One layer forward and backward on both backends, from the same weights.
+fn check_layer(gpu: &Gpu, name: &str, layer: Box<dyn Layer>, in_shape: &[usize], train: bool) {
+    let dev = Device::cpu(0, 2);
+    let mut model = Model::new(name, vec![layer], [1, 1, 1], 10);
+    let mut g = layers::from_cpu(&mut model, gpu).unwrap().remove(0);
+    let n: usize = in_shape.iter().product();
+    let x = random(n, 1);
+    let ctx = if train {
+        Ctx::train(&dev)
+    } else {
+        Ctx::eval(&dev)
+    };
+    let cpu = &mut model.layers[0];
+    let y = cpu
+        .forward(
+            Tensor::from_vec(in_shape, x.clone(), MemCategory::Activations, dev.mem()).unwrap(),
+            &ctx,
+        )
+        .unwrap();
+    let pass = Pass {
+        train,
+        save: train,
+        recompute: false,
+    };
+    let gy = g.forward(up(gpu, in_shape, &x), gpu, pass).unwrap();
+    assert_eq!(gy.shape, y.shape(), "{name}: output shape");
+    close(
+        &format!("{name} forward"),
+        &gpu.download(gy.s()).unwrap(),
+        y.f32().unwrap(),
+        1e-4,
+        1e-3,
+    );
+    if !train {
+        return;
+    }
+    let dy = random(y.len(), 2);
+    let dx = cpu
+        .backward(
+            Tensor::from_vec(y.shape(), dy.clone(), MemCategory::Activations, dev.mem()).unwrap(),
+            true,
+            &ctx,
+        )
+        .unwrap()
+        .unwrap();
+    let gdx = g
+        .backward(up(gpu, y.shape(), &dy), true, gpu)
+        .unwrap()
+        .unwrap();
+    close(
+        &format!("{name} input gradient"),
+        &gpu.download(gdx.s()).unwrap(),
+        dx.f32().unwrap(),
+        1e-4,
+        2e-3,
+    );
+    let mut cpu_grads = Vec::new();
+    cpu.visit_params(&mut |p| {
+        cpu_grads.push((
+            p.name.clone(),
+            p.g.as_ref().unwrap().f32().unwrap().to_vec(),
+        ))
+    });
+    let mut i = 0;
+    g.visit_params(&mut |p| {
+        let (pname, want) = &cpu_grads[i];
+        let got = gpu.download(&p.g.as_ref().unwrap().s).unwrap();
+        close(&format!("{name} {pname} gradient"), &got, want, 1e-4, 2e-3);
+        i += 1;
+    });
+    assert_eq!(i, cpu_grads.len(), "{name}: parameter count");
+}
+
+#[test]
+fn every_layer_matches_the_cpu_forward_and_backward() {
+    let Some(gpu) = gpu_or_skip("every_layer_matches_the_cpu_forward_and_backward") else {
+        return;
+    };
+    let dev = Device::cpu(0, 1);
+    let mut r = Rng::from_keys(&[7]);
+    let cases: Vec<(&str, Box<dyn Layer>, Vec<usize>)> = vec![
+        (
+            "linear",
+            Box::new(Linear::new(37, 19, &mut r, &dev).unwrap()),
+            vec![5, 37],
+        ),
+        (
+            "conv3x3 s1",
+            Box::new(Conv2d::new(3, 8, 3, 1, 1, false, &mut r, &dev).unwrap()),
+            vec![2, 9, 7, 3],
+        ),
+        (
+            "conv3x3 s2 bias",
+            Box::new(Conv2d::new(4, 6, 3, 2, 1, true, &mut r, &dev).unwrap()),
+            vec![3, 8, 8, 4],
+        ),
+        (
+            "conv1x1 s2",
+            Box::new(Conv2d::new(5, 7, 1, 2, 0, false, &mut r, &dev).unwrap()),
+            vec![2, 6, 6, 5],
+        ),
+        (
+            "conv1x1 s1",
+            Box::new(Conv2d::new(5, 7, 1, 1, 0, false, &mut r, &dev).unwrap()),
+            vec![2, 4, 4, 5],
+        ),
+        (
+            "batchnorm",
+            Box::new(BatchNorm2d::new(6, &dev).unwrap()),
+            vec![4, 5, 5, 6],
+        ),
+        ("relu", Box::new(Relu::default()), vec![3, 50]),
+        (
+            "global avg pool",
+            Box::new(GlobalAvgPool::default()),
+            vec![3, 4, 5, 6],
+        ),
+        ("flatten", Box::new(Flatten::default()), vec![3, 4, 5, 2]),
+        (
+            "basic block identity",
+            Box::new(BasicBlock::new(8, 8, 1, &mut r, &dev).unwrap()),
+            vec![2, 6, 6, 8],
+        ),
+        (
+            "basic block projection",
+            Box::new(BasicBlock::new(4, 8, 2, &mut r, &dev).unwrap()),
+            vec![2, 8, 8, 4],
+        ),
+    ];
+    for (name, layer, shape) in cases {
+        check_layer(&gpu, name, layer, &shape, true);
+    }
+    // Evaluation mode: batch norm from its running statistics.
+    let mut bn = BatchNorm2d::new(6, &dev).unwrap();
+    bn.running_mean = (0..6).map(|i| i as f32 * 0.1).collect();
+    bn.running_var = (0..6).map(|i| 0.5 + i as f32).collect();
+    check_layer(&gpu, "batchnorm eval", Box::new(bn), &[4, 3, 3, 6], false);
+}
+
+#[test]
+fn softmax_cross_entropy_matches_the_cpu() {
+    let Some(gpu) = gpu_or_skip("softmax_cross_entropy_matches_the_cpu") else {
+        return;
+    };
+    let (n, k) = (33, 10);
+    let logits = random(n * k, 3);
+    let labels: Vec<u32> = (0..n as u32).map(|i| (i * 7) % k as u32).collect();
+    let mut d = vec![0.0; n * k];
+    let (loss, correct) = softmax_cross_entropy(&logits, &labels, k, 0.5, Some(&mut d)).unwrap();
+    let out = softmax_xent(
+        &gpu,
+        &up(&gpu, &[n, k], &logits),
+        &gpu.upload_u32(&labels).unwrap(),
+        true,
+        0.5,
+    )
+    .unwrap();
+    let rows = gpu.download(&out.loss.s).unwrap();
+    let gl = rows.iter().sum::<f32>() / n as f32;
+    assert!(
+        (gl - loss).abs() <= 1e-5 * loss.abs().max(1.0),
+        "{gl} vs {loss}"
+    );
+    let gc: f32 = gpu.download(&out.correct.s).unwrap().iter().sum();
+    assert_eq!(gc as usize, correct);
+    close(
+        "dlogits",
+        &gpu.download(out.dlogits.unwrap().s()).unwrap(),
+        &d,
+        1e-6,
+        1e-4,
+    );
+}
+
+fn workload(model: ModelKind, dataset: &str, steps: usize, device: DeviceChoice) -> Workload {
+    Workload {
+        steps,
+        warmup: 2,
+        eval: false,
+        lr: 0.05,
+        device,
+        cache_dir: tempfile::tempdir().unwrap().keep(),
+        ..Workload::new(model, dataset)
+    }
+}
+
+/// The first steps' losses of a GPU run follow the CPU run from the same weights (the
+/// optimizers included), for each model and for the knobs that must not change the math.
+#[test]
+fn training_follows_the_cpu_loss_curve_under_each_knob() {
+    if gpu_or_skip("training_follows_the_cpu_loss_curve_under_each_knob").is_none() {
+        return;
+    }
+    let knobs = [
+        Knobs::default(),
+        Knobs {
+            pin_memory: true,
+            ..Knobs::default()
+        },
+        Knobs {
+            zero_grad: ZeroGrad::Memset,
+            ..Knobs::default()
+        },
+        Knobs {
+            checkpoint: Checkpoint::Sqrt,
+            ..Knobs::default()
+        },
+        Knobs {
+            grad_accum: 2,
+            ..Knobs::default()
+        },
+    ];
+    for model in [ModelKind::Mlp, ModelKind::CnnSmall, ModelKind::ResnetMini] {
+        for k in &knobs {
+            let k = Knobs {
+                batch_size: 16,
+                ..k.clone()
+            };
+            let cpu = run(
+                &workload(model, "synthetic", 6, DeviceChoice::Cpu),
+                &k,
+                &mut NoObserver,
+            )
+            .unwrap();
+            let gpu = run(
+                &workload(model, "synthetic", 6, DeviceChoice::Cuda),
+                &k,
+                &mut NoObserver,
+            )
+            .unwrap();
+            assert_eq!(gpu.backend, "cuda");
+            eprintln!("{model} {k:?}: cpu {:?} gpu {:?}", cpu.losses, gpu.losses);
+            close(
+                &format!("{model} losses"),
+                &gpu.losses,
+                &cpu.losses,
+                1e-3,
+                1e-2,
+            );
+        }
+    }
+}
+
+#[test]
+fn checkpointing_lowers_gpu_activation_memory() {
+    if gpu_or_skip("checkpointing_lowers_gpu_activation_memory").is_none() {
+        return;
+    }
+    let peak = |c| {
+        let k = Knobs {
+            checkpoint: c,
+            batch_size: 64,
+            ..Knobs::default()
+        };
+        let s = run(
+            &workload(ModelKind::ResnetMini, "synthetic", 3, DeviceChoice::Cuda),
+            &k,
+            &mut NoObserver,
+        )
+        .unwrap();
+        s.peak_bytes["activations"]
+    };
+    let (off, on) = (peak(Checkpoint::Off), peak(Checkpoint::Sqrt));
+    eprintln!("resnet-mini activations peak: {off} B without checkpointing, {on} B with");
+    assert!(on < off, "{on} >= {off}");
+}
+
+/// cnn-small and resnet-mini reach the CPU backend's held-out accuracy (within 2 points).
+#[test]
+fn gpu_training_reaches_the_cpu_accuracy() {
+    if gpu_or_skip("gpu_training_reaches_the_cpu_accuracy").is_none() {
+        return;
+    }
+    for model in [ModelKind::CnnSmall, ModelKind::ResnetMini] {
+        let acc = |device| {
+            let w = Workload {
+                eval: true,
+                lr: 0.1,
+                threads: tune::engine::train::default_threads(),
+                ..workload(model, "shapes:4000", 400, device)
+            };
+            let k = Knobs {
+                batch_size: 32,
+                ..Knobs::default()
+            };
+            run(&w, &k, &mut NoObserver).unwrap().accuracy.unwrap()
+        };
+        let (cpu, gpu) = (acc(DeviceChoice::Cpu), acc(DeviceChoice::Cuda));
+        eprintln!("{model} accuracy: cpu {cpu:.4} gpu {gpu:.4}");
+        assert!(cpu > 0.9, "the CPU run did not learn: {cpu}");
+        assert!(
+            (gpu - cpu).abs() <= 0.02,
+            "{model}: gpu {gpu:.4} vs cpu {cpu:.4}"
+        );
+    }
+}
