@@ -156,7 +156,15 @@ fn cuda_without_a_gpu_exits_2_and_auto_falls_back_to_the_cpu() {
     assert!(err.contains(".so"), "names the library: {err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     let out = tune(
-        &["train", "--device", "auto", "--steps", "2", "--dataset", "synthetic"],
+        &[
+            "train",
+            "--device",
+            "auto",
+            "--steps",
+            "2",
+            "--dataset",
+            "synthetic",
+        ],
         cache.path(),
     );
     let err = String::from_utf8_lossy(&out.stderr);
