@@ -102,10 +102,11 @@ impl GTensor {
 /// for `float`, buffers for pointers).
 #[macro_export]
 macro_rules! cuda_launch {
-    ($gpu:expr, $name:literal, $cfg:expr, $($arg:expr),* $(,)?) => {{
+    ($gpu:expr, $name:expr, $cfg:expr, $($arg:expr),* $(,)?) => {{
         use cudarc::driver::PushKernelArg;
         let cfg: cudarc::driver::LaunchConfig = $cfg;
-        let f = $gpu.kernels.get($name)?;
+        let name: &str = $name;
+        let f = $gpu.kernels.get(name)?;
         let mut b = $gpu.stream.launch_builder(f);
         $( b.arg($arg); )*
         // SAFETY: the arguments follow the kernel's signature in kernels.cu (the caller's
@@ -113,7 +114,7 @@ macro_rules! cuda_launch {
         // this context and sized for the launch's index range.
         unsafe { b.launch(cfg) }
             .map(|_| ())
-            .map_err(|e| $crate::engine::cuda::gpu::cuda_err(concat!("kernel ", $name), e))
+            .map_err(|e| $crate::engine::cuda::gpu::cuda_err(&format!("kernel {name}"), e))
     }};
 }
 

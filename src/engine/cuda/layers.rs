@@ -5,6 +5,8 @@
 
 use std::collections::VecDeque;
 
+use cudarc::driver::CudaSlice;
+
 use crate::cuda_launch;
 use crate::engine::cuda::blas::Shape;
 use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
@@ -324,6 +326,33 @@ fn conv_geom(c: &GConv, x: &GTensor) -> Result<(usize, usize, usize, usize, usiz
     }
 }
 
+/// im2col or col2im (same geometry arguments): `dst` from `src`, one thread per `dst`
+/// element.
+fn conv_index(
+    gpu: &Gpu,
+    kernel: &str,
+    dst: &mut DBuf,
+    src: &CudaSlice<f32>,
+    a: [i32; 9],
+) -> Result<()> {
+    cuda_launch!(
+        gpu,
+        kernel,
+        elementwise(dst.len()),
+        &mut dst.s,
+        src,
+        &a[0],
+        &a[1],
+        &a[2],
+        &a[3],
+        &a[4],
+        &a[5],
+        &a[6],
+        &a[7],
+        &a[8]
+    )
+}
+
 impl GConv {
     fn pointwise(&self) -> bool {
         self.k == 1 && self.stride == 1 && self.pad == 0
@@ -335,22 +364,7 @@ impl GConv {
         let kkc = self.k * self.k * self.c_in;
         let mut col = gpu.alloc(n * oh * ow * kkc, MemCategory::Workspace)?;
         let a = [n, h, w, self.c_in, self.k, self.stride, self.pad, oh, ow].map(|v| v as i32);
-        cuda_launch!(
-            gpu,
-            "im2col",
-            elementwise(col.len()),
-            &mut col.s,
-            x.s(),
-            &a[0],
-            &a[1],
-            &a[2],
-            &a[3],
-            &a[4],
-            &a[5],
-            &a[6],
-            &a[7],
-            &a[8]
-        )?;
+        conv_index(gpu, "im2col", &mut col, x.s(), a)?;
         Ok(col)
     }
 
@@ -437,22 +451,7 @@ impl GConv {
         }
         let mut dx = act(gpu, x.len())?;
         let a = [n, h, w, self.c_in, self.k, self.stride, self.pad, oh, ow].map(|v| v as i32);
-        cuda_launch!(
-            gpu,
-            "col2im",
-            elementwise(dx.len()),
-            &mut dx.s,
-            &dcol.s,
-            &a[0],
-            &a[1],
-            &a[2],
-            &a[3],
-            &a[4],
-            &a[5],
-            &a[6],
-            &a[7],
-            &a[8]
-        )?;
+        conv_index(gpu, "col2im", &mut dx, &dcol.s, a)?;
         Ok(Some(GTensor::new(&x.shape, dx)?))
     }
 }
