@@ -265,6 +265,77 @@ pub struct RunSummary {
     pub imbalance: Option<Imbalance>,
 }
 
+/// What a step loop measured. Every backend's summary is built from it the same way
+/// (`RunSummary::from_measured`), so throughput and phase figures mean one thing.
+pub(crate) struct Measured {
+    pub step_times: Vec<f64>,
+    pub losses: Vec<f32>,
+    /// Phases summed over the steps after warm-up.
+    pub phase_sum: Phases,
+    pub grad_between: u64,
+    pub started: Instant,
+}
+
+impl Measured {
+    /// Step times after warm-up (all of them when the run is no longer than warm-up).
+    pub(crate) fn after_warmup(&self, warmup: usize) -> &[f64] {
+        self.step_times
+            .get(warmup..)
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&self.step_times)
+    }
+}
+
+impl RunSummary {
+    /// The fields every backend fills alike; the caller adds accuracy, notes and its
+    /// backend's extras with struct update syntax. `peak` is the memory snapshot the
+    /// peaks are reported from (the highest device's under multi-device).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_measured(
+        w: &Workload,
+        k: &Knobs,
+        backend: &str,
+        params: usize,
+        m: Measured,
+        peak: &MemSnapshot,
+        devices: Vec<DeviceSummary>,
+        imbalance: Imbalance,
+    ) -> RunSummary {
+        let measured = m.after_warmup(w.warmup);
+        let med = median(measured);
+        let phases_mean = m.phase_sum.scaled(1.0 / measured.len().max(1) as f64);
+        let samples_per_step = k.batch_size * k.grad_accum;
+        RunSummary {
+            model: w.model.to_string(),
+            dataset: w.dataset.clone(),
+            knobs: k.clone(),
+            threads: w.threads,
+            backend: backend.into(),
+            params,
+            steps: w.steps,
+            warmup: w.warmup,
+            samples_per_step,
+            samples_per_s: samples_per_step as f64 / med,
+            step_ms_median: med * 1e3,
+            final_loss: m.losses.last().copied().unwrap_or(f32::NAN),
+            losses: m.losses,
+            accuracy: None,
+            phases_mean,
+            peak_bytes: peak.peak.clone(),
+            peak_total_bytes: peak.total_peak,
+            grad_bytes_between_steps: m.grad_between,
+            not_applicable: BTreeMap::new(),
+            step_times: m.step_times,
+            wall_s: m.started.elapsed().as_secs_f64(),
+            skipped_steps: Vec::new(),
+            loss_scale_final: None,
+            algorithms: Vec::new(),
+            devices,
+            imbalance: Some(imbalance),
+        }
+    }
+}
+
 /// Where batches come from.
 pub(crate) enum Source {
     Loader(Loader),
@@ -604,42 +675,23 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
         )?),
         _ => None,
     };
-    let measured = if step_times.len() > w.warmup {
-        &step_times[w.warmup..]
-    } else {
-        &step_times[..]
-    };
-    let med = median(measured);
-    let samples_per_step = k.batch_size * accum;
-    let (devices, imbalance) =
-        parallel::single_device_summary(w.threads, &phase_sum, measured.iter().sum(), &snap);
-    Ok(RunSummary {
-        model: w.model.to_string(),
-        dataset: w.dataset.clone(),
-        knobs: k.clone(),
-        threads: w.threads,
-        backend: "cpu".into(),
-        params,
-        steps: w.steps,
-        warmup: w.warmup,
-        samples_per_step,
-        samples_per_s: samples_per_step as f64 / med,
-        step_ms_median: med * 1e3,
-        final_loss: losses.last().copied().unwrap_or(f32::NAN),
-        losses,
-        accuracy,
-        phases_mean: phase_sum.scaled(1.0 / measured.len().max(1) as f64),
-        peak_bytes: snap.peak.clone(),
-        peak_total_bytes: snap.total_peak,
-        grad_bytes_between_steps: grad_between,
-        not_applicable,
+    let m = Measured {
         step_times,
-        wall_s: started.elapsed().as_secs_f64(),
+        losses,
+        phase_sum,
+        grad_between,
+        started,
+    };
+    let busy_wall = m.after_warmup(w.warmup).iter().sum();
+    let (devices, imbalance) =
+        parallel::single_device_summary(w.threads, &m.phase_sum, busy_wall, &snap);
+    Ok(RunSummary {
+        accuracy,
+        not_applicable,
         skipped_steps,
         loss_scale_final: scaler.as_ref().map(GradScaler::scale),
         algorithms,
-        devices,
-        imbalance: Some(imbalance),
+        ..RunSummary::from_measured(w, k, "cpu", params, m, &snap, devices, imbalance)
     })
 }
 

@@ -222,25 +222,31 @@ impl Blas {
     /// How many candidate algorithms cuBLASLt offers for `s` (plans it if needed).
     pub fn candidates(&self, s: &Shape) -> Result<usize> {
         let mut plans = self.lock();
+        Ok(self.planned(&mut plans, s)?.algos.len())
+    }
+
+    /// The plan of `s`, made on first use.
+    fn planned<'a>(&self, plans: &'a mut HashMap<Shape, Plan>, s: &Shape) -> Result<&'a mut Plan> {
         if !plans.contains_key(s) {
             let p = self.plan(s)?;
             plans.insert(*s, p);
         }
-        Ok(plans.get(s).map_or(0, |p| p.algos.len()))
+        plans
+            .get_mut(s)
+            .ok_or_else(|| Error::Runtime(format!("cuBLASLt: no plan for {}", s.key())))
     }
 
     /// Fixes the algorithm `s` runs with from now on (autotuning's decision).
     pub fn choose(&self, s: &Shape, index: usize) -> Result<()> {
-        self.candidates(s)?;
-        if let Some(p) = self.lock().get_mut(s) {
-            if index >= p.algos.len() {
-                return Err(Error::Runtime(format!(
-                    "cuBLASLt: candidate {index} out of range for {}",
-                    s.key()
-                )));
-            }
-            p.chosen = index;
+        let mut plans = self.lock();
+        let p = self.planned(&mut plans, s)?;
+        if index >= p.algos.len() {
+            return Err(Error::Runtime(format!(
+                "cuBLASLt: candidate {index} out of range for {}",
+                s.key()
+            )));
         }
+        p.chosen = index;
         Ok(())
     }
 
@@ -273,11 +279,9 @@ impl Blas {
                 ),
             });
         }
-        self.candidates(s)?;
-        let plans = self.lock();
-        let p = plans
-            .get(s)
-            .ok_or_else(|| Error::Runtime(format!("cuBLASLt: no plan for {}", s.key())))?;
+        // One lock per GEMM on the hot path: plan lookup (and planning, on first use).
+        let mut plans = self.lock();
+        let p = self.planned(&mut plans, s)?;
         let h = p
             .algos
             .get(algo.unwrap_or(p.chosen))

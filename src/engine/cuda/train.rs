@@ -19,10 +19,11 @@ use crate::engine::device::{Device, MemCategory};
 use crate::engine::nn::zoo;
 use crate::engine::optim::{OptimConfig, OptimKind};
 use crate::engine::parallel;
-use crate::engine::train::{open_source, Observer, Phases, RunSummary, StepEvent, Workload};
+use crate::engine::train::{
+    open_source, Measured, Observer, Phases, RunSummary, StepEvent, Workload,
+};
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs, ZeroGrad};
-use crate::runner::stats::median;
 
 /// Knobs the GPU loop does not implement yet: refused with one line, never run as
 /// something else.
@@ -424,6 +425,7 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
         OptimKind::Sgd => OptimConfig::sgd(w.lr),
         OptimKind::Adamw => OptimConfig::adamw(w.lr),
     };
+    // The CPU optimizer's constructor is where the learning rate is validated.
     crate::engine::optim::Optimizer::new(cfg.clone())?;
     let mut opt = GOptim {
         cfg,
@@ -536,42 +538,19 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
         (Some(test), true) => Some(evaluate(&mut model, &gpu, Arc::clone(test), &norm)?),
         _ => None,
     };
-    let measured = if step_times.len() > w.warmup {
-        &step_times[w.warmup..]
-    } else {
-        &step_times[..]
-    };
-    let med = median(measured);
-    let samples_per_step = k.batch_size * accum;
-    let (devices, imbalance) =
-        parallel::single_device_summary(1, &phase_sum, measured.iter().sum(), &snap);
-    Ok(RunSummary {
-        model: w.model.to_string(),
-        dataset: w.dataset.clone(),
-        knobs: k.clone(),
-        threads: w.threads,
-        backend: "cuda".into(),
-        params,
-        steps: w.steps,
-        warmup: w.warmup,
-        samples_per_step,
-        samples_per_s: samples_per_step as f64 / med,
-        step_ms_median: med * 1e3,
-        final_loss: losses.last().copied().unwrap_or(f32::NAN),
-        losses,
-        accuracy,
-        phases_mean: phase_sum.scaled(1.0 / measured.len().max(1) as f64),
-        peak_bytes: snap.peak.clone(),
-        peak_total_bytes: snap.total_peak,
-        grad_bytes_between_steps: grad_between,
-        not_applicable,
+    let m = Measured {
         step_times,
-        wall_s: started.elapsed().as_secs_f64(),
-        skipped_steps: Vec::new(),
-        loss_scale_final: None,
-        algorithms: Vec::new(),
-        devices,
-        imbalance: Some(imbalance),
+        losses,
+        phase_sum,
+        grad_between,
+        started,
+    };
+    let busy_wall = m.after_warmup(w.warmup).iter().sum();
+    let (devices, imbalance) = parallel::single_device_summary(1, &m.phase_sum, busy_wall, &snap);
+    Ok(RunSummary {
+        accuracy,
+        not_applicable,
+        ..RunSummary::from_measured(w, k, "cuda", params, m, &snap, devices, imbalance)
     })
 }
 

@@ -39,11 +39,10 @@ use crate::engine::optim::{OptimConfig, OptimKind};
 use crate::engine::parallel::collective::is_peer_stop;
 use crate::engine::parallel::summary::{summarize, DeviceStep, DeviceTotals};
 use crate::engine::train::{
-    evaluate, synthetic_batch, Observer, Phases, RunSummary, Source, StepEvent, Workload,
+    evaluate, synthetic_batch, Measured, Observer, Phases, RunSummary, Source, StepEvent, Workload,
 };
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs, Parallel};
-use crate::runner::stats::median;
 
 /// More virtual devices than this is a typo, not an experiment.
 pub const MAX_DEVICES: usize = 64;
@@ -221,47 +220,23 @@ pub fn run_traced(
     };
     let params = model.num_params();
     let c = out.collected;
-    let measured = if c.step_times.len() > w.warmup {
-        &c.step_times[w.warmup..]
-    } else {
-        &c.step_times[..]
+    let m = Measured {
+        step_times: c.step_times,
+        losses: c.losses,
+        phase_sum: c.phase_sum,
+        grad_between: c.grad_between,
+        started,
     };
-    let wall: f64 = measured.iter().sum();
-    let med = median(measured);
-    let (devices, imbalance) = summarize(&c.totals, &snaps, wall);
+    let (devices, imbalance) = summarize(&c.totals, &snaps, m.after_warmup(w.warmup).iter().sum());
     let top = snaps
         .iter()
         .max_by_key(|s| s.total_peak)
         .cloned()
         .unwrap_or_default();
-    let samples_per_step = k.batch_size * k.grad_accum;
     let summary = RunSummary {
-        skipped_steps: Vec::new(),
-        loss_scale_final: None,
-        algorithms: Vec::new(),
-        model: w.model.to_string(),
-        dataset: w.dataset.clone(),
-        knobs: k.clone(),
-        threads: w.threads,
-        backend: "cpu".into(),
-        params,
-        steps: w.steps,
-        warmup: w.warmup,
-        samples_per_step,
-        samples_per_s: samples_per_step as f64 / med,
-        step_ms_median: med * 1e3,
-        final_loss: c.losses.last().copied().unwrap_or(f32::NAN),
-        losses: c.losses.clone(),
         accuracy,
-        phases_mean: c.phase_sum.scaled(1.0 / measured.len().max(1) as f64),
-        peak_bytes: top.peak.clone(),
-        peak_total_bytes: top.total_peak,
-        grad_bytes_between_steps: c.grad_between,
         not_applicable,
-        step_times: c.step_times.clone(),
-        wall_s: started.elapsed().as_secs_f64(),
-        devices,
-        imbalance: Some(imbalance),
+        ..RunSummary::from_measured(w, k, "cpu", params, m, &top, devices, imbalance)
     };
     Ok((summary, trace))
 }
