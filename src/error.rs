@@ -12,9 +12,18 @@ pub enum Error {
     #[error("{0}")]
     Invalid(String),
 
-    /// A file could not be read or written.
+    /// An input file could not be read (missing, unreadable): the user's input, exit 2.
     #[error("{path}: {source}")]
     Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// tune could not write one of its outputs (full disk, read-only folder): the run
+    /// failed, exit 1, never mistaken for bad input.
+    #[error("cannot write {path}: {source}")]
+    Write {
         path: PathBuf,
         #[source]
         source: std::io::Error,
@@ -59,6 +68,13 @@ pub enum Error {
 impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn write(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Write {
             path: path.into(),
             source,
         }

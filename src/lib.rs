@@ -10,6 +10,7 @@ pub mod cli;
 pub mod commands;
 pub mod engine;
 pub mod error;
+pub mod fsio;
 pub mod gate;
 pub mod knobs;
 pub mod report;

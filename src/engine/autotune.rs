@@ -292,13 +292,9 @@ fn read_cache(path: &Path) -> Result<CacheRead> {
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    if let Some(d) = dir {
-        std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
-    }
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    let dir = crate::fsio::parent_dir(path);
+    std::fs::create_dir_all(dir).map_err(|e| Error::write(dir, e))?;
+    crate::fsio::atomic_write(path, bytes)
 }
 
 #[cfg(test)]

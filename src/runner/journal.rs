@@ -13,6 +13,7 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::fsio::{parent_dir, sync_dir};
 
 /// The incomplete last line of a journal, left by a writer that died mid-record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,25 +91,6 @@ fn read_bytes(path: &Path) -> Result<Vec<u8>> {
 
 /// Makes a directory entry (a created or renamed file) durable. Only meaningful on
 /// Unix; elsewhere opening a directory fails and the rename's own durability applies.
-fn sync_dir(dir: &Path) -> Result<()> {
-    #[cfg(unix)]
-    {
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::io(dir, e))?;
-    }
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
-}
-
-fn parent_dir(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    }
-}
-
 impl Journal {
     /// Opens a journal for appending, creating it and its parent folders if needed. A
     /// torn last line is cut off first (see `repaired`), so the next record starts on a
@@ -182,33 +164,7 @@ impl Journal {
     }
 }
 
-/// Replaces `path` with `bytes` so that readers see the old file or the new one, never
-/// a mix: written to a temporary file in the same folder, fsynced, then renamed over.
-pub fn atomic_write(path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
-    let path = path.as_ref();
-    let dir = parent_dir(path);
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::Invalid(format!("{}: not a file path", path.display())))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let written = File::create(&tmp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            f.sync_all()
-        })
-        .map_err(|e| Error::io(&tmp, e))
-        .and_then(|()| fs::rename(&tmp, path).map_err(|e| Error::io(path, e)));
-    if written.is_err() {
-        // Best effort: a leftover temp file is harmless, the original error matters.
-        let _ = fs::remove_file(&tmp);
-    }
-    written?;
-    sync_dir(dir)
-}
+pub use crate::fsio::atomic_write;
 
 #[cfg(test)]
 mod tests {
@@ -330,6 +286,6 @@ mod tests {
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("report.json")]);
         let e = atomic_write(dir.path().join("missing/report.json"), b"x").unwrap_err();
-        assert!(matches!(e, Error::Io { .. }));
+        assert!(matches!(e, Error::Write { .. }));
     }
 }

@@ -11,9 +11,8 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use rayon::prelude::*;
@@ -322,41 +321,6 @@ fn parse_shard(path: &Path, bytes: Vec<u8>, key: ShardKey) -> Result<Shard> {
     })
 }
 
-/// Writes `bytes` to `path` so that readers only ever see a complete file: a uniquely
-/// named temp file in the same directory, fsynced, then renamed over. Concurrent writers
-/// produce identical bytes, so whichever rename lands last is as good as the first.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let tmp = dir.join(format!(
-        ".{name}.{}.{nanos}.{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(|e| Error::io(&tmp, e))?;
-        f.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
-        f.sync_all().map_err(|e| Error::io(&tmp, e))?;
-        fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
 /// The directory of one generated dataset.
 pub fn cache_path(cache_dir: &Path, shape: ImageShape, n: usize, seed: u64) -> PathBuf {
     cache_dir.join(format!("shapes-v{VERSION}-{shape}-n{n}-seed{seed}"))
@@ -396,7 +360,7 @@ fn load_or_generate(
                 Err(e) => return Err(Error::io(&path, e)),
             }
             let bytes = build_shard(key)?;
-            write_atomic(&path, &bytes)?;
+            crate::fsio::atomic_write(&path, &bytes)?;
             Ok((parse_shard(&path, bytes, key)?, true))
         })
         .collect::<Result<_>>()?;
