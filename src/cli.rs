@@ -9,9 +9,10 @@ use crate::engine::amp::ScalerConfig;
 use crate::engine::nn::zoo::ModelKind;
 use crate::engine::optim::OptimKind;
 use crate::engine::train::{default_cache_dir, default_threads, DeviceChoice, Workload};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gate::Metric;
 use crate::knobs::{Amp, Checkpoint, Knobs, Parallel, ZeroGrad};
+use crate::limits::{self, Bound};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -88,8 +89,27 @@ pub struct KnobArgs {
     pub sync_bn: bool,
 }
 
+/// A flag's value against its bound: exit 2 naming the flag and the allowed range.
+pub fn check_flag(flag: &str, bound: &Bound, value: usize) -> Result<usize> {
+    bound
+        .check_usize(value)
+        .map_err(|e| Error::Invalid(format!("--{flag} {e}")))
+}
+
 impl KnobArgs {
     pub fn knobs(&self) -> Result<Knobs> {
+        // The same bounds a spec's knob values are held to, reported by flag name.
+        for (flag, v) in [
+            ("num-workers", self.num_workers),
+            ("devices", self.devices),
+            ("batch-size", self.batch_size),
+            ("grad-accum", self.grad_accum),
+            ("bucket-mb", self.bucket_mb),
+        ] {
+            if let Some(bound) = limits::knob(&flag.replace('-', "_")) {
+                check_flag(flag, bound, v)?;
+            }
+        }
         let k = Knobs {
             num_workers: self.num_workers,
             pin_memory: self.pin_memory,
@@ -168,6 +188,20 @@ pub struct TrainArgs {
 }
 
 impl TrainArgs {
+    /// Checks every run flag with the rules a sweep spec is held to (`crate::limits`), so
+    /// a bad size is one line naming the flag (exit 2), not an allocation failure.
+    pub fn check(&self) -> Result<()> {
+        check_flag("steps", &limits::STEPS, self.steps)?;
+        limits::warmup_within(self.warmup, self.steps)
+            .map_err(|e| Error::Invalid(format!("--warmup {e} (--warmup is 5 unless given)")))?;
+        if let Some(t) = self.threads {
+            check_flag("threads", &limits::THREADS, t)?;
+        }
+        limits::lr(f64::from(self.lr)).map_err(|e| Error::Invalid(format!("--lr {e}")))?;
+        limits::dataset(&self.dataset).map_err(|e| Error::Invalid(format!("--dataset {e}")))?;
+        self.knobs.knobs().map(|_| ())
+    }
+
     pub fn workload(&self) -> Workload {
         Workload {
             model: self.model,

@@ -99,3 +99,52 @@ impl Error {
         )
     }
 }
+
+/// Longest echo of a user's value in a message, in characters.
+const SHOWN_MAX_CHARS: usize = 200;
+
+/// A user's value as it may appear in a one-line message: control characters escaped
+/// (`\x1b`, `\0`, `\n`) so a value cannot move the cursor, recolour or split the line,
+/// and cut to about 200 characters with the full length in bytes, so a 10 MB name
+/// cannot flood the terminal.
+pub fn shown(value: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in value.chars().enumerate() {
+        if i >= SHOWN_MAX_CHARS {
+            out.push_str(&format!("… ({} bytes)", value.len()));
+            return out;
+        }
+        match c {
+            '\0' => out.push_str("\\0"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => {
+                let n = c as u32;
+                if n <= 0xff {
+                    out.push_str(&format!("\\x{n:02x}"));
+                } else {
+                    out.push_str(&format!("\\u{{{n:x}}}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn shown_escapes_control_characters_and_cuts_long_values() {
+        assert_eq!(shown("a\u{1b}[31mb\0c\nd"), "a\\x1b[31mb\\0c\\nd");
+        assert_eq!(shown("\u{9b}"), "\\x9b");
+        let long = "x".repeat(10 << 20);
+        let s = shown(&long);
+        assert!(s.len() < 300, "{}", s.len());
+        assert!(s.ends_with(&format!("… ({} bytes)", 10 << 20)), "{s}");
+        assert_eq!(shown("plain"), "plain");
+    }
+}

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{shown, Error, Result};
 
 /// How gradients are cleared between steps (`optimizer.zero_grad(set_to_none=...)`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -64,7 +64,7 @@ macro_rules! keyword_enum {
                     $($name => Ok($ty::$variant),)+
                     other => Err(Error::Invalid(format!(
                         "invalid {} '{}': allowed values are {}",
-                        $what, other, Self::ALLOWED.join(", ")
+                        $what, shown(other), Self::ALLOWED.join(", ")
                     ))),
                 }
             }
@@ -110,7 +110,7 @@ impl FromStr for Checkpoint {
         let bad = || {
             Error::Invalid(format!(
                 "invalid checkpoint '{}': allowed values are {}",
-                s.trim(),
+                shown(s.trim()),
                 Self::ALLOWED.join(", ")
             ))
         };
@@ -227,6 +227,15 @@ impl Knobs {
                     .into(),
             ));
         }
+        for name in Self::NAMES {
+            if let (Some(bound), Some(v)) = (crate::limits::knob(name), self.get(name)) {
+                // Numeric knobs print as plain integers, so this parse cannot fail.
+                let n = v.parse::<u64>().unwrap_or(u64::MAX);
+                bound
+                    .check(n)
+                    .map_err(|e| Error::Invalid(format!("invalid {name} {e}")))?;
+            }
+        }
         if self.sync_bn && self.parallel != Parallel::Ddp {
             return Err(Error::Invalid(format!(
                 "sync_bn needs parallel = ddp (parallel is {}): SyncBatchNorm synchronises \
@@ -252,18 +261,26 @@ impl Knobs {
     /// Sets one knob from its textual value, as given in a spec or on the command line.
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
         fn num(name: &str, v: &str) -> Result<usize> {
-            v.trim().parse::<usize>().map_err(|_| {
+            let n = v.trim().parse::<usize>().map_err(|_| {
                 Error::Invalid(format!(
-                    "invalid {name} '{v}': expected a non-negative integer"
+                    "invalid {name} '{}': expected a non-negative integer",
+                    shown(v)
                 ))
-            })
+            })?;
+            match crate::limits::knob(name) {
+                Some(b) => b
+                    .check_usize(n)
+                    .map_err(|e| Error::Invalid(format!("invalid {name} {e}"))),
+                None => Ok(n),
+            }
         }
         fn flag(name: &str, v: &str) -> Result<bool> {
             match v.trim() {
                 "true" | "on" | "yes" | "1" => Ok(true),
                 "false" | "off" | "no" | "0" => Ok(false),
                 _ => Err(Error::Invalid(format!(
-                    "invalid {name} '{v}': allowed values are true, false"
+                    "invalid {name} '{}': allowed values are true, false",
+                    shown(v)
                 ))),
             }
         }
@@ -282,7 +299,8 @@ impl Knobs {
             "sync_bn" => self.sync_bn = flag(name, value)?,
             other => {
                 return Err(Error::Invalid(format!(
-                    "unknown knob '{other}': known knobs are {}",
+                    "unknown knob '{}': known knobs are {}",
+                    shown(other),
                     Self::NAMES.join(", ")
                 )))
             }

@@ -13,6 +13,7 @@ pub mod error;
 pub mod fsio;
 pub mod gate;
 pub mod knobs;
+pub mod limits;
 pub mod report;
 pub mod runner;
 pub mod tui;

@@ -121,8 +121,16 @@ fn bad_input_exits_2_with_one_clear_line() {
         "allowed values are mlp, cnn-small, resnet-mini",
     );
     assert_bad_input(
-        &["train", "--batch-size", "0", "--steps", "1"],
-        "batch_size 0",
+        &[
+            "train",
+            "--batch-size",
+            "0",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+        ],
+        "--batch-size 0: must be at least 1",
     );
     assert_bad_input(
         &[
@@ -149,7 +157,10 @@ fn cuda_without_a_gpu_exits_2_and_auto_falls_back_to_the_cpu() {
         return;
     }
     let cache = tempfile::tempdir().unwrap();
-    let out = tune(&["train", "--device", "cuda", "--steps", "1"], cache.path());
+    let out = tune(
+        &["train", "--device", "cuda", "--steps", "1", "--warmup", "0"],
+        cache.path(),
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "stderr: {err}");
     assert!(err.contains("does not load"), "{err}");
@@ -162,6 +173,8 @@ fn cuda_without_a_gpu_exits_2_and_auto_falls_back_to_the_cpu() {
             "auto",
             "--steps",
             "2",
+            "--warmup",
+            "0",
             "--dataset",
             "synthetic",
         ],
@@ -191,6 +204,8 @@ fn truncated_idx_file_is_reported_with_its_path() {
             &spec,
             "--steps",
             "1",
+            "--warmup",
+            "0",
         ],
         "train-images-idx3-ubyte",
     );
@@ -211,6 +226,8 @@ fn real_format_mnist_and_cifar_files_train() {
             &spec,
             "--steps",
             "3",
+            "--warmup",
+            "0",
             "--batch-size",
             "32",
             "--json",
@@ -230,6 +247,8 @@ fn real_format_mnist_and_cifar_files_train() {
             &spec,
             "--steps",
             "2",
+            "--warmup",
+            "0",
             "--batch-size",
             "16",
             "--json",

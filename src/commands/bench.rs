@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::cli::BenchArgs;
+use crate::cli::{check_flag, BenchArgs};
 use crate::engine::device::Device;
 use crate::engine::nn::zoo::ModelKind;
 use crate::engine::ops::gemm::{matmul, Mat};
@@ -19,6 +19,7 @@ use crate::engine::optim::OptimKind;
 use crate::engine::train::{run, DeviceChoice, NoObserver, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Knobs, ZeroGrad};
+use crate::limits;
 use crate::runner::stats::median;
 use crate::runner::stats::{bootstrap_ci, Bootstrap};
 
@@ -267,10 +268,12 @@ fn print_sampling(r: &SamplingRow, json: bool) -> Result<()> {
 }
 
 pub fn main(a: &BenchArgs) -> Result<i32> {
-    if a.runs == 0 || a.steps == 0 || a.threads.contains(&0) {
-        return Err(Error::Invalid(
-            "bench: --runs, --steps and --threads must be at least 1".into(),
-        ));
+    check_flag("runs", &limits::BENCH_RUNS, a.runs)?;
+    // Each configuration trains warm-up plus runs x steps steps in one run.
+    check_flag("steps", &limits::STEPS, a.steps.saturating_mul(a.runs))
+        .map_err(|e| Error::Invalid(format!("{e} (counting all {} runs)", a.runs)))?;
+    for &t in &a.threads {
+        check_flag("threads", &limits::THREADS, t)?;
     }
     for what in &a.what {
         if what == "dash" {

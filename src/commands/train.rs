@@ -74,6 +74,7 @@ pub fn run_sampled(
 
 pub fn main(cmd: &TrainCmdArgs) -> Result<i32> {
     let args = &cmd.run;
+    args.check()?;
     let knobs = args.knobs.knobs()?;
     let w = args.workload();
     let interval = cmd.sample_interval.map(Duration::from_millis);

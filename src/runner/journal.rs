@@ -6,14 +6,14 @@
 //! One writer per journal: concurrent sweeps into the same folder are not coordinated.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::Serialize;
 
-use crate::error::{Error, Result};
-use crate::fsio::{parent_dir, sync_dir};
+use crate::error::{shown, Error, Result};
+use crate::fsio::{parent_dir, read_limited, sync_dir, MAX_INPUT_BYTES};
 
 /// The incomplete last line of a journal, left by a writer that died mid-record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +25,9 @@ pub struct TornLine {
     /// Length of the torn line in bytes (without a newline, if it had one).
     pub len: usize,
 }
+
+/// Records with their 1-based line numbers.
+pub type Numbered<T> = Vec<(usize, T)>;
 
 #[derive(Debug)]
 pub struct Journal {
@@ -81,16 +84,12 @@ fn torn_tail(data: &[u8]) -> Option<TornLine> {
     })
 }
 
+/// The whole journal, refusing one larger than any sweep writes (a journal replaced by
+/// a device or a runaway file must not be read into memory whole).
 fn read_bytes(path: &Path) -> Result<Vec<u8>> {
-    let mut data = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut data))
-        .map_err(|e| Error::io(path, e))?;
-    Ok(data)
+    read_limited(path, MAX_INPUT_BYTES)
 }
 
-/// Makes a directory entry (a created or renamed file) durable. Only meaningful on
-/// Unix; elsewhere opening a directory fails and the rename's own durability applies.
 impl Journal {
     /// Opens a journal for appending, creating it and its parent folders if needed. A
     /// torn last line is cut off first (see `repaired`), so the next record starts on a
@@ -149,6 +148,15 @@ impl Journal {
     pub fn read_all<T: DeserializeOwned>(
         path: impl AsRef<Path>,
     ) -> Result<(Vec<T>, Option<TornLine>)> {
+        let (numbered, torn) = Self::read_numbered(path)?;
+        Ok((numbered.into_iter().map(|(_, r)| r).collect(), torn))
+    }
+
+    /// [`Journal::read_all`] with each record's 1-based line number, for messages that
+    /// point at a line.
+    pub fn read_numbered<T: DeserializeOwned>(
+        path: impl AsRef<Path>,
+    ) -> Result<(Numbered<T>, Option<TornLine>)> {
         let path = path.as_ref();
         let data = read_bytes(path)?;
         let torn = torn_tail(&data);
@@ -156,9 +164,16 @@ impl Journal {
         let mut records = Vec::new();
         for line in lines(&data[..end]).filter(|l| !is_blank(l.bytes)) {
             let rec = serde_json::from_slice(line.bytes).map_err(|e| {
-                Error::format(path, format!("line {}: invalid record: {e}", line.number))
+                Error::format(
+                    path,
+                    format!(
+                        "line {}: invalid record: {}",
+                        line.number,
+                        shown(&e.to_string())
+                    ),
+                )
             })?;
-            records.push(rec);
+            records.push((line.number, rec));
         }
         Ok((records, torn))
     }

@@ -9,6 +9,7 @@ pub mod live;
 pub mod metric;
 pub mod plan;
 pub mod record;
+pub mod resume;
 pub mod sampling;
 pub mod spec;
 pub mod stats;

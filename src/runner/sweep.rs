@@ -17,6 +17,7 @@ use super::journal::Journal;
 use super::live::{self, LiveTrial, LIVE_JSON};
 use super::plan::{self, halving_rounds, select_top, Trial};
 use super::record::{Record, Status, TrialRecord};
+use super::resume::{existing_records, stamped};
 use super::sampling::SweepSampler;
 use super::spec::{Spec, Strategy, Workload};
 use super::stats;
@@ -187,7 +188,8 @@ impl Sweep<'_> {
             }
         }
         rec.timeline = self.sampler.since(started_ms);
-        self.journal.append(&Record::Trial(rec.clone()))?;
+        self.journal
+            .append(&stamped(&Record::Trial(rec.clone()), self.spec)?)?;
         if let Some(p) = &self.env.live_file {
             live::clear(p);
         }
@@ -283,53 +285,14 @@ impl Sweep<'_> {
             }
         }
         for rec in recs {
-            self.journal.append(&Record::Trial(rec.clone()))?;
+            self.journal
+                .append(&stamped(&Record::Trial(rec.clone()), self.spec)?)?;
             self.done.insert((rec.id.clone(), rec.round));
             self.progress.finished(&rec);
             self.records.push(rec);
         }
         Ok(())
     }
-}
-
-/// Journal records so far; an existing journal needs `--resume`.
-fn existing_records(path: &Path, spec: &Spec, resume: bool) -> Result<(Vec<TrialRecord>, bool)> {
-    if !path.exists() {
-        return Ok((Vec::new(), false));
-    }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    if !resume {
-        return Err(Error::Invalid(format!(
-            "{} already has a sweep journal: pass --resume to continue it, or remove {} to start over",
-            dir.display(),
-            dir.display()
-        )));
-    }
-    let (records, torn) = Journal::read_all::<Record>(path)?;
-    if let Some(t) = torn {
-        eprintln!(
-            "note: {}: ignoring a torn last line ({} bytes) from an interrupted run",
-            path.display(),
-            t.len
-        );
-    }
-    let mut has_header = false;
-    let mut trials = Vec::new();
-    for r in records {
-        match r {
-            Record::Header { spec: old, .. } => {
-                has_header = true;
-                if old.workload != spec.workload || old.search != spec.search {
-                    eprintln!(
-                        "note: the spec's workload or search settings changed since this journal was started; \
-                         finished trials are kept as they were measured"
-                    );
-                }
-            }
-            Record::Trial(t) => trials.push(t),
-        }
-    }
-    Ok((trials, has_header))
 }
 
 fn measured_steps(spec: &Spec) -> usize {

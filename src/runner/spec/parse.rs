@@ -1,0 +1,573 @@
+//! Reading a spec: TOML with source spans, so every error points at `file:line:col`.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use toml::de::{DeString, DeTable, DeValue};
+use toml::Spanned;
+
+use super::{
+    capture_groups, template_pieces, CommandWorkload, EngineWorkload, Metric, Piece, Search, Spec,
+    Strategy, Workload, DEVICES, MODELS,
+};
+use crate::error::{shown, Error, Result};
+use crate::knobs::Knobs;
+use crate::limits::{self, Bound};
+
+const TOP_KEYS: &[&str] = &["name", "workload", "knobs", "search"];
+const ENGINE_KEYS: &[&str] = &[
+    "model",
+    "dataset",
+    "batch_size",
+    "steps",
+    "warmup",
+    "device",
+    "devices",
+    "threads",
+    "lr",
+];
+const COMMAND_KEYS: &[&str] = &["run", "metric_regex", "metric_json_key", "cwd"];
+const SEARCH_KEYS: &[&str] = &[
+    "strategy",
+    "repeats",
+    "timeout_s",
+    "eta",
+    "baseline",
+    "mem_cap_mib",
+];
+
+pub(super) fn parse(text: &str, path: &Path) -> Result<Spec> {
+    let cx = Cx { text, path };
+    let doc = DeTable::parse(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        let mut msg = e.message().trim_end().to_string();
+        // TOML's message does not say which key; the span does.
+        if msg == "duplicate key" {
+            if let Some(key) = text.get(span.clone()) {
+                msg = format!("duplicate key '{}'", shown(key.trim()));
+            }
+        }
+        cx.err(span, shown(&msg))
+    })?;
+    cx.spec(doc.get_ref())
+}
+
+type Val<'i> = Spanned<DeValue<'i>>;
+type Key<'i> = Spanned<DeString<'i>>;
+
+/// Entries in file order (the map itself is sorted by key).
+fn entries<'t, 'i>(t: &'t DeTable<'i>) -> Vec<(&'t Key<'i>, &'t Val<'i>)> {
+    let mut v: Vec<_> = t.iter().collect();
+    v.sort_by_key(|(k, _)| k.span().start);
+    v
+}
+
+/// Parsing context: the source text, for turning spans into line and column.
+struct Cx<'a> {
+    text: &'a str,
+    path: &'a Path,
+}
+
+impl Cx<'_> {
+    fn err(&self, span: Range<usize>, msg: impl Into<String>) -> Error {
+        let at = span.start.min(self.text.len());
+        let before = self.text.get(..at).unwrap_or("");
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let col = before[line_start..].chars().count() + 1;
+        Error::Spec {
+            path: self.path.to_path_buf(),
+            line,
+            col,
+            msg: msg.into(),
+        }
+    }
+
+    fn check_keys(&self, t: &DeTable<'_>, allowed: &[&str], table: &str) -> Result<()> {
+        match entries(t)
+            .into_iter()
+            .find(|(k, _)| !allowed.contains(&k.get_ref().as_ref()))
+        {
+            Some((k, _)) => Err(self.err(
+                k.span(),
+                format!(
+                    "unknown key '{}' in {table}: allowed keys are {}",
+                    shown(k.get_ref()),
+                    allowed.join(", ")
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn wrong_type(&self, v: &Val<'_>, what: &str, expected: &str) -> Error {
+        self.err(
+            v.span(),
+            format!(
+                "{what}: expected {expected}, found {}",
+                v.get_ref().type_str()
+            ),
+        )
+    }
+
+    fn string(&self, v: &Val<'_>, what: &str) -> Result<String> {
+        match v.get_ref() {
+            DeValue::String(s) if !s.trim().is_empty() => Ok(s.to_string()),
+            DeValue::String(_) => Err(self.err(v.span(), format!("{what} is empty"))),
+            _ => Err(self.wrong_type(v, what, "a string")),
+        }
+    }
+
+    fn choice(&self, v: &Val<'_>, what: &str, allowed: &[&str]) -> Result<String> {
+        let s = self.string(v, what)?;
+        if allowed.contains(&s.as_str()) {
+            Ok(s)
+        } else {
+            Err(self.err(
+                v.span(),
+                format!(
+                    "unknown {what} '{}': allowed values are {}",
+                    shown(&s),
+                    allowed.join(", ")
+                ),
+            ))
+        }
+    }
+
+    /// A non-negative integer within `bound`.
+    fn count(&self, v: &Val<'_>, what: &str, bound: &Bound) -> Result<usize> {
+        let DeValue::Integer(i) = v.get_ref() else {
+            return Err(self.wrong_type(v, what, "an integer"));
+        };
+        let digits = i.as_str();
+        if digits.starts_with('-') {
+            return Err(self.err(
+                v.span(),
+                format!(
+                    "{what}: expected a non-negative integer, found {}",
+                    shown(&i.to_string())
+                ),
+            ));
+        }
+        // Anything that does not fit a u64 is out of range as surely as u64::MAX is.
+        let n = u64::from_str_radix(digits.trim_start_matches('+'), i.radix()).unwrap_or(u64::MAX);
+        let n = bound.check(n).map_err(|_| {
+            self.err(
+                v.span(),
+                format!("{what} {}", bound.refusal(&i.to_string())),
+            )
+        })?;
+        usize::try_from(n).map_err(|_| {
+            self.err(
+                v.span(),
+                format!("{what} {}", bound.refusal(&i.to_string())),
+            )
+        })
+    }
+
+    /// A learning rate the engine's f32 arithmetic can use.
+    fn lr(&self, v: &Val<'_>, what: &str) -> Result<f64> {
+        let x = match v.get_ref() {
+            DeValue::Float(f) => f.as_str().parse::<f64>().ok(),
+            DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
+                .ok()
+                .map(|n| n as f64),
+            _ => return Err(self.wrong_type(v, what, "a number")),
+        };
+        let x = x.unwrap_or(f64::NAN);
+        limits::lr(x)
+            .map(|_| x)
+            .map_err(|e| self.err(v.span(), format!("{what}: {e}")))
+    }
+
+    fn table<'t, 'i>(&self, v: &'t Val<'i>, what: &str) -> Result<&'t DeTable<'i>> {
+        v.get_ref()
+            .as_table()
+            .ok_or_else(|| self.wrong_type(v, what, "a table"))
+    }
+
+    fn spec(&self, doc: &DeTable<'_>) -> Result<Spec> {
+        self.check_keys(doc, TOP_KEYS, "the spec")?;
+        let name = match doc.get("name") {
+            Some(v) => {
+                let name = self.string(v, "name")?;
+                let ok = !name.starts_with('.')
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+                if !ok {
+                    return Err(self.err(
+                        v.span(),
+                        format!(
+                            "name '{}' is not a folder name: use letters, digits, '-', '_' and '.', not starting with '.'",
+                            shown(&name)
+                        ),
+                    ));
+                }
+                name
+            }
+            None => self.default_name(),
+        };
+        let (wkey, wval) = doc.get_key_value("workload").ok_or_else(|| {
+            self.err(
+                0..0,
+                "missing [workload]: give model = ... for the built-in engine or a [workload.command]",
+            )
+        })?;
+        let workload = self.workload(wkey, wval)?;
+        let knobs = match doc.get("knobs") {
+            Some(v) => self.knobs(self.table(v, "knobs")?)?,
+            None => Vec::new(),
+        };
+        let search = self.search(doc, &workload, &knobs)?;
+        Ok(Spec {
+            name,
+            workload,
+            knobs,
+            search,
+            path: self.path.to_path_buf(),
+        })
+    }
+
+    /// The file stem, with characters that cannot name a folder replaced.
+    fn default_name(&self) -> String {
+        let stem = self
+            .path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let clean: String = stem
+            .trim_start_matches('.')
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        if clean.is_empty() {
+            "sweep".into()
+        } else {
+            clean
+        }
+    }
+
+    fn workload(&self, key: &Key<'_>, v: &Val<'_>) -> Result<Workload> {
+        let t = self.table(v, "workload")?;
+        let engine_keys: Vec<_> = entries(t)
+            .into_iter()
+            .filter(|(k, _)| k.get_ref() != "command")
+            .collect();
+        match (t.get_key_value("command"), engine_keys.first()) {
+            (Some(_), Some((k, _))) => Err(self.err(
+                k.span(),
+                format!(
+                    "workload.{} given together with [workload.command]: a workload is either the built-in engine or a command, not both",
+                    k.get_ref()
+                ),
+            )),
+            (Some((_, cmd)), None) => {
+                let ct = self.table(cmd, "workload.command")?;
+                Ok(Workload::Command(self.command(ct, cmd)?))
+            }
+            (None, None) => Err(self.err(
+                key.span(),
+                "[workload] is empty: give model = ... for the built-in engine or a [workload.command]",
+            )),
+            (None, Some(_)) => Ok(Workload::Engine(self.engine(t, key)?)),
+        }
+    }
+
+    fn engine(&self, t: &DeTable<'_>, key: &Key<'_>) -> Result<EngineWorkload> {
+        self.check_keys(t, ENGINE_KEYS, "[workload]")?;
+        let required = |name: &str, hint: &str| {
+            t.get(name)
+                .ok_or_else(|| self.err(key.span(), format!("missing workload.{name} ({hint})")))
+        };
+        let model = self.choice(
+            required("model", &format!("one of {}", MODELS.join(", ")))?,
+            "workload.model",
+            MODELS,
+        )?;
+        let dataset_v = required("dataset", "e.g. dataset = \"shapes:4000\"")?;
+        let dataset = self.string(dataset_v, "workload.dataset")?;
+        limits::dataset(&dataset)
+            .map_err(|e| self.err(dataset_v.span(), format!("workload.dataset: {e}")))?;
+        let count = |name: &str, bound: &Bound, default: usize| match t.get(name) {
+            Some(v) => self.count(v, &format!("workload.{name}"), bound),
+            None => Ok(default),
+        };
+        let defaults = Knobs::default();
+        Ok(EngineWorkload {
+            model,
+            dataset,
+            batch_size: count("batch_size", &limits::BATCH_SIZE, defaults.batch_size)?,
+            steps: count("steps", &limits::STEPS, 50)?,
+            warmup: count("warmup", &limits::WARMUP, 5)?,
+            device: match t.get("device") {
+                Some(v) => self.choice(v, "workload.device", DEVICES)?,
+                None => "auto".into(),
+            },
+            devices: count("devices", &limits::DEVICES, 1)?,
+            threads: match t.get("threads") {
+                Some(v) => Some(self.count(v, "workload.threads", &limits::THREADS)?),
+                None => None,
+            },
+            lr: match t.get("lr") {
+                Some(v) => Some(self.lr(v, "workload.lr")?),
+                None => None,
+            },
+        })
+    }
+
+    fn command(&self, t: &DeTable<'_>, at: &Val<'_>) -> Result<CommandWorkload> {
+        self.check_keys(t, COMMAND_KEYS, "[workload.command]")?;
+        let run_v = t.get("run").ok_or_else(|| {
+            self.err(
+                at.span(),
+                "missing workload.command.run, e.g. run = \"python train.py --workers {num_workers}\"",
+            )
+        })?;
+        let run = self.string(run_v, "workload.command.run")?;
+        let raw = self.text.get(run_v.span()).unwrap_or("");
+        for piece in template_pieces(&run) {
+            let (name, at_byte) = match piece {
+                Piece::Placeholder { name, at } => (name, at),
+                Piece::Unclosed(at) => {
+                    return Err(self.err(
+                        self.locate(run_v, raw, &run[at..]),
+                        "unclosed '{' in workload.command.run (write {{ for a literal brace)",
+                    ))
+                }
+                _ => continue,
+            };
+            if !Knobs::NAMES.contains(&name) {
+                let needle = &run[at_byte..at_byte + name.len() + 2];
+                return Err(self.err(
+                    self.locate(run_v, raw, needle),
+                    format!(
+                        "placeholder {{{}}} is not a knob: known knobs are {} (write {{{{ for a literal brace)",
+                        shown(name),
+                        Knobs::NAMES.join(", ")
+                    ),
+                ));
+            }
+        }
+        let metric = match (t.get("metric_regex"), t.get("metric_json_key")) {
+            (Some(_), Some(j)) => {
+                return Err(self.err(
+                    j.span(),
+                    "give exactly one of metric_regex and metric_json_key, not both",
+                ))
+            }
+            (None, None) => {
+                return Err(self.err(
+                    at.span(),
+                    "missing metric: give metric_regex = 'samples/s: ([0-9.]+)' or metric_json_key = \"samples_per_s\"",
+                ))
+            }
+            (Some(r), None) => {
+                let re = self.string(r, "workload.command.metric_regex")?;
+                let groups = capture_groups(&re);
+                if groups != 1 {
+                    return Err(self.err(
+                        r.span(),
+                        format!("metric_regex needs exactly one capture group around the number, found {groups}"),
+                    ));
+                }
+                // Without a regex engine only `literal prefix(number)` is matched; say so
+                // here rather than silently never finding the metric.
+                crate::runner::metric::NumberPattern::parse(&re)
+                    .map_err(|msg| self.err(r.span(), shown(&msg)))?;
+                Metric::Regex(re)
+            }
+            (None, Some(j)) => Metric::JsonKey(self.string(j, "workload.command.metric_json_key")?),
+        };
+        let cwd = match t.get("cwd") {
+            Some(v) => {
+                let cwd = PathBuf::from(self.string(v, "workload.command.cwd")?);
+                // Trials run the command in this folder; a missing one would fail every
+                // trial later as "cannot start sh".
+                let dir = crate::fsio::parent_dir(self.path).join(&cwd);
+                if !dir.is_dir() {
+                    return Err(self.err(
+                        v.span(),
+                        format!(
+                            "workload.command.cwd: folder '{}' does not exist (relative to the spec's folder)",
+                            shown(&dir.display().to_string())
+                        ),
+                    ));
+                }
+                Some(cwd)
+            }
+            None => None,
+        };
+        Ok(CommandWorkload { run, metric, cwd })
+    }
+
+    /// Span of `needle` inside a string literal's source, or the literal's start when
+    /// escapes make the source differ from the value.
+    fn locate(&self, v: &Val<'_>, raw: &str, needle: &str) -> Range<usize> {
+        let start = v.span().start + raw.find(needle).unwrap_or(0);
+        start..start + needle.len()
+    }
+
+    /// One knob value in its canonical spelling.
+    fn knob_value(&self, name: &str, v: &Val<'_>) -> Result<String> {
+        let raw = match v.get_ref() {
+            DeValue::String(s) => s.to_string(),
+            DeValue::Boolean(b) => b.to_string(),
+            DeValue::Integer(i) => match i128::from_str_radix(i.as_str(), i.radix()) {
+                Ok(n) => n.to_string(),
+                Err(_) => i.to_string(),
+            },
+            _ => {
+                return Err(self.wrong_type(
+                    v,
+                    &format!("knob {name}"),
+                    "an integer, boolean or string",
+                ))
+            }
+        };
+        let mut k = Knobs::default();
+        k.set(name, &raw)
+            .map_err(|e| self.err(v.span(), e.to_string()))?;
+        Ok(k.get(name).unwrap_or(raw))
+    }
+
+    fn knob_name(&self, k: &Key<'_>) -> Result<String> {
+        let name = k.get_ref().to_string();
+        if Knobs::NAMES.contains(&name.as_str()) {
+            Ok(name)
+        } else {
+            Err(self.err(
+                k.span(),
+                format!(
+                    "unknown knob '{}': known knobs are {}",
+                    shown(&name),
+                    Knobs::NAMES.join(", ")
+                ),
+            ))
+        }
+    }
+
+    fn knobs(&self, t: &DeTable<'_>) -> Result<Vec<(String, Vec<String>)>> {
+        let mut out = Vec::new();
+        for (k, v) in entries(t) {
+            let name = self.knob_name(k)?;
+            let items: Vec<&Val<'_>> = match v.get_ref() {
+                DeValue::Array(a) => a.iter().collect(),
+                _ => vec![v],
+            };
+            if items.is_empty() {
+                return Err(self.err(
+                    v.span(),
+                    format!("knob {name} has no values: list at least one"),
+                ));
+            }
+            let mut values: Vec<String> = Vec::new();
+            for item in items {
+                let value = self.knob_value(&name, item)?;
+                if values.contains(&value) {
+                    return Err(self.err(item.span(), format!("knob {name} lists '{value}' twice")));
+                }
+                values.push(value);
+            }
+            out.push((name, values));
+        }
+        Ok(out)
+    }
+
+    fn search(
+        &self,
+        doc: &DeTable<'_>,
+        workload: &Workload,
+        knobs: &[(String, Vec<String>)],
+    ) -> Result<Search> {
+        let empty = DeTable::new();
+        let t = match doc.get("search") {
+            Some(v) => self.table(v, "search")?,
+            None => &empty,
+        };
+        self.check_keys(t, SEARCH_KEYS, "[search]")?;
+        let strategy = match t.get("strategy") {
+            Some(v) => {
+                let s = self.string(v, "search.strategy")?;
+                Strategy::parse(&s).ok_or_else(|| {
+                    self.err(
+                        v.span(),
+                        format!(
+                            "unknown search.strategy '{}': allowed values are {}",
+                            shown(&s),
+                            Strategy::ALLOWED.join(", ")
+                        ),
+                    )
+                })?
+            }
+            None => Strategy::OneAtATime,
+        };
+        let count = |name: &str, bound: &Bound, default: usize| match t.get(name) {
+            Some(v) => self.count(v, &format!("search.{name}"), bound),
+            None => Ok(default),
+        };
+        let repeats = count("repeats", &limits::REPEATS, 1)?;
+        let timeout_s = count("timeout_s", &limits::TIMEOUT_S, 600)? as u64;
+        let eta = count("eta", &limits::ETA, 3)?;
+        let mem_cap_mib = match t.get("mem_cap_mib") {
+            Some(v) => Some(self.count(v, "search.mem_cap_mib", &limits::MEM_CAP_MIB)? as u64),
+            None => None,
+        };
+
+        let mut baseline = Knobs::default();
+        if let Workload::Engine(e) = workload {
+            baseline.batch_size = e.batch_size;
+            baseline.devices = e.devices;
+        }
+        for (name, values) in knobs {
+            if let Some(first) = values.first() {
+                baseline
+                    .set(name, first)
+                    .map_err(|e| Error::Invalid(e.to_string()))?;
+            }
+        }
+        let overrides = t.get("baseline");
+        if let Some(bv) = overrides {
+            for (k, v) in entries(self.table(bv, "search.baseline")?) {
+                let name = self.knob_name(k)?;
+                let value = self.knob_value(&name, v)?;
+                if let Some((_, listed)) = knobs.iter().find(|(n, _)| *n == name) {
+                    if !listed.contains(&value) {
+                        return Err(self.err(
+                            v.span(),
+                            format!(
+                                "baseline {name} = {value} is not one of the values listed in [knobs]: {}",
+                                listed.join(", ")
+                            ),
+                        ));
+                    }
+                }
+                baseline
+                    .set(&name, &value)
+                    .map_err(|e| self.err(v.span(), e.to_string()))?;
+            }
+        }
+        baseline.validate().map_err(|e| {
+            let span = overrides
+                .map(|v| v.span())
+                .or_else(|| doc.get_key_value("knobs").map(|(k, _)| k.span()))
+                .or_else(|| doc.get_key_value("workload").map(|(k, _)| k.span()))
+                .unwrap_or(0..0);
+            self.err(span, format!("the baseline configuration is invalid: {e}"))
+        })?;
+        Ok(Search {
+            strategy,
+            repeats,
+            timeout_s,
+            eta,
+            mem_cap_mib,
+            baseline,
+        })
+    }
+}
