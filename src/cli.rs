@@ -191,6 +191,8 @@ impl TrainArgs {
     /// Checks every run flag with the rules a sweep spec is held to (`crate::limits`), so
     /// a bad size is one line naming the flag (exit 2), not an allocation failure.
     pub fn check(&self) -> Result<()> {
+        // Knob flags first: their messages are the more specific ones.
+        self.knobs.knobs()?;
         check_flag("steps", &limits::STEPS, self.steps)?;
         limits::warmup_within(self.warmup, self.steps)
             .map_err(|e| Error::Invalid(format!("--warmup {e} (--warmup is 5 unless given)")))?;
@@ -198,8 +200,7 @@ impl TrainArgs {
             check_flag("threads", &limits::THREADS, t)?;
         }
         limits::lr(f64::from(self.lr)).map_err(|e| Error::Invalid(format!("--lr {e}")))?;
-        limits::dataset(&self.dataset).map_err(|e| Error::Invalid(format!("--dataset {e}")))?;
-        self.knobs.knobs().map(|_| ())
+        limits::dataset(&self.dataset).map_err(|e| Error::Invalid(format!("--dataset {e}")))
     }
 
     pub fn workload(&self) -> Workload {

@@ -73,7 +73,7 @@ pub const BATCH_SIZE: Bound = Bound {
 /// threads; past 64 replicas every one gets a sliver of a core on any machine tune targets.
 pub const DEVICES: Bound = Bound {
     min: 1,
-    max: 64,
+    max: crate::engine::parallel::MAX_DEVICES as u64,
     why: "each device holds a full model replica",
 };
 

@@ -312,7 +312,10 @@ fn assert_bad_input(args: &[&str], needle: &str) {
 
 #[test]
 fn bad_parallel_input_exits_2_and_dp_on_one_device_runs_with_a_note() {
-    assert_bad_input(&["train", "--devices", "0"], "invalid devices 0");
+    assert_bad_input(
+        &["train", "--devices", "0"],
+        "--devices 0: must be at least 1",
+    );
     assert_bad_input(
         &[
             "train",
@@ -323,7 +326,7 @@ fn bad_parallel_input_exits_2_and_dp_on_one_device_runs_with_a_note() {
             "--bucket-mb",
             "0",
         ],
-        "invalid bucket_mb 0",
+        "--bucket-mb 0: must be at least 1",
     );
     assert_bad_input(
         &["train", "--parallel", "dp", "--devices", "2", "--sync-bn"],

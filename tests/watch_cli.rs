@@ -304,7 +304,7 @@ fn train_sample_interval_puts_engine_devices_on_the_timeline() {
             "--steps",
             "2",
         ])
-        .args(["--batch-size", "8", "--no-eval", "--json"])
+        .args(["--warmup", "0", "--batch-size", "8", "--no-eval", "--json"])
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
