@@ -140,9 +140,9 @@ pub struct TrainArgs {
     /// Optimizer steps.
     #[arg(long, default_value_t = 250)]
     pub steps: usize,
-    /// Steps excluded from throughput figures.
-    #[arg(long, default_value_t = 5)]
-    pub warmup: usize,
+    /// Steps excluded from throughput figures [default: 5, or steps - 1 when fewer].
+    #[arg(long)]
+    pub warmup: Option<usize>,
     #[arg(long, default_value_t = 0.05)]
     pub lr: f32,
     /// sgd | adamw
@@ -187,6 +187,8 @@ pub struct TrainArgs {
     pub knobs: KnobArgs,
 }
 
+const DEFAULT_WARMUP: usize = 5;
+
 impl TrainArgs {
     /// Checks every run flag with the rules a sweep spec is held to (`crate::limits`), so
     /// a bad size is one line naming the flag (exit 2), not an allocation failure.
@@ -194,8 +196,10 @@ impl TrainArgs {
         // Knob flags first: their messages are the more specific ones.
         self.knobs.knobs()?;
         check_flag("steps", &limits::STEPS, self.steps)?;
-        limits::warmup_within(self.warmup, self.steps)
-            .map_err(|e| Error::Invalid(format!("--warmup {e} (--warmup is 5 unless given)")))?;
+        if let Some(w) = self.warmup {
+            limits::warmup_within(w, self.steps)
+                .map_err(|e| Error::Invalid(format!("--warmup {e}")))?;
+        }
         if let Some(t) = self.threads {
             check_flag("threads", &limits::THREADS, t)?;
         }
@@ -203,12 +207,19 @@ impl TrainArgs {
         limits::dataset(&self.dataset).map_err(|e| Error::Invalid(format!("--dataset {e}")))
     }
 
+    /// The warm-up steps: as given, else 5 but never all of a short run (`--steps 3`
+    /// measures its last step rather than being refused for a flag the user never typed).
+    pub fn warmup(&self) -> usize {
+        self.warmup
+            .unwrap_or(DEFAULT_WARMUP.min(self.steps.saturating_sub(1)))
+    }
+
     pub fn workload(&self) -> Workload {
         Workload {
             model: self.model,
             dataset: self.dataset.clone(),
             steps: self.steps,
-            warmup: self.warmup,
+            warmup: self.warmup(),
             lr: self.lr,
             optimizer: self.optimizer,
             seed: self.seed,

@@ -83,7 +83,7 @@ pub fn child_main(args: &TrainArgs) -> i32 {
         return code;
     }
     // Progress for a dashboard, when the sweep asked for it (see `live`).
-    let mut live = LiveWriter::from_env(args.warmup);
+    let mut live = LiveWriter::from_env(args.warmup());
     let mut quiet = NoObserver;
     let obs: &mut dyn Observer = match live.as_mut() {
         Some(w) => w,
