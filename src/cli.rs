@@ -46,6 +46,23 @@ pub enum Command {
     /// One trial of a sweep (run by `tune sweep` in a child process; prints one JSON line).
     #[command(hide = true)]
     Trial(TrainArgs),
+    /// Runs one command trial and ends its whole process tree (run by `tune sweep`).
+    #[command(hide = true)]
+    Supervise(SuperviseArgs),
+}
+
+/// `tune supervise`: see `runner::supervise`.
+#[derive(Debug, Args, Clone)]
+pub struct SuperviseArgs {
+    /// The sweep's pid: the supervisor ends the tree when it is no longer its parent.
+    #[arg(long)]
+    pub parent: u32,
+    /// End the tree when its resident memory passes this many bytes.
+    #[arg(long)]
+    pub mem_cap_bytes: Option<u64>,
+    /// The command and its arguments.
+    #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
+    pub command: Vec<String>,
 }
 
 /// The knob flags shared by `train` and `trial`; names match the knob names.

@@ -66,6 +66,7 @@ fn print_error(kind: &str, message: String) {
 
 /// Child side of `tune trial`: runs the workload, prints one JSON line, returns the exit code.
 pub fn child_main(args: &TrainArgs) -> i32 {
+    super::alloc::mark_trial_child();
     let cap = std::env::var(MEM_CAP_ENV)
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok());

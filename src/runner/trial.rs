@@ -5,13 +5,10 @@
 //! command workloads run the user's command under `sh -c` and read the metric from its
 //! output. A trial's failure is data for the report, never an error of the sweep.
 
-use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -20,9 +17,13 @@ pub use super::child::child_main;
 use super::child::{EXIT_OOM, MEM_CAP_ENV};
 use super::live::LIVE_ENV;
 use super::metric::{json_value, NumberPattern};
+use super::pipes::{lock, spawn_reader, Shared, Tail};
+use super::procs::{die_with_parent, kill_descendants, kill_group};
 use super::record::{Repeat, Status};
 use super::spec::{CommandWorkload, EngineWorkload, Metric, Spec, Workload};
+use super::supervise::{Report as SupReport, REPORT_PREFIX};
 use crate::engine::train::RunSummary;
+use crate::fsio::MAX_INPUT_BYTES;
 use crate::knobs::Knobs;
 
 /// Lines of stderr kept for a crash report.
@@ -124,15 +125,27 @@ fn run_engine(env: &TrialEnv, w: &EngineWorkload, knobs: &Knobs, steps: usize) -
         Some(p) => cmd.env(LIVE_ENV, p),
         None => cmd.env_remove(LIVE_ENV),
     };
-    let fin = match supervise(cmd, env, false) {
+    // The child's one result line; the last one that parses wins.
+    let result: Shared<Option<ChildLine>> = Arc::default();
+    let seen = Arc::clone(&result);
+    let on_line = move |l: &str| {
+        let l = l.trim();
+        if l.starts_with('{') {
+            if let Ok(line) = serde_json::from_str::<ChildLine>(l) {
+                *lock(&seen) = Some(line);
+            }
+        }
+    };
+    let max_line = usize::try_from(MAX_INPUT_BYTES).unwrap_or(usize::MAX);
+    let fin = match run_child(cmd, env, false, max_line, on_line) {
         Ok(f) => f,
         Err(e) => return Outcome::fail(Status::Failed, e),
     };
-    let line = fin
-        .stdout
-        .iter()
-        .rev()
-        .find_map(|l| serde_json::from_str::<ChildLine>(l.trim()).ok());
+    // Past the limit is a time-out whatever the child printed before it was killed.
+    if fin.timed_out {
+        return Outcome::fail(Status::Timeout, fin.timeout_message(env.timeout));
+    }
+    let line = lock(&result).take();
     match line {
         Some(ChildLine::Ok(s)) => Outcome {
             status: Status::Ok,
@@ -148,13 +161,27 @@ fn run_engine(env: &TrialEnv, w: &EngineWorkload, knobs: &Knobs, steps: usize) -
             };
             Outcome::fail(status, message)
         }
-        None if fin.timed_out => Outcome::fail(Status::Timeout, fin.timeout_message(env.timeout)),
-        None if fin.status.and_then(|s| s.code()) == Some(EXIT_OOM) => {
+        None if fin.exit_code() == Some(EXIT_OOM) => {
             Outcome::fail(Status::Oom, fin.describe("exceeded the memory cap"))
         }
         None => Outcome::fail(Status::Crashed, fin.describe("no result")),
     }
 }
+
+/// Finds the metric in one line of a command's stdout.
+type Extract = dyn Fn(&str) -> Option<f64> + Send;
+
+/// Metric values read from a command's stdout. Bounded: a command printing a figure per
+/// line for hours must not grow the sweep without limit.
+#[derive(Default)]
+struct Values {
+    kept: Vec<f64>,
+    dropped: usize,
+}
+
+const MAX_VALUES: usize = 1 << 20;
+/// Bytes of one stdout line of a command that are looked at.
+const COMMAND_LINE_BYTES: usize = 1 << 20;
 
 fn run_command(env: &TrialEnv, spec_dir: &Path, c: &CommandWorkload, knobs: &Knobs) -> Outcome {
     let line = c.render(knobs);
@@ -162,31 +189,84 @@ fn run_command(env: &TrialEnv, spec_dir: &Path, c: &CommandWorkload, knobs: &Kno
         Some(d) => spec_dir.join(d),
         None => spec_dir.to_path_buf(),
     };
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c").arg(&line).current_dir(&cwd);
-    let fin = match supervise(cmd, env, true) {
-        Ok(f) => f,
-        Err(e) => return Outcome::fail(Status::Failed, e),
-    };
-    if fin.timed_out {
-        return Outcome::fail(Status::Timeout, fin.timeout_message(env.timeout));
-    }
-    let values: Vec<f64> = match &c.metric {
-        Metric::JsonKey(k) => fin.stdout.iter().filter_map(|l| json_value(l, k)).collect(),
+    let extract: Box<Extract> = match &c.metric {
+        Metric::JsonKey(k) => {
+            let k = k.clone();
+            Box::new(move |l| json_value(l, &k))
+        }
         Metric::Regex(re) => match NumberPattern::parse(re) {
-            Ok(p) => fin.stdout.iter().filter_map(|l| p.extract(l)).collect(),
+            Ok(p) => Box::new(move |l| p.extract(l)),
             Err(e) => return Outcome::fail(Status::Failed, e),
         },
     };
-    if !fin.status.is_some_and(|s| s.success()) {
+    let values: Shared<Values> = Arc::default();
+    let sink = Arc::clone(&values);
+    let on_line = move |l: &str| {
+        if let Some(v) = extract(l) {
+            let mut s = lock(&sink);
+            if s.kept.len() < MAX_VALUES {
+                s.kept.push(v);
+            } else {
+                s.dropped += 1;
+            }
+        }
+    };
+    // The supervisor (`tune supervise`) runs `sh -c` and ends the whole tree.
+    let mut cmd = Command::new(&env.exe);
+    cmd.arg("supervise")
+        .arg("--parent")
+        .arg(std::process::id().to_string());
+    if let Some(cap) = env.mem_cap_bytes {
+        cmd.arg("--mem-cap-bytes").arg(cap.to_string());
+    }
+    cmd.args(["--", "sh", "-c", &line]).current_dir(&cwd);
+    let fin = match run_child(cmd, env, true, COMMAND_LINE_BYTES, on_line) {
+        Ok(f) => f,
+        Err(e) => return Outcome::fail(Status::Failed, e),
+    };
+    let Values { kept, dropped } = std::mem::take(&mut *lock(&values));
+    if fin.timed_out {
+        return Outcome::fail(Status::Timeout, fin.timeout_message(env.timeout));
+    }
+    let Some(sup) = &fin.report else {
+        return Outcome::fail(
+            Status::Crashed,
+            fin.describe(&format!(
+                "the supervisor of `{line}` ended without a report"
+            )),
+        );
+    };
+    if let Some(e) = &sup.error {
+        return Outcome::fail(Status::Failed, e.clone());
+    }
+    if let Some(rss) = sup.over_cap_bytes {
+        return Outcome::fail(
+            Status::Oom,
+            format!(
+                "`{line}`: its processes' resident memory reached {:.1} MiB, over the trial cap of {:.1} MiB (mem_cap_mib); the process tree was ended",
+                rss as f64 / 1048576.0,
+                env.mem_cap_bytes.unwrap_or(0) as f64 / 1048576.0
+            ),
+        );
+    }
+    if sup.stopped {
+        return Outcome::fail(
+            Status::Failed,
+            format!("`{line}` was stopped before it ended"),
+        );
+    }
+    if sup.code != Some(0) {
         return Outcome::fail(Status::Crashed, fin.describe(&format!("`{line}` failed")));
     }
-    let values: Vec<f64> = values.into_iter().filter(|v| *v > 0.0).collect();
+    let values: Vec<f64> = kept.into_iter().filter(|v| *v > 0.0).collect();
     if values.is_empty() {
         return Outcome::fail(
             Status::Failed,
             format!("`{line}` printed no positive metric value on stdout"),
         );
+    }
+    if dropped > 0 {
+        eprintln!("note: `{line}` printed more than {MAX_VALUES} metric values; the first {MAX_VALUES} are used");
     }
     // Each reported figure is one sample of samples/s: as a "step" of one sample, its
     // time is the reciprocal, so the same statistics apply as to engine trials.
@@ -201,6 +281,7 @@ fn run_command(env: &TrialEnv, spec_dir: &Path, c: &CommandWorkload, knobs: &Kno
             samples_per_s: median,
             backend: "command".into(),
             wall_s: fin.elapsed.as_secs_f64(),
+            peak_total_bytes: sup.peak_rss_bytes,
             ..Repeat::default()
         }),
     }
@@ -209,8 +290,9 @@ fn run_command(env: &TrialEnv, spec_dir: &Path, c: &CommandWorkload, knobs: &Kno
 /// How a child process ended.
 struct Finished {
     status: Option<ExitStatus>,
+    /// The supervisor's report, for command trials.
+    report: Option<SupReport>,
     timed_out: bool,
-    stdout: Vec<String>,
     stderr_tail: Vec<String>,
     elapsed: Duration,
 }
@@ -218,16 +300,26 @@ struct Finished {
 impl Finished {
     fn timeout_message(&self, limit: Duration) -> String {
         format!(
-            "killed after the per-trial limit of {} s",
-            limit.as_secs_f64()
+            "killed after the per-trial limit of {} s (ran {:.1} s)",
+            limit.as_secs_f64(),
+            self.elapsed.as_secs_f64()
         )
+    }
+
+    fn exit_code(&self) -> Option<i32> {
+        self.status.and_then(|s| s.code())
     }
 
     /// "what; how it ended; last stderr lines".
     fn describe(&self, what: &str) -> String {
-        let how = match self.status {
-            Some(s) => exit_description(s),
-            None => "ended in an unknown way".into(),
+        let how = match (&self.report, self.status) {
+            (Some(r), _) => match (r.code, r.signal) {
+                (_, Some(sig)) => signal_description(sig),
+                (Some(c), _) => code_description(c),
+                _ => "ended in an unknown way".into(),
+            },
+            (None, Some(s)) => exit_description(s),
+            (None, None) => "ended in an unknown way".into(),
         };
         let mut msg = format!("{what}: {how}");
         if !self.stderr_tail.is_empty() {
@@ -239,79 +331,107 @@ impl Finished {
 }
 
 fn exit_description(s: ExitStatus) -> String {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(sig) = s.signal() {
-            let name = match sig {
-                6 => " (SIGABRT)",
-                9 => " (SIGKILL, e.g. the kernel's OOM killer)",
-                11 => " (SIGSEGV)",
-                15 => " (SIGTERM)",
-                _ => "",
-            };
-            return format!("killed by signal {sig}{name}");
-        }
-    }
-    match s.code() {
-        Some(101) => "exited with code 101 (a Rust panic)".into(),
-        Some(c) => format!("exited with code {c}"),
-        None => "ended without an exit code".into(),
+    use std::os::unix::process::ExitStatusExt;
+    match (s.signal(), s.code()) {
+        (Some(sig), _) => signal_description(sig),
+        (None, Some(c)) => code_description(c),
+        (None, None) => "ended without an exit code".into(),
     }
 }
 
-fn reader<R: Read + Send + 'static>(r: R, keep: Option<usize>) -> JoinHandle<Vec<String>> {
-    std::thread::spawn(move || {
-        let mut lines = VecDeque::new();
-        for line in BufReader::new(r).lines() {
-            let Ok(line) = line else { break };
-            lines.push_back(line);
-            if keep.is_some_and(|k| lines.len() > k) {
-                lines.pop_front();
-            }
-        }
-        lines.into()
-    })
+fn signal_description(sig: i32) -> String {
+    let name = match sig {
+        6 => " (SIGABRT)",
+        9 => " (SIGKILL, e.g. the kernel's OOM killer)",
+        11 => " (SIGSEGV)",
+        13 => " (SIGPIPE)",
+        15 => " (SIGTERM)",
+        _ => "",
+    };
+    format!("killed by signal {sig}{name}")
 }
 
-/// Spawns `cmd` with piped output, waits up to the trial timeout, kills it past that or
-/// when cancelled. With `group`, the child leads a new process group and the whole group
-/// is killed, so a shell's grandchildren do not outlive it (and keep our pipes open).
-fn supervise(mut cmd: Command, env: &TrialEnv, group: bool) -> Result<Finished, String> {
+fn code_description(c: i32) -> String {
+    match c {
+        101 => "exited with code 101 (a Rust panic)".into(),
+        c => format!("exited with code {c}"),
+    }
+}
+
+/// How long readers may take to reach EOF once the trial's processes are gone.
+const READER_GRACE: Duration = Duration::from_secs(2);
+/// How long a supervisor may take to end its tree after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Spawns `cmd` (a `tune trial` child, or with `supervised` a `tune supervise`), feeds
+/// its stdout lines to `on_stdout`, and waits up to the trial timeout; past it, or when
+/// cancelled, it ends the child and everything under it.
+fn run_child<F>(
+    mut cmd: Command,
+    env: &TrialEnv,
+    supervised: bool,
+    max_line: usize,
+    on_stdout: F,
+) -> Result<Finished, String>
+where
+    F: FnMut(&str) + Send + 'static,
+{
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    #[cfg(unix)]
-    if group {
-        use std::os::unix::process::CommandExt;
-        cmd.process_group(0);
-    }
+    // A supervisor catches SIGTERM to end its tree first; an engine child has no tree.
+    die_with_parent(
+        &mut cmd,
+        if supervised {
+            libc::SIGTERM
+        } else {
+            libc::SIGKILL
+        },
+    );
     let started = Instant::now();
+    // No deadline when the limit is beyond what the clock can represent.
+    let deadline = started.checked_add(env.timeout);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
-    let out = child.stdout.take().map(|o| reader(o, None));
-    let err = child.stderr.take().map(|e| reader(e, Some(STDERR_TAIL)));
-    let (status, timed_out) =
-        wait_with_timeout(&mut child, env.timeout, env.cancel.as_deref(), group);
-    let join =
-        |h: Option<JoinHandle<Vec<String>>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
+    let out = child
+        .stdout
+        .take()
+        .map(|o| spawn_reader(o, max_line, on_stdout));
+    let err_state: Shared<(Tail, Option<SupReport>)> =
+        Arc::new(Mutex::new((Tail::new(STDERR_TAIL), None)));
+    let sink = Arc::clone(&err_state);
+    let err = child.stderr.take().map(|e| {
+        spawn_reader(e, 64 << 10, move |l| {
+            let mut s = lock(&sink);
+            match l.strip_prefix(REPORT_PREFIX) {
+                Some(json) if supervised => s.1 = serde_json::from_str(json).ok(),
+                _ => s.0.push(l),
+            }
+        })
+    });
+    let (status, timed_out) = wait_until(&mut child, deadline, env.cancel.as_deref(), supervised);
+    // Every writer is dead now, so EOF is near; an escaped holder only costs the grace.
+    let grace = Instant::now() + READER_GRACE;
+    for rx in [out, err].into_iter().flatten() {
+        let _ = rx.recv_timeout(grace.saturating_duration_since(Instant::now()));
+    }
+    let (tail, report) = lock(&err_state).clone();
     Ok(Finished {
         status,
+        report,
         timed_out,
-        stdout: join(out),
-        stderr_tail: join(err),
+        stderr_tail: tail.lines(),
         elapsed: started.elapsed(),
     })
 }
 
-fn wait_with_timeout(
+fn wait_until(
     child: &mut Child,
-    timeout: Duration,
+    deadline: Option<Instant>,
     cancel: Option<&AtomicBool>,
-    group: bool,
+    supervised: bool,
 ) -> (Option<ExitStatus>, bool) {
-    let deadline = Instant::now() + timeout;
     let mut poll = Duration::from_millis(5);
     loop {
         match child.try_wait() {
@@ -320,20 +440,37 @@ fn wait_with_timeout(
             Err(_) => return (child.wait().ok(), false),
         }
         let cancelled = cancel.is_some_and(|c| c.load(Ordering::Relaxed));
-        if cancelled || Instant::now() >= deadline {
-            if group {
-                // No libc here: kill(1) with a negative pid signals the whole group.
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{}", child.id())])
-                    .status();
-            }
-            let _ = child.kill();
+        if cancelled || deadline.is_some_and(|d| Instant::now() >= d) {
+            stop(child, supervised);
             return (child.wait().ok(), !cancelled);
         }
         std::thread::sleep(poll);
         // Short trials answer fast; long ones need not be polled 200 times a second.
         poll = (poll * 2).min(Duration::from_millis(50));
     }
+}
+
+/// Ends a child and its tree: a supervisor is asked (SIGTERM) so it can reap what
+/// left its group, and forced if it does not finish in time.
+fn stop(child: &mut Child, supervised: bool) {
+    let pid = child.id();
+    if supervised {
+        // SAFETY: kill(2) has no memory effects; the child is not reaped yet, so `pid`
+        // is still ours.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        }
+        let until = Instant::now() + STOP_GRACE;
+        while Instant::now() < until {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        kill_descendants(pid);
+    }
+    kill_group(pid, libc::SIGKILL);
+    let _ = child.kill();
 }
 
 #[cfg(test)]
@@ -364,74 +501,5 @@ mod tests {
         assert!(a.contains(" --autotune"), "{a}");
         assert!(!a.contains("--pin-memory"), "{a}");
         assert!(a.contains("--threads 1"), "{a}");
-    }
-
-    #[test]
-    fn command_trials_read_the_metric() {
-        let spec = Spec::parse(
-            "[workload.command]\nrun = \"echo 'samples/s: 10'; echo 'samples/s: 20'; echo 'x {batch_size}'\"\nmetric_regex = 'samples/s: ([0-9.]+)'\n",
-            "/tmp/x.toml",
-        )
-        .unwrap();
-        let env = TrialEnv {
-            exe: PathBuf::from("unused"),
-            timeout: Duration::from_secs(10),
-            mem_cap_bytes: None,
-            live_file: None,
-            cancel: None,
-        };
-        let o = run_trial(&env, &spec, &spec.search.baseline, 1);
-        assert_eq!(o.status, Status::Ok, "{:?}", o.error);
-        let r = o.repeat.unwrap();
-        assert_eq!(r.step_times, vec![0.1, 0.05]);
-        assert_eq!(r.samples_per_s, 15.0);
-    }
-
-    #[test]
-    fn cancel_kills_the_child_and_is_not_a_timeout() {
-        let spec = Spec::parse(
-            "[workload.command]\nrun = \"sleep 30; echo 'samples/s: 1'\"\nmetric_regex = 'samples/s: ([0-9.]+)'\n",
-            "/tmp/x.toml",
-        )
-        .unwrap();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let env = TrialEnv {
-            exe: PathBuf::from("unused"),
-            timeout: Duration::from_secs(60),
-            mem_cap_bytes: None,
-            live_file: None,
-            cancel: Some(cancel.clone()),
-        };
-        let t = Instant::now();
-        let o = std::thread::scope(|s| {
-            s.spawn(|| {
-                std::thread::sleep(Duration::from_millis(300));
-                cancel.store(true, Ordering::Relaxed);
-            });
-            run_trial(&env, &spec, &spec.search.baseline, 1)
-        });
-        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
-        assert_ne!(o.status, Status::Timeout);
-        assert_ne!(o.status, Status::Ok);
-    }
-
-    #[test]
-    fn command_timeout_kills_the_tree() {
-        let spec = Spec::parse(
-            "[workload.command]\nrun = \"sleep 30; echo 'samples/s: 1'\"\nmetric_regex = 'samples/s: ([0-9.]+)'\n",
-            "/tmp/x.toml",
-        )
-        .unwrap();
-        let env = TrialEnv {
-            exe: PathBuf::from("unused"),
-            timeout: Duration::from_millis(300),
-            mem_cap_bytes: None,
-            live_file: None,
-            cancel: None,
-        };
-        let t = Instant::now();
-        let o = run_trial(&env, &spec, &spec.search.baseline, 1);
-        assert_eq!(o.status, Status::Timeout);
-        assert!(t.elapsed() < Duration::from_secs(5));
     }
 }
