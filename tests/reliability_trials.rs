@@ -330,12 +330,34 @@ fn invalid_utf8_and_200_mb_of_output_keep_later_metrics_and_bounded_memory() {
 
 #[test]
 fn allocation_failure_in_a_trial_is_oom_not_a_crash() {
+    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     let m = marker("alloc");
-    // 1e11 samples of 784 floats: hundreds of terabytes, more than any machine gives.
-    let spec = engine_spec(dir.path(), 100_000_000_000, "timeout_s = 60");
+    // The largest batch a spec accepts (65536 samples of the mlp: over 1 GB of
+    // activations) in a sweep whose address space is capped at 1 GiB, as a small
+    // machine or a container limit would: the trial's allocation fails for real.
+    let spec = engine_spec(dir.path(), 65536, "timeout_s = 60");
     let out = dir.path().join("out");
-    run_sweep(&spec, &out, &m, Duration::from_secs(30));
+    let mut cmd = sweep_cmd(&spec, &out, &m);
+    // SAFETY: setrlimit is async-signal-safe and touches only the child being spawned.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    assert!(
+        wait_child(&mut child, Duration::from_secs(60)),
+        "sweep hung"
+    );
+    assert!(wait_none_left(&m, Duration::from_secs(3)).is_empty());
     let rec = journal_trial(&out);
     assert_eq!(rec["status"], "oom", "{rec}");
     let err = rec["error"].as_str().unwrap_or("");
