@@ -392,3 +392,32 @@ fn a_stale_temp_from_a_crashed_run_is_removed() {
     let names: Vec<String> = listing(d.path()).into_iter().map(|f| f.0).collect();
     assert_eq!(names, ["report.html", "report.json", "summary.md"]);
 }
+
+/// The committed corpus of hostile reports, one by one through `tune report`: `ok-*`
+/// render (exit 0), `bad-*` are refused as bad input (exit 2), none hangs.
+#[test]
+fn the_hostile_report_corpus_renders_or_is_refused_in_bounded_time() {
+    let d = tempfile::tempdir().unwrap();
+    let mut seen = 0;
+    for e in std::fs::read_dir("tests/corpus/report").unwrap() {
+        let src = e.unwrap().path();
+        let name = src.file_stem().unwrap().to_string_lossy().into_owned();
+        let json = d.path().join(format!("{name}.json"));
+        std::fs::copy(&src, &json).unwrap();
+        let start = Instant::now();
+        let o = tune(&["report", json.to_str().unwrap()]);
+        let want = if name.starts_with("bad-") { 2 } else { 0 };
+        assert_eq!(o.status.code(), Some(want), "{name}: {}", show(&o));
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{name}: {:?}",
+            start.elapsed()
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stderr).lines().count() <= 1,
+            "{name}"
+        );
+        seen += 1;
+    }
+    assert!(seen >= 6);
+}
