@@ -100,51 +100,63 @@ impl Error {
     }
 }
 
-/// Longest echo of a user's value in a message, in characters.
-const SHOWN_MAX_CHARS: usize = 200;
+/// Longest stretch of a value an error line shows before cutting it.
+const SHOWN_CHARS: usize = 300;
 
-/// A user's value as it may appear in a one-line message: control characters escaped
-/// (`\x1b`, `\0`, `\n`) so a value cannot move the cursor, recolour or split the line,
-/// and cut to about 200 characters with the full length in bytes, so a 10 MB name
-/// cannot flood the terminal.
+/// Control and bidi-override characters would move the cursor, recolour or clear the
+/// terminal, or reorder what the reader sees.
+fn hostile(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn escape_into(out: &mut String, s: &str) {
+    for c in s.chars() {
+        if hostile(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+}
+
+/// A user-supplied value as it may appear in a message: control characters escaped
+/// (`\u{1b}`, `\n`), and cut to its first 300 characters with its full size appended.
 pub fn shown(value: &str) -> String {
     let mut out = String::new();
-    for (i, c) in value.chars().enumerate() {
-        if i >= SHOWN_MAX_CHARS {
+    match value.char_indices().nth(SHOWN_CHARS) {
+        Some((cut, _)) => {
+            escape_into(&mut out, &value[..cut]);
             out.push_str(&format!("… ({} bytes)", value.len()));
-            return out;
         }
-        match c {
-            '\0' => out.push_str("\\0"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => {
-                let n = c as u32;
-                if n <= 0xff {
-                    out.push_str(&format!("\\x{n:02x}"));
-                } else {
-                    out.push_str(&format!("\\u{{{n:x}}}"));
-                }
-            }
-            c => out.push(c),
-        }
+        None => escape_into(&mut out, value),
     }
     out
 }
 
+/// An error message as the one line `error: ...` prints: every space-separated part
+/// passed through [`shown`], so a message that embeds a 10 MB name or an escape
+/// sequence, from whichever path it came, stays one short, inert line.
+pub fn one_line(msg: &str) -> String {
+    msg.split(' ').map(shown).collect::<Vec<_>>().join(" ")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::shown;
+    use super::*;
 
     #[test]
     fn shown_escapes_control_characters_and_cuts_long_values() {
-        assert_eq!(shown("a\u{1b}[31mb\0c\nd"), "a\\x1b[31mb\\0c\\nd");
-        assert_eq!(shown("\u{9b}"), "\\x9b");
-        let long = "x".repeat(10 << 20);
+        assert_eq!(shown("a\u{1b}[2Jb\0c\nd"), "a\\u{1b}[2Jb\\u{0}c\\nd");
+        assert_eq!(shown("x\u{202e}y"), "x\\u{202e}y");
+        let long = "é".repeat(1000);
         let s = shown(&long);
-        assert!(s.len() < 300, "{}", s.len());
-        assert!(s.ends_with(&format!("… ({} bytes)", 10 << 20)), "{s}");
-        assert_eq!(shown("plain"), "plain");
+        assert!(s.ends_with("… (2000 bytes)"), "{s}");
+        assert_eq!(s.chars().count(), 300 + "… (2000 bytes)".chars().count());
+        assert_eq!(shown("plain text: ok"), "plain text: ok");
+        let line = one_line(&format!("bad name {}: use a shorter one", "n".repeat(5000)));
+        assert!(
+            line.starts_with("bad name nnn") && line.ends_with("(5001 bytes) use a shorter one"),
+            "{line}"
+        );
     }
 }

@@ -25,7 +25,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("error: {e}");
+            // The one place tune prints an error: escaped and cut here, every path is covered.
+            eprintln!("error: {}", tune::error::one_line(&e.to_string()));
             ExitCode::from(if e.is_bad_input() { 2 } else { 1 })
         }
     }

@@ -7,8 +7,7 @@ use std::path::Path;
 use crate::cli::GateArgs;
 use crate::error::{Error, Result};
 use crate::gate::{self, render, Policy};
-use crate::report::{Report, REPORT_JSON};
-use crate::runner::journal::atomic_write;
+use crate::report::{check_output, write_set, Report, REPORT_JSON};
 
 /// "5%" or "0.05" as a fraction. A bare number of 1 or more is refused: "5" is far more
 /// likely to mean 5% than 500%.
@@ -67,6 +66,14 @@ pub fn main(args: &GateArgs) -> Result<i32> {
             metrics.push(*m);
         }
     }
+    // Every input and output path is checked before anything is judged or written:
+    // exit 2 leaves no output behind (docs/ci.md).
+    if let Some(p) = &args.md {
+        check_output("--md", p)?;
+    }
+    if let Some(p) = &args.junit {
+        check_output("--junit", p)?;
+    }
     let base = load("baseline", &args.baseline)?;
     let cur = load("current", &args.current)?;
     let (bp, cp) = (
@@ -74,12 +81,14 @@ pub fn main(args: &GateArgs) -> Result<i32> {
         args.current.display().to_string(),
     );
     let g = gate::gate((&bp, &base), (&cp, &cur), &metrics, &policy)?;
+    let mut files = Vec::new();
     if let Some(p) = &args.md {
-        atomic_write(p, render::markdown(&g).as_bytes())?;
+        files.push((p.clone(), render::markdown(&g).into_bytes()));
     }
     if let Some(p) = &args.junit {
-        atomic_write(p, render::junit(&g).as_bytes())?;
+        files.push((p.clone(), render::junit(&g).into_bytes()));
     }
+    write_set(&files)?;
     if args.json {
         println!("{}", render::json(&g)?);
     } else {

@@ -10,7 +10,7 @@ pub mod verdict;
 
 use serde::Serialize;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 use crate::report::model::{Environment, NoiseFloor, Report};
 use crate::runner::plan::knobs_hash;
@@ -99,7 +99,7 @@ fn pct(x: f64) -> String {
 }
 
 /// Judges every metric of every configuration both reports measured. Errors (exit 2)
-/// when nothing can be matched.
+/// when nothing can be matched, or when every check had to be skipped.
 pub fn gate(
     baseline: (&str, &Report),
     current: (&str, &Report),
@@ -151,6 +151,21 @@ pub fn gate(
              the differences include the machine",
             eb.cores, eb.cpu_model, eb.host, ec.cores, ec.cpu_model, ec.host
         ));
+    }
+    // A gate that compared nothing has shown nothing: passing it would let any
+    // regression through (a baseline whose trials all crashed, a metric neither report
+    // measured).
+    if checks.iter().all(|c| c.verdict == Verdict::Skipped) {
+        let why = checks
+            .first()
+            .map_or("no configuration in common".to_string(), |c| {
+                format!("{} {}: {}", c.config, c.metric.name(), c.reason)
+            });
+        return Err(Error::Invalid(format!(
+            "tune gate compared nothing: all {} check(s) were skipped (first: {why}); \
+             gate against a baseline whose trials completed and measured the chosen --metric",
+            checks.len()
+        )));
     }
     let verdict = if checks.iter().any(|c| c.verdict.fails()) {
         Overall::Regression

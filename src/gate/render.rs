@@ -6,6 +6,7 @@ use std::fmt::Write;
 use super::verdict::fmt_p;
 use super::{Check, GateReport, Overall};
 use crate::error::{Error, Result};
+use crate::report::markdown::cell as md_cell;
 
 fn headline(g: &GateReport) -> String {
     match g.verdict {
@@ -39,7 +40,8 @@ fn source_line(name: &str, s: &super::Source) -> String {
         e.cpu_model,
         e.git_commit
             .as_deref()
-            .map_or("unknown", |c| &c[..c.len().min(12)])
+            // By characters: a byte slice of a hostile commit string could split one.
+            .map_or("unknown".into(), |c| c.chars().take(12).collect::<String>())
     )
 }
 
@@ -156,11 +158,6 @@ pub fn table(g: &GateReport) -> String {
         let _ = writeln!(s, "note: {n}");
     }
     s
-}
-
-/// Table cells must not break the table: pipes and newlines are escaped.
-fn md_cell(s: &str) -> String {
-    s.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
 pub fn markdown(g: &GateReport) -> String {

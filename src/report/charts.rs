@@ -11,8 +11,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use super::axis::Span;
+pub use super::charts_xy::{loss, pareto, pareto_front};
 use super::model::{Report, TrialReport};
-use crate::runner::record::Status;
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 type Drawn = Result<(), Box<dyn std::error::Error>>;
@@ -30,19 +31,19 @@ pub const PALETTE: [RGBColor; 10] = [
     RGBColor(156, 117, 95),
     RGBColor(186, 176, 172),
 ];
-const INK: RGBColor = RGBColor(34, 34, 34);
-const MUTED: RGBColor = RGBColor(119, 119, 119);
-const GRID: RGBColor = RGBColor(221, 221, 221);
-const BAR: RGBColor = RGBColor(78, 121, 167);
-const BEST: RGBColor = RGBColor(89, 161, 79);
+pub(super) const INK: RGBColor = RGBColor(34, 34, 34);
+pub(super) const MUTED: RGBColor = RGBColor(119, 119, 119);
+pub(super) const GRID: RGBColor = RGBColor(221, 221, 221);
+pub(super) const BAR: RGBColor = RGBColor(78, 121, 167);
+pub(super) const BEST: RGBColor = RGBColor(89, 161, 79);
 const CONFIRM: RGBColor = RGBColor(176, 122, 161);
 const BAD: RGBColor = RGBColor(187, 0, 0);
 const BAND: RGBColor = RGBColor(242, 242, 242);
 
 const FONT: &str = "sans-serif";
 /// plotters' SVG backend writes font-size = size / 1.24; 15 gives 12px text.
-const TEXT: f64 = 15.0;
-const WIDTH: u32 = 980;
+pub(super) const TEXT: f64 = 15.0;
+pub(super) const WIDTH: u32 = 980;
 
 pub fn color(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
@@ -58,16 +59,16 @@ pub fn truncate(s: &str, n: usize) -> String {
     }
 }
 
-fn text_style(c: &'static RGBColor) -> TextStyle<'static> {
+pub(super) fn text_style(c: &'static RGBColor) -> TextStyle<'static> {
     TextStyle::from((FONT, TEXT).into_font()).color(c)
 }
 
-fn anchored(c: &'static RGBColor, h: HPos, v: VPos) -> TextStyle<'static> {
+pub(super) fn anchored(c: &'static RGBColor, h: HPos, v: VPos) -> TextStyle<'static> {
     text_style(c).pos(Pos::new(h, v))
 }
 
 /// Draws into a fresh SVG of `w`×`h` pixels, labelled for screen readers and tests.
-fn svg(id: &str, w: u32, h: u32, draw: impl FnOnce(&Area) -> Drawn) -> String {
+pub(super) fn svg(id: &str, w: u32, h: u32, draw: impl FnOnce(&Area) -> Drawn) -> String {
     let mut buf = String::new();
     let res = {
         let root = SVGBackend::with_string(&mut buf, (w, h)).into_drawing_area();
@@ -90,12 +91,12 @@ fn svg(id: &str, w: u32, h: u32, draw: impl FnOnce(&Area) -> Drawn) -> String {
     }
 }
 
-fn note(text: &str) -> String {
+pub(super) fn note(text: &str) -> String {
     format!("<p class=\"muted\">{}</p>", super::html::esc(text))
 }
 
 /// An axis tick: no decimals once the numbers are large enough not to need them.
-fn tick(v: f64) -> String {
+pub(super) fn tick(v: f64) -> String {
     if v.abs() >= 10.0 || v == v.round() {
         format!("{v:.0}")
     } else {
@@ -146,10 +147,11 @@ pub fn throughput(r: &Report) -> String {
         .iter()
         .filter_map(|row| row.trial.samples_per_s.map(|c| c.hi.max(c.median)))
         .fold(0.0, f64::max);
-    if rows.is_empty() || max <= 0.0 {
+    if rows.is_empty() || max.is_nan() || max <= 0.0 {
         return note("No successful trial to chart.");
     }
     let n = rows.len();
+    let (xs, ys) = (Span::upto(max, 1.05), Span::new(0.0, n as f64));
     let labels: Vec<String> = rows.iter().map(|x| x.label.clone()).collect();
     let lw = label_width(&labels);
     let h = 26 * n as u32 + 70;
@@ -164,7 +166,7 @@ pub fn throughput(r: &Report) -> String {
             .margin_right(70)
             .x_label_area_size(40)
             .y_label_area_size(lw)
-            .build_cartesian_2d(0f64..max * 1.05, 0f64..n as f64)?;
+            .build_cartesian_2d(xs.range(), ys.range())?;
         chart
             .configure_mesh()
             .disable_y_mesh()
@@ -186,19 +188,20 @@ pub fn throughput(r: &Report) -> String {
             ))?;
             match row.trial.samples_per_s {
                 Some(c) => {
+                    let (lo, mid, hi) = (xs.put(c.lo), xs.put(c.median), xs.put(c.hi));
                     chart.draw_series(std::iter::once(Rectangle::new(
-                        [(0.0, y(i) + 0.18), (c.median, y(i) + 0.82)],
+                        [(0.0, y(i) + 0.18), (mid, y(i) + 0.82)],
                         row.fill.filled(),
                     )))?;
                     chart.draw_series(std::iter::once(ErrorBar::new_horizontal(
                         y(i) + 0.5,
-                        c.lo,
-                        c.median,
-                        c.hi,
+                        lo,
+                        mid,
+                        hi,
                         INK.stroke_width(1),
                         8,
                     )))?;
-                    let end = chart.backend_coord(&(c.hi, y(i) + 0.5));
+                    let end = chart.backend_coord(&(hi, y(i) + 0.5));
                     root.draw(&Text::new(
                         format!("{:.1}", c.median),
                         (end.0 + 6, end.1),
@@ -216,7 +219,7 @@ pub fn throughput(r: &Report) -> String {
         }
         if let Some(b) = base {
             chart.draw_series(std::iter::once(PathElement::new(
-                vec![(b.median, 0.0), (b.median, n as f64)],
+                vec![(xs.put(b.median), 0.0), (xs.put(b.median), n as f64)],
                 MUTED.stroke_width(1),
             )))?;
         }
@@ -267,6 +270,7 @@ pub fn phases(r: &Report) -> String {
     let labels: Vec<String> = rows.iter().map(|t| truncate(&t.label, 40)).collect();
     let lw = label_width(&labels);
     let h = 26 * n as u32 + 96;
+    let (xs, ys) = (Span::new(0.0, 100.0), Span::new(0.0, n as f64));
     svg("phases", WIDTH, h, |root| {
         let (plot, legend) = root.split_vertically(h - 34);
         let mut chart = ChartBuilder::on(&plot)
@@ -274,7 +278,7 @@ pub fn phases(r: &Report) -> String {
             .margin_right(30)
             .x_label_area_size(40)
             .y_label_area_size(lw)
-            .build_cartesian_2d(0f64..100f64, 0f64..n as f64)?;
+            .build_cartesian_2d(xs.range(), ys.range())?;
         chart
             .configure_mesh()
             .disable_y_mesh()
@@ -294,15 +298,23 @@ pub fn phases(r: &Report) -> String {
                 (at.0 - 8, at.1),
                 anchored(&INK, HPos::Right, VPos::Center),
             ))?;
-            let total: f64 = names.iter().filter_map(|k| t.phase_share.get(k)).sum();
+            // A share that is negative, NaN or infinite counts as nothing.
+            let share = |k: &String| {
+                t.phase_share
+                    .get(k)
+                    .copied()
+                    .filter(|v| v.is_finite() && *v > 0.0)
+            };
+            let total: f64 = names.iter().filter_map(share).sum::<f64>().min(f64::MAX);
             let mut x = 0.0;
             for (j, k) in names.iter().enumerate() {
-                let Some(v) = t.phase_share.get(k) else {
+                let Some(v) = share(k) else {
                     continue;
                 };
-                let w = 100.0 * v / total.max(1e-12);
+                let end = xs.put(x + 100.0 * (v / total.max(1e-12)));
+                let w = end - x;
                 chart.draw_series(std::iter::once(Rectangle::new(
-                    [(x, y + 0.18), (x + w, y + 0.82)],
+                    [(x, y + 0.18), (end, y + 0.82)],
                     color(j).filled(),
                 )))?;
                 if w >= 7.0 {
@@ -313,7 +325,7 @@ pub fn phases(r: &Report) -> String {
                         anchored(&WHITE, HPos::Center, VPos::Center),
                     ))?;
                 }
-                x += w;
+                x = end;
             }
         }
         legend_row(&legend, lw as i32 + 10, &names)
@@ -384,18 +396,19 @@ pub fn device_timeline(r: &Report) -> String {
         .chain(r.trial_spans.iter().map(|s| s.end_s))
         .fold(0.0, f64::max)
         .max(1e-3);
+    let xs = Span::upto(t_end, 1.0);
     let panel = 230u32;
     svg("device-timeline", WIDTH, 2 * panel + 30, |root| {
         let (top, bottom) = root.split_vertically(panel + 15);
         let mut names: Vec<String> = util.keys().cloned().collect();
         names.extend(mem.keys().cloned());
         let util_panel = Panel {
-            y_max: 100.0,
+            ys: Span::new(0.0, 100.0),
             y_desc: "utilization (%)",
             series: &util,
             limit: None,
         };
-        line_panel(&top, r, t_end, &util_panel, &names)?;
+        line_panel(&top, r, xs, &util_panel, &names)?;
         // The per-trial cap is what resident memory is held against.
         let cap = r
             .spec
@@ -407,29 +420,29 @@ pub fn device_timeline(r: &Report) -> String {
             .flat_map(|v| v.iter().map(|p| p.1))
             .chain(cap.as_ref().map(|c| c.0))
             .fold(0.0, f64::max)
-            .max(1.0)
-            * 1.1;
+            .max(1.0);
         let mem_panel = Panel {
-            y_max: mem_max,
+            ys: Span::upto(mem_max, 1.1),
             y_desc: "memory (MiB)",
             series: &mem,
             limit: cap,
         };
-        line_panel(&bottom, r, t_end, &mem_panel, &names)
+        line_panel(&bottom, r, xs, &mem_panel, &names)
     })
 }
 
 /// One panel of the device timeline.
 struct Panel<'a> {
-    y_max: f64,
+    ys: Span,
     y_desc: &'a str,
     series: &'a BTreeMap<String, Vec<(f64, f64)>>,
     /// A horizontal reference line: its value and its label.
     limit: Option<(f64, String)>,
 }
 
-fn line_panel(area: &Area, r: &Report, t_end: f64, p: &Panel, all_names: &[String]) -> Drawn {
-    let (y_max, y_desc, series) = (p.y_max, p.y_desc, p.series);
+fn line_panel(area: &Area, r: &Report, xs: Span, p: &Panel, all_names: &[String]) -> Drawn {
+    let (ys, y_desc, series) = (p.ys, p.y_desc, p.series);
+    let (t_end, y_max) = (xs.hi(), ys.hi());
     // The chart maps to whole-SVG pixels; this panel draws relative to its own corner.
     let base = area.get_base_pixel();
     let local = |(x, y): (i32, i32)| (x - base.0, y - base.1);
@@ -438,7 +451,7 @@ fn line_panel(area: &Area, r: &Report, t_end: f64, p: &Panel, all_names: &[Strin
         .margin_top(22)
         .x_label_area_size(34)
         .y_label_area_size(60)
-        .build_cartesian_2d(0f64..t_end, 0f64..y_max)?;
+        .build_cartesian_2d(xs.range(), ys.range())?;
     chart
         .configure_mesh()
         .light_line_style(WHITE)
@@ -451,14 +464,15 @@ fn line_panel(area: &Area, r: &Report, t_end: f64, p: &Panel, all_names: &[Strin
         .axis_desc_style(text_style(&MUTED))
         .draw()?;
     for (i, s) in r.trial_spans.iter().enumerate() {
+        let (start, end) = (xs.put(s.start_s), xs.put(s.end_s));
         if i % 2 == 0 {
             chart.draw_series(std::iter::once(Rectangle::new(
-                [(s.start_s, 0.0), (s.end_s, y_max)],
+                [(start, 0.0), (end, y_max)],
                 BAND.filled(),
             )))?;
         }
-        let left = local(chart.backend_coord(&(s.start_s, y_max)));
-        let right = local(chart.backend_coord(&(s.end_s, y_max)));
+        let left = local(chart.backend_coord(&(start, y_max)));
+        let right = local(chart.backend_coord(&(end, y_max)));
         let room = ((right.0 - left.0) / 7).max(0) as usize;
         if room >= 3 {
             area.draw(&Text::new(
@@ -469,6 +483,7 @@ fn line_panel(area: &Area, r: &Report, t_end: f64, p: &Panel, all_names: &[Strin
         }
     }
     if let Some((v, label)) = &p.limit {
+        let v = &ys.put(*v);
         chart.draw_series(std::iter::once(PathElement::new(
             vec![(0.0, *v), (t_end, *v)],
             BAD.stroke_width(1),
@@ -484,7 +499,10 @@ fn line_panel(area: &Area, r: &Report, t_end: f64, p: &Panel, all_names: &[Strin
         let j = all_names.iter().position(|n| n == name).unwrap_or(0);
         let c = color(j);
         chart
-            .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))?
+            .draw_series(LineSeries::new(
+                pts.iter().map(|&(t, v)| (xs.put(t), ys.put(v))),
+                c.stroke_width(2),
+            ))?
             .label(name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
     }
@@ -525,13 +543,14 @@ pub fn device_memory(r: &Report) -> String {
     let lw = label_width(&labels);
     let n = rows.len();
     let h = 22 * n as u32 + 70;
+    let (xs, ys) = (Span::upto(max, 1.05), Span::new(0.0, n as f64));
     svg("device-memory", WIDTH, h, |root| {
         let mut chart = ChartBuilder::on(root)
             .margin(10)
             .margin_right(90)
             .x_label_area_size(40)
             .y_label_area_size(lw)
-            .build_cartesian_2d(0f64..max * 1.05, 0f64..n as f64)?;
+            .build_cartesian_2d(xs.range(), ys.range())?;
         chart
             .configure_mesh()
             .disable_y_mesh()
@@ -552,7 +571,7 @@ pub fn device_memory(r: &Report) -> String {
                 (at.0 - 8, at.1),
                 anchored(&INK, HPos::Right, VPos::Center),
             ))?;
-            let v = d.peak_bytes.unwrap_or(0) as f64 / 1048576.0;
+            let v = xs.put(d.peak_bytes.unwrap_or(0) as f64 / 1048576.0);
             chart.draw_series(std::iter::once(Rectangle::new(
                 [(0.0, y + 0.15), (v, y + 0.85)],
                 color(*i).filled(),
@@ -571,194 +590,9 @@ pub fn device_memory(r: &Report) -> String {
     })
 }
 
-/// Loss per step of each configuration's first repeat.
-pub fn loss(r: &Report) -> String {
-    let finite = |v: f32| v.is_finite() && v < f32::MAX;
-    let curves: Vec<(&TrialReport, Vec<(f64, f64)>)> = r
-        .trials
-        .iter()
-        .filter_map(|t| {
-            let l = &t.repeats.first()?.losses;
-            let pts: Vec<(f64, f64)> = l
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| finite(**v))
-                .map(|(i, v)| (i as f64, f64::from(*v)))
-                .collect();
-            (pts.len() >= 2).then_some((t, pts))
-        })
-        .collect();
-    if curves.is_empty() {
-        return note("No loss curves recorded.");
-    }
-    let steps = curves
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|x| x.0))
-        .fold(1.0, f64::max);
-    let top = curves
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|x| x.1))
-        .fold(0.0, f64::max)
-        .max(1e-6)
-        * 1.05;
-    svg("loss", WIDTH, 340, |root| {
-        let mut chart = ChartBuilder::on(root)
-            .margin(10)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0f64..steps, 0f64..top)?;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .x_label_formatter(&|v| tick(*v))
-            .x_desc("step (first repeat)")
-            .y_desc("training loss")
-            .label_style(text_style(&INK))
-            .axis_desc_style(text_style(&MUTED))
-            .draw()?;
-        for (i, (t, pts)) in curves.iter().enumerate() {
-            let c = color(i);
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))?
-                .label(truncate(&t.label, 40))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(GRID)
-            .label_font(text_style(&INK))
-            .draw()?;
-        Ok(())
-    })
-}
-
-/// The configurations no other beats on both throughput and peak memory, by memory.
-pub fn pareto_front(points: &[(f64, f64)]) -> Vec<usize> {
-    let mut front: Vec<usize> = (0..points.len())
-        .filter(|&i| {
-            let (m, s) = points[i];
-            !points
-                .iter()
-                .enumerate()
-                .any(|(j, &(m2, s2))| j != i && m2 <= m && s2 >= s && (m2 < m || s2 > s))
-        })
-        .collect();
-    front.sort_by(|&a, &b| points[a].0.total_cmp(&points[b].0));
-    front
-}
-
-/// Throughput against peak memory, one point per successful configuration with its
-/// interval; the Pareto front is joined and drawn solid.
-pub fn pareto(r: &Report) -> String {
-    let pts: Vec<(&TrialReport, f64, f64, f64, f64)> = r
-        .trials
-        .iter()
-        .filter(|t| t.status == Status::Ok)
-        .filter_map(|t| {
-            let c = t.samples_per_s?;
-            Some((t, t.peak_mib()?, c.median, c.lo, c.hi))
-        })
-        .collect();
-    if pts.len() < 2 {
-        return note("Fewer than two successful configurations with memory figures.");
-    }
-    let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.1, p.2)).collect();
-    let front = pareto_front(&xy);
-    let (x_lo, x_hi) = pts
-        .iter()
-        .fold((f64::MAX, 0.0f64), |(a, b), p| (a.min(p.1), b.max(p.1)));
-    let y_hi = pts.iter().map(|p| p.4).fold(0.0, f64::max);
-    let pad = ((x_hi - x_lo) * 0.08).max(1.0);
-    svg("pareto", WIDTH, 400, |root| {
-        let mut chart = ChartBuilder::on(root)
-            .margin(10)
-            .margin_right(40)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d((x_lo - pad).max(0.0)..x_hi + pad, 0f64..y_hi * 1.1)?;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .x_label_formatter(&|v| tick(*v))
-            .y_label_formatter(&|v| tick(*v))
-            .x_desc("peak memory tracked by the engine (MiB)")
-            .y_desc("samples/s")
-            .label_style(text_style(&INK))
-            .axis_desc_style(text_style(&MUTED))
-            .draw()?;
-        chart.draw_series(std::iter::once(PathElement::new(
-            front
-                .iter()
-                .map(|&i| (pts[i].1, pts[i].2))
-                .collect::<Vec<_>>(),
-            BEST.stroke_width(2),
-        )))?;
-        let mut placed: Vec<(i32, i32, i32)> = Vec::new();
-        for (i, p) in pts.iter().enumerate() {
-            let on_front = front.contains(&i);
-            chart.draw_series(std::iter::once(ErrorBar::new_vertical(
-                p.1,
-                p.3,
-                p.2,
-                p.4,
-                MUTED.stroke_width(1),
-                6,
-            )))?;
-            let style = if on_front {
-                BEST.filled()
-            } else {
-                BAR.stroke_width(2)
-            };
-            chart.draw_series(std::iter::once(Circle::new((p.1, p.2), 5, style)))?;
-            let at = chart.backend_coord(&(p.1, p.2));
-            let label = truncate(&p.0.label, 28);
-            // Nearby points would print their labels on top of each other: move a label
-            // down a line until it is clear of those already placed.
-            let (x, mut y) = (at.0 + 8, at.1 - 8);
-            let w = 7 * label.chars().count() as i32;
-            while placed
-                .iter()
-                .any(|&(px, py, pw)| (py - y).abs() < 13 && x < px + pw && px < x + w)
-            {
-                y += 13;
-            }
-            placed.push((x, y, w));
-            root.draw(&Text::new(
-                label,
-                (x, y),
-                anchored(
-                    if on_front { &INK } else { &MUTED },
-                    HPos::Left,
-                    VPos::Bottom,
-                ),
-            ))?;
-        }
-        Ok(())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pareto_front_keeps_only_undominated_points() {
-        // (memory, throughput)
-        let pts = [
-            (100.0, 50.0),
-            (80.0, 40.0),
-            (120.0, 45.0),
-            (60.0, 20.0),
-            (90.0, 50.0),
-        ];
-        assert_eq!(pareto_front(&pts), vec![3, 1, 4]);
-    }
 
     #[test]
     fn device_chart_shows_every_device_of_a_multi_device_trial() {

@@ -6,9 +6,66 @@ use super::model::{RecKind, Report, TrialReport};
 use crate::advisor::fmt_ratio;
 use crate::runner::record::Status;
 
-/// Table cells must not break the table: pipes and newlines are escaped.
+/// Untrusted text (names, a command's stderr, error messages) as one line of markdown
+/// that renders as exactly that text: in a table cell, a list item or a heading. The
+/// markdown counterpart of `html::esc`, and the one escaper for everything tune writes
+/// as markdown (summary.md, `tune gate --md`, the watch report).
+///
+/// Raw HTML is entity-escaped (GitHub would render or strip it), markdown punctuation is
+/// backslash-escaped (`|` would split a table row), newlines and tabs become spaces, other
+/// control characters are shown as `\xNN`, and leading whitespace is dropped so nothing
+/// becomes a heading, a list, a quote or a code block.
 pub fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+    let mut out = String::with_capacity(s.len() + 8);
+    for ch in s.trim_start().chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\\' | '|' | '`' | '*' | '[' | ']' | '#' | '~' => {
+                out.push('\\');
+                out.push(ch);
+            }
+            '\n' | '\r' | '\t' => out.push(' '),
+            c if c.is_control() => {
+                // `\\` renders as one backslash: the reader sees `\x1b`.
+                let _ = write!(out, "\\\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    // A leading `-`, `+`, `=` or `1.` would start a list or underline a heading.
+    match out.chars().next() {
+        Some('-' | '+' | '=') => out.insert(0, '\\'),
+        Some(c) if c.is_ascii_digit() => {
+            let digits = out.chars().take_while(char::is_ascii_digit).count();
+            if matches!(out[digits..].chars().next(), Some('.' | ')')) {
+                out.insert(digits, '\\');
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Untrusted text as an inline code span (a flag, a command line). Backslash escapes do
+/// not work inside code spans, so backticks become `'`; `|` is still escaped because a
+/// table row is split before code spans are parsed; HTML is inert inside a code span.
+pub fn code(s: &str) -> String {
+    let mut out = String::from("`");
+    for ch in s.chars() {
+        match ch {
+            '`' => out.push('\''),
+            '|' => out.push_str("\\|"),
+            '\n' | '\r' | '\t' => out.push(' '),
+            c if c.is_control() => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('`');
+    out
 }
 
 pub fn throughput_cell(t: &TrialReport) -> String {
@@ -94,13 +151,13 @@ pub fn render(r: &Report) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {kind} | {} | {} | {} | `{}` | `{}` |",
+                "| {kind} | {} | {} | {} | {} | {} |",
                 cell(&rec.title),
                 rec.expected_gain
                     .map_or("not measured".into(), |g| fmt_ratio(&g)),
                 cell(&rec.confidence),
-                cell(&rec.tune_flag).replace('`', "'"),
-                cell(&rec.pytorch).replace('`', "'"),
+                code(&rec.tune_flag),
+                code(&rec.pytorch),
             );
         }
         let _ = writeln!(s);

@@ -4,8 +4,10 @@
 //! `tune report` re-renders from a report.json, or from a sweep folder: its report.json
 //! when there is one, else its journal.jsonl, whose header line carries the spec.
 
+pub(crate) mod axis;
 pub mod build;
 pub mod charts;
+mod charts_xy;
 pub mod html;
 pub mod markdown;
 pub mod model;
@@ -16,7 +18,8 @@ pub use model::Report;
 
 use crate::cli::ReportArgs;
 use crate::error::{Error, Result};
-use crate::runner::journal::{atomic_write, Journal};
+use crate::fsio;
+use crate::runner::journal::Journal;
 use crate::runner::record::{Record, TrialRecord};
 use crate::runner::spec::Spec;
 
@@ -40,17 +43,120 @@ pub fn read_journal(path: &Path) -> Result<(Spec, Vec<TrialRecord>)> {
     Ok((spec, trials))
 }
 
-/// Writes report.json, report.html and summary.md into `dir`, each atomically.
+/// Writes report.json, report.html and summary.md into `dir` as one set: all rendered
+/// before anything is written, then all or nothing (see [`write_set`]).
 pub fn write_all(dir: &Path, report: &Report) -> Result<[PathBuf; 3]> {
     let paths = [
         dir.join(REPORT_JSON),
         dir.join(REPORT_HTML),
         dir.join(SUMMARY_MD),
     ];
-    atomic_write(&paths[0], report.to_json()?.as_bytes())?;
-    atomic_write(&paths[1], html::render(report).as_bytes())?;
-    atomic_write(&paths[2], markdown::render(report).as_bytes())?;
+    let [json, html, md] = paths.clone();
+    write_set(&[
+        (json, report.to_json()?.into_bytes()),
+        (html, html::render(report).into_bytes()),
+        (md, markdown::render(report).into_bytes()),
+    ])?;
     Ok(paths)
+}
+
+/// Refuses an output path that names a folder, or whose folder does not exist, before
+/// anything is written: that is the user's input (exit 2), named by its flag.
+pub fn check_output(flag: &str, path: &Path) -> Result<()> {
+    let why = if path.is_dir() {
+        "is a folder"
+    } else if !fsio::parent_dir(path).is_dir() {
+        "is in a folder that does not exist"
+    } else {
+        return Ok(());
+    };
+    Err(Error::Invalid(format!(
+        "{flag} {}: {why}; give a file path in an existing folder",
+        crate::error::shown(&path.display().to_string())
+    )))
+}
+
+/// Writes files that belong together (a report and its renderings, the gate's outputs)
+/// all or nothing: every file goes to a temp beside its target first; only when all
+/// are written are they renamed into place. On a failure (full disk, file too large,
+/// read-only folder) the temps are removed and the previous files stay as they were.
+/// Stale temps of these files, left by a run that crashed, are removed first.
+pub fn write_set(files: &[(PathBuf, Vec<u8>)]) -> Result<()> {
+    for (path, _) in files {
+        remove_stale_temps(path);
+        if path.is_dir() {
+            return Err(Error::write(
+                path,
+                std::io::Error::other("a folder is in the way of this file"),
+            ));
+        }
+    }
+    let mut temps = Vec::with_capacity(files.len());
+    let discard = |temps: &[PathBuf]| {
+        for t in temps {
+            // Best effort: the write error is what the caller needs.
+            let _ = std::fs::remove_file(t);
+        }
+    };
+    for (path, bytes) in files {
+        match fsio::write_temp(path, bytes) {
+            Ok(t) => temps.push(t),
+            Err(e) => {
+                discard(&temps);
+                return Err(e);
+            }
+        }
+    }
+    for (i, ((path, _), tmp)) in files.iter().zip(&temps).enumerate() {
+        if let Err(e) = std::fs::rename(tmp, path) {
+            discard(&temps[i..]);
+            return Err(Error::write(path, e));
+        }
+    }
+    let mut dirs: Vec<&Path> = files.iter().map(|(p, _)| fsio::parent_dir(p)).collect();
+    dirs.dedup();
+    for d in dirs {
+        fsio::sync_dir(d)?;
+    }
+    Ok(())
+}
+
+/// Removes `.NAME.PID.N.tmp` files beside `path` whose process is gone: what a run that
+/// was killed mid-write left behind. A live process's temps are left alone.
+fn remove_stale_temps(path: &Path) {
+    let (Some(name), Ok(entries)) = (
+        path.file_name().and_then(|n| n.to_str()),
+        std::fs::read_dir(fsio::parent_dir(path)),
+    ) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(rest) = file
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|f| f.strip_suffix(".tmp"))
+        else {
+            continue;
+        };
+        let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid != std::process::id() && !process_alive(pid) {
+            // Best effort: a temp that cannot be removed does no harm.
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+fn process_alive(pid: u32) -> bool {
+    if cfg!(target_os = "linux") {
+        Path::new("/proc").join(pid.to_string()).exists()
+    } else {
+        // Without /proc, keep them: removing a live writer's temp would fail its rename.
+        true
+    }
 }
 
 pub fn main(args: &ReportArgs) -> Result<i32> {
@@ -79,13 +185,17 @@ pub fn main(args: &ReportArgs) -> Result<i32> {
     };
     let html_path = args.html.clone().unwrap_or_else(|| dir.join(REPORT_HTML));
     let md_path = args.md.clone().unwrap_or_else(|| dir.join(SUMMARY_MD));
+    check_output("--html", &html_path)?;
+    check_output("--md", &md_path)?;
+    let mut files = Vec::with_capacity(3);
     if rebuilt {
-        let p = dir.join(REPORT_JSON);
-        atomic_write(&p, report.to_json()?.as_bytes())?;
+        files.push((dir.join(REPORT_JSON), report.to_json()?.into_bytes()));
+    }
+    files.push((html_path, html::render(&report).into_bytes()));
+    files.push((md_path, markdown::render(&report).into_bytes()));
+    write_set(&files)?;
+    for (p, _) in &files {
         println!("{}", p.display());
     }
-    atomic_write(&html_path, html::render(&report).as_bytes())?;
-    atomic_write(&md_path, markdown::render(&report).as_bytes())?;
-    println!("{}\n{}", html_path.display(), md_path.display());
     Ok(0)
 }

@@ -8,6 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fsio::{read_text_limited, MAX_INPUT_BYTES};
 use crate::knobs::Knobs;
 use crate::runner::plan::Skipped;
 use crate::runner::record::{Repeat, Status};
@@ -246,7 +247,7 @@ impl Report {
     /// Reads a report, refusing one written by a newer major schema version.
     pub fn load(path: impl AsRef<Path>) -> Result<Report> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = read_text_limited(path, MAX_INPUT_BYTES)?;
         let value: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::format(path, format!("not a JSON report: {e}")))?;
         let version = value
@@ -282,8 +283,72 @@ impl Report {
                 ))
             }
         }
-        serde_json::from_value(value)
-            .map_err(|e| Error::format(path, format!("invalid report: {e}")))
+        // Parsed again from the text, not from `value`: only then does serde_json say
+        // where (line, column) a field has the wrong type.
+        drop(value);
+        let report: Report = serde_json::from_str(&text).map_err(|e| {
+            // "missing field `x`" names it already; the key before it would mislead.
+            let field = match e.to_string().starts_with("missing field") {
+                true => None,
+                false => field_before(&text, e.line(), e.column()),
+            }
+            .map(|f| format!("field `{f}`: "))
+            .unwrap_or_default();
+            Error::format(path, format!("invalid report: {field}{e}"))
+        })?;
+        report
+            .check()
+            .map_err(|why| Error::format(path, format!("invalid report: {why}")))?;
+        Ok(report)
+    }
+
+    /// The figures the renderers and the gate divide, scale and compare must be
+    /// non-negative (serde already refused non-numbers, NaN and negative counts).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let bad = |field: String, v: f64| {
+            (v.is_nan() || v < 0.0).then(|| format!("{field} is {v}, must be zero or more"))
+        };
+        let all = self
+            .trials
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("trials[{i}]"), t));
+        let confirm = self.confirmation.iter().flat_map(|c| {
+            c.trial
+                .iter()
+                .chain(c.baseline_rerun.iter())
+                .map(|t| ("confirmation".to_string(), t))
+        });
+        for (at, t) in all.chain(confirm) {
+            let mut figures = vec![(format!("{at}.noise_floor"), t.noise_floor)];
+            if let Some(c) = t.samples_per_s {
+                for (name, v) in [("median", c.median), ("lo", c.lo), ("hi", c.hi)] {
+                    figures.push((format!("{at}.samples_per_s.{name}"), v));
+                }
+            }
+            if let Some(r) = t.ratio_vs_baseline {
+                figures.push((format!("{at}.ratio_vs_baseline.ratio"), r.ratio));
+            }
+            for (k, v) in &t.phase_share {
+                figures.push((format!("{at}.phase_share.{k}"), *v));
+            }
+            for (j, rep) in t.repeats.iter().enumerate() {
+                if let Some(v) = rep.step_times.iter().find(|v| v.is_nan() || **v < 0.0) {
+                    figures.push((format!("{at}.repeats[{j}].step_times"), *v));
+                }
+            }
+            if let Some(msg) = figures.into_iter().find_map(|(f, v)| bad(f, v)) {
+                return Err(msg);
+            }
+        }
+        if let Some(n) = &self.noise_floor {
+            if let Some(msg) = bad("noise_floor.median".into(), n.median)
+                .or_else(|| bad("noise_floor.max".into(), n.max))
+            {
+                return Err(msg);
+            }
+        }
+        Ok(())
     }
 
     pub fn to_json(&self) -> Result<String> {
@@ -294,6 +359,43 @@ impl Report {
     pub fn trial(&self, id: &str) -> Option<&TrialReport> {
         self.trials.iter().find(|t| t.id == id)
     }
+}
+
+/// The name of the last JSON key before `line`:`column` (1-based, as serde_json counts),
+/// so a type error can name its field; a heuristic for the message only.
+fn field_before(text: &str, line: usize, column: usize) -> Option<String> {
+    let start: usize = text
+        .split_inclusive('\n')
+        .take(line.saturating_sub(1))
+        .map(str::len)
+        .sum();
+    let mut end = (start + column).min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let b = before.as_bytes();
+    // The last `"key"` followed by a colon, with or without spaces between (pretty or
+    // compact JSON).
+    let mut i = b.len();
+    while i > 0 {
+        i -= 1;
+        if b[i] != b':' {
+            continue;
+        }
+        let mut close = i;
+        while close > 0 && b[close - 1].is_ascii_whitespace() {
+            close -= 1;
+        }
+        if close == 0 || b[close - 1] != b'"' {
+            continue;
+        }
+        let open = before[..close - 1].rfind('"')?;
+        let key = &before[open + 1..close - 1];
+        return (!key.is_empty() && key.len() <= 64 && !key.contains('\\'))
+            .then(|| key.to_string());
+    }
+    None
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use super::findings::Finding;
 use super::live::fmt_bytes;
 use super::model::{DeviceId, DeviceSummary};
 use crate::error::{Error, Result};
-use crate::report::markdown::cell;
+use crate::report::markdown::{cell, code};
 use crate::report::model::{Environment, TimelineSample, SCHEMA_VERSION};
 use crate::runner::journal::atomic_write;
 
@@ -253,7 +253,7 @@ impl WatchReport {
     pub fn markdown(&self) -> String {
         let mut s = String::new();
         let what = match &self.target.command {
-            Some(c) => format!("`{}`", cell(&c.join(" ")).replace('`', "'")),
+            Some(c) => code(&c.join(" ")),
             None => format!("pid {}", self.target.pid),
         };
         let _ = writeln!(s, "# tune watch: {what}\n");
