@@ -1,6 +1,8 @@
 //! The CUDA backend against the CPU backend, op by op and end to end. Needs a GPU:
 //! skips with the reason when the CUDA backend cannot run here, and fails instead under
-//! `TUNE_REQUIRE_GPU=1`.
+//! `TUNE_REQUIRE_GPU=1`. Under `TUNE_CUDA_STANDIN=1` (set by `.ci/run`) they run on the
+//! CPU stand-in for the driver and cuBLASLt (tests/standin/, docs/gpu.md), which checks
+//! the host code, launches, copies, streams and every kernel's arithmetic, not timing.
 //!
 //! Tolerances (tinygrad's style, |gpu - cpu| <= atol + rtol*|cpu|): fp32 GEMMs on both
 //! sides, but cuBLASLt and the CPU GEMM sum in different orders and the channel
@@ -27,12 +29,22 @@ use tune::engine::tensor::Tensor;
 use tune::engine::train::{run, DeviceChoice, NoObserver, Workload};
 use tune::knobs::{Checkpoint, Knobs, ZeroGrad};
 
+#[path = "common/standin.rs"]
+mod standin;
+
+/// A GPU, or the CPU stand-in under `TUNE_CUDA_STANDIN=1` (its device name says so).
 fn gpu_or_skip(test: &str) -> Option<Gpu> {
+    if let Err(e) = standin::activate() {
+        panic!("{test}: {e}");
+    }
     let why = match tune::engine::cuda::usable() {
         Ok(_) => {
             let cache = tempfile::tempdir().unwrap();
             match Gpu::open(0, cache.path(), false, Arc::new(MemTracker::default())) {
-                Ok(g) => return Some(g),
+                Ok(g) => {
+                    eprintln!("{test}: {}running on {}", standin::label(), g.name);
+                    return Some(g);
+                }
                 Err(e) => e.to_string(),
             }
         }
