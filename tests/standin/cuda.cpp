@@ -402,7 +402,7 @@ static Kernel make_kernel(const char* name, void (*f)(A...)) {
     return Kernel{name, &enqueue<A...>, reinterpret_cast<void*>(f)};
 }
 
-// Every kernel of kernels.cu, by name (tests/gpu_standin.rs checks this list against
+// Every kernel of kernels.cu, by name (tests/cuda_kernels.rs checks this list against
 // `kernels::NAMES`; a kernel missing here fails cuModuleLoadData naming it).
 #define K(n) make_kernel(#n, &n),
 static const std::vector<Kernel>& kernels() {
