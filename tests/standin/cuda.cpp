@@ -170,10 +170,13 @@ struct Event {
     bool timing = true;
 };
 
+// What the current stream thread is running, for the fault handler.
+static thread_local const char* t_op = nullptr;
+
 struct Stream {
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<std::function<void()>> q;
+    std::deque<std::pair<const char*, std::function<void()>>> q;
     bool busy = false, stop = false;
     std::thread worker;
 
@@ -189,15 +192,17 @@ struct Stream {
             q.pop_front();
             busy = true;
             l.unlock();
-            op();
+            t_op = op.first;
+            op.second();
+            t_op = nullptr;
             l.lock();
             busy = false;
             cv.notify_all();
         }
     }
-    void push(std::function<void()> op) {
+    void push(const char* what, std::function<void()> op) {
         std::lock_guard<std::mutex> g(mu);
-        q.push_back(std::move(op));
+        q.emplace_back(what, std::move(op));
         cv.notify_all();
     }
     void drain() {
@@ -378,7 +383,7 @@ static CUresult enqueue_impl(const Kernel* k, Stream* s, const LaunchGeom& g, vo
     auto args = std::make_tuple(*static_cast<A*>(params[I])...);
     auto fn = reinterpret_cast<void (*)(A...)>(k->fn);
     const char* name = k->name;
-    s->push([=] {
+    s->push("kernel", [=] {
         if (g_sticky.load()) return;
         bool ok = true;
         ((ok = arg_ok(name, (int)I, std::get<I>(args)) && ok), ...);
@@ -427,12 +432,12 @@ static const Kernel* find_kernel(const std::string& name) {
 
 static struct sigaction g_old_segv;
 static void on_segv(int sig, siginfo_t* info, void* uctx) {
-    const char* k = g_kernel_name;
+    const char* k = g_kernel_name ? g_kernel_name : t_op;
     if (k) {
         char buf[256];
         int n = snprintf(buf, sizeof buf,
-                         "tune CUDA stand-in: kernel %s touched %p, outside its buffers "
-                         "(a guard page): out-of-bounds access\n",
+                         "tune CUDA stand-in: %s touched %p, outside any live buffer (a guard "
+                         "page or freed memory): out-of-bounds access or a missing wait\n",
                          k, info->si_addr);
         if (n > 0) {
             ssize_t w = write(2, buf, (size_t)n);
@@ -591,7 +596,7 @@ API CUresult cuEventRecord(void* e, void* h) {
         std::lock_guard<std::mutex> g(ev->mu);
         seq = ++ev->issued;
     }
-    S(h)->push([ev, seq] {
+    S(h)->push("cuEventRecord", [ev, seq] {
         std::lock_guard<std::mutex> g(ev->mu);
         ev->at = std::chrono::steady_clock::now();
         if (seq > ev->done) ev->done = seq;
@@ -608,7 +613,7 @@ API CUresult cuStreamWaitEvent(void* h, void* e, unsigned) {
         std::lock_guard<std::mutex> g(ev->mu);
         target = ev->issued;  // the last record issued before this call
     }
-    S(h)->push([ev, target] {
+    S(h)->push("cuStreamWaitEvent", [ev, target] {
         std::unique_lock<std::mutex> l(ev->mu);
         ev->cv.wait(l, [&] { return ev->done >= target; });
     });
@@ -652,7 +657,7 @@ API CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, void*) {
 API CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) { return do_alloc((void**)p, n, false); }
 API CUresult cuMemFreeAsync(CUdeviceptr p, void* h) {
     if (!lookup(p, 0, nullptr)) return ERR_INVALID_VALUE;
-    S(h)->push([p] {
+    S(h)->push("cuMemFreeAsync", [p] {
         if (do_free(p, false) != OK) {
             say("cuMemFreeAsync: 0x%s%llx is not a live allocation", "", p);
             set_sticky(ERR_ILLEGAL_ADDRESS);
@@ -682,7 +687,7 @@ static bool is_pinned(const void* p, size_t n) {
 
 API CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void* h) {
     if (!check_range(p, n, "cuMemsetD8Async")) return ERR_INVALID_VALUE;
-    S(h)->push([=] { memset((void*)p, v, n); });
+    S(h)->push("cuMemsetD8Async", [=] { memset((void*)p, v, n); });
     return OK;
 }
 API CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
@@ -693,7 +698,7 @@ API CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
 }
 API CUresult cuMemsetD32Async(CUdeviceptr p, unsigned v, size_t n, void* h) {
     if (!check_range(p, n * 4, "cuMemsetD32Async")) return ERR_INVALID_VALUE;
-    S(h)->push([=] {
+    S(h)->push("cuMemsetD32Async", [=] {
         for (size_t i = 0; i < n; ++i) memcpy((char*)p + 4 * i, &v, 4);
     });
     return OK;
@@ -704,14 +709,14 @@ API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, vo
     if (!src && n) return ERR_INVALID_VALUE;
     if (is_pinned(src, n)) {
         // Page-locked source: read when the copy runs, as the DMA engine does.
-        S(h)->push([=] {
+        S(h)->push("cuMemcpyHtoDAsync_v2", [=] {
             lag();
             memcpy((void*)dst, src, n);
         });
     } else {
         // Pageable source: the driver stages it before returning.
         auto staged = std::make_shared<std::vector<char>>((const char*)src, (const char*)src + n);
-        S(h)->push([=] {
+        S(h)->push("cuMemcpyHtoDAsync_v2", [=] {
             lag();
             memcpy((void*)dst, staged->data(), n);
         });
@@ -729,7 +734,7 @@ API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* h)
     bool pinned = is_pinned(dst, n);
     auto done = std::make_shared<std::atomic<bool>>(false);
     Stream* s = S(h);
-    s->push([=] {
+    s->push("cuMemcpyDtoHAsync_v2", [=] {
         memcpy(dst, (const void*)src, n);
         done->store(true);
     });
@@ -749,7 +754,7 @@ API CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
 API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void* h) {
     if (!check_range(dst, n, "cuMemcpyDtoDAsync destination")) return ERR_INVALID_VALUE;
     if (!check_range(src, n, "cuMemcpyDtoDAsync source")) return ERR_INVALID_VALUE;
-    S(h)->push([=] {
+    S(h)->push("cuMemcpyDtoDAsync_v2", [=] {
         lag();
         memmove((void*)dst, (const void*)src, n);
     });
@@ -763,7 +768,7 @@ API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
 
 API CUresult cuLaunchHostFunc(void* h, void (*fn)(void*), void* user) {
     if (!fn) return ERR_INVALID_VALUE;
-    S(h)->push([=] {
+    S(h)->push("cuLaunchHostFunc", [=] {
         if (!g_sticky.load()) fn(user);
     });
     return OK;
