@@ -64,3 +64,25 @@ fn a_kernel_that_does_not_compile_is_a_clear_error() {
     let e = kernels::compile("sm_1").unwrap_err().to_string();
     assert!(e.contains("sm_1"), "{e}");
 }
+
+/// The CPU stand-in (tests/standin/cuda.cpp) maps every kernel name of `kernels.cu` to
+/// its C++ build; a kernel added to one and not the other fails here, without NVRTC.
+#[test]
+fn the_cpu_standin_has_every_kernel() {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/standin/cuda.cpp"
+    ))
+    .unwrap();
+    let mut table: Vec<&str> = src
+        .split("K(")
+        .skip(1)
+        .filter_map(|s| s.split(')').next())
+        .filter(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|n| *n != "n")
+        .collect();
+    table.sort_unstable();
+    let mut names = kernels::NAMES.to_vec();
+    names.sort_unstable();
+    assert_eq!(table, names);
+}

@@ -1,6 +1,8 @@
 //! The CUDA backend against the CPU backend, op by op and end to end. Needs a GPU:
 //! skips with the reason when the CUDA backend cannot run here, and fails instead under
-//! `TUNE_REQUIRE_GPU=1`.
+//! `TUNE_REQUIRE_GPU=1`. Under `TUNE_CUDA_STANDIN=1` (set by `.ci/run`) they run on the
+//! CPU stand-in for the driver and cuBLASLt (tests/standin/, docs/gpu.md), which checks
+//! the host code, launches, copies, streams and every kernel's arithmetic, not timing.
 //!
 //! Tolerances (tinygrad's style, |gpu - cpu| <= atol + rtol*|cpu|): fp32 GEMMs on both
 //! sides, but cuBLASLt and the CPU GEMM sum in different orders and the channel
@@ -8,6 +10,7 @@
 
 use std::sync::Arc;
 
+use tune::engine::cuda::blas::Shape;
 use tune::engine::cuda::gpu::{GTensor, Gpu};
 use tune::engine::cuda::layers::{self, Pass};
 use tune::engine::cuda::train::softmax_xent;
@@ -27,12 +30,22 @@ use tune::engine::tensor::Tensor;
 use tune::engine::train::{run, DeviceChoice, NoObserver, Workload};
 use tune::knobs::{Checkpoint, Knobs, ZeroGrad};
 
+#[path = "common/standin.rs"]
+mod standin;
+
+/// A GPU, or the CPU stand-in under `TUNE_CUDA_STANDIN=1` (its device name says so).
 fn gpu_or_skip(test: &str) -> Option<Gpu> {
+    if let Err(e) = standin::activate() {
+        panic!("{test}: {e}");
+    }
     let why = match tune::engine::cuda::usable() {
         Ok(_) => {
             let cache = tempfile::tempdir().unwrap();
             match Gpu::open(0, cache.path(), false, Arc::new(MemTracker::default())) {
-                Ok(g) => return Some(g),
+                Ok(g) => {
+                    eprintln!("{test}: {}running on {}", standin::label(), g.name);
+                    return Some(g);
+                }
                 Err(e) => e.to_string(),
             }
         }
@@ -272,7 +285,8 @@ fn training_follows_the_cpu_loss_curve_under_each_knob() {
             ..Knobs::default()
         },
         Knobs {
-            zero_grad: ZeroGrad::Memset,
+            // Memset is the default: the other mode, set-to-none, is the one to check.
+            zero_grad: ZeroGrad::None,
             ..Knobs::default()
         },
         Knobs {
@@ -284,26 +298,38 @@ fn training_follows_the_cpu_loss_curve_under_each_knob() {
             ..Knobs::default()
         },
     ];
+    // The stand-in runs kernels on one CPU thread: 2 steps of batch 8 there (the second
+    // loss still depends on the optimizer's first update), the same checks.
+    let (steps, batch_size) = if standin::requested() {
+        (2, 8)
+    } else {
+        (6, 16)
+    };
     for model in [ModelKind::Mlp, ModelKind::CnnSmall, ModelKind::ResnetMini] {
         for k in &knobs {
             let k = Knobs {
-                batch_size: 16,
+                batch_size,
                 ..k.clone()
             };
             let cpu = run(
-                &workload(model, "synthetic", 6, DeviceChoice::Cpu),
+                &workload(model, "synthetic", steps, DeviceChoice::Cpu),
                 &k,
                 &mut NoObserver,
             )
             .unwrap();
             let gpu = run(
-                &workload(model, "synthetic", 6, DeviceChoice::Cuda),
+                &workload(model, "synthetic", steps, DeviceChoice::Cuda),
                 &k,
                 &mut NoObserver,
             )
             .unwrap();
             assert_eq!(gpu.backend, "cuda");
-            eprintln!("{model} {k:?}: cpu {:?} gpu {:?}", cpu.losses, gpu.losses);
+            eprintln!(
+                "{}{model} {k:?}: cpu {:?} gpu {:?}",
+                standin::label(),
+                cpu.losses,
+                gpu.losses
+            );
             close(
                 &format!("{model} losses"),
                 &gpu.losses,
@@ -320,14 +346,26 @@ fn checkpointing_lowers_gpu_activation_memory() {
     if gpu_or_skip("checkpointing_lowers_gpu_activation_memory").is_none() {
         return;
     }
+    // Batch 16 and 2 steps on the stand-in (minutes at batch 64 there); the peak still
+    // comes from the same allocations.
+    let (batch_size, steps) = if standin::requested() {
+        (16, 2)
+    } else {
+        (64, 3)
+    };
     let peak = |c| {
         let k = Knobs {
             checkpoint: c,
-            batch_size: 64,
+            batch_size,
             ..Knobs::default()
         };
         let s = run(
-            &workload(ModelKind::ResnetMini, "synthetic", 3, DeviceChoice::Cuda),
+            &workload(
+                ModelKind::ResnetMini,
+                "synthetic",
+                steps,
+                DeviceChoice::Cuda,
+            ),
             &k,
             &mut NoObserver,
         )
@@ -335,7 +373,10 @@ fn checkpointing_lowers_gpu_activation_memory() {
         s.peak_bytes["activations"]
     };
     let (off, on) = (peak(Checkpoint::Off), peak(Checkpoint::Sqrt));
-    eprintln!("resnet-mini activations peak: {off} B without checkpointing, {on} B with");
+    eprintln!(
+        "{}resnet-mini activations peak: {off} B without checkpointing, {on} B with",
+        standin::label()
+    );
     assert!(on < off, "{on} >= {off}");
 }
 
@@ -345,13 +386,23 @@ fn gpu_training_reaches_the_cpu_accuracy() {
     if gpu_or_skip("gpu_training_reaches_the_cpu_accuracy").is_none() {
         return;
     }
+    // Even 12 steps with evaluation took over 6 minutes on the stand-in (2 shared cores):
+    // too long for CI, so this one needs a real GPU.
+    if standin::requested() {
+        eprintln!(
+            "skipping gpu_training_reaches_the_cpu_accuracy on the CPU stand-in: 400 steps \
+             and held-out evaluation are too long there; it runs on a real GPU"
+        );
+        return;
+    }
+    let (steps, data) = (400, "shapes:4000");
     for model in [ModelKind::CnnSmall, ModelKind::ResnetMini] {
         let acc = |device| {
             let w = Workload {
                 eval: true,
                 lr: 0.1,
                 threads: tune::engine::train::default_threads(),
-                ..workload(model, "shapes:4000", 400, device)
+                ..workload(model, data, steps, device)
             };
             let k = Knobs {
                 batch_size: 32,
@@ -360,11 +411,82 @@ fn gpu_training_reaches_the_cpu_accuracy() {
             run(&w, &k, &mut NoObserver).unwrap().accuracy.unwrap()
         };
         let (cpu, gpu) = (acc(DeviceChoice::Cpu), acc(DeviceChoice::Cuda));
-        eprintln!("{model} accuracy: cpu {cpu:.4} gpu {gpu:.4}");
+        eprintln!(
+            "{}{model} accuracy after {steps} steps: cpu {cpu:.4} gpu {gpu:.4}",
+            standin::label()
+        );
         assert!(cpu > 0.9, "the CPU run did not learn: {cpu}");
         assert!(
             (gpu - cpu).abs() <= 0.02,
             "{model}: gpu {gpu:.4} vs cpu {cpu:.4}"
         );
+    }
+}
+
+/// Row-major reference for `Shape`: op(A) `[m,k]` (A stored `[k,m]` when `ta`), op(B)
+/// `[k,n]` (B stored `[n,k]` when `tb`).
+fn gemm_reference(s: &Shape, a: &[f32], b: &[f32], c: &[f32]) -> Vec<f32> {
+    let mut out = vec![0.0f32; s.m * s.n];
+    for i in 0..s.m {
+        for j in 0..s.n {
+            let mut acc = 0.0f64;
+            for p in 0..s.k {
+                let av = if s.ta { a[p * s.m + i] } else { a[i * s.k + p] };
+                let bv = if s.tb { b[j * s.k + p] } else { b[p * s.n + j] };
+                acc += f64::from(av) * f64::from(bv);
+            }
+            let prior = if s.accumulate { c[i * s.n + j] } else { 0.0 };
+            out[i * s.n + j] = acc as f32 + prior;
+        }
+    }
+    out
+}
+
+/// Every (transpose A, transpose B, accumulate) combination, square shapes included (a
+/// swapped transpose is invisible on a non-square shape only when it fails the size
+/// check, and on a square one only when the data is symmetric, so both are covered).
+#[test]
+fn gemm_matches_a_reference_for_every_transpose_and_accumulate() {
+    let Some(gpu) = gpu_or_skip("gemm_matches_a_reference_for_every_transpose_and_accumulate")
+    else {
+        return;
+    };
+    let dims = [
+        (4, 4, 4),
+        (7, 7, 7),
+        (5, 3, 4),
+        (3, 6, 2),
+        (1, 5, 9),
+        (8, 1, 3),
+    ];
+    for (m, n, k) in dims {
+        for ta in [false, true] {
+            for tb in [false, true] {
+                for accumulate in [false, true] {
+                    let s = Shape {
+                        m,
+                        n,
+                        k,
+                        ta,
+                        tb,
+                        accumulate,
+                    };
+                    let a = random(m * k, 11);
+                    let b = random(k * n, 12);
+                    let c0 = random(m * n, 13);
+                    let da = gpu.upload(&a, MemCategory::Activations).unwrap();
+                    let db = gpu.upload(&b, MemCategory::Activations).unwrap();
+                    let mut dc = gpu.upload(&c0, MemCategory::Activations).unwrap();
+                    gpu.gemm(&s, &da.s, &db.s, &mut dc.s).unwrap();
+                    close(
+                        &format!("gemm {}", s.key()),
+                        &gpu.download(&dc.s).unwrap(),
+                        &gemm_reference(&s, &a, &b, &c0),
+                        1e-5,
+                        1e-5,
+                    );
+                }
+            }
+        }
     }
 }

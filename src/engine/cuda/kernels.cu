@@ -42,6 +42,7 @@ extern "C" __global__ void relu_backward(float* dx, const float* dy, const float
 
 // ---- half precision (AMP storage) ---------------------------------------------------
 
+#ifdef __CUDACC__
 __device__ __forceinline__ unsigned short f32_to_f16_bits(float x) {
     unsigned short r;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(x));
@@ -52,6 +53,21 @@ __device__ __forceinline__ float f16_bits_to_f32(unsigned short h) {
     asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));
     return r;
 }
+#else
+// The host build (tests/standin, the CPU stand-in): no PTX there, the compiler's IEEE
+// half type rounds to nearest even as cvt.rn does.
+__device__ __forceinline__ unsigned short f32_to_f16_bits(float x) {
+    _Float16 h = (_Float16)x;
+    unsigned short r;
+    memcpy(&r, &h, 2);
+    return r;
+}
+__device__ __forceinline__ float f16_bits_to_f32(unsigned short h) {
+    _Float16 f;
+    memcpy(&f, &h, 2);
+    return (float)f;
+}
+#endif
 // bf16 is the top half of an f32; round to nearest even, NaN stays NaN.
 __device__ __forceinline__ unsigned short f32_to_bf16_bits(float x) {
     unsigned int u = __float_as_uint(x);

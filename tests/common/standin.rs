@@ -1,0 +1,153 @@
+//! The CPU stand-in for the CUDA driver and cuBLASLt (tests/standin/), for the GPU tests
+//! under `TUNE_CUDA_STANDIN=1`. Built with the system C++ compiler into
+//! `target/standin/<hash of the sources and compiler>/` on first use, and put on
+//! `TUNE_CUDA_LIB_DIRS` for this test process only: `--device auto`, `tune probe` and the
+//! CI gate sweep never see it, so nothing takes it for a GPU.
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// What the stand-in's driver reports as the device name; tests print it with their
+/// figures so a stand-in result is never read as a GPU's.
+pub const DEVICE_NAME: &str = "tune CPU stand-in (not a GPU)";
+
+const SOURCES: [&str; 4] = [
+    "tests/standin/cuda_shim.h",
+    "tests/standin/cuda.cpp",
+    "tests/standin/cublaslt.cpp",
+    "src/engine/cuda/kernels.cu",
+];
+
+pub fn requested() -> bool {
+    std::env::var("TUNE_CUDA_STANDIN").as_deref() == Ok("1")
+}
+
+fn fnv(h: &mut u64, bytes: &[u8]) {
+    for &b in bytes {
+        *h ^= u64::from(b);
+        *h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+}
+
+fn compiler() -> String {
+    std::env::var("CXX").unwrap_or_else(|_| "c++".into())
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {:?}: {e}", cmd.get_program()))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{:?} failed: {}",
+        cmd.get_program(),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
+
+fn build(root: &Path) -> Result<PathBuf, String> {
+    let cxx = compiler();
+    let version = Command::new(&cxx)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("no C++ compiler ({cxx}): {e}"))?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv(&mut h, &version.stdout);
+    for s in SOURCES {
+        let p = root.join(s);
+        let text = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        fnv(&mut h, &text);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let dir = target.join("standin").join(format!("{h:016x}"));
+    if dir.join("libcublasLt.so.13").exists() {
+        return Ok(dir);
+    }
+    // Built in a private folder and renamed into place, so test binaries building at the
+    // same time never load a half-written library.
+    let tmp = target
+        .join("standin")
+        .join(format!("tmp-{h:016x}-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let common = [
+        "-std=c++17",
+        "-O2",
+        "-g",
+        "-fPIC",
+        "-shared",
+        "-pthread",
+        "-fvisibility=hidden",
+        "-ftls-model=initial-exec",
+        "-fno-strict-aliasing",
+    ];
+    run(Command::new(&cxx)
+        .args(common)
+        .arg("-I")
+        .arg(root.join("src/engine/cuda"))
+        .arg("-Wl,-soname,libcuda.so.1")
+        .arg("-o")
+        .arg(tmp.join("libcuda.so.1"))
+        .arg(root.join("tests/standin/cuda.cpp")))?;
+    run(Command::new(&cxx)
+        .args(common)
+        .arg("-Wl,-soname,libcublasLt.so.13")
+        .arg("-o")
+        .arg(tmp.join("libcublasLt.so.13"))
+        .arg(root.join("tests/standin/cublaslt.cpp"))
+        .arg("-L")
+        .arg(&tmp)
+        .arg("-l:libcuda.so.1")
+        .arg("-Wl,-rpath,$ORIGIN"))?;
+    if std::fs::rename(&tmp, &dir).is_err() {
+        // Another test binary won the race; its copy is the same build.
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    if dir.join("libcublasLt.so.13").exists() {
+        Ok(dir)
+    } else {
+        Err(format!(
+            "stand-in not found in {} after building",
+            dir.display()
+        ))
+    }
+}
+
+/// Under `TUNE_CUDA_STANDIN=1`: builds the stand-in and puts its folder first on
+/// `TUNE_CUDA_LIB_DIRS` for this process. `Ok(true)` when active, `Ok(false)` when not
+/// requested; an error when requested but it cannot be built.
+pub fn activate() -> Result<bool, String> {
+    static DONE: OnceLock<Result<bool, String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        if !requested() {
+            return Ok(false);
+        }
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let dir = build(&root).map_err(|e| format!("TUNE_CUDA_STANDIN=1 but {e}"))?;
+        let var = tune_probes::culibs::LIB_DIRS_ENV;
+        let old = std::env::var(var).unwrap_or_default();
+        let new = if old.is_empty() {
+            dir.display().to_string()
+        } else {
+            format!("{}:{old}", dir.display())
+        };
+        // Set once, before any test of this binary loads a CUDA library.
+        std::env::set_var(var, new);
+        Ok(true)
+    })
+    .clone()
+}
+
+/// "[CPU stand-in, not a GPU] " when the stand-in is active, for figures a test prints.
+pub fn label() -> &'static str {
+    if requested() {
+        "[CPU stand-in, not a GPU] "
+    } else {
+        ""
+    }
+}

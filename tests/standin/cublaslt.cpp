@@ -1,0 +1,285 @@
+// A CPU stand-in for libcublasLt.so.13, for tests only. Its GEMM is written from NVIDIA's
+// cuBLASLt documentation, not from tune's blas.rs, so the two cannot share one
+// misunderstanding:
+//   D = alpha * op(A) op(B) + beta * C, op(A) m x k, op(B) k x n, C and D m x n;
+//   a matrix layout describes the matrix as stored (before op), `rows` x `cols` with
+//   leading dimension `ld`: element (r, c) at r + c*ld (CUBLASLT_ORDER_COL, the default)
+//   or r*ld + c (CUBLASLT_ORDER_ROW);
+//   CUBLASLT_MATMUL_DESC_TRANSA/B take a cublasOperation_t (N = 0, T = 1, C = 2).
+// The work runs on the caller's stream of the driver stand-in (cuLaunchHostFunc), and
+// each operand's extent is checked against the driver stand-in's live allocations.
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmath>
+
+#define API extern "C" __attribute__((visibility("default")))
+
+typedef int Status;
+enum { SUCCESS = 0, NOT_INITIALIZED = 1, INVALID_VALUE = 7, EXECUTION_FAILED = 13, NOT_SUPPORTED = 15 };
+enum { R_32F = 0, R_16F = 2, R_16BF = 14 };
+enum { COMPUTE_32F = 68, COMPUTE_32F_FAST_TF32 = 77 };
+
+extern "C" int cuLaunchHostFunc(void* stream, void (*fn)(void*), void* user);
+extern "C" int cuMemGetAddressRange_v2(unsigned long long* base, size_t* size,
+                                       unsigned long long p);
+
+struct Handle {
+    int magic = 0x17;
+};
+struct Layout {
+    int type;
+    uint64_t rows, cols;
+    int64_t ld;
+    int order = 0;  // CUBLASLT_ORDER_COL
+    int batch = 1;
+};
+struct Desc {
+    int compute, scale;
+    int transa = 0, transb = 0, transc = 0;
+    int epilogue = 1;     // CUBLASLT_EPILOGUE_DEFAULT
+    int pointer_mode = 0;  // host
+};
+struct Pref {
+    size_t workspace = 0;
+};
+
+static int esize(int t) { return t == R_32F ? 4 : (t == R_16F || t == R_16BF) ? 2 : 0; }
+
+static float load(const void* p, int t, size_t i) {
+    if (t == R_32F) return ((const float*)p)[i];
+    uint16_t h = ((const uint16_t*)p)[i];
+    if (t == R_16BF) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    _Float16 f;
+    memcpy(&f, &h, 2);
+    return (float)f;
+}
+static void store(void* p, int t, size_t i, float v) {
+    if (t == R_32F) {
+        ((float*)p)[i] = v;
+        return;
+    }
+    uint16_t h;
+    if (t == R_16BF) {
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u)
+            h = (uint16_t)((u >> 16) | 0x40u);
+        else
+            h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    } else {
+        _Float16 f = (_Float16)v;
+        memcpy(&h, &f, 2);
+    }
+    ((uint16_t*)p)[i] = h;
+}
+static size_t at(const Layout* l, uint64_t r, uint64_t c) {
+    return l->order == 0 ? (size_t)(r + c * (uint64_t)l->ld) : (size_t)(r * (uint64_t)l->ld + c);
+}
+// Bytes from the first to one past the last element the layout touches.
+static size_t extent(const Layout* l) {
+    if (l->rows == 0 || l->cols == 0) return 0;
+    return (at(l, l->rows - 1, l->cols - 1) + 1) * (size_t)esize(l->type);
+}
+static bool inside(const void* p, size_t n, const char* what) {
+    if (n == 0) return true;
+    unsigned long long base = 0;
+    size_t size = 0;
+    unsigned long long q = (unsigned long long)(uintptr_t)p;
+    if (cuMemGetAddressRange_v2(&base, &size, q) == 0 && q + n <= base + size) return true;
+    fprintf(stderr,
+            "tune cuBLASLt stand-in: matmul operand %s: %zu bytes at %p are not inside one live "
+            "allocation\n",
+            what, n, p);
+    return false;
+}
+static bool layout_ok(const Layout* l) {
+    if (!l || esize(l->type) == 0 || l->batch != 1) return false;
+    uint64_t inner = l->order == 0 ? l->rows : l->cols;
+    return l->ld >= 1 && (uint64_t)l->ld >= inner;
+}
+
+API Status cublasLtCreate(Handle** h) {
+    if (!h) return INVALID_VALUE;
+    *h = new Handle();
+    return SUCCESS;
+}
+API Status cublasLtDestroy(Handle* h) {
+    if (!h) return NOT_INITIALIZED;
+    delete h;
+    return SUCCESS;
+}
+API size_t cublasLtGetVersion() { return 130000; }
+
+API Status cublasLtMatrixLayoutCreate(Layout** l, int type, uint64_t rows, uint64_t cols,
+                                      int64_t ld) {
+    if (!l || esize(type) == 0) return INVALID_VALUE;
+    *l = new Layout{type, rows, cols, ld};
+    return SUCCESS;
+}
+API Status cublasLtMatrixLayoutDestroy(Layout* l) {
+    delete l;
+    return SUCCESS;
+}
+API Status cublasLtMatrixLayoutSetAttribute(Layout* l, int attr, const void* buf, size_t n) {
+    if (!l || !buf) return INVALID_VALUE;
+    switch (attr) {
+        case 1:  // CUBLASLT_MATRIX_LAYOUT_ORDER (int32)
+            if (n != 4) return INVALID_VALUE;
+            memcpy(&l->order, buf, 4);
+            if (l->order != 0 && l->order != 1) return NOT_SUPPORTED;
+            return SUCCESS;
+        case 5:  // CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT (int32)
+            if (n != 4) return INVALID_VALUE;
+            memcpy(&l->batch, buf, 4);
+            return l->batch == 1 ? SUCCESS : NOT_SUPPORTED;
+        default:
+            return NOT_SUPPORTED;
+    }
+}
+
+API Status cublasLtMatmulDescCreate(Desc** d, int compute, int scale) {
+    if (!d) return INVALID_VALUE;
+    if (compute != COMPUTE_32F && compute != COMPUTE_32F_FAST_TF32) return NOT_SUPPORTED;
+    if (scale != R_32F) return NOT_SUPPORTED;
+    *d = new Desc{compute, scale};
+    return SUCCESS;
+}
+API Status cublasLtMatmulDescDestroy(Desc* d) {
+    delete d;
+    return SUCCESS;
+}
+API Status cublasLtMatmulDescSetAttribute(Desc* d, int attr, const void* buf, size_t n) {
+    if (!d || !buf) return INVALID_VALUE;
+    int* field = nullptr;
+    switch (attr) {
+        case 2: field = &d->pointer_mode; break;  // CUBLASLT_MATMUL_DESC_POINTER_MODE
+        case 3: field = &d->transa; break;
+        case 4: field = &d->transb; break;
+        case 5: field = &d->transc; break;
+        case 7: field = &d->epilogue; break;      // CUBLASLT_MATMUL_DESC_EPILOGUE (uint32)
+        default: return NOT_SUPPORTED;
+    }
+    if (n != 4) return INVALID_VALUE;  // every one of these is a 32-bit enum
+    memcpy(field, buf, 4);
+    return SUCCESS;
+}
+
+API Status cublasLtMatmulPreferenceCreate(Pref** p) {
+    if (!p) return INVALID_VALUE;
+    *p = new Pref();
+    return SUCCESS;
+}
+API Status cublasLtMatmulPreferenceDestroy(Pref* p) {
+    delete p;
+    return SUCCESS;
+}
+API Status cublasLtMatmulPreferenceSetAttribute(Pref* p, int attr, const void* buf, size_t n) {
+    if (!p || !buf) return INVALID_VALUE;
+    if (attr == 1) {  // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES (uint64)
+        if (n != 8) return INVALID_VALUE;
+        memcpy(&p->workspace, buf, 8);
+        return SUCCESS;
+    }
+    return NOT_SUPPORTED;
+}
+
+// The dimensions of D = op(A) op(B), or false when the layouts disagree.
+static bool dims(const Desc* d, const Layout* a, const Layout* b, const Layout* c, uint64_t* m,
+                 uint64_t* n, uint64_t* k) {
+    if (d->transa > 1 || d->transb > 1 || d->transc != 0) return false;
+    uint64_t am = d->transa ? a->cols : a->rows, ak = d->transa ? a->rows : a->cols;
+    uint64_t bk = d->transb ? b->cols : b->rows, bn = d->transb ? b->rows : b->cols;
+    if (ak != bk || c->rows != am || c->cols != bn) return false;
+    *m = am;
+    *n = bn;
+    *k = ak;
+    return true;
+}
+
+struct HeuristicResult {
+    uint64_t algo[8];
+    size_t workspace;
+    int state;
+    float waves;
+    int reserved[4];
+};
+
+API Status cublasLtMatmulAlgoGetHeuristic(Handle* h, Desc* d, Layout* a, Layout* b, Layout* c,
+                                          Layout* dl, Pref* p, int requested,
+                                          HeuristicResult* out, int* count) {
+    if (!h || !d || !p || !out || !count || requested < 1) return INVALID_VALUE;
+    if (!layout_ok(a) || !layout_ok(b) || !layout_ok(c) || !layout_ok(dl)) return INVALID_VALUE;
+    uint64_t m, n, k;
+    if (!dims(d, a, b, c, &m, &n, &k)) return INVALID_VALUE;
+    memset(out, 0, sizeof(HeuristicResult));
+    out->algo[0] = 0x7e57;  // the one "algorithm": the reference loop below
+    out->state = SUCCESS;
+    out->waves = 1.0f;
+    *count = 1;
+    return SUCCESS;
+}
+
+struct Job {
+    Desc d;
+    Layout a, b, c, dl;
+    float alpha, beta;
+    const void *pa, *pb, *pc;
+    void* pd;
+    uint64_t m, n, k;
+};
+
+static void run(void* user) {
+    Job* j = (Job*)user;
+    for (uint64_t col = 0; col < j->n; ++col)
+        for (uint64_t row = 0; row < j->m; ++row) {
+            double acc = 0.0;
+            for (uint64_t p = 0; p < j->k; ++p) {
+                size_t ia = j->d.transa ? at(&j->a, p, row) : at(&j->a, row, p);
+                size_t ib = j->d.transb ? at(&j->b, col, p) : at(&j->b, p, col);
+                acc += (double)load(j->pa, j->a.type, ia) * (double)load(j->pb, j->b.type, ib);
+            }
+            double v = j->alpha * acc;
+            // beta == 0 must not read C (it may hold NaN), as BLAS specifies.
+            if (j->beta != 0.0f) v += j->beta * (double)load(j->pc, j->c.type, at(&j->c, row, col));
+            store(j->pd, j->dl.type, at(&j->dl, row, col), (float)v);
+        }
+    delete j;
+}
+
+API Status cublasLtMatmul(Handle* h, Desc* d, const void* alpha, const void* A, Layout* a,
+                          const void* B, Layout* b, const void* beta, const void* C, Layout* c,
+                          void* D, Layout* dl, const void* algo, void* ws, size_t ws_size,
+                          void* stream) {
+    (void)algo;
+    (void)ws;
+    (void)ws_size;
+    if (!h || !d || !alpha || !beta) return INVALID_VALUE;
+    if (d->epilogue != 1 || d->pointer_mode != 0) return NOT_SUPPORTED;
+    if (!layout_ok(a) || !layout_ok(b) || !layout_ok(c) || !layout_ok(dl)) return INVALID_VALUE;
+    if (c->rows != dl->rows || c->cols != dl->cols || c->type != dl->type) return INVALID_VALUE;
+    Job* j = new Job{*d, *a, *b, *c, *dl, 0, 0, A, B, C, D, 0, 0, 0};
+    if (!dims(d, a, b, c, &j->m, &j->n, &j->k)) {
+        delete j;
+        return INVALID_VALUE;
+    }
+    memcpy(&j->alpha, alpha, 4);
+    memcpy(&j->beta, beta, 4);
+    bool ok = inside(A, extent(a), "A") && inside(B, extent(b), "B") &&
+              inside(D, extent(dl), "D") && (j->beta == 0.0f || inside(C, extent(c), "C"));
+    if (!ok) {
+        delete j;
+        return INVALID_VALUE;
+    }
+    if (cuLaunchHostFunc(stream, run, j) != 0) {
+        delete j;
+        return EXECUTION_FAILED;
+    }
+    return SUCCESS;
+}
