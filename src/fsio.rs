@@ -131,5 +131,8 @@ mod tests {
     fn a_write_failure_is_not_bad_input() {
         let e = atomic_write("/proc/tune-cannot-write-here", b"x").unwrap_err();
         assert!(!e.is_bad_input(), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let e = atomic_write(dir.path().join("missing/report.json"), b"x").unwrap_err();
+        assert!(matches!(e, Error::Write { .. }), "{e}");
     }
 }

@@ -179,8 +179,6 @@ impl Journal {
     }
 }
 
-pub use crate::fsio::atomic_write;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,21 +284,5 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = Journal::read_all::<Rec>(dir.path().join("none.jsonl")).unwrap_err();
         assert!(matches!(e, Error::Io { .. }));
-    }
-
-    #[test]
-    fn atomic_write_replaces_the_file_and_leaves_no_temp() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("report.json");
-        atomic_write(&path, b"{\"v\":1}").unwrap();
-        atomic_write(&path, b"{\"v\":2}").unwrap();
-        assert_eq!(fs::read(&path).unwrap(), b"{\"v\":2}");
-        let names: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("report.json")]);
-        let e = atomic_write(dir.path().join("missing/report.json"), b"x").unwrap_err();
-        assert!(matches!(e, Error::Write { .. }));
     }
 }

@@ -13,9 +13,9 @@ use super::findings::Finding;
 use super::live::fmt_bytes;
 use super::model::{DeviceId, DeviceSummary};
 use crate::error::{Error, Result};
+use crate::fsio::atomic_write;
 use crate::report::markdown::{cell, code};
 use crate::report::model::{Environment, TimelineSample, SCHEMA_VERSION};
-use crate::runner::journal::atomic_write;
 
 pub const KIND: &str = "watch";
 /// Points per series kept in `timeline`; longer series are averaged in equal buckets.
@@ -216,7 +216,7 @@ impl WatchReport {
 
     /// Reads a watch report back, refusing a newer major schema or another kind of report.
     pub fn load(path: &Path) -> Result<WatchReport> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = crate::fsio::read_text_limited(path, crate::fsio::MAX_INPUT_BYTES)?;
         let v: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::format(path, format!("not a JSON report: {e}")))?;
         if v.get("kind").and_then(|k| k.as_str()) != Some(KIND) {

@@ -116,7 +116,7 @@ pub fn ptx_cached(arch: &str, cache_dir: &Path) -> Result<(String, bool)> {
     if let Some(d) = file.parent() {
         std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
     }
-    crate::runner::journal::atomic_write(&file, ptx.as_bytes())?;
+    crate::fsio::atomic_write(&file, ptx.as_bytes())?;
     Ok((ptx, false))
 }
 

@@ -515,7 +515,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(20));
         let mut done_report = build::build(&spec, &[record(&spec, 16, Status::Ok)]);
         done_report.notes.push("final".into());
-        crate::runner::journal::atomic_write(
+        crate::fsio::atomic_write(
             d.join(REPORT_JSON),
             done_report.to_json().unwrap().as_bytes(),
         )
@@ -572,8 +572,7 @@ mod tests {
                 value: util,
             });
         }
-        crate::runner::journal::atomic_write(d.join(REPORT_JSON), r.to_json().unwrap().as_bytes())
-            .unwrap();
+        crate::fsio::atomic_write(d.join(REPORT_JSON), r.to_json().unwrap().as_bytes()).unwrap();
         let (_, u) = Follower::open(&d.join(REPORT_JSON), false).unwrap();
         assert_eq!(report_of(&u).1, Mode::Finished);
         let names: Vec<&str> = u.devices.iter().map(|d| d.name.as_str()).collect();
