@@ -31,16 +31,16 @@ class SlowShapes(Dataset):
         return x, y
 
 
-def model():
+def model(width):
     return nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1),
+        nn.Conv2d(3, width, 3, padding=1),
         nn.ReLU(),
         nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1),
+        nn.Conv2d(width, 2 * width, 3, padding=1),
         nn.ReLU(),
         nn.AdaptiveAvgPool2d(1),
         nn.Flatten(),
-        nn.Linear(32, 2),
+        nn.Linear(2 * width, 2),
     )
 
 
@@ -52,12 +52,13 @@ def main():
     p.add_argument("--window", type=int, default=5)
     p.add_argument("--cost-ms", type=float, default=2.0)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--width", type=int, default=16)
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     ds = SlowShapes(args.batch * args.steps, args.cost_ms)
     loader = DataLoader(ds, batch_size=args.batch, shuffle=True, num_workers=args.workers)
-    net = model()
+    net = model(args.width)
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     t0 = time.perf_counter()
