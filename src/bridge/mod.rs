@@ -7,6 +7,7 @@
 //! summarises those lines. `TUNE_BRIDGE=0` turns it off.
 
 mod events;
+mod inject;
 
 use std::io::{BufRead, BufReader, PipeWriter};
 use std::os::fd::AsRawFd;
@@ -17,6 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use events::{Events, Override, Step, StepSummary};
+pub use inject::{knob_values, repeat, INJECTED};
 
 use crate::error::{Error, Result};
 
@@ -108,6 +110,15 @@ impl Link {
             events,
             reader: Some(reader),
         })
+    }
+
+    /// `attach` for one sweep trial of `[workload.python]`: the trial's knobs injected.
+    pub fn for_trial(
+        cmd: &mut Command,
+        spec: &crate::runner::spec::Spec,
+        knobs: &crate::knobs::Knobs,
+    ) -> Result<Link> {
+        Link::attach(cmd, &knob_values(spec, knobs))
     }
 
     /// Closes tune's copy of the write end, so the stream ends when the child's does.

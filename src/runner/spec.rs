@@ -101,6 +101,9 @@ pub enum Metric {
     Regex(String),
     /// A key in JSON lines printed by the command.
     JsonKey(String),
+    /// `[workload.python]`: the step events of tune's PyTorch hooks (`crate::bridge`),
+    /// which also inject the trial's knobs into the unmodified script.
+    Hooks,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -487,6 +490,9 @@ impl Cx<'_> {
 
     fn workload(&self, key: &Key<'_>, v: &Val<'_>) -> Result<Workload> {
         let t = self.table(v, "workload")?;
+        if let Some((k, py)) = t.get_key_value("python") {
+            return self.python(t, k, py);
+        }
         let engine_keys: Vec<_> = entries(t)
             .into_iter()
             .filter(|(k, _)| k.get_ref() != "command")
@@ -551,6 +557,37 @@ impl Cx<'_> {
                 None => None,
             },
         })
+    }
+
+    /// `[workload.python]`: an unmodified PyTorch script, measured and tuned through the
+    /// hooks (`crate::bridge`); `{knob}` placeholders still work.
+    fn python(&self, w: &DeTable<'_>, key: &Key<'_>, v: &Val<'_>) -> Result<Workload> {
+        if let Some((k, _)) = entries(w)
+            .into_iter()
+            .find(|(k, _)| k.get_ref() != "python")
+        {
+            return Err(self.err(
+                k.span(),
+                format!("workload.{} given together with [workload.python]: a workload is one of the engine, a command or a python script", k.get_ref()),
+            ));
+        }
+        let t = self.table(v, "workload.python")?;
+        self.check_keys(t, &["run", "cwd"], "[workload.python]")?;
+        let run_v = t.get("run").ok_or_else(|| {
+            self.err(
+                key.span(),
+                "missing workload.python.run, e.g. run = \"python train.py --epochs 1\"",
+            )
+        })?;
+        let cwd = match t.get("cwd") {
+            Some(c) => Some(PathBuf::from(self.string(c, "workload.python.cwd")?)),
+            None => None,
+        };
+        Ok(Workload::Command(CommandWorkload {
+            run: self.string(run_v, "workload.python.run")?,
+            metric: Metric::Hooks,
+            cwd,
+        }))
     }
 
     fn command(&self, t: &DeTable<'_>, at: &Val<'_>) -> Result<CommandWorkload> {

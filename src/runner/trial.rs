@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -65,7 +65,7 @@ impl Outcome {
 pub fn run_trial(env: &TrialEnv, spec: &Spec, knobs: &Knobs, steps: usize) -> Outcome {
     match &spec.workload {
         Workload::Engine(w) => run_engine(env, w, knobs, steps),
-        Workload::Command(c) => run_command(env, spec.dir(), c, knobs),
+        Workload::Command(c) => run_command(env, spec, c, knobs),
     }
 }
 
@@ -156,18 +156,28 @@ fn run_engine(env: &TrialEnv, w: &EngineWorkload, knobs: &Knobs, steps: usize) -
     }
 }
 
-fn run_command(env: &TrialEnv, spec_dir: &Path, c: &CommandWorkload, knobs: &Knobs) -> Outcome {
+fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) -> Outcome {
     let line = c.render(knobs);
     let cwd = match &c.cwd {
-        Some(d) => spec_dir.join(d),
-        None => spec_dir.to_path_buf(),
+        Some(d) => spec.dir().join(d),
+        None => spec.dir().to_path_buf(),
     };
     let mut cmd = Command::new("sh");
     cmd.arg("-c").arg(&line).current_dir(&cwd);
+    let link = match &c.metric {
+        Metric::Hooks => match crate::bridge::Link::for_trial(&mut cmd, spec, knobs) {
+            Ok(l) => Some(l),
+            Err(e) => return Outcome::fail(Status::Failed, e.to_string()),
+        },
+        _ => None,
+    };
     let fin = match supervise(cmd, env, true) {
         Ok(f) => f,
         Err(e) => return Outcome::fail(Status::Failed, e),
     };
+    if let Some(link) = link {
+        return hooked_outcome(env, &fin, link, spec, knobs, &line);
+    }
     if fin.timed_out {
         return Outcome::fail(Status::Timeout, fin.timeout_message(env.timeout));
     }
@@ -177,6 +187,7 @@ fn run_command(env: &TrialEnv, spec_dir: &Path, c: &CommandWorkload, knobs: &Kno
             Ok(p) => fin.stdout.iter().filter_map(|l| p.extract(l)).collect(),
             Err(e) => return Outcome::fail(Status::Failed, e),
         },
+        Metric::Hooks => Vec::new(),
     };
     if !fin.status.is_some_and(|s| s.success()) {
         return Outcome::fail(Status::Crashed, fin.describe(&format!("`{line}` failed")));
@@ -203,6 +214,32 @@ fn run_command(env: &TrialEnv, spec_dir: &Path, c: &CommandWorkload, knobs: &Kno
             wall_s: fin.elapsed.as_secs_f64(),
             ..Repeat::default()
         }),
+    }
+}
+
+/// A `[workload.python]` trial: its steps as the hooks measured them.
+fn hooked_outcome(
+    env: &TrialEnv,
+    fin: &Finished,
+    link: crate::bridge::Link,
+    spec: &Spec,
+    knobs: &Knobs,
+    line: &str,
+) -> Outcome {
+    let events = link.finish(Duration::from_secs(2));
+    if fin.timed_out {
+        return Outcome::fail(Status::Timeout, fin.timeout_message(env.timeout));
+    }
+    if !fin.status.is_some_and(|s| s.success()) {
+        return Outcome::fail(Status::Crashed, fin.describe(&format!("`{line}` failed")));
+    }
+    match crate::bridge::repeat(&events, spec, knobs, fin.elapsed.as_secs_f64()) {
+        Ok(r) => Outcome {
+            status: Status::Ok,
+            error: None,
+            repeat: Some(r),
+        },
+        Err(e) => Outcome::fail(Status::Failed, format!("`{line}`: {e}")),
     }
 }
 
