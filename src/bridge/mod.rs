@@ -6,6 +6,7 @@
 //! per training step to a pipe tune hands it (`TUNE_BRIDGE_FD`); `events` reads and
 //! summarises those lines. `TUNE_BRIDGE=0` turns it off.
 
+mod attach;
 mod events;
 mod inject;
 
@@ -17,6 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use attach::{classify, StackSampler, StackSummary};
 pub use events::{Events, Override, Step, StepSummary};
 pub use inject::{knob_values, repeat, INJECTED};
 

@@ -41,6 +41,9 @@ pub struct WatchReport {
     /// reported steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<crate::bridge::StepSummary>,
+    /// `--pid`: what sampling the process's Python stacks showed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<crate::bridge::StackSummary>,
     pub timeline: Vec<TimelineSample>,
 }
 

@@ -133,6 +133,14 @@ pub fn run(opts: &Options) -> Result<i32> {
         l.spawned();
     }
     let started = Instant::now();
+    // Attached: no hooks in a process tune did not start, so sample its Python stacks.
+    let stacks = match &opts.what {
+        What::Pid(p) if crate::bridge::enabled() => Some(crate::bridge::StackSampler::start(
+            *p,
+            opts.interval.min(Duration::from_millis(10)),
+        )),
+        _ => None,
+    };
     let host = HostSampler::new().watch(target.pid());
     let members = host.tree_members();
     let samplers: Vec<Box<dyn Sampler>> = vec![Box::new(host), Box::new(NvmlSampler::new())];
@@ -269,6 +277,15 @@ pub fn run(opts: &Options) -> Result<i32> {
         }
         ev.summary()
     });
+    let stacks = stacks.map(crate::bridge::StackSampler::stop);
+    if let Some(st) = &stacks {
+        match &st.error {
+            Some(e) if st.samples == 0 => notes.push(format!("no Python stacks: {e}")),
+            Some(e) => notes.push(e.clone()),
+            None => {}
+        }
+        found.extend(super::steps::stack_findings(st));
+    }
     match &python {
         Some(Some(s)) => found.extend(super::steps::findings(s)),
         // Only where a Python job was expected: for `sleep 5` the note is noise.
@@ -296,6 +313,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         findings: found,
         notes,
         python: python.flatten(),
+        stacks,
         timeline: timeline_rows(&snap.samples, MAX_POINTS_PER_SERIES),
     };
     let paths = report.write(&opts.out)?;
@@ -356,6 +374,14 @@ fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {
                 .map_or(String::new(), |x| format!(", {x:.1} samples/s")),
             shares.join(", ")
         );
+    }
+    if let Some(st) = r.stacks.as_ref().filter(|s| s.samples > 0) {
+        let shares: Vec<String> = st
+            .phase_share
+            .iter()
+            .map(|(k, v)| format!("{k} {:.1}%", v * 100.0))
+            .collect();
+        eprintln!("stack samples: {}: {}", st.samples, shares.join(", "));
     }
     if r.findings.is_empty() {
         eprintln!("findings: none (no imbalance, starvation, throttling or GPU sharing seen)");

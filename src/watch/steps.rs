@@ -3,7 +3,7 @@
 
 use super::findings::{Finding, FindingKind};
 use crate::advisor::{data_wait, fmt_pct};
-use crate::bridge::StepSummary;
+use crate::bridge::{StackSummary, StepSummary};
 
 /// Host-to-device copies above this share of a step are worth pinning memory for.
 pub const H2D_SHARE: f64 = 0.10;
@@ -47,4 +47,25 @@ pub fn findings(s: &StepSummary) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// Findings from `--pid` stack samples: the share of samples in each phase.
+pub fn stack_findings(s: &StackSummary) -> Vec<Finding> {
+    let wait = s.phase_share.get("data_wait").copied().unwrap_or(0.0);
+    if s.samples == 0 || wait <= data_wait::SHARE {
+        return Vec::new();
+    }
+    vec![Finding {
+        kind: FindingKind::DataWait,
+        device: "python".into(),
+        title: "the training loop waits for data".into(),
+        evidence: format!(
+            "{} of {} samples of the main thread's Python stack were in DataLoader iteration",
+            fmt_pct(wait),
+            s.samples
+        ),
+        hint: "load batches in worker processes: DataLoader(dataset, num_workers=N, \
+               persistent_workers=True)"
+            .into(),
+    }]
 }
