@@ -6,6 +6,7 @@
 //! renders them.
 
 pub mod advisor;
+pub mod bridge;
 pub mod cli;
 pub mod commands;
 pub mod engine;

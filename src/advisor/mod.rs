@@ -15,6 +15,7 @@ pub mod comm;
 pub mod confirm;
 pub mod data_wait;
 pub mod dp_imbalance;
+pub mod faster;
 pub mod h2d;
 pub mod memory;
 pub mod utilization;
@@ -53,10 +54,10 @@ pub const RULES: &[(&str, Rule)] = &[
     ("utilization", utilization::check),
 ];
 
-/// Runs every rule over a report.
+/// Runs every rule over a report, then `faster` for measured speedups none explained.
 pub fn advise(report: &Report) -> Vec<Recommendation> {
     let cx = Ctx::new(report);
-    RULES
+    let mut recs: Vec<Recommendation> = RULES
         .iter()
         .flat_map(|(name, rule)| {
             rule(&cx).into_iter().map(move |mut r| {
@@ -64,7 +65,11 @@ pub fn advise(report: &Report) -> Vec<Recommendation> {
                 r
             })
         })
-        .collect()
+        .collect();
+    // Last, so the phase rules' explanations win for the knobs they cover.
+    let extra = faster::check(&cx, &recs);
+    recs.extend(extra);
+    recs
 }
 
 /// What rules see: the report and its baseline.

@@ -5,7 +5,7 @@
 //! command workloads run the user's command under `sh -c` and read the metric from its
 //! output. A trial's failure is data for the report, never an error of the sweep.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -66,7 +66,7 @@ impl Outcome {
 pub fn run_trial(env: &TrialEnv, spec: &Spec, knobs: &Knobs, steps: usize) -> Outcome {
     match &spec.workload {
         Workload::Engine(w) => run_engine(env, w, knobs, steps),
-        Workload::Command(c) => run_command(env, spec.dir(), c, knobs),
+        Workload::Command(c) => run_command(env, spec, c, knobs),
     }
 }
 
@@ -183,11 +183,11 @@ const MAX_VALUES: usize = 1 << 20;
 /// Bytes of one stdout line of a command that are looked at.
 const COMMAND_LINE_BYTES: usize = 1 << 20;
 
-fn run_command(env: &TrialEnv, spec_dir: &Path, c: &CommandWorkload, knobs: &Knobs) -> Outcome {
+fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) -> Outcome {
     let line = c.render(knobs);
     let cwd = match &c.cwd {
-        Some(d) => spec_dir.join(d),
-        None => spec_dir.to_path_buf(),
+        Some(d) => spec.dir().join(d),
+        None => spec.dir().to_path_buf(),
     };
     let extract: Box<Extract> = match &c.metric {
         Metric::JsonKey(k) => {
@@ -198,6 +198,8 @@ fn run_command(env: &TrialEnv, spec_dir: &Path, c: &CommandWorkload, knobs: &Kno
             Ok(p) => Box::new(move |l| p.extract(l)),
             Err(e) => return Outcome::fail(Status::Failed, e),
         },
+        // `[workload.python]`: the figures come from the hooks' step events.
+        Metric::Hooks => Box::new(|_| None),
     };
     let values: Shared<Values> = Arc::default();
     let sink = Arc::clone(&values);
@@ -211,7 +213,8 @@ fn run_command(env: &TrialEnv, spec_dir: &Path, c: &CommandWorkload, knobs: &Kno
             }
         }
     };
-    // The supervisor (`tune supervise`) runs `sh -c` and ends the whole tree.
+    // The supervisor (`tune supervise`) runs `sh -c` and ends the whole tree; the hooks'
+    // pipe is inherited through it.
     let mut cmd = Command::new(&env.exe);
     cmd.arg("supervise")
         .arg("--parent")
@@ -220,44 +223,37 @@ fn run_command(env: &TrialEnv, spec_dir: &Path, c: &CommandWorkload, knobs: &Kno
         cmd.arg("--mem-cap-bytes").arg(cap.to_string());
     }
     cmd.args(["--", "sh", "-c", &line]).current_dir(&cwd);
+    let link = match &c.metric {
+        Metric::Hooks => match crate::bridge::Link::for_trial(&mut cmd, spec, knobs) {
+            Ok(l) => Some(l),
+            Err(e) => return Outcome::fail(Status::Failed, e.to_string()),
+        },
+        _ => None,
+    };
     let fin = match run_child(cmd, env, true, COMMAND_LINE_BYTES, on_line) {
         Ok(f) => f,
         Err(e) => return Outcome::fail(Status::Failed, e),
     };
-    let Values { kept, dropped } = std::mem::take(&mut *lock(&values));
-    if fin.timed_out {
-        return Outcome::fail(Status::Timeout, fin.timeout_message(env.timeout));
-    }
-    let Some(sup) = &fin.report else {
-        return Outcome::fail(
-            Status::Crashed,
-            fin.describe(&format!(
-                "the supervisor of `{line}` ended without a report"
-            )),
-        );
+    let sup = match supervised_end(env, &fin, &line) {
+        Ok(sup) => sup,
+        Err(failed) => return failed,
     };
-    if let Some(e) = &sup.error {
-        return Outcome::fail(Status::Failed, e.clone());
+    let wall_s = fin.elapsed.as_secs_f64();
+    if let Some(link) = link {
+        let events = link.finish(Duration::from_secs(2));
+        return match crate::bridge::repeat(&events, spec, knobs, wall_s) {
+            Ok(r) => Outcome {
+                status: Status::Ok,
+                error: None,
+                repeat: Some(Repeat {
+                    peak_total_bytes: r.peak_total_bytes.max(sup.peak_rss_bytes),
+                    ..r
+                }),
+            },
+            Err(e) => Outcome::fail(Status::Failed, format!("`{line}`: {e}")),
+        };
     }
-    if let Some(rss) = sup.over_cap_bytes {
-        return Outcome::fail(
-            Status::Oom,
-            format!(
-                "`{line}`: its processes' resident memory reached {:.1} MiB, over the trial cap of {:.1} MiB (mem_cap_mib); the process tree was ended",
-                rss as f64 / 1048576.0,
-                env.mem_cap_bytes.unwrap_or(0) as f64 / 1048576.0
-            ),
-        );
-    }
-    if sup.stopped {
-        return Outcome::fail(
-            Status::Failed,
-            format!("`{line}` was stopped before it ended"),
-        );
-    }
-    if sup.code != Some(0) {
-        return Outcome::fail(Status::Crashed, fin.describe(&format!("`{line}` failed")));
-    }
+    let Values { kept, dropped } = std::mem::take(&mut *lock(&values));
     let values: Vec<f64> = kept.into_iter().filter(|v| *v > 0.0).collect();
     if values.is_empty() {
         return Outcome::fail(
@@ -280,11 +276,61 @@ fn run_command(env: &TrialEnv, spec_dir: &Path, c: &CommandWorkload, knobs: &Kno
             samples_per_step: 1.0,
             samples_per_s: median,
             backend: "command".into(),
-            wall_s: fin.elapsed.as_secs_f64(),
+            wall_s,
             peak_total_bytes: sup.peak_rss_bytes,
             ..Repeat::default()
         }),
     }
+}
+
+/// How a supervised command ended, as a trial status: its report when the command
+/// exited 0 within its limit, else the failed outcome (timeout, over the memory cap,
+/// stopped, crashed).
+fn supervised_end<'a>(
+    env: &TrialEnv,
+    fin: &'a Finished,
+    line: &str,
+) -> Result<&'a SupReport, Outcome> {
+    if fin.timed_out {
+        return Err(Outcome::fail(
+            Status::Timeout,
+            fin.timeout_message(env.timeout),
+        ));
+    }
+    let Some(sup) = &fin.report else {
+        return Err(Outcome::fail(
+            Status::Crashed,
+            fin.describe(&format!(
+                "the supervisor of `{line}` ended without a report"
+            )),
+        ));
+    };
+    if let Some(e) = &sup.error {
+        return Err(Outcome::fail(Status::Failed, e.clone()));
+    }
+    if let Some(rss) = sup.over_cap_bytes {
+        return Err(Outcome::fail(
+            Status::Oom,
+            format!(
+                "`{line}`: its processes' resident memory reached {:.1} MiB, over the trial cap of {:.1} MiB (mem_cap_mib); the process tree was ended",
+                rss as f64 / 1048576.0,
+                env.mem_cap_bytes.unwrap_or(0) as f64 / 1048576.0
+            ),
+        ));
+    }
+    if sup.stopped {
+        return Err(Outcome::fail(
+            Status::Failed,
+            format!("`{line}` was stopped before it ended"),
+        ));
+    }
+    if sup.code != Some(0) {
+        return Err(Outcome::fail(
+            Status::Crashed,
+            fin.describe(&format!("`{line}` failed")),
+        ));
+    }
+    Ok(sup)
 }
 
 /// How a child process ended.

@@ -55,6 +55,10 @@ pub enum FindingKind {
     Starvation,
     Throttling,
     SharedGpu,
+    /// From the PyTorch hooks: the loop waits for its DataLoader.
+    DataWait,
+    /// From the PyTorch hooks: host-to-device copies.
+    H2d,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -8,6 +8,7 @@
 //!   stop signals;
 //! - `live`: the plain-line view and the `--json` sample stream;
 //! - `report`: report.json and summary.md;
+//! - `steps`: findings from the PyTorch hooks' step events (`crate::bridge`);
 //! - `session`: one watch from start to report;
 //! - `tui`: the full-screen live view (`--tui`), on the dashboard's devices widget.
 
@@ -16,5 +17,6 @@ pub mod live;
 pub mod model;
 pub mod report;
 pub mod session;
+pub mod steps;
 pub mod target;
 pub mod tui;

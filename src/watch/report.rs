@@ -37,6 +37,13 @@ pub struct WatchReport {
     pub devices: Vec<DeviceSummary>,
     pub findings: Vec<Finding>,
     pub notes: Vec<String>,
+    /// What the PyTorch hooks measured, when the command was a Python job that
+    /// reported steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<crate::bridge::StepSummary>,
+    /// `--pid`: what sampling the process's Python stacks showed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<crate::bridge::StackSummary>,
     pub timeline: Vec<TimelineSample>,
 }
 

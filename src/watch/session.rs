@@ -20,6 +20,7 @@ use super::report::{
 };
 use super::target::{catch_stop_signals, stop_signals, Ended, Target};
 use super::tui::{Screen, WatchApp};
+use crate::bridge::Link;
 use crate::error::{Error, Result};
 use crate::report::model::SCHEMA_VERSION;
 
@@ -114,13 +115,32 @@ pub fn run(opts: &Options) -> Result<i32> {
     };
     prepare_out(&opts.out)?;
     catch_stop_signals()?;
+    // A Python job started here reports its steps through the PyTorch hooks.
+    let mut link: Option<Link> = None;
+    let prep = |cmd: &mut std::process::Command| -> Result<()> {
+        if crate::bridge::enabled() {
+            link = Some(Link::attach(cmd, &serde_json::Map::new())?);
+        }
+        Ok(())
+    };
     let mut target = match (attached, &opts.what) {
         (Some(t), _) => t,
-        (None, What::Command(c)) if opts.tui => Target::spawn_logged(c, &log_path(opts))?,
-        (None, What::Command(c)) => Target::spawn(c, opts.json)?,
+        (None, What::Command(c)) if opts.tui => Target::spawn_logged(c, &log_path(opts), prep)?,
+        (None, What::Command(c)) => Target::spawn(c, opts.json, prep)?,
         (None, What::Pid(p)) => Target::attach(*p)?,
     };
+    if let Some(l) = link.as_mut() {
+        l.spawned();
+    }
     let started = Instant::now();
+    // Attached: no hooks in a process tune did not start, so sample its Python stacks.
+    let stacks = match &opts.what {
+        What::Pid(p) if crate::bridge::enabled() => Some(crate::bridge::StackSampler::start(
+            *p,
+            opts.interval.min(Duration::from_millis(10)),
+        )),
+        _ => None,
+    };
     let host = HostSampler::new().watch(target.pid());
     let members = host.tree_members();
     let samplers: Vec<Box<dyn Sampler>> = vec![Box::new(host), Box::new(NvmlSampler::new())];
@@ -249,7 +269,33 @@ pub fn run(opts: &Options) -> Result<i32> {
         tree: members.pids(),
         cores: crate::engine::train::default_threads(),
     };
-    let found = findings(&series, &ctx);
+    let mut found = findings(&series, &ctx);
+    let python = link.map(|l| {
+        let ev = l.finish(Duration::from_secs(2));
+        for e in &ev.errors {
+            notes.push(format!("the PyTorch hooks failed and were off: {e}"));
+        }
+        ev.summary()
+    });
+    let stacks = stacks.map(crate::bridge::StackSampler::stop);
+    if let Some(st) = &stacks {
+        match &st.error {
+            Some(e) if st.samples == 0 => notes.push(format!("no Python stacks: {e}")),
+            Some(e) => notes.push(e.clone()),
+            None => {}
+        }
+        found.extend(super::steps::stack_findings(st));
+    }
+    match &python {
+        Some(Some(s)) => found.extend(super::steps::findings(s)),
+        // Only where a Python job was expected: for `sleep 5` the note is noise.
+        Some(None) if looks_like_python(target.command()) => notes.push(
+            "no training steps from the PyTorch hooks (not a Python job that imports torch \
+             and calls Optimizer.step, or TUNE_BRIDGE=0): step phases are unknown"
+                .into(),
+        ),
+        _ => {}
+    }
     let report = WatchReport {
         schema_version: SCHEMA_VERSION.into(),
         kind: KIND.into(),
@@ -266,11 +312,22 @@ pub fn run(opts: &Options) -> Result<i32> {
         devices: summarize(&series),
         findings: found,
         notes,
+        python: python.flatten(),
+        stacks,
         timeline: timeline_rows(&snap.samples, MAX_POINTS_PER_SERIES),
     };
     let paths = report.write(&opts.out)?;
     print_outcome(&report, &paths);
     Ok(ended.exit_code())
+}
+
+fn looks_like_python(command: Option<&[String]>) -> bool {
+    command.is_some_and(|c| {
+        c.iter().any(|a| {
+            let name = a.rsplit('/').next().unwrap_or(a);
+            name.starts_with("python") || name.ends_with(".py") || name == "torchrun"
+        })
+    })
 }
 
 fn log_path(opts: &Options) -> PathBuf {
@@ -302,6 +359,30 @@ fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {
         "watch: the process {} after {:.1} s ({} samples over {} ticks)",
         r.target.ended, r.duration_s, r.sampling.samples, r.sampling.ticks
     );
+    if let Some(p) = &r.python {
+        let shares: Vec<String> = p
+            .phase_share
+            .iter()
+            .filter(|(_, v)| **v >= 0.005)
+            .map(|(k, v)| format!("{k} {:.1}%", v * 100.0))
+            .collect();
+        eprintln!(
+            "steps: {} (median {:.1} ms{}): {}",
+            p.steps,
+            p.median_step_ms,
+            p.samples_per_s
+                .map_or(String::new(), |x| format!(", {x:.1} samples/s")),
+            shares.join(", ")
+        );
+    }
+    if let Some(st) = r.stacks.as_ref().filter(|s| s.samples > 0) {
+        let shares: Vec<String> = st
+            .phase_share
+            .iter()
+            .map(|(k, v)| format!("{k} {:.1}%", v * 100.0))
+            .collect();
+        eprintln!("stack samples: {}: {}", st.samples, shares.join(", "));
+    }
     if r.findings.is_empty() {
         eprintln!("findings: none (no imbalance, starvation, throttling or GPU sharing seen)");
     }

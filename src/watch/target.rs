@@ -77,8 +77,13 @@ fn live_stat(pid: u32) -> Option<tune_probes::host::PidStat> {
 impl Target {
     /// Starts `command` (program and arguments, no shell). With `stdout_to_stderr` its
     /// standard output goes to tune's standard error, keeping tune's stdout for JSON.
-    pub fn spawn(command: &[String], stdout_to_stderr: bool) -> Result<Target> {
+    pub fn spawn(
+        command: &[String],
+        stdout_to_stderr: bool,
+        prep: impl FnOnce(&mut Command) -> Result<()>,
+    ) -> Result<Target> {
         Target::spawn_with(command, |cmd| {
+            prep(cmd)?;
             if stdout_to_stderr {
                 let fd = std::io::stderr()
                     .as_fd()
@@ -93,8 +98,13 @@ impl Target {
     /// Starts `command` with its output appended to `log` and no input: under the
     /// full-screen view its lines would scribble over the screen, and its reads would
     /// steal the view's keys.
-    pub fn spawn_logged(command: &[String], log: &std::path::Path) -> Result<Target> {
+    pub fn spawn_logged(
+        command: &[String],
+        log: &std::path::Path,
+        prep: impl FnOnce(&mut Command) -> Result<()>,
+    ) -> Result<Target> {
         Target::spawn_with(command, |cmd| {
+            prep(cmd)?;
             let open = || {
                 std::fs::OpenOptions::new()
                     .create(true)
@@ -253,14 +263,17 @@ mod tests {
 
     #[test]
     fn started_command_reports_its_code() {
-        let mut t = Target::spawn(&["sh".into(), "-c".into(), "exit 7".into()], false).unwrap();
+        let mut t = Target::spawn(&["sh".into(), "-c".into(), "exit 7".into()], false, |_| {
+            Ok(())
+        })
+        .unwrap();
         assert!(t.is_child());
         assert_eq!(t.wait().unwrap(), Some(Ended::Exited(7)));
     }
 
     #[test]
     fn signalled_command_reports_the_signal() {
-        let mut t = Target::spawn(&["sleep".into(), "30".into()], false).unwrap();
+        let mut t = Target::spawn(&["sleep".into(), "30".into()], false, |_| Ok(())).unwrap();
         assert_eq!(t.poll().unwrap(), None);
         t.signal(libc::SIGTERM);
         assert_eq!(t.wait().unwrap(), Some(Ended::Signalled(libc::SIGTERM)));
@@ -268,9 +281,11 @@ mod tests {
 
     #[test]
     fn missing_program_and_dead_pid_are_bad_input() {
-        let e = Target::spawn(&["/nonexistent/tune-no-such-program".into()], false)
-            .err()
-            .unwrap();
+        let e = Target::spawn(&["/nonexistent/tune-no-such-program".into()], false, |_| {
+            Ok(())
+        })
+        .err()
+        .unwrap();
         assert!(
             e.is_bad_input() && e.to_string().contains("no such program"),
             "{e}"

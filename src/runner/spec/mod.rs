@@ -86,6 +86,9 @@ pub enum Metric {
     Regex(String),
     /// A key in JSON lines printed by the command.
     JsonKey(String),
+    /// `[workload.python]`: the step events of tune's PyTorch hooks (`crate::bridge`),
+    /// which also inject the trial's knobs into the unmodified script.
+    Hooks,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

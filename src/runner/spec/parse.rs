@@ -256,6 +256,9 @@ impl Cx<'_> {
 
     fn workload(&self, key: &Key<'_>, v: &Val<'_>) -> Result<Workload> {
         let t = self.table(v, "workload")?;
+        if let Some((k, py)) = t.get_key_value("python") {
+            return self.python(t, k, py);
+        }
         let engine_keys: Vec<_> = entries(t)
             .into_iter()
             .filter(|(k, _)| k.get_ref() != "command")
@@ -385,26 +388,58 @@ impl Cx<'_> {
             }
             (None, Some(j)) => Metric::JsonKey(self.string(j, "workload.command.metric_json_key")?),
         };
-        let cwd = match t.get("cwd") {
-            Some(v) => {
-                let cwd = PathBuf::from(self.string(v, "workload.command.cwd")?);
-                // Trials run the command in this folder; a missing one would fail every
-                // trial later as "cannot start sh".
-                let dir = crate::fsio::parent_dir(self.path).join(&cwd);
-                if !dir.is_dir() {
-                    return Err(self.err(
-                        v.span(),
-                        format!(
-                            "workload.command.cwd: folder '{}' does not exist (relative to the spec's folder)",
-                            shown(&dir.display().to_string())
-                        ),
-                    ));
-                }
-                Some(cwd)
-            }
-            None => None,
-        };
+        let cwd = self.cwd(t, "workload.command.cwd")?;
         Ok(CommandWorkload { run, metric, cwd })
+    }
+
+    /// A workload's `cwd`, which must exist: trials run the command in this folder, and a
+    /// missing one would fail every trial later as "cannot start sh".
+    fn cwd(&self, t: &DeTable<'_>, what: &str) -> Result<Option<PathBuf>> {
+        let Some(v) = t.get("cwd") else {
+            return Ok(None);
+        };
+        let cwd = PathBuf::from(self.string(v, what)?);
+        let dir = crate::fsio::parent_dir(self.path).join(&cwd);
+        if !dir.is_dir() {
+            return Err(self.err(
+                v.span(),
+                format!(
+                    "{what}: folder '{}' does not exist (relative to the spec's folder)",
+                    shown(&dir.display().to_string())
+                ),
+            ));
+        }
+        Ok(Some(cwd))
+    }
+
+    /// `[workload.python]`: an unmodified PyTorch script, measured and tuned through the
+    /// hooks (`crate::bridge`); `{knob}` placeholders still work.
+    fn python(&self, w: &DeTable<'_>, key: &Key<'_>, v: &Val<'_>) -> Result<Workload> {
+        if let Some((k, _)) = entries(w)
+            .into_iter()
+            .find(|(k, _)| k.get_ref() != "python")
+        {
+            return Err(self.err(
+                k.span(),
+                format!(
+                    "workload.{} given together with [workload.python]: a workload is one of the engine, a command or a python script",
+                    shown(k.get_ref())
+                ),
+            ));
+        }
+        let t = self.table(v, "workload.python")?;
+        self.check_keys(t, &["run", "cwd"], "[workload.python]")?;
+        let run_v = t.get("run").ok_or_else(|| {
+            self.err(
+                key.span(),
+                "missing workload.python.run, e.g. run = \"python train.py --epochs 1\"",
+            )
+        })?;
+        Ok(Workload::Command(CommandWorkload {
+            run: self.string(run_v, "workload.python.run")?,
+            metric: Metric::Hooks,
+            cwd: self.cwd(t, "workload.python.cwd")?,
+        }))
     }
 
     /// Span of `needle` inside a string literal's source, or the literal's start when

@@ -1,0 +1,224 @@
+//! The measured-speedup rule: a configuration measured significantly faster than the
+//! baseline (its interval excludes 1) that learns the same is always a recommendation,
+//! even when no phase rule explains it. Command and Python workloads report throughput
+//! only, so without this rule the one change that doubled a user's throughput would go
+//! unsaid. It runs after the phase rules and only speaks for knobs they left alone, so a
+//! phase rule's "why" is never duplicated.
+
+use std::collections::BTreeMap;
+
+use super::{amp::autocast_line, effect_evidence, flag, Ctx, Say};
+use crate::knobs::Knobs;
+use crate::report::model::{Recommendation, TrialReport};
+
+/// The PyTorch line that makes `knob = value`.
+pub fn pytorch_line(knob: &str, value: &str, k: &Knobs, backend: &str) -> String {
+    match knob {
+        "num_workers" => {
+            format!("DataLoader(dataset, num_workers={value}, persistent_workers=True)")
+        }
+        "pin_memory" => format!(
+            "DataLoader(dataset, pin_memory={})",
+            if value == "true" { "True" } else { "False" }
+        ),
+        "autotune" => format!(
+            "torch.backends.cudnn.benchmark = {}",
+            if value == "true" { "True" } else { "False" }
+        ),
+        "zero_grad" => format!(
+            "optimizer.zero_grad(set_to_none={})",
+            if value == "none" { "True" } else { "False" }
+        ),
+        "checkpoint" => {
+            "torch.utils.checkpoint.checkpoint_sequential(model, segments, x, use_reentrant=False)"
+                .into()
+        }
+        "amp" => autocast_line(k.amp, backend),
+        "parallel" => match value {
+            "ddp" => "model = DistributedDataParallel(model)  # launch with torchrun".into(),
+            "dp" => "model = torch.nn.DataParallel(model)".into(),
+            _ => "# one device, no wrapper".into(),
+        },
+        "devices" => format!("torchrun --nproc_per_node={value} train.py"),
+        "batch_size" => {
+            format!("DataLoader(dataset, batch_size={value})  # and scale the learning rate")
+        }
+        "grad_accum" => format!(
+            "loss = loss / {value}; loss.backward(); step the optimizer every {value} batches"
+        ),
+        "bucket_mb" => format!("DistributedDataParallel(model, bucket_cap_mb={value})"),
+        "sync_bn" => "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)".into(),
+        other => format!("# set {other} = {value}"),
+    }
+}
+
+/// Knobs where `t` differs from the baseline, with `t`'s values.
+fn changed(t: &TrialReport, base: &Knobs) -> BTreeMap<String, String> {
+    Knobs::NAMES
+        .iter()
+        .filter_map(|n| {
+            let v = t.knobs.get(n)?;
+            (base.get(n).as_ref() != Some(&v)).then(|| ((*n).to_string(), v))
+        })
+        .collect()
+}
+
+/// Whether an earlier recommendation (a change, a suggestion or a warning) already
+/// speaks about `knob`: the phase rule's words then stand.
+fn spoken_for(earlier: &[Recommendation], knob: &str) -> bool {
+    let f = format!("--{}", knob.replace('_', "-"));
+    earlier
+        .iter()
+        .any(|r| r.change.contains_key(knob) || r.tune_flag.split_whitespace().any(|w| w == f))
+}
+
+fn recommend(cx: &Ctx, t: &TrialReport, earlier: &[Recommendation]) -> Option<Recommendation> {
+    let base = cx.base?;
+    let r = t.ratio_vs_baseline?;
+    let change = changed(t, cx.base_knobs());
+    if change.is_empty() || change.keys().any(|k| spoken_for(earlier, k)) {
+        return None;
+    }
+    let mut evidence = vec![effect_evidence(&t.label, t, base, &r)];
+    if base.phase_share.is_empty() {
+        evidence.push("this workload reports throughput only, so no phase rule can say why".into());
+    } else {
+        evidence.push("no phase rule explains this gain".into());
+    }
+    let noise = base.noise_floor.max(t.noise_floor);
+    let say = Say {
+        title: format!("Use {} (measured {:.2}× faster)", t.label, r.ratio),
+        evidence,
+        tune_flag: change
+            .iter()
+            .map(|(k, v)| flag(k, v))
+            .filter(|f| !f.is_empty())
+            .collect::<Vec<_>>()
+            .join(" "),
+        pytorch: change
+            .iter()
+            .map(|(k, v)| pytorch_line(k, v, &t.knobs, cx.backend()))
+            .collect::<Vec<_>>()
+            .join("; "),
+    };
+    Some(Recommendation {
+        rule: "faster".into(),
+        kind: crate::report::model::RecKind::Change,
+        title: say.title,
+        evidence: say.evidence.join("; "),
+        expected_gain: Some(r),
+        confidence: super::confidence(&r, noise).into(),
+        tune_flag: say.tune_flag,
+        pytorch: say.pytorch,
+        change,
+    })
+}
+
+/// Recommendations for significant speedups the rules in `earlier` did not cover: the
+/// best one-knob change per knob, then the best multi-knob configuration whose knobs no
+/// recommendation claims yet (a random search may have no one-knob trials).
+pub fn check(cx: &Ctx, earlier: &[Recommendation]) -> Vec<Recommendation> {
+    let mut out: Vec<Recommendation> = Vec::new();
+    let mut seen = earlier.to_vec();
+    for knob in Knobs::NAMES {
+        let Some((t, _)) = cx.best_gain(&cx.varying(knob)) else {
+            continue;
+        };
+        if let Some(rec) = recommend(cx, t, &seen) {
+            seen.push(rec.clone());
+            out.push(rec);
+        }
+    }
+    let base = cx.base_knobs();
+    let multi: Vec<&TrialReport> = cx
+        .report
+        .trials
+        .iter()
+        .filter(|t| changed(t, base).len() > 1)
+        .collect();
+    if let Some((t, _)) = cx.best_gain(&multi) {
+        out.extend(recommend(cx, t, &seen));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit::{by_rule, report, spec, trial};
+
+    #[test]
+    fn a_significant_speedup_without_phase_evidence_is_recommended() {
+        // No data-wait share at the baseline: the data_wait rule stays silent, yet
+        // num_workers=2 is measured 1.4× faster.
+        let s = spec("num_workers = [0, 2]", "");
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010),
+                trial(&s, &[("num_workers", "2")], 0.007),
+            ],
+        );
+        assert!(by_rule(&r, "data_wait").is_empty());
+        let recs = by_rule(&r, "faster");
+        assert_eq!(recs.len(), 1, "{:?}", r.recommendations);
+        let rec = &recs[0];
+        assert!(rec.expected_gain.unwrap().lo > 1.0);
+        assert_eq!(rec.change["num_workers"], "2");
+        assert_eq!(rec.tune_flag, "--num-workers 2");
+        assert!(rec.pytorch.contains("num_workers=2"), "{}", rec.pytorch);
+        assert!(rec.evidence.contains("1.4"), "{}", rec.evidence);
+        // The confirmation combines it.
+        let c = r.confirmation.as_ref().unwrap();
+        assert_eq!(c.knobs.num_workers, 2);
+        assert_eq!(c.rules, vec!["faster"]);
+    }
+
+    #[test]
+    fn silent_when_a_phase_rule_already_recommends_the_knob() {
+        let s = spec("num_workers = [0, 2]", "");
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010).phase("data_wait", 0.30),
+                trial(&s, &[("num_workers", "2")], 0.007),
+            ],
+        );
+        assert_eq!(by_rule(&r, "data_wait").len(), 1);
+        assert!(by_rule(&r, "faster").is_empty());
+    }
+
+    #[test]
+    fn silent_when_not_significant_or_learning_less() {
+        let s = spec("num_workers = [0, 2]", "");
+        for (step, acc) in [(0.010, Some(0.9)), (0.011, Some(0.9)), (0.007, Some(0.5))] {
+            let r = report(
+                &s,
+                vec![
+                    trial(&s, &[], 0.010),
+                    trial(&s, &[("num_workers", "2")], step).accuracy(acc),
+                ],
+            );
+            assert!(by_rule(&r, "faster").is_empty(), "{step} {acc:?}");
+        }
+    }
+
+    #[test]
+    fn a_multi_knob_winner_is_recommended_when_no_one_knob_trial_exists() {
+        let s = spec(
+            "num_workers = [0, 2]\nzero_grad = [\"memset\", \"none\"]",
+            "",
+        );
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010),
+                trial(&s, &[("num_workers", "2"), ("zero_grad", "none")], 0.006),
+            ],
+        );
+        let recs = by_rule(&r, "faster");
+        assert_eq!(recs.len(), 1, "{:?}", r.recommendations);
+        assert_eq!(recs[0].change.len(), 2);
+        assert!(recs[0].pytorch.contains("set_to_none=True"));
+        assert!(recs[0].tune_flag.contains("--zero-grad none"));
+    }
+}

@@ -1,0 +1,94 @@
+//! Knobs for an unmodified script (`[workload.python]`): which of a trial's knobs the
+//! hooks apply, in the JSON the module reads, and the trial's measurements from the
+//! step events.
+
+use serde_json::{Map, Value};
+
+use super::Events;
+use crate::knobs::{Knobs, ZeroGrad};
+use crate::runner::record::Repeat;
+use crate::runner::spec::Spec;
+
+/// Knobs the hooks can apply inside a script.
+pub const INJECTED: &[&str] = &["num_workers", "pin_memory", "zero_grad", "autotune"];
+
+/// The knobs a sweep sets (swept, or moved off the default by its baseline), as the
+/// module's JSON. Every trial, the baseline included, gets the same set, so a script's
+/// own value never silently stands in for the baseline's.
+pub fn knob_values(spec: &Spec, knobs: &Knobs) -> Map<String, Value> {
+    let mut m = Map::new();
+    let def = Knobs::default();
+    for name in INJECTED {
+        let named = spec.knobs.iter().any(|(k, _)| k == name)
+            || spec.search.baseline.get(name) != def.get(name);
+        if !named {
+            continue;
+        }
+        let v = match *name {
+            "num_workers" => Value::from(knobs.num_workers),
+            "pin_memory" => Value::from(knobs.pin_memory),
+            "autotune" => Value::from(knobs.autotune),
+            _ => Value::from(if knobs.zero_grad == ZeroGrad::None {
+                "none"
+            } else {
+                "memset"
+            }),
+        };
+        m.insert((*name).to_string(), v);
+    }
+    m
+}
+
+/// The repeat of a hooked trial: step times and phases from the events; overrides and
+/// knobs the hooks cannot apply listed in `not_applicable`, so the report shows them.
+pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Result<Repeat, String> {
+    if events.steps.len() < 3 {
+        let why = if events.torch.is_none() {
+            "the script never imported torch with tune's hooks (is it a Python command? \
+             does its environment drop PYTHONPATH?)"
+        } else {
+            "the hooks saw fewer than 3 optimizer steps (does the script call optimizer.step()?)"
+        };
+        return Err(format!("no step measurements: {why}"));
+    }
+    let warmup = events.steps.len() - events.steady().len();
+    let mut batches: Vec<f64> = events.steady().iter().map(|s| s.batch as f64).collect();
+    batches.retain(|b| *b > 0.0);
+    let samples_per_step = if batches.is_empty() {
+        1.0
+    } else {
+        crate::runner::stats::median(&batches)
+    };
+    let durs: Vec<f64> = events.steady().iter().map(|s| s.dur).collect();
+    let mut not_applicable = std::collections::BTreeMap::new();
+    for o in &events.overrides {
+        not_applicable.insert(
+            o.knob.clone(),
+            format!(
+                "the script sets {}={} explicitly; tune applied {} for this trial",
+                o.knob, o.script, o.applied
+            ),
+        );
+    }
+    let def = Knobs::default();
+    for (name, _) in &spec.knobs {
+        if !INJECTED.contains(&name.as_str()) && knobs.get(name) != def.get(name) {
+            not_applicable.insert(
+                name.clone(),
+                "tune's PyTorch hooks do not inject this knob yet; use a {placeholder} in run"
+                    .into(),
+            );
+        }
+    }
+    Ok(Repeat {
+        step_times: events.steps.iter().map(|s| s.dur).collect(),
+        warmup,
+        samples_per_step,
+        samples_per_s: samples_per_step / crate::runner::stats::median(&durs),
+        phases_mean: events.phases_mean(),
+        backend: "pytorch".into(),
+        wall_s,
+        not_applicable,
+        ..Repeat::default()
+    })
+}

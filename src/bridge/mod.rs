@@ -1,0 +1,150 @@
+//! The PyTorch bridge: tune's instrumentation module for Python commands it starts.
+//!
+//! The module (`tune_hook.py`, with a `sitecustomize.py` that activates it) is compiled
+//! into the binary and written to the cache on use; the child finds it through
+//! `PYTHONPATH`, so the user installs nothing and changes nothing. It writes one JSON line
+//! per training step to a pipe tune hands it (`TUNE_BRIDGE_FD`); `events` reads and
+//! summarises those lines. `TUNE_BRIDGE=0` turns it off.
+
+mod attach;
+mod events;
+mod inject;
+
+use std::io::{BufRead, BufReader, PipeWriter};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub use attach::{classify, StackSampler, StackSummary};
+pub use events::{Events, Override, Step, StepSummary};
+pub use inject::{knob_values, repeat, INJECTED};
+
+use crate::error::{Error, Result};
+
+const HOOK_PY: &str = include_str!("tune_hook.py");
+const SITE_PY: &str = include_str!("sitecustomize.py");
+
+/// Whether the bridge is on (`TUNE_BRIDGE=0` turns it off).
+pub fn enabled() -> bool {
+    std::env::var("TUNE_BRIDGE").map_or(true, |v| v != "0")
+}
+
+/// Writes the module into the cache (once per module text) and returns its folder.
+fn install() -> Result<PathBuf> {
+    // FNV-1a of the module text: a new tune version with new hooks gets a new folder.
+    let hash = SITE_PY
+        .bytes()
+        .chain(HOOK_PY.bytes())
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    let dir = crate::engine::train::default_cache_dir().join(format!("pybridge-{hash:016x}"));
+    let hook = dir.join("tune_hook.py");
+    let site = dir.join("sitecustomize.py");
+    if hook.is_file() && site.is_file() {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| Error::write(&dir, e))?;
+    crate::fsio::atomic_write(&hook, HOOK_PY.as_bytes())?;
+    crate::fsio::atomic_write(&site, SITE_PY.as_bytes())?;
+    Ok(dir)
+}
+
+/// One child's event stream: set it up on a `Command` before spawning, call
+/// `spawned` after, and `finish` once the child has exited.
+pub struct Link {
+    writer: Option<PipeWriter>,
+    events: Arc<Mutex<Events>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Link {
+    /// Prepares `cmd` to load the hooks and report to this link; `knobs` (knob name →
+    /// JSON value) are applied inside the script.
+    pub fn attach(
+        cmd: &mut Command,
+        knobs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Link> {
+        let dir = install()?;
+        let (rd, wr) = std::io::pipe()
+            .map_err(|e| Error::Runtime(format!("bridge: cannot create a pipe: {e}")))?;
+        let fd = wr.as_raw_fd();
+        let mut path = std::ffi::OsString::from(dir.as_os_str());
+        if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+            path.push(":");
+            path.push(old);
+        }
+        cmd.env("PYTHONPATH", path)
+            .env("TUNE_BRIDGE_FD", fd.to_string())
+            .env(
+                "TUNE_BRIDGE_KNOBS",
+                serde_json::Value::Object(knobs.clone()).to_string(),
+            );
+        {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the closure runs in the forked child before exec and only calls
+            // fcntl, which is async-signal-safe; `fd` is open there (inherited).
+            unsafe {
+                cmd.pre_exec(move || {
+                    // The pipe is close-on-exec; the command must keep its write end.
+                    if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let events = Arc::new(Mutex::new(Events::default()));
+        let sink = Arc::clone(&events);
+        let reader = std::thread::spawn(move || {
+            // Bytes, decoded lossily: a script that writes a stray non-UTF-8 byte to the
+            // pipe must not end the stream (lines() would stop there).
+            let mut rd = BufReader::new(rd);
+            let mut buf = Vec::new();
+            while matches!(rd.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+                sink.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push_line(String::from_utf8_lossy(&buf).trim_end());
+                buf.clear();
+            }
+        });
+        Ok(Link {
+            writer: Some(wr),
+            events,
+            reader: Some(reader),
+        })
+    }
+
+    /// `attach` for one sweep trial of `[workload.python]`: the trial's knobs injected.
+    pub fn for_trial(
+        cmd: &mut Command,
+        spec: &crate::runner::spec::Spec,
+        knobs: &crate::knobs::Knobs,
+    ) -> Result<Link> {
+        Link::attach(cmd, &knob_values(spec, knobs))
+    }
+
+    /// Closes tune's copy of the write end, so the stream ends when the child's does.
+    pub fn spawned(&mut self) {
+        self.writer = None;
+    }
+
+    /// What the child reported. Waits up to `grace` for the stream to end (a
+    /// grandchild that outlives the command may hold it open).
+    pub fn finish(mut self, grace: Duration) -> Events {
+        self.writer = None;
+        let until = Instant::now() + grace;
+        if let Some(r) = self.reader.take() {
+            while !r.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if r.is_finished() {
+                let _ = r.join();
+            }
+        }
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}

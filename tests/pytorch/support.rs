@@ -1,0 +1,44 @@
+//! Finding a Python with real PyTorch for the `pytorch_*` tests: `TUNE_PYTHON` names the
+//! interpreter (`.ci/run` sets it to its virtual environment's). Without one that can
+//! `import torch`, a test skips with the reason, or fails under `TUNE_REQUIRE_TORCH=1`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The interpreter to run PyTorch scripts with, or None (after printing why) when the
+/// test should skip.
+pub fn python(test: &str) -> Option<PathBuf> {
+    let why = match std::env::var_os("TUNE_PYTHON") {
+        None => "TUNE_PYTHON is not set (point it at a python with torch installed)".to_string(),
+        Some(p) => {
+            let p = PathBuf::from(p);
+            match Command::new(&p)
+                .args(["-c", "import torch; print(torch.__version__)"])
+                .output()
+            {
+                Ok(o) if o.status.success() => return Some(p),
+                Ok(o) => format!(
+                    "{} cannot import torch: {}",
+                    p.display(),
+                    String::from_utf8_lossy(&o.stderr)
+                        .lines()
+                        .last()
+                        .unwrap_or("")
+                ),
+                Err(e) => format!("{} does not run: {e}", p.display()),
+            }
+        }
+    };
+    if std::env::var("TUNE_REQUIRE_TORCH").is_ok_and(|v| v == "1") {
+        panic!("{test}: TUNE_REQUIRE_TORCH=1 but {why}");
+    }
+    eprintln!("skipping {test}: {why}");
+    None
+}
+
+/// A test script under tests/pytorch.
+pub fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/pytorch")
+        .join(name)
+}

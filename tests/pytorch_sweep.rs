@@ -1,0 +1,145 @@
+//! Sweeps of a real PyTorch script (PyPI's torch, on CPU): the advisor recommends a
+//! configuration measured significantly faster even when no phase data explains it, and
+//! the confirmation trial runs for it.
+
+#[path = "pytorch/support.rs"]
+mod support;
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn show(o: &std::process::Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn command_sweep_of_a_starved_script_recommends_more_workers_and_confirms() {
+    let Some(py) =
+        support::python("command_sweep_of_a_starved_script_recommends_more_workers_and_confirms")
+    else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let spec = d.path().join("spec.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"torch-workers\"\n[workload.command]\n\
+             run = \"{} {} --workers {{num_workers}}\"\nmetric_json_key = \"samples_per_s\"\n\
+             [knobs]\nnum_workers = [0, 2]\n[search]\nrepeats = 1\ntimeout_s = 120\n",
+            py.display(),
+            support::script("train.py").display()
+        ),
+    )
+    .unwrap();
+    let out = d.path().join("out");
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let recs = r["recommendations"].as_array().unwrap();
+    let rec = recs
+        .iter()
+        .find(|x| x["change"]["num_workers"] == "2")
+        .unwrap_or_else(|| panic!("no num_workers=2 recommendation in {recs:?}\n{}", show(&o)));
+    let gain = &rec["expected_gain"];
+    assert!(gain["lo"].as_f64().unwrap() > 1.0, "{rec}");
+    assert!(
+        rec["pytorch"].as_str().unwrap().contains("num_workers=2"),
+        "{rec}"
+    );
+    assert!(
+        rec["evidence"].as_str().unwrap().contains("num_workers=2"),
+        "{rec}"
+    );
+    let c = &r["confirmation"];
+    assert_eq!(c["knobs"]["num_workers"], 2, "{c}");
+    assert_eq!(c["trial"]["status"], "ok", "{c}");
+    assert!(
+        c["trial"]["ratio_vs_baseline"]["ratio"].as_f64().unwrap() > 1.0,
+        "{c}"
+    );
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(md.contains("num_workers=2"), "{md}");
+}
+
+#[test]
+fn python_sweep_injects_knobs_recommends_the_winner_and_confirms() {
+    let Some(py) = support::python("python_sweep_injects_knobs_recommends_the_winner_and_confirms")
+    else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let spec = d.path().join("spec.toml");
+    // The script is run as it is: it passes num_workers=0 itself (its --workers default),
+    // so the hooks must replace it per trial and say so.
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"torch-python\"\n[workload.python]\n\
+             run = \"{} {} --cost-ms 0.5 --width 96 --batch 32 --steps 30\"\n\
+             [knobs]\nnum_workers = [0, 2]\nzero_grad = [\"memset\", \"none\"]\n\
+             [search]\nrepeats = 1\ntimeout_s = 120\n",
+            py.display(),
+            support::script("train.py").display()
+        ),
+    )
+    .unwrap();
+    let out = d.path().join("out");
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .env("TUNE_CACHE_DIR", d.path().join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let trials = r["trials"].as_array().unwrap();
+    let base = trials.iter().find(|t| t["label"] == "baseline").unwrap();
+    let w2 = trials
+        .iter()
+        .find(|t| t["label"] == "num_workers=2")
+        .unwrap();
+    assert_eq!(base["status"], "ok", "{base}");
+    // Phases come from the hooks: the baseline waits for data, two workers much less.
+    let wait = |t: &Value| t["phase_share"]["data_wait"].as_f64().unwrap_or(0.0);
+    assert!(
+        wait(base) > 0.10 && wait(w2) < wait(base) / 2.0,
+        "{base}\n{w2}"
+    );
+    assert!(
+        w2["not_applicable"]["num_workers"]
+            .as_str()
+            .unwrap_or("")
+            .contains("explicitly"),
+        "{w2}"
+    );
+    let recs = r["recommendations"].as_array().unwrap();
+    let rec = recs
+        .iter()
+        .find(|x| x["change"]["num_workers"] == "2")
+        .unwrap_or_else(|| panic!("no num_workers=2 recommendation in {recs:?}"));
+    assert!(
+        rec["pytorch"].as_str().unwrap().contains("num_workers=2"),
+        "{rec}"
+    );
+    assert!(rec["expected_gain"]["lo"].as_f64().unwrap() > 1.0, "{rec}");
+    let c = &r["confirmation"];
+    assert_eq!(c["trial"]["status"], "ok", "{c}");
+    assert_eq!(c["knobs"]["num_workers"], 2, "{c}");
+}

@@ -1,0 +1,109 @@
+//! `tune watch -- python script.py` on a real PyTorch job (PyPI's torch, on CPU): the
+//! hooks tune puts on the child's path report its steps, so a data-starved script gets a
+//! data-wait finding with its share, and the same script with two loader workers does not.
+
+#[path = "pytorch/support.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Per-sample read cost, model width and batch: loading a batch takes about a fifth of a
+/// step without workers, and two workers keep well ahead of the model.
+const SCRIPT_ARGS: [&str; 8] = [
+    "--cost-ms",
+    "0.5",
+    "--width",
+    "96",
+    "--batch",
+    "32",
+    "--steps",
+    "40",
+];
+
+fn watch(py: &Path, workers: u32, out: &Path, env: &[(&str, &str)]) -> (Output, Value) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tune"));
+    c.arg("watch")
+        .arg("--out")
+        .arg(out)
+        .arg("--")
+        .arg(py)
+        .arg(support::script("train.py"))
+        .args(["--workers", &workers.to_string()])
+        .args(SCRIPT_ARGS)
+        .env("TUNE_CACHE_DIR", out.join("cache"));
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    let text = std::fs::read_to_string(out.join("report.json")).unwrap_or_default();
+    let r = serde_json::from_str(&text).unwrap_or(Value::Null);
+    (o, r)
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn data_wait_findings(r: &Value) -> Vec<&Value> {
+    r["findings"]
+        .as_array()
+        .map(|f| f.iter().filter(|x| x["kind"] == "data_wait").collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_starved_script_gets_a_data_wait_finding_and_two_workers_do_not() {
+    let Some(py) =
+        support::python("a_starved_script_gets_a_data_wait_finding_and_two_workers_do_not")
+    else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (o, r) = watch(&py, 0, &d.path().join("w0"), &[]);
+    assert!(o.status.success(), "{}", show(&o));
+    let p = &r["python"];
+    assert!(p["steady_steps"].as_u64().unwrap() >= 30, "{p}");
+    let share = p["phase_share"]["data_wait"].as_f64().unwrap();
+    assert!(share > 0.10, "{p}\n{}", show(&o));
+    let f = data_wait_findings(&r);
+    assert_eq!(f.len(), 1, "{r}");
+    let pct = format!("{:.1}%", share * 100.0);
+    assert!(
+        f[0]["evidence"].as_str().unwrap().contains(&pct),
+        "{}",
+        f[0]
+    );
+    assert!(f[0]["hint"].as_str().unwrap().contains("num_workers"));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("the training loop waits for data"),
+        "{stderr}"
+    );
+
+    let (o, r) = watch(&py, 2, &d.path().join("w2"), &[]);
+    assert!(o.status.success(), "{}", show(&o));
+    let share2 = r["python"]["phase_share"]["data_wait"].as_f64().unwrap();
+    assert!(data_wait_findings(&r).is_empty(), "{share2} {r}");
+    assert!(share2 < share / 2.0, "{share2} vs {share}");
+}
+
+#[test]
+fn with_the_hooks_off_the_starved_script_gets_no_data_wait_finding() {
+    let Some(py) =
+        support::python("with_the_hooks_off_the_starved_script_gets_no_data_wait_finding")
+    else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (o, r) = watch(&py, 0, &d.path().join("off"), &[("TUNE_BRIDGE", "0")]);
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(r.get("python").is_none(), "{r}");
+    assert!(data_wait_findings(&r).is_empty(), "{r}");
+}
