@@ -133,6 +133,20 @@ pub fn shown(value: &str) -> String {
     out
 }
 
+/// Text for the terminal (a table of labels and reasons that came from reports or
+/// commands): line breaks kept, every other control or bidi-override character escaped,
+/// so a hostile label cannot move the cursor or clear the screen.
+pub fn inert(text: &str) -> String {
+    text.split('\n')
+        .map(|l| {
+            let mut out = String::new();
+            escape_into(&mut out, l);
+            out
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// An error message as the one line `error: ...` prints: every space-separated part
 /// passed through [`shown`], so a message that embeds a 10 MB name or an escape
 /// sequence, from whichever path it came, stays one short, inert line.
@@ -153,6 +167,7 @@ mod tests {
         assert!(s.ends_with("… (2000 bytes)"), "{s}");
         assert_eq!(s.chars().count(), 300 + "… (2000 bytes)".chars().count());
         assert_eq!(shown("plain text: ok"), "plain text: ok");
+        assert_eq!(inert("a\u{1b}[2J\nb\0"), "a\\u{1b}[2J\nb\\u{0}");
         let line = one_line(&format!("bad name {}: use a shorter one", "n".repeat(5000)));
         assert!(
             line.starts_with("bad name nnn") && line.ends_with("(5001 bytes) use a shorter one"),

@@ -92,7 +92,7 @@ pub fn main(args: &GateArgs) -> Result<i32> {
     if args.json {
         println!("{}", render::json(&g)?);
     } else {
-        print!("{}", render::table(&g));
+        print!("{}", crate::error::inert(&render::table(&g)));
     }
     Ok(g.exit_code())
 }

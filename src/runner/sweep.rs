@@ -499,7 +499,7 @@ fn print_table(r: &report::Report) {
         let is_base = r.baseline.as_deref() == Some(t.id.as_str());
         println!(
             "{:<w$}  {:<11}  {:>28}  {:>26}  {:>8}",
-            t.label,
+            crate::error::shown(&t.label),
             t.status.as_str(),
             markdown::throughput_cell(t),
             markdown::ratio_cell(t, is_base),
@@ -507,7 +507,7 @@ fn print_table(r: &report::Report) {
         );
     }
     for n in &r.notes {
-        println!("note: {n}");
+        println!("note: {}", crate::error::inert(n));
     }
     for rec in &r.recommendations {
         let gain = rec.expected_gain.map_or(String::new(), |g| {

@@ -236,7 +236,7 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
     };
     let sup = match supervised_end(env, &fin, &line) {
         Ok(sup) => sup,
-        Err(failed) => return failed,
+        Err((status, why)) => return Outcome::fail(status, why),
     };
     let wall_s = fin.elapsed.as_secs_f64();
     if let Some(link) = link {
@@ -285,20 +285,17 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
 
 /// How a supervised command ended, as a trial status: its report when the command
 /// exited 0 within its limit, else the failed outcome (timeout, over the memory cap,
-/// stopped, crashed).
+/// stopped, crashed) as its status and message.
 fn supervised_end<'a>(
     env: &TrialEnv,
     fin: &'a Finished,
     line: &str,
-) -> Result<&'a SupReport, Outcome> {
+) -> Result<&'a SupReport, (Status, String)> {
     if fin.timed_out {
-        return Err(Outcome::fail(
-            Status::Timeout,
-            fin.timeout_message(env.timeout),
-        ));
+        return Err((Status::Timeout, fin.timeout_message(env.timeout)));
     }
     let Some(sup) = &fin.report else {
-        return Err(Outcome::fail(
+        return Err((
             Status::Crashed,
             fin.describe(&format!(
                 "the supervisor of `{line}` ended without a report"
@@ -306,11 +303,10 @@ fn supervised_end<'a>(
         ));
     };
     if let Some(e) = &sup.error {
-        return Err(Outcome::fail(Status::Failed, e.clone()));
+        return Err((Status::Failed, e.clone()));
     }
     if let Some(rss) = sup.over_cap_bytes {
-        return Err(Outcome::fail(
-            Status::Oom,
+        return Err((Status::Oom,
             format!(
                 "`{line}`: its processes' resident memory reached {:.1} MiB, over the trial cap of {:.1} MiB (mem_cap_mib); the process tree was ended",
                 rss as f64 / 1048576.0,
@@ -319,16 +315,13 @@ fn supervised_end<'a>(
         ));
     }
     if sup.stopped {
-        return Err(Outcome::fail(
+        return Err((
             Status::Failed,
             format!("`{line}` was stopped before it ended"),
         ));
     }
     if sup.code != Some(0) {
-        return Err(Outcome::fail(
-            Status::Crashed,
-            fin.describe(&format!("`{line}` failed")),
-        ));
+        return Err((Status::Crashed, fin.describe(&format!("`{line}` failed"))));
     }
     Ok(sup)
 }
