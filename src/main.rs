@@ -10,6 +10,22 @@ static ALLOC: tune::runner::alloc::OomExit = tune::runner::alloc::OomExit;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Train(_)
+            | Command::Report(_)
+            | Command::Probe(_)
+            | Command::Bench(_)
+            | Command::Gate(_)
+    ) {
+        // Printing commands end quietly when their reader goes away (`tune train | head`),
+        // as Unix tools do, instead of panicking on EPIPE in println!. Not for the sweep,
+        // trial or watch processes, which own children and must finish their bookkeeping.
+        // SAFETY: called before any thread is started; SIG_DFL is a valid disposition.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match &cli.command {
         Command::Train(a) => tune::commands::train::main(a),
         Command::Trial(a) => Ok(tune::runner::trial::child_main(a)),

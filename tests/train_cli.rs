@@ -257,3 +257,32 @@ fn real_format_mnist_and_cifar_files_train() {
     ));
     assert_eq!(v["steps"].as_u64(), Some(2));
 }
+
+/// `tune train | head`: the reader goes away before tune prints its summary; tune must
+/// end quietly (as Unix tools do), not panic on the broken pipe.
+#[test]
+fn a_closed_stdout_ends_train_quietly_without_a_panic() {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .args([
+            "train",
+            "--model",
+            "mlp",
+            "--dataset",
+            "synthetic",
+            "--steps",
+            "3",
+            "--batch-size",
+            "8",
+            "--threads",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+}
