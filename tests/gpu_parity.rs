@@ -8,13 +8,11 @@
 //! sides, but cuBLASLt and the CPU GEMM sum in different orders and the channel
 //! reductions use atomics, so forward atol 1e-4 / rtol 1e-3 and gradients 1e-4 / 2e-3.
 
-use std::sync::Arc;
-
 use tune::engine::cuda::blas::Shape;
 use tune::engine::cuda::gpu::{GTensor, Gpu};
 use tune::engine::cuda::layers::{self, Pass};
 use tune::engine::cuda::train::softmax_xent;
-use tune::engine::device::{Device, MemCategory, MemTracker};
+use tune::engine::device::{Device, MemCategory};
 use tune::engine::nn::layer::{Ctx, Layer};
 use tune::engine::nn::model::Model;
 use tune::engine::nn::residual::BasicBlock;
@@ -33,30 +31,7 @@ use tune::knobs::{Checkpoint, Knobs, ZeroGrad};
 #[path = "common/standin.rs"]
 mod standin;
 
-/// A GPU, or the CPU stand-in under `TUNE_CUDA_STANDIN=1` (its device name says so).
-fn gpu_or_skip(test: &str) -> Option<Gpu> {
-    if let Err(e) = standin::activate() {
-        panic!("{test}: {e}");
-    }
-    let why = match tune::engine::cuda::usable() {
-        Ok(_) => {
-            let cache = tempfile::tempdir().unwrap();
-            match Gpu::open(0, cache.path(), false, Arc::new(MemTracker::default())) {
-                Ok(g) => {
-                    eprintln!("{test}: {}running on {}", standin::label(), g.name);
-                    return Some(g);
-                }
-                Err(e) => e.to_string(),
-            }
-        }
-        Err(why) => why,
-    };
-    if std::env::var("TUNE_REQUIRE_GPU").as_deref() == Ok("1") {
-        panic!("{test}: TUNE_REQUIRE_GPU=1 but {why}");
-    }
-    eprintln!("skipping {test}: {why}");
-    None
-}
+use standin::gpu_or_skip;
 
 fn close(what: &str, gpu: &[f32], cpu: &[f32], atol: f32, rtol: f32) {
     assert_eq!(gpu.len(), cpu.len(), "{what}: lengths");

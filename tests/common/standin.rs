@@ -151,3 +151,33 @@ pub fn label() -> &'static str {
         ""
     }
 }
+
+/// A GPU, or the CPU stand-in under `TUNE_CUDA_STANDIN=1` (its device name says so).
+pub fn gpu_or_skip(test: &str) -> Option<tune::engine::cuda::gpu::Gpu> {
+    if let Err(e) = activate() {
+        panic!("{test}: {e}");
+    }
+    let why = match tune::engine::cuda::usable() {
+        Ok(_) => {
+            let cache = tempfile::tempdir().unwrap();
+            match tune::engine::cuda::gpu::Gpu::open(
+                0,
+                cache.path(),
+                false,
+                std::sync::Arc::new(tune::engine::device::MemTracker::default()),
+            ) {
+                Ok(g) => {
+                    eprintln!("{test}: {}running on {}", label(), g.name);
+                    return Some(g);
+                }
+                Err(e) => e.to_string(),
+            }
+        }
+        Err(why) => why,
+    };
+    if std::env::var("TUNE_REQUIRE_GPU").as_deref() == Ok("1") {
+        panic!("{test}: TUNE_REQUIRE_GPU=1 but {why}");
+    }
+    eprintln!("skipping {test}: {why}");
+    None
+}

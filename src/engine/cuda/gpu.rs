@@ -12,7 +12,9 @@ use crate::engine::cuda::libs;
 use crate::engine::device::{MemCategory, MemTracker};
 use crate::error::{Error, Result};
 
-pub(crate) fn cuda_err(what: &str, e: impl std::fmt::Display) -> Error {
+/// `pub` (hidden) for `cuda_launch!` used outside the crate (tests/gpu_optim.rs).
+#[doc(hidden)]
+pub fn cuda_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Runtime(format!("CUDA: {what}: {e}"))
 }
 

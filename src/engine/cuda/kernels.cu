@@ -357,7 +357,10 @@ extern "C" __global__ void scaler_update(float* amp_state, float* skipped, int s
     } else {
         amp_state[2] += 1.0f;
         if (amp_state[2] >= (float)interval) {
-            amp_state[0] *= growth;
+            // PyTorch (and the CPU's GradScaler) keep the old scale when growing would
+            // overflow f32: an infinite scale would turn every later gradient into NaN.
+            float grown = amp_state[0] * growth;
+            if (isfinite(grown)) amp_state[0] = grown;
             amp_state[2] = 0.0f;
         }
     }

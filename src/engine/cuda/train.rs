@@ -213,15 +213,32 @@ pub fn softmax_xent(
     })
 }
 
-/// Per-parameter optimizer state on the device.
-struct GOptim {
+/// Per-parameter optimizer state on the device. `pub` (hidden) only so that
+/// tests/gpu_optim.rs can drive the same host code and kernels against the CPU optimizer.
+#[doc(hidden)]
+pub struct GOptim {
     cfg: OptimConfig,
     state: Vec<Vec<DBuf>>,
     step: u64,
 }
 
 impl GOptim {
-    fn update(&mut self, gpu: &Gpu, idx: usize, p: &mut GParam, amp: &DBuf) -> Result<()> {
+    pub fn new(cfg: OptimConfig) -> GOptim {
+        GOptim {
+            cfg,
+            state: Vec::new(),
+            step: 0,
+        }
+    }
+
+    /// Starts a new optimizer step; `update` is then called once per parameter.
+    pub fn begin_step(&mut self) {
+        self.step += 1;
+    }
+
+    /// One parameter's update. `amp` is `[loss scale, found_inf, growth tracker]` on the
+    /// device: the kernels divide the gradient by the scale and do nothing when found_inf.
+    pub fn update(&mut self, gpu: &Gpu, idx: usize, p: &mut GParam, amp: &DBuf) -> Result<()> {
         if self.state.len() <= idx {
             self.state.resize_with(idx + 1, Vec::new);
         }
@@ -427,11 +444,7 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     };
     // The CPU optimizer's constructor is where the learning rate is validated.
     crate::engine::optim::Optimizer::new(cfg.clone())?;
-    let mut opt = GOptim {
-        cfg,
-        state: Vec::new(),
-        step: 0,
-    };
+    let mut opt = GOptim::new(cfg);
     // [loss scale, found_inf, growth tracker]: no scaler on this path, scale 1.
     let amp_state = gpu.upload(&[1.0, 0.0, 0.0], MemCategory::Workspace)?;
     let mut up = Uploader::new(k.pin_memory);
@@ -484,7 +497,7 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
             row_losses.push(out.loss);
         }
         let e = Timeline::mark(&gpu)?;
-        opt.step += 1;
+        opt.begin_step();
         let mut idx = 0;
         let mut res = Ok(());
         model.visit_params(&mut |p| {
