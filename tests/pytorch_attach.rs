@@ -12,6 +12,7 @@ use serde_json::Value;
 
 #[test]
 fn attaching_to_a_starved_script_attributes_most_samples_to_data_loading() {
+    let _serial = support::serial();
     let Some(py) =
         support::python("attaching_to_a_starved_script_attributes_most_samples_to_data_loading")
     else {

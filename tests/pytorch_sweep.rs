@@ -20,6 +20,7 @@ fn show(o: &std::process::Output) -> String {
 
 #[test]
 fn command_sweep_of_a_starved_script_recommends_more_workers_and_confirms() {
+    let _serial = support::serial();
     let Some(py) =
         support::python("command_sweep_of_a_starved_script_recommends_more_workers_and_confirms")
     else {
@@ -77,6 +78,7 @@ fn command_sweep_of_a_starved_script_recommends_more_workers_and_confirms() {
 
 #[test]
 fn python_sweep_injects_knobs_recommends_the_winner_and_confirms() {
+    let _serial = support::serial();
     let Some(py) = support::python("python_sweep_injects_knobs_recommends_the_winner_and_confirms")
     else {
         return;

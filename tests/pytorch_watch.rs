@@ -60,6 +60,7 @@ fn data_wait_findings(r: &Value) -> Vec<&Value> {
 
 #[test]
 fn a_starved_script_gets_a_data_wait_finding_and_two_workers_do_not() {
+    let _serial = support::serial();
     let Some(py) =
         support::python("a_starved_script_gets_a_data_wait_finding_and_two_workers_do_not")
     else {
@@ -96,6 +97,7 @@ fn a_starved_script_gets_a_data_wait_finding_and_two_workers_do_not() {
 
 #[test]
 fn with_the_hooks_off_the_starved_script_gets_no_data_wait_finding() {
+    let _serial = support::serial();
     let Some(py) =
         support::python("with_the_hooks_off_the_starved_script_gets_no_data_wait_finding")
     else {

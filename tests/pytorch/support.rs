@@ -42,3 +42,13 @@ pub fn script(name: &str) -> PathBuf {
         .join("tests/pytorch")
         .join(name)
 }
+
+/// Holds the machine for one PyTorch test at a time. These tests measure timing (data
+/// wait against compute, one configuration against another) on 2 cores: two of them
+/// running side by side in one test binary would starve each other's loader workers and
+/// measure the contention instead of the script.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
