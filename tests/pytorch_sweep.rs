@@ -99,18 +99,37 @@ fn python_sweep_injects_knobs_recommends_the_winner_and_confirms() {
         ),
     )
     .unwrap();
-    let out = d.path().join("out");
-    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
-        .arg("sweep")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out)
-        .env("TUNE_CACHE_DIR", d.path().join("cache"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", show(&o));
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    // One repeat of 30 steps per configuration keeps this under a minute, but a run on a
+    // busy 2-core machine can measure no significant winner (seen once in CI). Then the
+    // sweep is run once more, after printing what the first one measured, so a real
+    // regression (no recommendation twice) still fails.
+    let mut attempt = 0;
+    let r: Value = loop {
+        attempt += 1;
+        let out = d.path().join(format!("out{attempt}"));
+        let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+            .arg("sweep")
+            .arg(&spec)
+            .arg("--out")
+            .arg(&out)
+            .env("TUNE_CACHE_DIR", d.path().join("cache"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", show(&o));
+        let r: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap())
+                .unwrap();
+        let found = r["recommendations"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["change"]["num_workers"] == "2"));
+        if found || attempt == 2 {
+            break r;
+        }
+        eprintln!(
+            "attempt 1 found no num_workers=2 recommendation; it measured:\n{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    };
     let trials = r["trials"].as_array().unwrap();
     let base = trials.iter().find(|t| t["label"] == "baseline").unwrap();
     let w2 = trials
