@@ -10,19 +10,23 @@ mod attach;
 mod events;
 mod inject;
 
-use std::io::{BufRead, BufReader, PipeWriter};
+use std::io::PipeWriter;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use attach::{classify, StackSampler, StackSummary};
 pub use events::{Events, Override, Step, StepSummary};
 pub use inject::{knob_values, repeat, INJECTED};
 
 use crate::error::{Error, Result};
+use crate::runner::pipes::spawn_reader;
+
+/// Longest event line read from the hooks (one step's JSON is a few hundred bytes).
+const MAX_EVENT_LINE: usize = 1 << 20;
 
 const HOOK_PY: &str = include_str!("tune_hook.py");
 const SITE_PY: &str = include_str!("sitecustomize.py");
@@ -58,7 +62,8 @@ fn install() -> Result<PathBuf> {
 pub struct Link {
     writer: Option<PipeWriter>,
     events: Arc<Mutex<Events>>,
-    reader: Option<JoinHandle<()>>,
+    /// Gets `()` when the stream has ended.
+    ended: Receiver<()>,
 }
 
 impl Link {
@@ -99,22 +104,17 @@ impl Link {
         }
         let events = Arc::new(Mutex::new(Events::default()));
         let sink = Arc::clone(&events);
-        let reader = std::thread::spawn(move || {
-            // Bytes, decoded lossily: a script that writes a stray non-UTF-8 byte to the
-            // pipe must not end the stream (lines() would stop there).
-            let mut rd = BufReader::new(rd);
-            let mut buf = Vec::new();
-            while matches!(rd.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
-                sink.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push_line(String::from_utf8_lossy(&buf).trim_end());
-                buf.clear();
-            }
+        // The runner's bounded, lossy line reader: a stray non-UTF-8 byte or an endless
+        // line from the script neither ends the stream nor grows memory.
+        let ended = spawn_reader(rd, MAX_EVENT_LINE, move |line| {
+            sink.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push_line(line.trim_end());
         });
         Ok(Link {
             writer: Some(wr),
             events,
-            reader: Some(reader),
+            ended,
         })
     }
 
@@ -136,15 +136,7 @@ impl Link {
     /// grandchild that outlives the command may hold it open).
     pub fn finish(mut self, grace: Duration) -> Events {
         self.writer = None;
-        let until = Instant::now() + grace;
-        if let Some(r) = self.reader.take() {
-            while !r.is_finished() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if r.is_finished() {
-                let _ = r.join();
-            }
-        }
+        let _ = self.ended.recv_timeout(grace);
         std::mem::take(&mut *self.events.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }

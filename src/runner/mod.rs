@@ -8,7 +8,7 @@ mod child;
 pub mod journal;
 pub mod live;
 pub mod metric;
-mod pipes;
+pub(crate) mod pipes;
 pub mod plan;
 mod procs;
 pub mod record;
