@@ -248,8 +248,12 @@ impl Report {
     pub fn load(path: impl AsRef<Path>) -> Result<Report> {
         let path = path.as_ref();
         let text = read_text_limited(path, MAX_INPUT_BYTES)?;
-        let value: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::format(path, format!("not a JSON report: {e}")))?;
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            Error::format(
+                path,
+                format!("not a JSON report: {}", crate::error::shown(&e.to_string())),
+            )
+        })?;
         let version = value
             .get("schema_version")
             .and_then(|v| v.as_str())
@@ -294,7 +298,13 @@ impl Report {
             }
             .map(|f| format!("field `{f}`: "))
             .unwrap_or_default();
-            Error::format(path, format!("invalid report: {field}{e}"))
+            Error::format(
+                path,
+                format!(
+                    "invalid report: {field}{}",
+                    crate::error::shown(&e.to_string())
+                ),
+            )
         })?;
         report
             .check()
