@@ -1,0 +1,139 @@
+//! The engine's losses, bit for bit, for every model under every deterministic knob, on
+//! one compute thread: recorded once from the engine before the one-engine redesign
+//! (#16) and held since. A change that alters any arithmetic order, any seed or any
+//! knob's effect on the maths fails here with the first differing step.
+//!
+//! Autotune is left out on purpose: it picks algorithms by timing, so the arithmetic it
+//! runs depends on the machine's noise.
+//!
+//! Re-record (only for an intended change of the maths, said so in the commit):
+//! `TUNE_GOLDEN_WRITE=1 cargo test --release --test engine_golden`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MODELS: [&str; 3] = ["mlp", "cnn-small", "resnet-mini"];
+
+/// Knob variants, each against the same base run.
+const VARIANTS: [(&str, &[&str]); 14] = [
+    ("baseline", &[]),
+    ("zero_grad=none", &["--zero-grad", "none"]),
+    ("checkpoint=sqrt", &["--checkpoint", "sqrt"]),
+    ("checkpoint=every:1", &["--checkpoint", "every:1"]),
+    ("amp=bf16", &["--amp", "bf16"]),
+    ("amp=fp16", &["--amp", "fp16"]),
+    ("grad_accum=2", &["--grad-accum", "2"]),
+    ("num_workers=2", &["--num-workers", "2"]),
+    ("optimizer=adamw", &["--optimizer", "adamw"]),
+    ("parallel=dp,devices=2", &["--parallel", "dp", "--devices", "2"]),
+    ("parallel=ddp,devices=2", &["--parallel", "ddp", "--devices", "2"]),
+    (
+        "parallel=ddp,devices=2,sync_bn",
+        &["--parallel", "ddp", "--devices", "2", "--sync-bn"],
+    ),
+    (
+        "parallel=ddp,devices=2,bucket_mb=1",
+        &["--parallel", "ddp", "--devices", "2", "--bucket-mb", "1"],
+    ),
+    (
+        "checkpoint=sqrt,zero_grad=none,grad_accum=2",
+        &[
+            "--checkpoint",
+            "sqrt",
+            "--zero-grad",
+            "none",
+            "--grad-accum",
+            "2",
+        ],
+    ),
+];
+
+fn golden_file() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/golden/losses.json")
+}
+
+/// Losses as f32 bit patterns (hex), so the comparison is exact and the file readable.
+fn run(model: &str, extra: &[&str], cache: &Path) -> Vec<String> {
+    let mut args = vec![
+        "train",
+        "--model",
+        model,
+        "--dataset",
+        "shapes:512",
+        "--steps",
+        "3",
+        "--batch-size",
+        "16",
+        "--threads",
+        "1",
+        "--lr",
+        "0.05",
+        "--no-eval",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let out = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .args(&args)
+        .env("TUNE_CACHE_DIR", cache)
+        .output()
+        .expect("run tune");
+    assert!(
+        out.status.success(),
+        "tune {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    v["losses"]
+        .as_array()
+        .expect("losses")
+        .iter()
+        .map(|l| {
+            let f = l.as_f64().expect("a finite loss") as f32;
+            format!("{:08x}", f.to_bits())
+        })
+        .collect()
+}
+
+#[test]
+fn losses_match_the_pre_redesign_engine_bit_for_bit() {
+    let cache = tempfile::tempdir().unwrap();
+    let mut got: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for model in MODELS {
+        for (name, extra) in VARIANTS {
+            got.insert(format!("{model} {name}"), run(model, extra, cache.path()));
+        }
+    }
+    let file = golden_file();
+    if std::env::var_os("TUNE_GOLDEN_WRITE").is_some() {
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        let text = serde_json::to_string_pretty(&got).unwrap();
+        std::fs::write(&file, text + "\n").unwrap();
+        eprintln!("recorded {} runs into {}", got.len(), file.display());
+        return;
+    }
+    let want: BTreeMap<String, Vec<String>> =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("golden file")).unwrap();
+    let mut bad = Vec::new();
+    for (key, w) in &want {
+        match got.get(key) {
+            None => bad.push(format!("{key}: not run")),
+            Some(g) if g != w => {
+                let step = g.iter().zip(w).position(|(a, b)| a != b).unwrap_or(0);
+                bad.push(format!(
+                    "{key}: step {step} loss {} (bits {}), was {} (bits {})",
+                    f32::from_bits(u32::from_str_radix(&g[step], 16).unwrap()),
+                    g[step],
+                    f32::from_bits(u32::from_str_radix(&w[step], 16).unwrap()),
+                    w[step]
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    for key in got.keys().filter(|k| !want.contains_key(*k)) {
+        bad.push(format!("{key}: no golden value (re-record?)"));
+    }
+    assert!(bad.is_empty(), "losses changed:\n{}", bad.join("\n"));
+}
