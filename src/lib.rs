@@ -7,16 +7,20 @@
 
 pub mod advisor;
 pub mod bridge;
-pub mod cli;
 pub mod commands;
 pub mod engine;
 pub mod error;
+pub mod executor;
 pub mod fsio;
 pub mod gate;
 pub mod knobs;
 pub mod limits;
+pub mod process;
 pub mod report;
+pub mod results;
 pub mod runner;
+pub mod spec;
+pub mod stats;
 pub mod tui;
 pub mod watch;
 

@@ -1,12 +1,12 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tune::cli::{Cli, Command};
+use tune::commands::cli::{Cli, Command};
 
 // Turns an allocation failure into a clean one-line error and exit (a trial's `oom`
 // line in a trial child) instead of an abort that would read as a crash.
 #[global_allocator]
-static ALLOC: tune::runner::alloc::OomExit = tune::runner::alloc::OomExit;
+static ALLOC: tune::process::alloc::OomExit = tune::process::alloc::OomExit;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -28,9 +28,9 @@ fn main() -> ExitCode {
     }
     let result = match &cli.command {
         Command::Train(a) => tune::commands::train::main(a),
-        Command::Trial(a) => Ok(tune::runner::trial::child_main(a)),
-        Command::Supervise(a) => Ok(tune::runner::supervise::supervise_main(a)),
-        Command::Sweep(a) => tune::runner::sweep::main(a),
+        Command::Trial(a) => Ok(tune::executor::trial::child_main(a)),
+        Command::Supervise(a) => Ok(tune::process::supervise::supervise_main(a)),
+        Command::Sweep(a) => tune::commands::sweep::main(a),
         Command::Report(a) => tune::report::main(a),
         Command::Probe(a) => tune::commands::probe::main(a),
         Command::Bench(a) => tune::commands::bench::main(a),

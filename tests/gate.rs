@@ -6,8 +6,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 use tune::gate::{compare, Metric, Policy, Side};
-use tune::runner::record::Repeat;
-use tune::runner::stats::SplitMix64;
+use tune::results::record::Repeat;
+use tune::stats::SplitMix64;
 
 // ---------------------------------------------------------------- synthetic samples
 

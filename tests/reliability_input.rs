@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use serde_json::Value;
-use tune::runner::spec::Spec;
+use tune::spec::Spec;
 use tune::Error;
 
 fn tune() -> Command {

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tune::runner::record::Status;
-use tune::runner::spec::Spec;
-use tune::runner::trial::{run_trial, TrialEnv};
+use tune::executor::trial::{run_trial, TrialEnv};
+use tune::results::record::Status;
+use tune::spec::Spec;
 
 const MARKER_ENV: &str = "TUNE_RELIABILITY_MARKER";
 

@@ -100,7 +100,7 @@ fn sweep_writes_journal_and_reports() {
     assert!(lines[2]["report"].is_string());
 
     let r = report_json(&out);
-    assert_eq!(r["schema_version"], tune::report::model::SCHEMA_VERSION);
+    assert_eq!(r["schema_version"], tune::results::model::SCHEMA_VERSION);
     assert_eq!(r["trials"].as_array().unwrap().len(), 2);
     let none = trial(&r, "zero_grad=none");
     assert_eq!(none["status"], "ok");
@@ -340,9 +340,9 @@ fn report_rerenders_from_json_and_from_journal() {
 
 #[test]
 fn html_escapes_every_user_string() {
-    use tune::report::{build, html};
-    use tune::runner::record::{Repeat, Status, TrialRecord};
-    use tune::runner::spec::Spec;
+    use tune::report::html;
+    use tune::results::record::{Repeat, Status, TrialRecord};
+    use tune::spec::Spec;
 
     let mut spec = Spec::parse(
         "name = \"esc\"\n[workload]\nmodel = \"mlp\"\ndataset = \"synthetic\"\n\
@@ -369,7 +369,7 @@ fn html_escapes_every_user_string() {
         }],
         timeline: Vec::new(),
     };
-    let report = build::build(&spec, &[rec]);
+    let report = tune::advisor::build_report(&spec, &[rec]);
     let page = html::render(&report);
     assert!(!page.contains("<script"), "unescaped script tag");
     assert!(!page.contains("<img"), "unescaped img tag");
@@ -381,10 +381,10 @@ fn html_escapes_every_user_string() {
 fn shipped_experiments_parse_and_plan() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
     for name in ["quickstart", "seed-knobs", "memory", "dp-vs-ddp"] {
-        let spec = tune::runner::spec::Spec::load(dir.join(format!("{name}.toml")))
+        let spec = tune::spec::Spec::load(dir.join(format!("{name}.toml")))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(spec.name, name);
-        let plan = tune::runner::plan::plan(&spec);
+        let plan = tune::spec::plan::plan(&spec);
         assert!(plan.trials.len() >= 2, "{name}: {plan:?}");
     }
 }

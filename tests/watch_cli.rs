@@ -66,7 +66,7 @@ fn watch_returns_the_exit_code_prints_samples_and_writes_the_report() {
 
     let r = report(&out_dir);
     assert_eq!(r["kind"], "watch");
-    assert_eq!(r["schema_version"], tune::report::model::SCHEMA_VERSION);
+    assert_eq!(r["schema_version"], tune::results::model::SCHEMA_VERSION);
     assert_eq!(r["target"]["exit_code"], 3);
     assert_eq!(r["target"]["command"][0], "sh");
     let tree = device(&r, "tree").expect("a process-tree summary");

@@ -4,8 +4,8 @@
 
 use super::{effect_evidence, measured_change, warning, Ctx, Parity, Say};
 use crate::knobs::Amp;
-use crate::report::model::Recommendation;
-use crate::runner::record::Status;
+use crate::results::model::Recommendation;
+use crate::results::record::Status;
 
 /// The PyTorch lines for a precision policy on this backend.
 pub fn autocast_line(amp: Amp, backend: &str) -> String {
@@ -85,8 +85,8 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
 #[cfg(test)]
 mod tests {
     use super::super::testkit::{by_rule, report, spec, trial};
-    use crate::report::model::RecKind;
-    use crate::runner::record::Status;
+    use crate::results::model::RecKind;
+    use crate::results::record::Status;
 
     #[test]
     fn fires_on_a_speedup_with_accuracy_parity() {

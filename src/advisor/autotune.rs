@@ -4,8 +4,8 @@
 //! benchmarked again. The evidence is the engine's own list of algorithm decisions.
 
 use super::{measured_change, warning, Ctx, Say};
-use crate::report::model::{Recommendation, TrialReport};
-use crate::runner::record::Status;
+use crate::results::model::{Recommendation, TrialReport};
+use crate::results::record::Status;
 
 /// Distinct (op, shape, dtype) keys one run decided an algorithm for, most over the
 /// repeats; None when the trial did not report its decisions (command workloads).
@@ -65,7 +65,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
 #[cfg(test)]
 mod tests {
     use super::super::testkit::{by_rule, report, spec, trial};
-    use crate::report::model::RecKind;
+    use crate::results::model::RecKind;
 
     #[test]
     fn fires_when_autotuning_is_faster() {

@@ -4,8 +4,8 @@
 
 use super::{fmt_pct, measured_change, unmeasured_change, Ctx, Say};
 use crate::knobs::Parallel;
-use crate::report::model::{Recommendation, TrialReport};
-use crate::runner::record::Status;
+use crate::results::model::{Recommendation, TrialReport};
+use crate::results::record::Status;
 
 /// Communication above this share of a step is worth cutting (DESIGN.md's anchor).
 pub const SHARE: f64 = 0.10;
@@ -115,7 +115,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
 mod tests {
     use super::super::testkit::{by_rule, report, spec, trial};
 
-    fn sweep(ddp_comm: f64, accum_step: Option<f64>) -> crate::report::model::Report {
+    fn sweep(ddp_comm: f64, accum_step: Option<f64>) -> crate::results::model::Report {
         let s = spec(
             "parallel = [\"single\", \"ddp\"]\ndevices = [1, 2]\ngrad_accum = [1, 2]",
             "strategy = \"grid\"",

@@ -7,8 +7,8 @@
 
 use super::fmt_ratio;
 use crate::knobs::Knobs;
-use crate::report::model::{Confirmation, Ratio, RecKind, Report, TrialReport};
-use crate::runner::record::Status;
+use crate::results::model::{Confirmation, Ratio, RecKind, Report, TrialReport};
+use crate::results::record::Status;
 
 /// The combination to confirm: baseline knobs with every measured recommended change
 /// (the first rule to claim a knob wins), the rules combined, and the prediction. None
@@ -142,12 +142,12 @@ mod tests {
         ];
         if let Some(step) = confirm_step {
             let mut c = trial(&s, &[("num_workers", "2"), ("zero_grad", "none")], step);
-            c.rec.id = format!("{}{}", crate::report::build::CONFIRM_PREFIX, c.rec.id);
+            c.rec.id = format!("{}{}", crate::results::build::CONFIRM_PREFIX, c.rec.id);
             trials.push(c);
         }
         if let Some(step) = rerun_step {
             let mut b = trial(&s, &[], step);
-            b.rec.id = format!("{}baseline", crate::report::build::CONFIRM_PREFIX);
+            b.rec.id = format!("{}baseline", crate::results::build::CONFIRM_PREFIX);
             trials.push(b);
         }
         report(&s, trials)

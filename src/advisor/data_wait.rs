@@ -2,8 +2,8 @@
 //! with compute (`DataLoader(num_workers=N)`).
 
 use super::{fmt_pct, measured_change, unmeasured_change, Ctx, Say};
-use crate::report::model::Recommendation;
-use crate::runner::record::Status;
+use crate::results::model::Recommendation;
+use crate::results::record::Status;
 
 /// Data wait above this share of a step is worth fixing (DESIGN.md's anchor).
 pub const SHARE: f64 = 0.05;

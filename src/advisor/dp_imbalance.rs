@@ -5,8 +5,8 @@
 
 use super::{fmt_pct, fmt_ratio, mib, unmeasured_change, Ctx, Say};
 use crate::knobs::Parallel;
-use crate::report::model::{RecKind, Recommendation, TrialReport};
-use crate::runner::record::Status;
+use crate::results::model::{RecKind, Recommendation, TrialReport};
+use crate::results::record::Status;
 
 /// Device 0 above the others' mean by this factor (memory or busy share) is imbalance.
 pub const IMBALANCE: f64 = 1.10;
@@ -120,7 +120,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
 mod tests {
     use super::super::testkit::{by_rule, report, spec, trial};
 
-    fn dp_ddp(dp_devs: &[(f64, u64, f64)], ddp_step: f64) -> crate::report::model::Report {
+    fn dp_ddp(dp_devs: &[(f64, u64, f64)], ddp_step: f64) -> crate::results::model::Report {
         let s = spec(
             "parallel = [\"single\", \"dp\", \"ddp\"]\ndevices = [1, 2]",
             "strategy = \"grid\"",

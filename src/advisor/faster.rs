@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use super::{amp::autocast_line, effect_evidence, flag, Ctx, Say};
 use crate::knobs::Knobs;
-use crate::report::model::{Recommendation, TrialReport};
+use crate::results::model::{Recommendation, TrialReport};
 
 /// The PyTorch line that makes `knob = value`.
 pub fn pytorch_line(knob: &str, value: &str, k: &Knobs, backend: &str) -> String {
@@ -103,7 +103,7 @@ fn recommend(cx: &Ctx, t: &TrialReport, earlier: &[Recommendation]) -> Option<Re
     };
     Some(Recommendation {
         rule: "faster".into(),
-        kind: crate::report::model::RecKind::Change,
+        kind: crate::results::model::RecKind::Change,
         title: say.title,
         evidence: say.evidence.join("; "),
         expected_gain: Some(r),

@@ -2,8 +2,8 @@
 //! makes them asynchronous (`DataLoader(pin_memory=True)`, `.to(non_blocking=True)`).
 
 use super::{fmt_pct, measured_change, unmeasured_change, Ctx, Say};
-use crate::report::model::Recommendation;
-use crate::runner::record::Status;
+use crate::results::model::Recommendation;
+use crate::results::record::Status;
 
 /// Copies above this share of a step are worth overlapping.
 pub const SHARE: f64 = 0.05;

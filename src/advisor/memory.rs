@@ -3,8 +3,8 @@
 
 use super::{fmt_pct, fmt_ratio, mib, unmeasured_change, Ctx, Say};
 use crate::knobs::{Amp, Checkpoint};
-use crate::report::model::{RecKind, Recommendation, TrialReport};
-use crate::runner::record::Status;
+use crate::results::model::{RecKind, Recommendation, TrialReport};
+use crate::results::record::Status;
 
 /// Peak memory above this share of the limit leaves no room to grow (DESIGN.md's anchor).
 pub const NEAR: f64 = 0.90;
@@ -167,7 +167,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
 #[cfg(test)]
 mod tests {
     use super::super::testkit::{by_rule, report, spec, trial};
-    use crate::runner::record::Status;
+    use crate::results::record::Status;
 
     const CAP: &str = "mem_cap_mib = 1000";
 

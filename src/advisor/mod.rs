@@ -11,6 +11,7 @@
 
 pub mod amp;
 pub mod autotune;
+mod build;
 pub mod comm;
 pub mod confirm;
 pub mod data_wait;
@@ -24,12 +25,14 @@ pub mod zero_grad;
 #[cfg(test)]
 pub(crate) mod testkit;
 
+pub use build::build_report;
+
 use crate::knobs::Knobs;
-use crate::report::build::steady_times;
-use crate::report::model::{Ci, Ratio, RecKind, Recommendation, Report, TrialReport};
-use crate::runner::plan::knobs_hash;
-use crate::runner::record::Status;
-use crate::runner::stats::{self, Bootstrap};
+use crate::results::build::steady_times;
+use crate::results::model::{Ci, Ratio, RecKind, Recommendation, Report, TrialReport};
+use crate::results::record::Status;
+use crate::spec::plan::knobs_hash;
+use crate::stats::{self, Bootstrap};
 
 /// Accuracy may drop by at most this much (absolute, 0..1) for a change to count as
 /// learning the same thing.

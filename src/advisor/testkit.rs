@@ -5,12 +5,11 @@ use std::collections::BTreeMap;
 
 use crate::engine::train::Phases;
 use crate::knobs::Knobs;
-use crate::report::build;
-use crate::report::model::{Recommendation, Report, TimelineSample};
-use crate::runner::plan::trial_id;
-use crate::runner::record::{DeviceStats, Repeat, Status, TrialRecord};
-use crate::runner::spec::Spec;
-use crate::runner::stats::SplitMix64;
+use crate::results::model::{Recommendation, Report, TimelineSample};
+use crate::results::record::{DeviceStats, Repeat, Status, TrialRecord};
+use crate::spec::plan::trial_id;
+use crate::spec::Spec;
+use crate::stats::SplitMix64;
 
 pub const STEPS: usize = 40;
 pub const REPEATS: usize = 2;
@@ -40,7 +39,7 @@ pub fn trial(spec: &Spec, overrides: &[(&str, &str)], step_s: f64) -> Trial {
     for (n, v) in overrides {
         k.set(n, v).unwrap();
     }
-    let mut rng = SplitMix64::new(crate::runner::plan::knobs_hash(&k));
+    let mut rng = SplitMix64::new(crate::spec::plan::knobs_hash(&k));
     let repeats = (0..REPEATS)
         .map(|_| {
             let step_times: Vec<f64> = (0..STEPS)
@@ -192,7 +191,7 @@ impl Trial {
 
 pub fn report(spec: &Spec, trials: Vec<Trial>) -> Report {
     let recs: Vec<TrialRecord> = trials.into_iter().map(|t| t.rec).collect();
-    build::build(spec, &recs)
+    super::build_report(spec, &recs)
 }
 
 /// The recommendations one rule made in `r`.

@@ -4,8 +4,8 @@
 //! idle time (the data-loading rule covers that).
 
 use super::{fmt_pct, measured_change, unmeasured_change, Ctx, Say};
-use crate::report::model::{Recommendation, TrialReport};
-use crate::runner::record::Status;
+use crate::results::model::{Recommendation, TrialReport};
+use crate::results::record::Status;
 
 /// Mean utilization below this is low (DESIGN.md's anchor).
 pub const LOW: f64 = 0.50;

@@ -3,7 +3,7 @@
 
 use super::{measured_change, mib, Ctx, Say};
 use crate::knobs::ZeroGrad;
-use crate::report::model::Recommendation;
+use crate::results::model::Recommendation;
 
 pub fn check(cx: &Ctx) -> Vec<Recommendation> {
     let tried: Vec<_> = cx

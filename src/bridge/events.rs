@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::train::Phases;
-use crate::runner::stats::median;
+use crate::stats::median;
 
 /// One training step, bounded by `Optimizer.step` returns; seconds.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]

@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 
 use super::Events;
 use crate::knobs::{Knobs, ZeroGrad};
-use crate::runner::record::Repeat;
-use crate::runner::spec::Spec;
+use crate::results::record::Repeat;
+use crate::spec::Spec;
 
 /// Knobs the hooks can apply inside a script.
 pub const INJECTED: &[&str] = &["num_workers", "pin_memory", "zero_grad", "autotune"];
@@ -57,7 +57,7 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
     let samples_per_step = if batches.is_empty() {
         1.0
     } else {
-        crate::runner::stats::median(&batches)
+        crate::stats::median(&batches)
     };
     let durs: Vec<f64> = events.steady().iter().map(|s| s.dur).collect();
     let mut not_applicable = std::collections::BTreeMap::new();
@@ -84,7 +84,7 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
         step_times: events.steps.iter().map(|s| s.dur).collect(),
         warmup,
         samples_per_step,
-        samples_per_s: samples_per_step / crate::runner::stats::median(&durs),
+        samples_per_s: samples_per_step / crate::stats::median(&durs),
         phases_mean: events.phases_mean(),
         backend: "pytorch".into(),
         wall_s,

@@ -23,7 +23,7 @@ pub use events::{Events, Override, Step, StepSummary};
 pub use inject::{knob_values, repeat, INJECTED};
 
 use crate::error::{Error, Result};
-use crate::runner::pipes::spawn_reader;
+use crate::process::pipes::spawn_reader;
 
 /// Longest event line read from the hooks (one step's JSON is a few hundred bytes).
 const MAX_EVENT_LINE: usize = 1 << 20;
@@ -121,7 +121,7 @@ impl Link {
     /// `attach` for one sweep trial of `[workload.python]`: the trial's knobs injected.
     pub fn for_trial(
         cmd: &mut Command,
-        spec: &crate::runner::spec::Spec,
+        spec: &crate::spec::Spec,
         knobs: &crate::knobs::Knobs,
     ) -> Result<Link> {
         Link::attach(cmd, &knob_values(spec, knobs))

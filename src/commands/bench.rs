@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::cli::{check_flag, BenchArgs};
+use crate::commands::cli::{check_flag, BenchArgs};
 use crate::engine::device::Device;
 use crate::engine::nn::zoo::ModelKind;
 use crate::engine::ops::gemm::{matmul, Mat};
@@ -20,8 +20,8 @@ use crate::engine::train::{run, DeviceChoice, NoObserver, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Knobs, ZeroGrad};
 use crate::limits;
-use crate::runner::stats::median;
-use crate::runner::stats::{bootstrap_ci, Bootstrap};
+use crate::stats::median;
+use crate::stats::{bootstrap_ci, Bootstrap};
 
 const WARMUP: usize = 10;
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::cli::GateArgs;
+use crate::commands::cli::GateArgs;
 use crate::error::{Error, Result};
 use crate::gate::{self, render, Policy};
 use crate::report::{check_output, write_set, Report, REPORT_JSON};

@@ -4,7 +4,9 @@
 //! `crate::watch` session).
 
 pub mod bench;
+pub mod cli;
 pub mod gate;
 pub mod probe;
+pub mod sweep;
 pub mod train;
 pub mod watch;

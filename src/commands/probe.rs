@@ -1,6 +1,6 @@
 //! `tune probe`: what this machine has, and for GPUs why there are none when there are none.
 
-use crate::cli::ProbeArgs;
+use crate::commands::cli::ProbeArgs;
 use crate::error::Result;
 
 pub fn main(args: &ProbeArgs) -> Result<i32> {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::cli::TrainCmdArgs;
+use crate::commands::cli::TrainCmdArgs;
 use crate::engine::probe::RunProbes;
 use crate::engine::train::{run, Observer, RunSummary, StepEvent, Workload};
 use crate::error::Result;

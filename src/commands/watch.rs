@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::cli::WatchArgs;
+use crate::commands::cli::WatchArgs;
 use crate::error::Result;
 use crate::watch::session::{default_out, run, Options, What};
 

@@ -22,7 +22,7 @@ use crate::engine::parallel::{self, DeviceSummary, Imbalance};
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs, ZeroGrad};
-use crate::runner::stats::median;
+use crate::stats::median;
 
 /// Which device a run asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -25,15 +25,15 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::live::LiveWriter;
-use crate::cli::TrainArgs;
+use crate::commands::cli::TrainArgs;
 use crate::engine::train::{run, NoObserver, Observer, RunSummary};
 use crate::error::Error;
 use crate::knobs::Knobs;
+use crate::runner::live::LiveWriter;
 
 pub const MEM_CAP_ENV: &str = "TUNE_TRIAL_MEM_CAP_BYTES";
 pub const FAULT_ENV: &str = "TUNE_TRIAL_FAULT";
-pub const EXIT_OOM: i32 = 137;
+pub use crate::process::alloc::EXIT_OOM;
 pub const EXIT_DIVERGED: i32 = 3;
 
 #[derive(Serialize)]
@@ -66,7 +66,7 @@ fn print_error(kind: &str, message: String) {
 
 /// Child side of `tune trial`: runs the workload, prints one JSON line, returns the exit code.
 pub fn child_main(args: &TrainArgs) -> i32 {
-    super::alloc::mark_trial_child();
+    crate::process::alloc::mark_trial_child();
     let cap = std::env::var(MEM_CAP_ENV)
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok());

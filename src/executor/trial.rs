@@ -14,17 +14,19 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 pub use super::child::child_main;
-use super::child::{EXIT_OOM, MEM_CAP_ENV};
-use super::live::LIVE_ENV;
-use super::metric::{json_value, NumberPattern};
-use super::pipes::{lock, spawn_reader, Shared, Tail};
-use super::procs::{die_with_parent, kill_descendants, kill_group};
-use super::record::{Repeat, Status};
-use super::spec::{CommandWorkload, EngineWorkload, Metric, Spec, Workload};
-use super::supervise::{Report as SupReport, REPORT_PREFIX};
+use super::child::MEM_CAP_ENV;
 use crate::engine::train::RunSummary;
 use crate::fsio::MAX_INPUT_BYTES;
 use crate::knobs::Knobs;
+use crate::process::alloc::EXIT_OOM;
+use crate::process::pipes::{lock, spawn_reader, Shared, Tail};
+use crate::process::procs::{die_with_parent, kill_descendants, kill_group};
+use crate::process::supervise::{Report as SupReport, REPORT_PREFIX};
+use crate::results::record::{Repeat, Status};
+use crate::runner::live::LIVE_ENV;
+use crate::runner::sweep::{Executor, Outcome};
+use crate::spec::metric::{json_value, NumberPattern};
+use crate::spec::{CommandWorkload, EngineWorkload, Metric, Spec, Workload};
 
 /// Lines of stderr kept for a crash report.
 const STDERR_TAIL: usize = 12;
@@ -44,21 +46,9 @@ pub struct TrialEnv {
     pub cancel: Option<Arc<AtomicBool>>,
 }
 
-/// The result of one run of one configuration.
-#[derive(Clone, Debug)]
-pub struct Outcome {
-    pub status: Status,
-    pub error: Option<String>,
-    pub repeat: Option<Repeat>,
-}
-
-impl Outcome {
-    fn fail(status: Status, error: impl Into<String>) -> Outcome {
-        Outcome {
-            status,
-            error: Some(error.into()),
-            repeat: None,
-        }
+impl Executor for TrialEnv {
+    fn run(&self, spec: &Spec, knobs: &Knobs, steps: usize) -> Outcome {
+        run_trial(self, spec, knobs, steps)
     }
 }
 
@@ -267,7 +257,7 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
     // Each reported figure is one sample of samples/s: as a "step" of one sample, its
     // time is the reciprocal, so the same statistics apply as to engine trials.
     let step_times: Vec<f64> = values.iter().map(|v| 1.0 / v).collect();
-    let median = crate::runner::stats::median(&values);
+    let median = crate::stats::median(&values);
     Outcome {
         status: Status::Ok,
         error: None,

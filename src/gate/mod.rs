@@ -12,9 +12,9 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
-use crate::report::model::{Environment, NoiseFloor, Report};
-use crate::runner::plan::knobs_hash;
-use crate::runner::record::Status;
+use crate::results::model::{Environment, NoiseFloor, Report};
+use crate::results::record::Status;
+use crate::spec::plan::knobs_hash;
 pub use verdict::{compare, Metric, Outcome, Policy, Side, Verdict};
 
 /// Where one side of the comparison came from, for the reader of the verdict.

@@ -5,8 +5,8 @@
 
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
-use crate::report::model::{Report, TrialReport};
-use crate::runner::spec::Workload;
+use crate::results::model::{Report, TrialReport};
+use crate::spec::Workload;
 
 /// One configuration both reports have.
 #[derive(Clone, Debug)]

@@ -9,10 +9,10 @@
 
 use serde::Serialize;
 
-use crate::report::build::{repeat_noise_floor, steady_times};
-use crate::report::model::{NoiseFloor, TrialReport};
-use crate::runner::record::Repeat;
-use crate::runner::stats::{self, Bootstrap};
+use crate::results::build::{repeat_noise_floor, steady_times};
+use crate::results::model::{NoiseFloor, TrialReport};
+use crate::results::record::Repeat;
+use crate::stats::{self, Bootstrap};
 
 /// What `--metric` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]

@@ -11,7 +11,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::child::EXIT_OOM;
+/// The exit status of a trial child that ran out of memory: what a kernel OOM kill reads as.
+pub const EXIT_OOM: i32 = 137;
 
 static IN_TRIAL: AtomicBool = AtomicBool::new(false);
 

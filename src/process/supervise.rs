@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::procs::{descendants_rss, die_with_parent, kill_descendants, kill_group};
-use crate::cli::SuperviseArgs;
+use crate::commands::cli::SuperviseArgs;
 
 /// Starts the supervisor's report line on stderr (a record separator keeps it apart from
 /// anything a command would print).

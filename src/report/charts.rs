@@ -13,7 +13,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::axis::Span;
 pub use super::charts_xy::{loss, pareto, pareto_front};
-use super::model::{Report, TrialReport};
+use crate::results::model::{Report, TrialReport};
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 type Drawn = Result<(), Box<dyn std::error::Error>>;

@@ -8,8 +8,8 @@ use super::axis::Span;
 use super::charts::{
     anchored, color, note, svg, text_style, tick, truncate, BAR, BEST, GRID, INK, MUTED, WIDTH,
 };
-use super::model::{Report, TrialReport};
-use crate::runner::record::Status;
+use crate::results::model::{Report, TrialReport};
+use crate::results::record::Status;
 
 /// Loss per step of each configuration's first repeat.
 pub fn loss(r: &Report) -> String {

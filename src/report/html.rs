@@ -6,9 +6,9 @@ use std::fmt::Write;
 
 use super::charts;
 use super::markdown::{ratio_cell, throughput_cell};
-use super::model::{RecKind, Report};
 use crate::advisor::{fmt_ratio, mib};
-use crate::runner::record::Status;
+use crate::results::model::{RecKind, Report};
+use crate::results::record::Status;
 
 /// Escapes text for HTML element content and double- or single-quoted attributes.
 pub fn esc(s: &str) -> String {

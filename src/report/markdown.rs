@@ -2,9 +2,9 @@
 
 use std::fmt::Write;
 
-use super::model::{RecKind, Report, TrialReport};
 use crate::advisor::fmt_ratio;
-use crate::runner::record::Status;
+use crate::results::model::{RecKind, Report, TrialReport};
+use crate::results::record::Status;
 
 /// Untrusted text (names, a command's stderr, error messages) as one line of markdown
 /// that renders as exactly that text: in a table cell, a list item or a heading. The

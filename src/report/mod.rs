@@ -5,23 +5,21 @@
 //! when there is one, else its journal.jsonl, whose header line carries the spec.
 
 pub(crate) mod axis;
-pub mod build;
 pub mod charts;
 mod charts_xy;
 pub mod html;
 pub mod markdown;
-pub mod model;
 
 use std::path::{Path, PathBuf};
 
-pub use model::Report;
+pub use crate::results::model::Report;
 
-use crate::cli::ReportArgs;
+use crate::commands::cli::ReportArgs;
 use crate::error::{Error, Result};
 use crate::fsio;
+use crate::results::record::{Record, TrialRecord};
 use crate::runner::journal::Journal;
-use crate::runner::record::{Record, TrialRecord};
-use crate::runner::spec::Spec;
+use crate::spec::Spec;
 
 pub const REPORT_JSON: &str = "report.json";
 pub const REPORT_HTML: &str = "report.html";
@@ -174,7 +172,11 @@ pub fn main(args: &ReportArgs) -> Result<i32> {
                 )));
             }
             let (spec, trials) = read_journal(&journal)?;
-            (build::build(&spec, &trials), input.clone(), true)
+            (
+                crate::advisor::build_report(&spec, &trials),
+                input.clone(),
+                true,
+            )
         }
     } else {
         let dir = match input.parent() {

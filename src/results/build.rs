@@ -7,12 +7,12 @@ use super::model::{
     Ci, DeviceSummary, Environment, NoiseFloor, Ratio, Report, TimelineSample, TrialReport,
     TrialSpan, SCHEMA_VERSION,
 };
-use crate::advisor;
 use crate::engine::train::Phases;
-use crate::runner::plan::{self, knobs_hash};
-use crate::runner::record::{Repeat, Status, TrialRecord};
-use crate::runner::spec::Spec;
-use crate::runner::stats::{self, Bootstrap, Throughput};
+use crate::knobs::Knobs;
+use crate::results::record::{Repeat, Status, TrialRecord};
+use crate::spec::plan::{self, knobs_hash};
+use crate::spec::Spec;
+use crate::stats::{self, Bootstrap, Throughput};
 
 /// Journal ids of confirmation trials start with this; they are reported apart from the
 /// plan's trials.
@@ -239,7 +239,33 @@ fn latest(spec: &Spec, records: &[TrialRecord]) -> Vec<TrialRecord> {
     out
 }
 
-pub fn build(spec: &Spec, records: &[TrialRecord]) -> Report {
+/// A report summarised from records, before the advisor judges it: recommendations and
+/// the confirmation are still empty, and the confirmation trials are kept aside.
+pub struct Measured {
+    pub report: Report,
+    confirm: Vec<TrialRecord>,
+    base_data: Option<(Vec<f64>, f64)>,
+}
+
+impl Measured {
+    /// The latest confirmation trial run with `knobs`, compared with the baseline's re-run
+    /// beside it when there is one, else with the baseline.
+    pub fn confirmation_trial(&self, knobs: &Knobs) -> Option<TrialReport> {
+        let rerun = self
+            .confirm
+            .iter()
+            .rev()
+            .find(|r| r.knobs == self.report.spec.search.baseline && r.status == Status::Ok)
+            .map(steady);
+        let against = rerun.as_ref().or(self.base_data.as_ref());
+        let rec = self.confirm.iter().rev().find(|r| &r.knobs == knobs)?;
+        Some(trial_report(rec, against))
+    }
+}
+
+/// Summarises records into the report model: per-trial throughputs with confidence
+/// intervals, ratios against the baseline, phase shares, the timeline, the noise floor.
+pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
     let (confirm, records): (Vec<TrialRecord>, Vec<TrialRecord>) = records
         .iter()
         .cloned()
@@ -278,7 +304,7 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Report {
         .unwrap_or_else(|| "cpu".into());
     let noise_floor = noise_summary(&trials);
     let (timeline, trial_spans) = timeline(&recs);
-    let mut report = Report {
+    let report = Report {
         schema_version: SCHEMA_VERSION.into(),
         environment: environment(backend),
         spec: spec.clone(),
@@ -293,40 +319,11 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Report {
         noise_floor,
         notes,
     };
-    report.recommendations = advisor::advise(&report);
-    // The confirmation is compared with the baseline's re-run beside it when there is one.
-    let rerun = confirm
-        .iter()
-        .rev()
-        .find(|r| r.knobs == spec.search.baseline && r.status == Status::Ok)
-        .map(steady);
-    let against = rerun.as_ref().or(base_data.as_ref());
-    report.confirmation = advisor::confirm::evaluate(&report, |knobs| {
-        let rec = confirm.iter().rev().find(|r| &r.knobs == knobs)?;
-        Some(trial_report(rec, against))
-    });
-    if let Some(note) = drift_note(&report) {
-        report.notes.push(note);
+    Measured {
+        report,
+        confirm,
+        base_data,
     }
-    report
-}
-
-/// The baseline's re-run after the sweep against its first run: a significant
-/// difference means the machine's speed drifted while the sweep ran.
-fn drift_note(report: &Report) -> Option<String> {
-    let c = report.confirmation.as_ref()?;
-    let rerun = c.baseline_rerun.as_ref()?;
-    let base = report.baseline.as_deref().and_then(|id| report.trial(id))?;
-    let r = advisor::Ctx::new(report).ratio(base, rerun)?;
-    r.significant.then(|| {
-        format!(
-            "the baseline, re-run after the sweep, ran at {} its first run's throughput: this \
-             machine's speed drifted while the sweep ran (other load, clocks, heat), so ratios \
-             between trials run minutes apart include that drift; the confirmation compares runs \
-             made side by side",
-            advisor::fmt_ratio(&r)
-        )
-    })
 }
 
 fn read_trimmed(path: &str) -> Option<String> {

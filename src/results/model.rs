@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::fsio::{read_text_limited, MAX_INPUT_BYTES};
 use crate::knobs::Knobs;
-use crate::runner::plan::Skipped;
-use crate::runner::record::{Repeat, Status};
-use crate::runner::spec::Spec;
+use crate::results::record::{Repeat, Status};
+use crate::spec::plan::Skipped;
+use crate::spec::Spec;
 
 pub const SCHEMA_VERSION: &str = "1.1";
 
@@ -406,52 +406,4 @@ fn field_before(text: &str, line: usize, column: usize) -> Option<String> {
             .then(|| key.to_string());
     }
     None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::advisor::testkit::{report, spec, trial};
-
-    #[test]
-    fn a_1_0_report_without_the_1_1_fields_still_loads() {
-        let s = spec("zero_grad = [\"memset\", \"none\"]", "");
-        let r = report(
-            &s,
-            vec![
-                trial(&s, &[], 0.01),
-                trial(&s, &[("zero_grad", "none")], 0.009),
-            ],
-        );
-        let mut v = serde_json::to_value(&r).unwrap();
-        v["schema_version"] = "1.0".into();
-        let obj = v.as_object_mut().unwrap();
-        obj.remove("confirmation");
-        obj.remove("trial_spans");
-        for f in ["gpus", "gpu_notice", "driver", "cuda", "host_memory_bytes"] {
-            v["environment"].as_object_mut().unwrap().remove(f);
-        }
-        for t in v["trials"].as_array_mut().unwrap() {
-            let t = t.as_object_mut().unwrap();
-            t.remove("devices");
-            t.remove("rss_peak_bytes");
-        }
-        for rec in v["recommendations"].as_array_mut().unwrap() {
-            let rec = rec.as_object_mut().unwrap();
-            rec.remove("rule");
-            rec.remove("kind");
-            rec.remove("change");
-        }
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("old.json");
-        std::fs::write(&p, v.to_string()).unwrap();
-        let back = Report::load(&p).unwrap();
-        assert_eq!(back.trials.len(), 2);
-        assert!(back.confirmation.is_none() && back.trials[0].devices.is_empty());
-
-        v["schema_version"] = "2.0".into();
-        std::fs::write(&p, v.to_string()).unwrap();
-        let e = Report::load(&p).unwrap_err();
-        assert!(e.is_bad_input() && e.to_string().contains("newer"), "{e}");
-    }
 }

@@ -12,8 +12,8 @@ use crate::engine::autotune::AlgoChoice;
 use crate::engine::parallel::Imbalance;
 use crate::engine::train::{Phases, RunSummary};
 use crate::knobs::Knobs;
-use crate::report::model::TimelineSample;
-use crate::runner::spec::Spec;
+use crate::results::model::TimelineSample;
+use crate::spec::Spec;
 
 /// How a trial ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

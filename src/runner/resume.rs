@@ -12,9 +12,9 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::journal::Journal;
-use super::record::{Record, TrialRecord};
-use super::spec::Spec;
 use crate::error::{shown, Error, Result};
+use crate::results::record::{Record, TrialRecord};
+use crate::spec::Spec;
 
 /// The key of the spec fingerprint in a journal's trial lines.
 pub const FINGERPRINT_KEY: &str = "spec_fingerprint";

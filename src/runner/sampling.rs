@@ -13,7 +13,7 @@ use tune_probes::{
     Timeline, DEFAULT_CAPACITY,
 };
 
-use crate::report::model::TimelineSample;
+use crate::results::model::TimelineSample;
 
 pub const SAMPLE_MS_ENV: &str = "TUNE_SAMPLE_MS";
 const DEFAULT_MS: u64 = 200;

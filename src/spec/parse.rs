@@ -382,7 +382,7 @@ impl Cx<'_> {
                 }
                 // Without a regex engine only `literal prefix(number)` is matched; say so
                 // here rather than silently never finding the metric.
-                crate::runner::metric::NumberPattern::parse(&re)
+                crate::spec::metric::NumberPattern::parse(&re)
                     .map_err(|msg| self.err(r.span(), shown(&msg)))?;
                 Metric::Regex(re)
             }

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::spec::{Spec, Strategy};
+use super::{Spec, Strategy};
 use crate::knobs::Knobs;
 
 /// One configuration to measure.

@@ -18,7 +18,7 @@ use tune_probes::nvml::metric as gpu;
 use tune_probes::{throttle_reason_names, Source};
 
 use super::model::DeviceSeries;
-use crate::runner::stats::median;
+use crate::stats::median;
 
 /// Peak memory of the top device at least this many times the others' median...
 pub const IMBALANCE_MEM_RATIO: f64 = 1.25;

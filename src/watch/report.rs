@@ -15,7 +15,7 @@ use super::model::{DeviceId, DeviceSummary};
 use crate::error::{Error, Result};
 use crate::fsio::atomic_write;
 use crate::report::markdown::{cell, code};
-use crate::report::model::{Environment, TimelineSample, SCHEMA_VERSION};
+use crate::results::model::{Environment, TimelineSample, SCHEMA_VERSION};
 
 pub const KIND: &str = "watch";
 /// Points per series kept in `timeline`; longer series are averaged in equal buckets.

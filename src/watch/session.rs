@@ -22,7 +22,7 @@ use super::target::{catch_stop_signals, stop_signals, Ended, Target};
 use super::tui::{Screen, WatchApp};
 use crate::bridge::Link;
 use crate::error::{Error, Result};
-use crate::report::model::SCHEMA_VERSION;
+use crate::results::model::SCHEMA_VERSION;
 
 pub enum What {
     Pid(u32),
@@ -299,7 +299,7 @@ pub fn run(opts: &Options) -> Result<i32> {
     let report = WatchReport {
         schema_version: SCHEMA_VERSION.into(),
         kind: KIND.into(),
-        environment: crate::report::build::environment("command".into()),
+        environment: crate::results::build::environment("command".into()),
         gpus: gpu_inventory().unwrap_or_default(),
         target: TargetReport {
             command: target.command().map(<[String]>::to_vec),

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use crate::report::markdown::{ratio_cell, throughput_cell};
-use crate::report::model::{Report, TrialReport};
+use crate::results::model::{Report, TrialReport};
+use crate::results::record::Status;
 use crate::runner::live::LiveTrial;
-use crate::runner::record::Status;
 use crate::tui::widgets::devices::DeviceSeries;
 
 /// The panels `tab` moves between (the current-trial panel has nothing to select).

@@ -18,12 +18,11 @@ use super::app::{App, Mode, SweepState};
 use crate::engine::train::Phases;
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
-use crate::report::build;
-use crate::report::model::{Ratio, Recommendation, Report};
+use crate::results::model::{Ratio, Recommendation, Report};
+use crate::results::record::{Repeat, Status, TrialRecord};
 use crate::runner::live::LiveTrial;
-use crate::runner::plan;
-use crate::runner::record::{Repeat, Status, TrialRecord};
-use crate::runner::spec::Spec;
+use crate::spec::plan;
+use crate::spec::Spec;
 use crate::tui::widgets::devices::DeviceSeries;
 
 const SPEC: &str = "name = \"synthetic\"\n[workload]\nmodel = \"cnn-small\"\ndataset = \"synthetic\"\n\
@@ -93,7 +92,7 @@ pub fn synthetic_report(trials: usize, fail_every: usize) -> Result<Report> {
             }
         })
         .collect();
-    let mut report = build::build(&spec, &records);
+    let mut report = crate::advisor::build_report(&spec, &records);
     report.recommendations = (0..3)
         .map(|i| Recommendation {
             title: format!("synthetic recommendation {i}"),

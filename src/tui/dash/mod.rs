@@ -27,7 +27,7 @@ use crossterm::event::{self as term, KeyCode, KeyEventKind};
 pub use self::app::App;
 use self::app::SweepState;
 use self::source::{Follower, Update};
-use crate::cli::DashArgs;
+use crate::commands::cli::DashArgs;
 use crate::error::{Error, Result};
 use crate::runner::live::unix_ms;
 use crate::tui::terminal;

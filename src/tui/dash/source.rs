@@ -19,11 +19,11 @@ use tune_probes::{HostSampler, NvmlSampler, Sample, Sampler};
 
 use super::app::Mode;
 use crate::error::{Error, Result};
-use crate::report::model::{Report, TimelineSample};
-use crate::report::{build, read_journal, JOURNAL, REPORT_JSON};
+use crate::report::{read_journal, JOURNAL, REPORT_JSON};
+use crate::results::model::{Report, TimelineSample};
 use crate::runner::live::{LiveTrial, LIVE_JSON};
-use crate::runner::plan::{self, halving_rounds};
-use crate::runner::spec::{Spec, Strategy};
+use crate::spec::plan::{self, halving_rounds};
+use crate::spec::{Spec, Strategy};
 use crate::tui::widgets::devices::{DeviceHistory, DeviceSeries};
 
 /// A timeline another component may write next to the journal: one `TimelineSample`
@@ -351,7 +351,7 @@ impl Follower {
             if self.mode != Some(Mode::Live) || self.journal_seen != js {
                 let (spec, records) = read_journal(&journal_path)?;
                 self.journaled = records.iter().map(|r| (r.id.clone(), r.round)).collect();
-                let r = build::build(&spec, &records);
+                let r = crate::advisor::build_report(&spec, &records);
                 report = Some((
                     Arc::new(r),
                     Mode::Live,
@@ -434,8 +434,8 @@ fn timeline_devices(samples: &[TimelineSample]) -> Vec<DeviceSeries> {
 mod tests {
     use super::*;
     use crate::knobs::Knobs;
+    use crate::results::record::{Record, Status, TrialRecord};
     use crate::runner::journal::Journal;
-    use crate::runner::record::{Record, Status, TrialRecord};
 
     const SPEC: &str = "name = \"follow\"\n[workload]\nmodel = \"mlp\"\ndataset = \"synthetic\"\n\
                         [knobs]\nbatch_size = [16, 32]\n";
@@ -513,7 +513,7 @@ mod tests {
 
         // The sweep finishes: report.json is at least as new as the journal.
         std::thread::sleep(std::time::Duration::from_millis(20));
-        let mut done_report = build::build(&spec, &[record(&spec, 16, Status::Ok)]);
+        let mut done_report = crate::advisor::build_report(&spec, &[record(&spec, 16, Status::Ok)]);
         done_report.notes.push("final".into());
         crate::fsio::atomic_write(
             d.join(REPORT_JSON),
@@ -559,7 +559,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         let spec = Spec::parse(SPEC, d.join("s.toml")).unwrap();
-        let mut r = build::build(&spec, &[]);
+        let mut r = crate::advisor::build_report(&spec, &[]);
         for (t, dev, util) in [
             (0.2, "gpu1", 50.0),
             (0.1, "gpu0", 90.0),

@@ -9,9 +9,8 @@ use ratatui::Terminal;
 
 use super::app::{App, Mode, Overlay, Panel, SortKey, SweepState};
 use super::bench::{synthetic_app, synthetic_devices, synthetic_live, synthetic_report};
-use crate::report::build;
-use crate::runner::record::Status;
-use crate::runner::spec::Spec;
+use crate::results::record::Status;
+use crate::spec::Spec;
 use crate::tui::widgets::buffer_text;
 
 fn screen(app: &App, w: u16, h: u16) -> String {
@@ -100,7 +99,7 @@ fn empty_sweep_says_what_is_coming() {
         "empty.toml",
     )
     .unwrap();
-    let report = build::build(&spec, &[]);
+    let report = crate::advisor::build_report(&spec, &[]);
     let mut app = App::new("", "reports/empty", SweepState::Detached);
     app.set_report(Arc::new(report), Mode::Live, 0, Some(2));
     app.device_note = Some("no GPU readings: NVML unavailable".into());

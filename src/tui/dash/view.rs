@@ -12,9 +12,9 @@ use ratatui::widgets::{
 use super::app::{App, Mode, Overlay, Panel, SweepState};
 use crate::engine::train::Phases;
 use crate::knobs::Knobs;
-use crate::report::model::{Recommendation, TrialReport};
+use crate::results::model::{Recommendation, TrialReport};
+use crate::results::record::Status;
 use crate::runner::live::LiveTrial;
-use crate::runner::record::Status;
 use crate::tui::widgets::devices::{rows_needed, DevicesView};
 use crate::tui::widgets::{bar, bytes};
 

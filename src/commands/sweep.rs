@@ -1,0 +1,293 @@
+//! `tune sweep`: the runner's rounds through local child processes, the advisor's
+//! recommended combination measured once more (the confirmation), then report.json,
+//! report.html and summary.md. Exit code 1 only when no trial succeeded.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+
+use super::cli::SweepArgs;
+use crate::advisor::{self, confirm};
+use crate::error::{Error, Result};
+use crate::executor::trial::TrialEnv;
+use crate::report::{self, markdown, JOURNAL};
+use crate::results::build::CONFIRM_PREFIX;
+use crate::results::model::RecKind;
+use crate::results::{Report, Status, TrialRecord};
+use crate::runner::live::LIVE_JSON;
+use crate::runner::sweep::{measured_steps, median_sps, Sweep, SweepObserver, SweepSetup};
+use crate::spec::plan::{self, halving_rounds, Trial};
+use crate::spec::{Spec, Strategy};
+use crate::tui;
+
+/// Where progress goes: a bar on a terminal, plain lines otherwise, JSON with `--json`,
+/// nowhere with `--tui` (the dashboard owns the terminal and reads the journal).
+struct Progress {
+    bar: ProgressBar,
+    json: bool,
+    plain: bool,
+    tui: bool,
+}
+
+impl Progress {
+    fn new(total: usize, json: bool, tui: bool) -> Progress {
+        let interactive = !json && !tui && std::io::stderr().is_terminal();
+        let bar = ProgressBar::with_draw_target(
+            Some(total as u64),
+            if interactive {
+                ProgressDrawTarget::stderr()
+            } else {
+                ProgressDrawTarget::hidden()
+            },
+        );
+        bar.set_style(
+            ProgressStyle::with_template("{pos}/{len} [{bar:25}] {elapsed} (eta {eta}) {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        if interactive {
+            // Trials take seconds to minutes; keep the elapsed time moving meanwhile.
+            bar.enable_steady_tick(Duration::from_millis(250));
+        }
+        Progress {
+            bar,
+            json,
+            plain: !json && !interactive && !tui,
+            tui,
+        }
+    }
+}
+
+impl SweepObserver for Progress {
+    fn started(&mut self, label: &str) {
+        self.bar.set_message(label.to_string());
+    }
+
+    fn finished(&mut self, rec: &TrialRecord, index: usize, total: usize) {
+        self.bar.set_length(total as u64);
+        self.bar.set_position(index as u64);
+        if self.tui {
+            return;
+        }
+        let sps = median_sps(rec);
+        if self.json {
+            let line = json!({
+                "id": rec.id,
+                "label": rec.label,
+                "round": rec.round,
+                "status": rec.status,
+                "error": rec.error,
+                "samples_per_s": sps,
+                "repeats": rec.repeats.len(),
+            });
+            println!("{line}");
+            return;
+        }
+        let text = match (rec.status, sps) {
+            (Status::Ok, Some(v)) => format!("{}: {v:.1} samples/s", rec.label),
+            (s, _) => format!(
+                "{}: {} ({})",
+                rec.label,
+                s.as_str(),
+                rec.error.as_deref().unwrap_or("no error text")
+            ),
+        };
+        let text = format!("[{index}/{total}] {text}");
+        if self.plain {
+            eprintln!("{text}");
+        } else {
+            self.bar.println(text);
+        }
+    }
+}
+
+/// The per-trial memory cap: `TUNE_TRIAL_MEM_CAP_BYTES` if set, else the spec's.
+fn mem_cap(spec: &Spec) -> Option<u64> {
+    std::env::var("TUNE_TRIAL_MEM_CAP_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .or(spec.search.mem_cap_mib.map(|m| m << 20))
+}
+
+pub fn main(args: &SweepArgs) -> Result<i32> {
+    let spec = Spec::load(&args.spec)?;
+    if args.tui {
+        tui::dash::check_terminal("tune sweep --tui", args.json)?;
+    }
+    let plan = plan::plan(&spec);
+    if plan.trials.is_empty() {
+        return Err(Error::Invalid(format!(
+            "{}: no runnable configuration (every combination was skipped)",
+            args.spec.display()
+        )));
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("reports").join(&spec.name));
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::Runtime(format!("cannot find the tune executable: {e}")))?;
+    let steps = measured_steps(&spec);
+    let n = plan.trials.len();
+    let rounds = match spec.search.strategy {
+        Strategy::Halving => halving_rounds(n, spec.search.eta),
+        _ => vec![(n, 1)],
+    };
+    let total: usize = rounds.iter().map(|(k, _)| k).sum();
+    let link = args.tui.then(tui::dash::SweepLink::default);
+    let cancel = link.as_ref().map(|l| l.cancel.clone());
+    let live_file = Some(out.join(LIVE_JSON));
+    let env = TrialEnv {
+        exe,
+        timeout: Duration::from_secs(spec.search.timeout_s),
+        mem_cap_bytes: mem_cap(&spec),
+        live_file: live_file.clone(),
+        cancel: cancel.clone(),
+    };
+    let mut progress = Progress::new(total, args.json, args.tui);
+    let setup = SweepSetup {
+        spec: &spec,
+        journal_path: out.join(JOURNAL),
+        resume: args.resume,
+        live_file,
+        cancel,
+        total,
+    };
+    let mut sweep = Sweep::open(setup, &env, &mut progress)?;
+    let resumed = sweep.resumed();
+    if resumed > 0 && !args.json && !args.tui {
+        eprintln!("resuming: {resumed} finished trial(s) in the journal are not rerun");
+    }
+    let quiet = args.json || args.tui;
+    let (report, paths) = match &link {
+        Some(link) => std::thread::scope(|s| {
+            let worker = s.spawn(|| {
+                let _ended = link.on_end();
+                let r = execute(&mut sweep, &spec, &plan.trials, &rounds, steps, &out, quiet);
+                link.end(match &r {
+                    Ok((report, _)) => format!(
+                        "sweep finished: {} trial(s), reports written",
+                        report.trials.len()
+                    ),
+                    Err(e) => format!("sweep stopped: {e}"),
+                });
+                r
+            });
+            let _stop = link.stop_on_unwind();
+            let shown = tui::dash::run_attached(&out, link);
+            // Whatever ended the dashboard, the sweep must not outlive this function.
+            if shown.is_err() {
+                link.cancel.store(true, Ordering::Relaxed);
+            }
+            let swept = worker
+                .join()
+                .map_err(|_| Error::Runtime("the sweep thread panicked".into()))?;
+            shown?;
+            swept
+        })?,
+        None => execute(&mut sweep, &spec, &plan.trials, &rounds, steps, &out, quiet)?,
+    };
+    drop(sweep);
+    progress.bar.finish_and_clear();
+    let ok = report
+        .trials
+        .iter()
+        .filter(|t| t.status == Status::Ok)
+        .count();
+    if args.json {
+        println!(
+            "{}",
+            json!({"report": paths[0], "html": paths[1], "summary": paths[2], "ok": ok, "trials": report.trials.len()})
+        );
+    } else {
+        print_table(&report);
+        for p in &paths {
+            println!("{}", p.display());
+        }
+    }
+    Ok(if ok == 0 { 1 } else { 0 })
+}
+
+/// Runs the rounds of the plan and the confirmation, then writes the reports.
+fn execute(
+    sweep: &mut Sweep<'_>,
+    spec: &Spec,
+    trials: &[Trial],
+    rounds: &[(usize, usize)],
+    steps: usize,
+    out: &Path,
+    quiet: bool,
+) -> Result<(Report, [PathBuf; 3])> {
+    sweep.run_rounds(trials, rounds, steps)?;
+    // The recommended combination, measured once more so the report can say whether
+    // the predicted gain holds up.
+    let before = advisor::build_report(spec, sweep.records());
+    if let Some((knobs, _, _)) = confirm::combination(&before) {
+        let base = &spec.search.baseline;
+        let combo = Trial {
+            id: format!("{CONFIRM_PREFIX}{}", plan::trial_id(&knobs, base)),
+            label: format!("confirm: {}", knobs.diff_label(base)),
+            knobs,
+        };
+        let rerun = Trial {
+            id: format!("{CONFIRM_PREFIX}{}", plan::trial_id(base, base)),
+            label: "confirm: baseline re-run".into(),
+            knobs: base.clone(),
+        };
+        sweep.confirm(&combo, &rerun, steps)?;
+    }
+    if let (Some((pct, every)), false) = (sweep.finish(), quiet) {
+        eprintln!(
+            "note: device sampling every {} ms used {pct:.2}% of one core",
+            every.as_millis()
+        );
+    }
+    let report = advisor::build_report(spec, sweep.records());
+    let paths = report::write_all(out, &report)?;
+    Ok((report, paths))
+}
+
+fn print_table(r: &Report) {
+    let w = r
+        .trials
+        .iter()
+        .map(|t| t.label.chars().count())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    println!(
+        "{:<w$}  {:<11}  {:>28}  {:>26}  {:>8}",
+        "trial", "status", "samples/s [95% CI]", "vs baseline [95% CI]", "peak MiB"
+    );
+    for t in &r.trials {
+        let is_base = r.baseline.as_deref() == Some(t.id.as_str());
+        println!(
+            "{:<w$}  {:<11}  {:>28}  {:>26}  {:>8}",
+            crate::error::shown(&t.label),
+            t.status.as_str(),
+            markdown::throughput_cell(t),
+            markdown::ratio_cell(t, is_base),
+            t.peak_mib().map_or("–".into(), |m| format!("{m:.1}")),
+        );
+    }
+    for n in &r.notes {
+        println!("note: {}", crate::error::inert(n));
+    }
+    for rec in &r.recommendations {
+        let gain = rec
+            .expected_gain
+            .map_or(String::new(), |g| format!(" ({})", advisor::fmt_ratio(&g)));
+        let kind = match rec.kind {
+            RecKind::Change => "recommend",
+            RecKind::Warning => "warning",
+        };
+        println!("{kind}: {}{gain}: {}", rec.title, rec.tune_flag);
+    }
+    if let Some(c) = &r.confirmation {
+        println!("confirmation ({}): {}", c.verdict, c.summary);
+    }
+}

@@ -1,0 +1,6 @@
+//! Where trials run: a local child process per trial (`trial` parent side, `child` child
+//! side: `tune trial`), engine workloads, commands, and Python jobs through the bridge.
+//! Implements the runner's `Executor`.
+
+pub mod child;
+pub mod trial;

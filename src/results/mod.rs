@@ -1,0 +1,11 @@
+//! What a sweep measured: the trial record (one journal line per finished trial) and the
+//! report model (= report.json's schema), and `build`, which summarises records into that
+//! model (throughputs with confidence intervals, phase shares, the timeline) without judging
+//! them; the advisor adds the judgement.
+
+pub mod build;
+pub mod model;
+pub mod record;
+
+pub use model::Report;
+pub use record::{Record, Status, TrialRecord};
