@@ -69,11 +69,15 @@ pub const BATCH_SIZE: Bound = Bound {
     why: "a larger batch does not fit in memory for any built-in model",
 };
 
+/// More virtual devices than this is a typo, not an experiment; the engine refuses more
+/// from this same figure (kept here, below the engine, so flags and specs share it).
+pub const MAX_DEVICES: usize = 64;
+
 /// Devices of a multi-device run. On the CPU backend each is a model replica with its own
 /// threads; past 64 replicas every one gets a sliver of a core on any machine tune targets.
 pub const DEVICES: Bound = Bound {
     min: 1,
-    max: crate::engine::parallel::MAX_DEVICES as u64,
+    max: MAX_DEVICES as u64,
     why: "each device holds a full model replica",
 };
 

@@ -28,14 +28,21 @@ fn main() -> ExitCode {
     }
     let result = match &cli.command {
         Command::Train(a) => tune::commands::train::main(a),
-        Command::Trial(a) => Ok(tune::executor::trial::child_main(a)),
-        Command::Supervise(a) => Ok(tune::process::supervise::supervise_main(a)),
+        Command::Trial(a) => Ok(tune::executor::child::child_main(
+            a.knobs.knobs(),
+            &a.workload(),
+        )),
+        Command::Supervise(a) => Ok(tune::process::supervise::supervise_main(
+            a.parent,
+            a.mem_cap_bytes,
+            &a.command,
+        )),
         Command::Sweep(a) => tune::commands::sweep::main(a),
-        Command::Report(a) => tune::report::main(a),
+        Command::Report(a) => tune::commands::report::main(a),
         Command::Probe(a) => tune::commands::probe::main(a),
         Command::Bench(a) => tune::commands::bench::main(a),
         Command::Gate(a) => tune::commands::gate::main(a),
-        Command::Dash(a) => tune::tui::dash::main(a),
+        Command::Dash(a) => tune::tui::dash::main(a.dir.as_deref()),
         Command::Watch(a) => tune::commands::watch::main(a),
     };
     match result {

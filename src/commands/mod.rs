@@ -7,6 +7,7 @@ pub mod bench;
 pub mod cli;
 pub mod gate;
 pub mod probe;
+pub mod report;
 pub mod sweep;
 pub mod train;
 pub mod watch;

@@ -25,8 +25,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::commands::cli::TrainArgs;
-use crate::engine::train::{run, NoObserver, Observer, RunSummary};
+use crate::engine::train::{run, NoObserver, Observer, RunSummary, Workload};
 use crate::error::Error;
 use crate::knobs::Knobs;
 use crate::runner::live::LiveWriter;
@@ -65,7 +64,7 @@ fn print_error(kind: &str, message: String) {
 }
 
 /// Child side of `tune trial`: runs the workload, prints one JSON line, returns the exit code.
-pub fn child_main(args: &TrainArgs) -> i32 {
+pub fn child_main(knobs: crate::Result<Knobs>, workload: &Workload) -> i32 {
     crate::process::alloc::mark_trial_child();
     let cap = std::env::var(MEM_CAP_ENV)
         .ok()
@@ -73,7 +72,7 @@ pub fn child_main(args: &TrainArgs) -> i32 {
     if let Some(cap) = cap {
         start_watchdog(cap);
     }
-    let knobs = match args.knobs.knobs() {
+    let knobs = match knobs {
         Ok(k) => k,
         Err(e) => {
             print_error("invalid", e.to_string());
@@ -84,13 +83,13 @@ pub fn child_main(args: &TrainArgs) -> i32 {
         return code;
     }
     // Progress for a dashboard, when the sweep asked for it (see `live`).
-    let mut live = LiveWriter::from_env(args.warmup());
+    let mut live = LiveWriter::from_env(workload.warmup);
     let mut quiet = NoObserver;
     let obs: &mut dyn Observer = match live.as_mut() {
         Some(w) => w,
         None => &mut quiet,
     };
-    match run(&args.workload(), &knobs, obs) {
+    match run(workload, &knobs, obs) {
         Ok(s) => {
             print_line(&Line::Ok(&s));
             0

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::procs::{descendants_rss, die_with_parent, kill_descendants, kill_group};
-use crate::commands::cli::SuperviseArgs;
 
 /// Starts the supervisor's report line on stderr (a record separator keeps it apart from
 /// anything a command would print).
@@ -52,7 +51,7 @@ extern "C" fn on_stop(_: libc::c_int) {
 /// A full /proc scan per sample: 10 per second keeps the supervisor near 1% of a core.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
-pub fn supervise_main(args: &SuperviseArgs) -> i32 {
+pub fn supervise_main(parent: u32, mem_cap_bytes: Option<u64>, command: &[String]) -> i32 {
     // SAFETY: the handler only stores to an atomic (async-signal-safe); prctl and
     // getppid have no memory effects.
     unsafe {
@@ -65,11 +64,11 @@ pub fn supervise_main(args: &SuperviseArgs) -> i32 {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0);
     }
     let mut report = Report::default();
-    let Some((program, rest)) = args.command.split_first() else {
+    let Some((program, rest)) = command.split_first() else {
         report.error = Some("no command to supervise".into());
         return finish(&report);
     };
-    if parent_gone(args.parent) || STOP.load(Ordering::SeqCst) {
+    if parent_gone(parent) || STOP.load(Ordering::SeqCst) {
         report.stopped = true;
         return finish(&report);
     }
@@ -90,14 +89,14 @@ pub fn supervise_main(args: &SuperviseArgs) -> i32 {
             record_status(&mut report, st);
             break;
         }
-        if STOP.load(Ordering::SeqCst) || parent_gone(args.parent) {
+        if STOP.load(Ordering::SeqCst) || parent_gone(parent) {
             report.stopped = true;
             break;
         }
         if Instant::now() >= next_sample {
             let rss = descendants_rss(me);
             report.peak_rss_bytes = report.peak_rss_bytes.max(rss);
-            if args.mem_cap_bytes.is_some_and(|cap| rss > cap) {
+            if mem_cap_bytes.is_some_and(|cap| rss > cap) {
                 report.over_cap_bytes = Some(rss);
                 break;
             }

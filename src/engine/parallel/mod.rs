@@ -44,8 +44,7 @@ use crate::engine::train::{
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs, Parallel};
 
-/// More virtual devices than this is a typo, not an experiment.
-pub const MAX_DEVICES: usize = 64;
+pub use crate::limits::MAX_DEVICES;
 
 /// Whether `k` needs the multi-device path (DP on one device is plain training).
 pub fn is_multi_device(k: &Knobs) -> bool {

@@ -27,7 +27,6 @@ use crossterm::event::{self as term, KeyCode, KeyEventKind};
 pub use self::app::App;
 use self::app::SweepState;
 use self::source::{Follower, Update};
-use crate::commands::cli::DashArgs;
 use crate::error::{Error, Result};
 use crate::runner::live::unix_ms;
 use crate::tui::terminal;
@@ -125,9 +124,11 @@ impl App {
     }
 }
 
-pub fn main(args: &DashArgs) -> Result<i32> {
-    let input = match &args.dir {
-        Some(d) => d.clone(),
+/// `tune dash [dir]`: the dashboard of a sweep folder or report.json, by default the
+/// sweep under reports/ that changed last.
+pub fn main(dir: Option<&Path>) -> Result<i32> {
+    let input = match dir {
+        Some(d) => d.to_path_buf(),
         None => source::newest_sweep(Path::new("reports"))?,
     };
     let (follower, first) = Follower::open(&input, false)?;
