@@ -1,9 +1,13 @@
 //! `tune`: measures which training settings make neural-network training faster on this
 //! machine, by how much, and why.
 //!
-//! Data flows through one folder per stage: `engine` trains, `runner` sweeps knobs over
-//! child-process trials, `advisor` turns measurements into recommendations, `report`
-//! renders them.
+//! One folder per stage, stacked; a stage imports only the stages below it
+//! (tests/stages.rs holds the order and fails on a back-edge), bottom to top:
+//! base (`error`, `fsio`, `limits`, `knobs`, `stats`, `process`) → `engine` (trains) →
+//! `spec` (what to measure: spec and plan) → `results` (what was measured: trial records,
+//! the report model) → `runner` (sweeps through an `Executor`) → `bridge` (PyTorch jobs) →
+//! `executor` (where trials run) → `advisor` (judges) → `report` (renders) → `gate` →
+//! `tui` → `watch` → `commands` (the only entrance).
 
 pub mod advisor;
 pub mod bridge;

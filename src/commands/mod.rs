@@ -1,7 +1,9 @@
-//! Commands whose work is a thin layer over a stage: `train` (progress line over the
-//! engine's observer), `bench` (engine and GEMM throughput), `probe` (machine facts), `gate`
-//! (loads two reports and writes the verdict of `crate::gate`) and `watch` (flags to a
-//! `crate::watch` session).
+//! The only entrance: the clap definitions (`cli`) and one module per subcommand that is
+//! more than a call into its stage: `train` (progress line over the engine's observer),
+//! `sweep` (runner + executor + advisor + report), `report` (re-render), `bench`, `probe`,
+//! `gate` (loads two reports and writes the verdict of `crate::gate`) and `watch` (flags to
+//! a `crate::watch` session). `trial`, `supervise` and `dash` are dispatched by main.rs
+//! straight into their stage with plain values. Nothing below this module imports it.
 
 pub mod bench;
 pub mod cli;

@@ -1,8 +1,5 @@
-//! Reports: the `Report` type (= the report.json schema), building it from journal
-//! records, and rendering it as self-contained HTML and as markdown.
-//!
-//! `tune report` re-renders from a report.json, or from a sweep folder: its report.json
-//! when there is one, else its journal.jsonl, whose header line carries the spec.
+//! Rendering: a `Report` (the model lives in `crate::results`) as self-contained HTML and
+//! as markdown, the report files written as one set, and a sweep journal read back.
 
 pub(crate) mod axis;
 pub mod charts;
