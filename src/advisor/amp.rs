@@ -121,6 +121,7 @@ mod tests {
         assert_eq!(recs.len(), 1, "{recs:?}");
         assert_eq!(recs[0].kind, RecKind::Warning);
         assert!(recs[0]
+            .finding
             .evidence
             .contains("accuracy fell from 90.0% to 40.0%"));
         assert!(r
@@ -143,7 +144,7 @@ mod tests {
         let recs = by_rule(&r, "amp");
         assert_eq!(recs.len(), 1);
         assert_eq!(recs[0].kind, RecKind::Warning);
-        assert!(recs[0].evidence.contains("diverged"));
+        assert!(recs[0].finding.evidence.contains("diverged"));
     }
 
     #[test]
@@ -162,9 +163,9 @@ mod tests {
         assert_eq!(recs.len(), 1, "{recs:?}");
         assert_eq!(recs[0].kind, RecKind::Warning);
         assert!(
-            recs[0].evidence.contains("final loss rose"),
+            recs[0].finding.evidence.contains("final loss rose"),
             "{}",
-            recs[0].evidence
+            recs[0].finding.evidence
         );
     }
 

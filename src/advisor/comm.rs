@@ -81,7 +81,8 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
             },
         );
         // The gain is over the communicating configuration, not the baseline.
-        rec.evidence = rec
+        rec.finding.evidence = rec
+            .finding
             .evidence
             .split("; ")
             .filter(|e| !e.contains("throughput vs the baseline"))

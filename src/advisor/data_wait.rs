@@ -84,7 +84,11 @@ mod tests {
         assert!(g.significant && g.lo > 1.3 && g.hi < 1.6, "{g:?}");
         assert_eq!(recs[0].tune_flag, "--num-workers 2");
         assert!(recs[0].pytorch.contains("num_workers=2"));
-        assert!(recs[0].evidence.contains("30.0%"), "{}", recs[0].evidence);
+        assert!(
+            recs[0].finding.evidence.contains("30.0%"),
+            "{}",
+            recs[0].finding.evidence
+        );
         assert_eq!(recs[0].confidence, "high");
         assert_eq!(recs[0].change["num_workers"], "2");
     }

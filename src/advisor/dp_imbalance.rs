@@ -7,6 +7,7 @@ use super::{fmt_pct, fmt_ratio, mib, unmeasured_change, Ctx, Say};
 use crate::knobs::Parallel;
 use crate::results::model::{RecKind, Recommendation, TrialReport};
 use crate::results::record::Status;
+use crate::results::Finding;
 
 /// Device 0 above the others' mean by this factor (memory or busy share) is imbalance.
 pub const IMBALANCE: f64 = 1.10;
@@ -90,8 +91,10 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 let s = say(evidence);
                 out.push(Recommendation {
                     kind: RecKind::Change,
-                    title: s.title,
-                    evidence: s.evidence.join("; "),
+                    finding: Finding {
+                        title: s.title,
+                        evidence: s.evidence.join("; "),
+                    },
                     expected_gain: Some(r),
                     confidence: super::confidence(&r, noise).into(),
                     tune_flag: s.tune_flag,
@@ -143,7 +146,11 @@ mod tests {
         assert_eq!(recs.len(), 1, "{:?}", r.recommendations);
         let g = recs[0].expected_gain.unwrap();
         assert!(g.significant && g.ratio > 1.2, "{g:?}");
-        assert!(recs[0].evidence.contains("1.80×"), "{}", recs[0].evidence);
+        assert!(
+            recs[0].finding.evidence.contains("1.80×"),
+            "{}",
+            recs[0].finding.evidence
+        );
         assert!(recs[0].pytorch.contains("DistributedDataParallel"));
         assert_eq!(recs[0].tune_flag, "--parallel ddp --devices 2");
     }

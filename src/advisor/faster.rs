@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use super::{amp::autocast_line, effect_evidence, flag, Ctx, Say};
 use crate::knobs::Knobs;
 use crate::results::model::{Recommendation, TrialReport};
+use crate::results::Finding;
 
 /// The PyTorch line that makes `knob = value`.
 pub fn pytorch_line(knob: &str, value: &str, k: &Knobs, backend: &str) -> String {
@@ -104,8 +105,10 @@ fn recommend(cx: &Ctx, t: &TrialReport, earlier: &[Recommendation]) -> Option<Re
     Some(Recommendation {
         rule: "faster".into(),
         kind: crate::results::model::RecKind::Change,
-        title: say.title,
-        evidence: say.evidence.join("; "),
+        finding: Finding {
+            title: say.title,
+            evidence: say.evidence.join("; "),
+        },
         expected_gain: Some(r),
         confidence: super::confidence(&r, noise).into(),
         tune_flag: say.tune_flag,
@@ -166,7 +169,11 @@ mod tests {
         assert_eq!(rec.change["num_workers"], "2");
         assert_eq!(rec.tune_flag, "--num-workers 2");
         assert!(rec.pytorch.contains("num_workers=2"), "{}", rec.pytorch);
-        assert!(rec.evidence.contains("1.4"), "{}", rec.evidence);
+        assert!(
+            rec.finding.evidence.contains("1.4"),
+            "{}",
+            rec.finding.evidence
+        );
         // The confirmation combines it.
         let c = r.confirmation.as_ref().unwrap();
         assert_eq!(c.knobs.num_workers, 2);

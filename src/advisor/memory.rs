@@ -5,6 +5,7 @@ use super::{fmt_pct, fmt_ratio, mib, unmeasured_change, Ctx, Say};
 use crate::knobs::{Amp, Checkpoint};
 use crate::results::model::{RecKind, Recommendation, TrialReport};
 use crate::results::record::Status;
+use crate::results::Finding;
 
 /// Peak memory above this share of the limit leaves no room to grow (DESIGN.md's anchor).
 pub const NEAR: f64 = 0.90;
@@ -153,8 +154,10 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
     };
     vec![Recommendation {
         kind: RecKind::Change,
-        title: format!("Near the memory limit: use {what_change}"),
-        evidence: evidence.join("; "),
+        finding: Finding {
+            title: format!("Near the memory limit: use {what_change}"),
+            evidence: evidence.join("; "),
+        },
         expected_gain: r,
         confidence: if r.is_some() { "high" } else { "medium" }.into(),
         tune_flag: super::flag(knob, &value),
@@ -183,7 +186,7 @@ mod tests {
         );
         let recs = by_rule(&r, "memory");
         assert_eq!(recs.len(), 1, "{recs:?}");
-        let e = &recs[0].evidence;
+        let e = &recs[0].finding.evidence;
         assert!(e.contains("95.0%") && e.contains("saves 350.0 MiB"), "{e}");
         let g = recs[0].expected_gain.unwrap();
         assert!(g.ratio < 0.9 && g.significant, "{g:?}");
@@ -206,7 +209,7 @@ mod tests {
         );
         let recs = by_rule(&r, "memory");
         assert_eq!(recs.len(), 1, "{recs:?}");
-        let e = &recs[0].evidence;
+        let e = &recs[0].finding.evidence;
         assert!(
             e.contains("resident memory peaks at 960.0 MiB") && e.contains("saves 260.0 MiB"),
             "{e}"
@@ -238,7 +241,7 @@ mod tests {
         );
         let recs = by_rule(&r, "memory");
         assert_eq!(recs.len(), 1, "{recs:?}");
-        assert!(recs[0].evidence.contains("ran out of memory"));
+        assert!(recs[0].finding.evidence.contains("ran out of memory"));
         assert!(
             recs[0].pytorch.contains("torch.autocast"),
             "{}",

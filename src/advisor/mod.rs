@@ -31,6 +31,7 @@ use crate::knobs::Knobs;
 use crate::results::build::steady_times;
 use crate::results::model::{Ci, Ratio, RecKind, Recommendation, Report, TrialReport};
 use crate::results::record::Status;
+use crate::results::Finding;
 use crate::spec::plan::knobs_hash;
 use crate::stats::{self, Bootstrap};
 
@@ -309,8 +310,10 @@ pub fn measured_change(
     }
     Recommendation {
         kind: RecKind::Change,
-        title,
-        evidence: evidence.join("; "),
+        finding: Finding {
+            title,
+            evidence: evidence.join("; "),
+        },
         expected_gain: Some(r),
         confidence: confidence(&r, noise).into(),
         tune_flag,
@@ -325,8 +328,10 @@ pub fn measured_change(
 pub fn unmeasured_change(say: Say) -> Recommendation {
     Recommendation {
         kind: RecKind::Change,
-        title: say.title,
-        evidence: say.evidence.join("; "),
+        finding: Finding {
+            title: say.title,
+            evidence: say.evidence.join("; "),
+        },
         expected_gain: None,
         confidence: "low".into(),
         tune_flag: say.tune_flag,

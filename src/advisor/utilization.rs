@@ -112,7 +112,7 @@ mod tests {
         let recs = by_rule(&r, "utilization");
         assert_eq!(recs.len(), 1, "{:?}", r.recommendations);
         assert_eq!(recs[0].tune_flag, "--batch-size 64");
-        assert!(recs[0].evidence.contains("35.0%"));
+        assert!(recs[0].finding.evidence.contains("35.0%"));
         assert!(recs[0].pytorch.contains("batch_size=64"));
     }
 

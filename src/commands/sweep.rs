@@ -285,7 +285,7 @@ fn print_table(r: &Report) {
             RecKind::Change => "recommend",
             RecKind::Warning => "warning",
         };
-        println!("{kind}: {}{gain}: {}", rec.title, rec.tune_flag);
+        println!("{kind}: {}{gain}: {}", rec.finding.title, rec.tune_flag);
     }
     if let Some(c) = &r.confirmation {
         println!("confirmation ({}): {}", c.verdict, c.summary);

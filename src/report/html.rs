@@ -114,8 +114,8 @@ fn recommendations(r: &Report) -> String {
             "<tr class=\"rec\"><td><span class=\"kind {class}\">{kind}</span> <b>{}</b></td><td>{}</td>\
              <td class=\"n\">{}</td><td>{}</td></tr>\
              <tr class=\"how\"><td colspan=\"4\">tune: <code>{}</code> &nbsp; PyTorch: <code>{}</code></td></tr>",
-            esc(&rec.title),
-            esc(&rec.evidence),
+            esc(&rec.finding.title),
+            esc(&rec.finding.evidence),
             esc(&gain),
             esc(&rec.confidence),
             esc(&rec.tune_flag),

@@ -152,7 +152,7 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(
                 s,
                 "| {kind} | {} | {} | {} | {} | {} |",
-                cell(&rec.title),
+                cell(&rec.finding.title),
                 rec.expected_gain
                     .map_or("not measured".into(), |g| fmt_ratio(&g)),
                 cell(&rec.confidence),
@@ -162,7 +162,12 @@ pub fn render(r: &Report) -> String {
         }
         let _ = writeln!(s);
         for rec in &r.recommendations {
-            let _ = writeln!(s, "- **{}**: {}", cell(&rec.title), cell(&rec.evidence));
+            let _ = writeln!(
+                s,
+                "- **{}**: {}",
+                cell(&rec.finding.title),
+                cell(&rec.finding.evidence)
+            );
         }
     }
     if let Some(c) = &r.confirmation {

@@ -4,8 +4,10 @@
 //! them; the advisor adds the judgement.
 
 pub mod build;
+pub mod finding;
 pub mod model;
 pub mod record;
 
+pub use finding::Finding;
 pub use model::Report;
 pub use record::{Record, Status, TrialRecord};

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::finding::Finding;
 use crate::error::{Error, Result};
 use crate::fsio::{read_text_limited, MAX_INPUT_BYTES};
 use crate::knobs::Knobs;
@@ -183,9 +184,9 @@ pub struct Recommendation {
     pub rule: String,
     #[serde(default)]
     pub kind: RecKind,
-    pub title: String,
-    /// Numbers with confidence intervals, from this run.
-    pub evidence: String,
+    /// The title, and the numbers with confidence intervals from this run.
+    #[serde(flatten)]
+    pub finding: Finding,
     /// Expected throughput ratio after the change (1.2 = 20% faster).
     pub expected_gain: Option<Ratio>,
     /// "high", "medium" or "low".

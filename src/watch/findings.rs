@@ -18,6 +18,7 @@ use tune_probes::nvml::metric as gpu;
 use tune_probes::{throttle_reason_names, Source};
 
 use super::model::DeviceSeries;
+use crate::results::Finding;
 use crate::stats::median;
 
 /// Peak memory of the top device at least this many times the others' median...
@@ -61,14 +62,15 @@ pub enum FindingKind {
     H2d,
 }
 
+/// A finding about one device (or the Python job) of a watched run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
+pub struct WatchFinding {
     pub kind: FindingKind,
     /// The device it is about (`gpu0`, `engine0`).
     pub device: String,
-    pub title: String,
-    /// The numbers it fired on, from this run.
-    pub evidence: String,
+    /// The title and the numbers it fired on, from this run.
+    #[serde(flatten)]
+    pub finding: Finding,
     /// What to do about it, with the PyTorch change where there is one.
     pub hint: String,
 }
@@ -83,7 +85,7 @@ pub struct Context {
 }
 
 /// Every finding the series support, in a stable order.
-pub fn findings(series: &[DeviceSeries], ctx: &Context) -> Vec<Finding> {
+pub fn findings(series: &[DeviceSeries], ctx: &Context) -> Vec<WatchFinding> {
     let mut out = Vec::new();
     let used = accelerators_in_use(series, ctx);
     for source in [Source::Gpu, Source::Engine] {
@@ -166,7 +168,7 @@ fn top_vs_rest<'a>(
     (v > rest[0]).then(|| (top, v, median(&rest)))
 }
 
-fn imbalance(devs: &[&DeviceSeries]) -> Vec<Finding> {
+fn imbalance(devs: &[&DeviceSeries]) -> Vec<WatchFinding> {
     let mut out = Vec::new();
     let n = devs.len();
     if let Some((top, peak, rest)) = top_vs_rest(devs, |d| d.mem().map(|s| s.max)) {
@@ -176,9 +178,10 @@ fn imbalance(devs: &[&DeviceSeries]) -> Vec<Finding> {
             IMBALANCE_MEM_MIN_GAP_ENGINE
         };
         if peak >= IMBALANCE_MEM_RATIO * rest && peak - rest >= gap {
-            out.push(Finding {
+            out.push(WatchFinding {
                 kind: FindingKind::Imbalance,
                 device: top.label(),
+                finding: Finding {
                 title: format!("{} holds more memory than the other devices", top.label()),
                 evidence: format!(
                     "peak {:.0} MiB on {} vs a median peak of {:.0} MiB on the other {} device(s) ({:.2}x)",
@@ -188,21 +191,24 @@ fn imbalance(devs: &[&DeviceSeries]) -> Vec<Finding> {
                     n - 1,
                     if rest > 0.0 { peak / rest } else { f64::INFINITY }
                 ),
+                },
                 hint: dp_hint(),
             });
         }
     }
     if let Some((top, mean, rest)) = top_vs_rest(devs, |d| d.util().map(|s| s.mean)) {
         if mean - rest >= IMBALANCE_UTIL_GAP {
-            out.push(Finding {
+            out.push(WatchFinding {
                 kind: FindingKind::Imbalance,
                 device: top.label(),
+                finding: Finding {
                 title: format!("{} is busier than the other devices", top.label()),
                 evidence: format!(
                     "mean utilisation {mean:.0}% on {} vs a median of {rest:.0}% on the other {} device(s)",
                     top.label(),
                     n - 1
                 ),
+                },
                 hint: dp_hint(),
             });
         }
@@ -258,7 +264,7 @@ fn host_load(series: &[DeviceSeries], ctx: &Context) -> Option<(String, f64)> {
     None
 }
 
-fn starvation(d: &DeviceSeries, host: Option<&(String, f64)>) -> Option<Finding> {
+fn starvation(d: &DeviceSeries, host: Option<&(String, f64)>) -> Option<WatchFinding> {
     let (what, load) = host?;
     let load = *load;
     let util = d.values(d.id.util_metric());
@@ -267,15 +273,17 @@ fn starvation(d: &DeviceSeries, host: Option<&(String, f64)>) -> Option<Finding>
     if mean >= STARVED_MEAN_UTIL || n < SAW_MIN_BURSTS {
         return None;
     }
-    Some(Finding {
+    Some(WatchFinding {
         kind: FindingKind::Starvation,
         device: d.label(),
+        finding: Finding {
         title: format!("{} waits for input: the data pipeline is the bottleneck", d.label()),
         evidence: format!(
             "mean utilisation {mean:.0}% with {n} bursts from <= {SAW_LOW:.0}% to >= {SAW_HIGH:.0}% \
              over {} samples, while {what} averaged {load:.0}%",
             util.len()
         ),
+        },
         hint: "load and augment batches in parallel and ahead of the device: \
                DataLoader(num_workers=N, pin_memory=True, persistent_workers=True) \
                (tune: --num-workers N); move decoding/augmentation off the training process"
@@ -283,7 +291,7 @@ fn starvation(d: &DeviceSeries, host: Option<&(String, f64)>) -> Option<Finding>
     })
 }
 
-fn throttling(d: &DeviceSeries) -> Option<Finding> {
+fn throttling(d: &DeviceSeries) -> Option<WatchFinding> {
     let masks = d.values(gpu::THROTTLE_REASONS);
     if masks.is_empty() {
         return None;
@@ -317,23 +325,25 @@ fn throttling(d: &DeviceSeries) -> Option<Finding> {
     if let Some(p) = d.stats(gpu::POWER_W) {
         extra += &format!(", power up to {:.0} W", p.max);
     }
-    Some(Finding {
+    Some(WatchFinding {
         kind: FindingKind::Throttling,
         device: d.label(),
-        title: format!("{} was throttled", d.label()),
-        evidence: format!(
-            "clocks slowed in {:.0}% of {} samples ({}){extra}",
-            100.0 * share,
-            masks.len(),
-            reasons.join(", ")
-        ),
+        finding: Finding {
+            title: format!("{} was throttled", d.label()),
+            evidence: format!(
+                "clocks slowed in {:.0}% of {} samples ({}){extra}",
+                100.0 * share,
+                masks.len(),
+                reasons.join(", ")
+            ),
+        },
         hint: "timings taken while throttled are not comparable with unthrottled ones; \
                check cooling and power limits (nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE)"
             .into(),
     })
 }
 
-fn shared_gpus(series: &[DeviceSeries], ctx: &Context) -> Vec<Finding> {
+fn shared_gpus(series: &[DeviceSeries], ctx: &Context) -> Vec<WatchFinding> {
     if ctx.tree.is_empty() {
         return Vec::new();
     }
@@ -374,15 +384,17 @@ fn shared_gpus(series: &[DeviceSeries], ctx: &Context) -> Vec<Finding> {
             } else {
                 ""
             };
-            Finding {
+            WatchFinding {
                 kind: FindingKind::SharedGpu,
                 device: format!("gpu{i}"),
-                title: format!("other processes used gpu{i}"),
-                evidence: format!(
-                    "{} process(es) outside the watched tree: {}{caveat}",
-                    others.len(),
-                    list.join(", ")
-                ),
+                finding: Finding {
+                    title: format!("other processes used gpu{i}"),
+                    evidence: format!(
+                        "{} process(es) outside the watched tree: {}{caveat}",
+                        others.len(),
+                        list.join(", ")
+                    ),
+                },
                 hint: "other work on the same GPU competes for compute and memory and makes \
                        timings unreliable; run alone (CUDA_VISIBLE_DEVICES) or on an idle GPU"
                     .into(),
@@ -451,7 +463,7 @@ mod tests {
         }
     }
 
-    fn kinds(f: &[Finding]) -> Vec<(FindingKind, String)> {
+    fn kinds(f: &[WatchFinding]) -> Vec<(FindingKind, String)> {
         f.iter().map(|f| (f.kind, f.device.clone())).collect()
     }
 
@@ -470,9 +482,17 @@ mod tests {
                 (FindingKind::Imbalance, "gpu0".into())
             ]
         );
-        assert!(f[0].evidence.contains("30720 MiB"), "{}", f[0].evidence);
+        assert!(
+            f[0].finding.evidence.contains("30720 MiB"),
+            "{}",
+            f[0].finding.evidence
+        );
         assert!(f[0].hint.contains("DistributedDataParallel"));
-        assert!(f[1].evidence.contains("95%"), "{}", f[1].evidence);
+        assert!(
+            f[1].finding.evidence.contains("95%"),
+            "{}",
+            f[1].finding.evidence
+        );
     }
 
     #[test]
@@ -542,8 +562,12 @@ mod tests {
         s.extend(host_run(100, 97.0));
         let f = findings(&group(&s), &ctx(&[10]));
         assert_eq!(kinds(&f), vec![(FindingKind::Starvation, "gpu0".into())]);
-        assert!(f[0].evidence.contains("24 bursts"), "{}", f[0].evidence);
-        assert!(f[0].evidence.contains("host CPU averaged 97%"));
+        assert!(
+            f[0].finding.evidence.contains("24 bursts"),
+            "{}",
+            f[0].finding.evidence
+        );
+        assert!(f[0].finding.evidence.contains("host CPU averaged 97%"));
         assert!(f[0].hint.contains("num_workers"));
     }
 
@@ -562,7 +586,10 @@ mod tests {
         }));
         let f = findings(&group(&s), &ctx(&[10]));
         assert_eq!(kinds(&f), vec![(FindingKind::Starvation, "gpu0".into())]);
-        assert!(f[0].evidence.contains("share of all cores averaged 94%"));
+        assert!(f[0]
+            .finding
+            .evidence
+            .contains("share of all cores averaged 94%"));
     }
 
     #[test]
@@ -606,12 +633,12 @@ mod tests {
         let f = findings(&group(&s), &Context::default());
         assert_eq!(kinds(&f), vec![(FindingKind::Throttling, "gpu0".into())]);
         assert!(
-            f[0].evidence.contains("50% of 20 samples"),
+            f[0].finding.evidence.contains("50% of 20 samples"),
             "{}",
-            f[0].evidence
+            f[0].finding.evidence
         );
-        assert!(f[0].evidence.contains("hw_thermal_slowdown 50%"));
-        assert!(f[0].evidence.contains("84 C"));
+        assert!(f[0].finding.evidence.contains("hw_thermal_slowdown 50%"));
+        assert!(f[0].finding.evidence.contains("84 C"));
         // Idle and clock-setting "reasons" are not slowdowns.
         let s = with_mask(&|_| GPU_IDLE + APP_CLOCKS);
         assert!(findings(&group(&s), &Context::default()).is_empty());
@@ -635,11 +662,11 @@ mod tests {
         let f = findings(&group(&s), &ctx(&[10, 11]));
         assert_eq!(kinds(&f), vec![(FindingKind::SharedGpu, "gpu0".into())]);
         assert!(
-            f[0].evidence.contains("pid 99 2048 MiB"),
+            f[0].finding.evidence.contains("pid 99 2048 MiB"),
             "{}",
-            f[0].evidence
+            f[0].finding.evidence
         );
-        assert!(!f[0].evidence.contains("container"));
+        assert!(!f[0].finding.evidence.contains("container"));
 
         // Only the tree's own processes: silent.
         let mut s = gpu_run(0, 10, |_| 90.0, 20.0 * GIB);
@@ -653,6 +680,10 @@ mod tests {
 
         // No GPU process of the tree at all: reported with the namespace caveat.
         let f = findings(&group(&s), &ctx(&[10]));
-        assert!(f[0].evidence.contains("container"), "{}", f[0].evidence);
+        assert!(
+            f[0].finding.evidence.contains("container"),
+            "{}",
+            f[0].finding.evidence
+        );
     }
 }

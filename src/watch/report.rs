@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tune_probes::{GpuInfo, Sample, TimelineSnapshot};
 
-use super::findings::Finding;
+use super::findings::WatchFinding;
 use super::live::fmt_bytes;
 use super::model::{DeviceId, DeviceSummary};
 use crate::error::{Error, Result};
@@ -35,7 +35,7 @@ pub struct WatchReport {
     pub duration_s: f64,
     pub sampling: Sampling,
     pub devices: Vec<DeviceSummary>,
-    pub findings: Vec<Finding>,
+    pub findings: Vec<WatchFinding>,
     pub notes: Vec<String>,
     /// What the PyTorch hooks measured, when the command was a Python job that
     /// reported steps.
@@ -112,7 +112,7 @@ impl Sampling {
 pub struct RunSampled {
     pub sampling: Sampling,
     pub devices: Vec<DeviceSummary>,
-    pub findings: Vec<Finding>,
+    pub findings: Vec<WatchFinding>,
     pub notes: Vec<String>,
 }
 
@@ -177,7 +177,10 @@ impl RunSampled {
             out.push("findings: none".into());
         }
         for f in &self.findings {
-            out.push(format!("finding: {}: {}", f.title, f.evidence));
+            out.push(format!(
+                "finding: {}: {}",
+                f.finding.title, f.finding.evidence
+            ));
         }
         for n in &self.notes {
             out.push(format!("note: {n}"));
@@ -288,8 +291,8 @@ impl WatchReport {
             let _ = writeln!(
                 s,
                 "- **{}**: {}. {}\n",
-                cell(&f.title),
-                cell(&f.evidence),
+                cell(&f.finding.title),
+                cell(&f.finding.evidence),
                 cell(&f.hint)
             );
         }

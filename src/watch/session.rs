@@ -12,7 +12,7 @@ use tune_probes::{
     DEFAULT_CAPACITY,
 };
 
-use super::findings::{findings, Context, Finding};
+use super::findings::{findings, Context, WatchFinding};
 use super::live;
 use super::model::{group, summarize};
 use super::report::{
@@ -23,6 +23,7 @@ use super::tui::{Screen, WatchApp};
 use crate::bridge::Link;
 use crate::error::{Error, Result};
 use crate::results::model::SCHEMA_VERSION;
+use crate::results::Finding;
 
 pub enum What {
     Pid(u32),
@@ -386,8 +387,9 @@ fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {
     if r.findings.is_empty() {
         eprintln!("findings: none (no imbalance, starvation, throttling or GPU sharing seen)");
     }
-    for Finding {
-        title, evidence, ..
+    for WatchFinding {
+        finding: Finding { title, evidence },
+        ..
     } in &r.findings
     {
         eprintln!("finding: {title}: {evidence}");

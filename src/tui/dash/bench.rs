@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 use crate::results::model::{Ratio, Recommendation, Report};
 use crate::results::record::{Repeat, Status, TrialRecord};
+use crate::results::Finding;
 use crate::runner::live::LiveTrial;
 use crate::spec::plan;
 use crate::spec::Spec;
@@ -95,8 +96,10 @@ pub fn synthetic_report(trials: usize, fail_every: usize) -> Result<Report> {
     let mut report = crate::advisor::build_report(&spec, &records);
     report.recommendations = (0..3)
         .map(|i| Recommendation {
-            title: format!("synthetic recommendation {i}"),
-            evidence: "data wait is 10.0% [9.1, 10.8] of a step".into(),
+            finding: Finding {
+                title: format!("synthetic recommendation {i}"),
+                evidence: "data wait is 10.0% [9.1, 10.8] of a step".into(),
+            },
             expected_gain: Some(Ratio {
                 ratio: 1.1,
                 lo: 1.05,

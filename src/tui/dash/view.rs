@@ -449,7 +449,7 @@ impl App {
                     .map_or(String::new(), |g| format!(" · expect {:.2}x", g.ratio));
                 let line = Line::from(vec![
                     Span::raw(if i == self.rec_selected { "▶ " } else { "  " }),
-                    Span::styled(r.title.clone(), Style::new().bold()),
+                    Span::styled(r.finding.title.clone(), Style::new().bold()),
                     Span::raw(format!(" · {}{gain} · ", r.confidence)),
                     Span::styled(r.tune_flag.clone(), Style::new().fg(Color::Cyan)),
                 ]);
@@ -612,13 +612,13 @@ fn render_recommendation(r: &Recommendation, area: Rect, buf: &mut Buffer) {
         )
     });
     let lines = vec![
-        Line::from(r.title.clone().bold()),
+        Line::from(r.finding.title.clone().bold()),
         Line::from(format!(
             "confidence: {} · expected gain: {gain}",
             r.confidence
         )),
         Line::from(""),
-        Line::from(format!("evidence: {}", r.evidence)),
+        Line::from(format!("evidence: {}", r.finding.evidence)),
         Line::from(""),
         Line::from(vec![
             Span::raw("tune:    "),
