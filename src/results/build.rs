@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 
 use super::model::{
-    Ci, DeviceSummary, Environment, NoiseFloor, Ratio, Report, TimelineSample, TrialReport,
-    TrialSpan, SCHEMA_VERSION,
+    Ci, Environment, NoiseFloor, Ratio, Report, TimelineSample, TrialReport, TrialSpan,
+    SCHEMA_VERSION,
 };
 use crate::engine::train::Phases;
 use crate::knobs::Knobs;
-use crate::results::record::{Repeat, Status, TrialRecord};
+use crate::results::record::{DeviceStats, Repeat, Status, TrialRecord};
 use crate::spec::plan::{self, knobs_hash};
 use crate::spec::Spec;
 use crate::stats::{self, Bootstrap, Throughput};
@@ -69,7 +69,7 @@ pub fn noise_summary(trials: &[TrialReport]) -> Option<NoiseFloor> {
 }
 
 /// Per device over the repeats: the largest peak, the mean busy and communication shares.
-fn devices(rec: &TrialRecord) -> Vec<DeviceSummary> {
+fn devices(rec: &TrialRecord) -> Vec<DeviceStats> {
     let mut names: Vec<&str> = Vec::new();
     for r in &rec.repeats {
         for d in &r.devices {
@@ -87,11 +87,12 @@ fn devices(rec: &TrialRecord) -> Vec<DeviceSummary> {
                 .iter()
                 .flat_map(|r| r.devices.iter().filter(|d| d.device == name))
                 .collect();
-            DeviceSummary {
+            DeviceStats {
                 device: name.to_string(),
                 peak_bytes: all.iter().filter_map(|d| d.peak_bytes).max(),
                 busy_share: mean(all.iter().filter_map(|d| d.busy_share).collect()),
                 comm_share: mean(all.iter().filter_map(|d| d.comm_share).collect()),
+                comm_overlap: None,
             }
         })
         .collect()

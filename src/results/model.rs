@@ -11,7 +11,7 @@ use super::finding::Finding;
 use crate::error::{Error, Result};
 use crate::fsio::{read_text_limited, MAX_INPUT_BYTES};
 use crate::knobs::Knobs;
-use crate::results::record::{Repeat, Status};
+use crate::results::record::{DeviceStats, Repeat, Status};
 use crate::spec::plan::Skipped;
 use crate::spec::Spec;
 
@@ -140,23 +140,11 @@ pub struct TrialReport {
     /// Relative spread between repeat medians (max/min - 1).
     pub noise_floor: f64,
     pub not_applicable: BTreeMap<String, String>,
-    /// Per device: peak memory and utilization, over the repeats.
+    /// Per device over the repeats: the largest peak, the mean busy and communication
+    /// shares (the repeats' own type; imbalance between devices, DataParallel's device 0,
+    /// shows here). `comm_overlap` is not summarised: report.json has no such field.
     #[serde(default)]
-    pub devices: Vec<DeviceSummary>,
-}
-
-/// One device's share of a trial. Imbalance between devices (DataParallel's device 0)
-/// shows here.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DeviceSummary {
-    /// "cpu:0", "cuda:1", ...
-    pub device: String,
-    /// Largest peak over the repeats.
-    pub peak_bytes: Option<u64>,
-    /// Mean share of wall time the device was computing, 0..=1.
-    pub busy_share: Option<f64>,
-    /// Mean share of a step spent in communication, 0..=1.
-    pub comm_share: Option<f64>,
+    pub devices: Vec<DeviceStats>,
 }
 
 impl TrialReport {

@@ -137,7 +137,7 @@ pub fn group<'a>(samples: impl IntoIterator<Item = &'a Sample>) -> Vec<DeviceSer
 
 /// One device's summary as reports store it: every metric's count, mean, min, max, p50.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DeviceSummary {
+pub struct DeviceMetrics {
     /// The label (`gpu0`, `proc 1234`, ...).
     pub device: String,
     #[serde(flatten)]
@@ -145,10 +145,10 @@ pub struct DeviceSummary {
     pub metrics: BTreeMap<String, SeriesStats>,
 }
 
-pub fn summarize(series: &[DeviceSeries]) -> Vec<DeviceSummary> {
+pub fn summarize(series: &[DeviceSeries]) -> Vec<DeviceMetrics> {
     series
         .iter()
-        .map(|d| DeviceSummary {
+        .map(|d| DeviceMetrics {
             device: d.label(),
             id: d.id.clone(),
             metrics: d

@@ -11,7 +11,7 @@ use tune_probes::{GpuInfo, Sample, TimelineSnapshot};
 
 use super::findings::WatchFinding;
 use super::live::fmt_bytes;
-use super::model::{DeviceId, DeviceSummary};
+use super::model::{DeviceId, DeviceMetrics};
 use crate::error::{Error, Result};
 use crate::fsio::atomic_write;
 use crate::report::markdown::{cell, code};
@@ -34,7 +34,7 @@ pub struct WatchReport {
     pub target: TargetReport,
     pub duration_s: f64,
     pub sampling: Sampling,
-    pub devices: Vec<DeviceSummary>,
+    pub devices: Vec<DeviceMetrics>,
     pub findings: Vec<WatchFinding>,
     pub notes: Vec<String>,
     /// What the PyTorch hooks measured, when the command was a Python job that
@@ -111,7 +111,7 @@ impl Sampling {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunSampled {
     pub sampling: Sampling,
-    pub devices: Vec<DeviceSummary>,
+    pub devices: Vec<DeviceMetrics>,
     pub findings: Vec<WatchFinding>,
     pub notes: Vec<String>,
 }

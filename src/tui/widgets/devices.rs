@@ -56,7 +56,7 @@ impl DeviceSeries {
 /// One device well above or below the rest: the DataParallel signature (device 0 holds
 /// the gathered outputs and the loss, so its memory and busy time run high).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Imbalance {
+pub struct Outlier {
     /// Index into the slice given to `imbalance`.
     pub device: usize,
     /// Plain words, e.g. "gpu0 memory 1.6x the others' mean".
@@ -85,7 +85,7 @@ fn mean_except(v: &[f64], skip: usize) -> f64 {
 /// The device that stands out most, if any does. Needs two devices or more, and the
 /// metric known on all of them; memory is checked before utilization because it is the
 /// steadier signal.
-pub fn imbalance(devices: &[DeviceSeries]) -> Option<Imbalance> {
+pub fn imbalance(devices: &[DeviceSeries]) -> Option<Outlier> {
     if devices.len() < 2 {
         return None;
     }
@@ -104,7 +104,7 @@ pub fn imbalance(devices: &[DeviceSeries]) -> Option<Imbalance> {
             })
             .max_by(|a, b| (a.1 / a.2).total_cmp(&(b.1 / b.2)));
         if let Some((i, m, rest)) = worst {
-            return Some(Imbalance {
+            return Some(Outlier {
                 device: i,
                 detail: format!(
                     "{} memory {:.1}x the others' mean",
@@ -119,7 +119,7 @@ pub fn imbalance(devices: &[DeviceSeries]) -> Option<Imbalance> {
     let (i, gap) = (0..util.len())
         .map(|i| (i, util[i] - mean_except(&util, i)))
         .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))?;
-    (gap.abs() >= UTIL_POINTS).then(|| Imbalance {
+    (gap.abs() >= UTIL_POINTS).then(|| Outlier {
         device: i,
         detail: format!(
             "{} utilization {:.0} points {} the others",
