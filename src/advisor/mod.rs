@@ -9,18 +9,18 @@
 //! closer than that, `low` when the evidence is a phase share or device counter and the
 //! change itself was not tried in this sweep (no expected gain then).
 
-pub mod amp;
-pub mod autotune;
+pub(crate) mod amp;
+pub(crate) mod autotune;
 mod build;
-pub mod comm;
-pub mod confirm;
-pub mod data_wait;
-pub mod dp_imbalance;
-pub mod faster;
-pub mod h2d;
-pub mod memory;
-pub mod utilization;
-pub mod zero_grad;
+pub(crate) mod comm;
+pub(crate) mod confirm;
+pub(crate) mod data_wait;
+pub(crate) mod dp_imbalance;
+pub(crate) mod faster;
+pub(crate) mod h2d;
+pub(crate) mod memory;
+pub(crate) mod utilization;
+pub(crate) mod zero_grad;
 
 #[cfg(test)]
 pub(crate) mod testkit;

@@ -4,9 +4,9 @@
 //! step times, a threshold widened to the measured noise floor), `render` writes the
 //! table, markdown, JUnit XML and JSON. The command itself is `commands::gate`.
 
-pub mod pairs;
-pub mod render;
-pub mod verdict;
+pub(crate) mod pairs;
+pub(crate) mod render;
+pub(crate) mod verdict;
 
 use serde::Serialize;
 

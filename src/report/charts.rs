@@ -12,7 +12,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::axis::Span;
-pub use super::charts_xy::{loss, pareto, pareto_front};
+pub use super::charts_xy::{loss, pareto};
 use crate::results::model::{Report, TrialReport};
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;

@@ -3,7 +3,7 @@
 //! model (throughputs with confidence intervals, phase shares, the timeline) without judging
 //! them; the advisor adds the judgement.
 
-pub mod build;
+pub(crate) mod build;
 pub mod finding;
 pub mod model;
 pub mod record;

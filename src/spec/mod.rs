@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::fsio::read_text_limited;
 use crate::knobs::Knobs;
 
-pub mod metric;
+pub(crate) mod metric;
 mod parse;
 pub mod plan;
 #[cfg(test)]

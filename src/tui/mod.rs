@@ -7,5 +7,6 @@
 //! I/O while drawing.
 
 pub mod dash;
-pub mod terminal;
+pub(crate) mod terminal;
+// Public for `widgets::buffer_text`, which only tests call.
 pub mod widgets;
