@@ -26,25 +26,7 @@ fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    let result = match &cli.command {
-        Command::Train(a) => tune::commands::train::main(a),
-        Command::Trial(a) => Ok(tune::executor::child::child_main(
-            a.knobs.knobs(),
-            &a.workload(),
-        )),
-        Command::Supervise(a) => Ok(tune::process::supervise::supervise_main(
-            a.parent,
-            a.mem_cap_bytes,
-            &a.command,
-        )),
-        Command::Sweep(a) => tune::commands::sweep::main(a),
-        Command::Report(a) => tune::commands::report::main(a),
-        Command::Probe(a) => tune::commands::probe::main(a),
-        Command::Bench(a) => tune::commands::bench::main(a),
-        Command::Gate(a) => tune::commands::gate::main(a),
-        Command::Dash(a) => tune::tui::dash::main(a.dir.as_deref()),
-        Command::Watch(a) => tune::commands::watch::main(a),
-    };
+    let result = tune::commands::run(&cli.command);
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
