@@ -41,4 +41,21 @@ mod tests {
         assert_eq!(o.finding, Finding::new("t", "e"));
         assert_eq!(serde_json::to_string(&o).unwrap(), json);
     }
+
+    /// report.json's recommendations keep `title` and `evidence` beside `rule` and `kind`,
+    /// as every committed report has them; a nested `finding` object would break readers.
+    #[test]
+    fn a_recommendation_serialises_its_finding_inline() {
+        let r = crate::results::model::Recommendation {
+            rule: "data_wait".into(),
+            finding: Finding::new("t", "e"),
+            ..Default::default()
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["title"], "t");
+        assert_eq!(v["evidence"], "e");
+        assert!(v.get("finding").is_none(), "{v}");
+        let back: crate::results::model::Recommendation = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+    }
 }

@@ -408,6 +408,23 @@ mod tests {
     use super::*;
     use crate::watch::model::group;
     use crate::watch::model::tests::sample;
+
+    /// The watch report keeps `title` and `evidence` beside `kind`, `device` and `hint`.
+    #[test]
+    fn a_watch_finding_serialises_its_finding_inline() {
+        let f = WatchFinding {
+            kind: FindingKind::Throttling,
+            device: "gpu0".into(),
+            finding: Finding::new("t", "e"),
+            hint: "h".into(),
+        };
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"kind": "throttling", "device": "gpu0", "title": "t", "evidence": "e", "hint": "h"})
+        );
+        assert_eq!(serde_json::from_value::<WatchFinding>(v).unwrap(), f);
+    }
     use tune_probes::nvml::metric as m;
     use tune_probes::Sample;
 
