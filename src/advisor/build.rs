@@ -9,10 +9,12 @@ use crate::spec::Spec;
 
 /// The full report of a sweep's records: measurements, recommendations, confirmation.
 pub fn build_report(spec: &Spec, records: &[TrialRecord]) -> Report {
-    let measured = build::build(spec, records);
-    let mut report = measured.report.clone();
+    let build::Measured {
+        mut report,
+        confirmations,
+    } = build::build(spec, records);
     report.recommendations = advise(&report);
-    report.confirmation = confirm::evaluate(&report, |knobs| measured.confirmation_trial(knobs));
+    report.confirmation = confirm::evaluate(&report, |knobs| confirmations.trial(knobs));
     if let Some(note) = drift_note(&report) {
         report.notes.push(note);
     }

@@ -244,19 +244,25 @@ fn latest(spec: &Spec, records: &[TrialRecord]) -> Vec<TrialRecord> {
 /// the confirmation are still empty, and the confirmation trials are kept aside.
 pub struct Measured {
     pub report: Report,
+    pub confirmations: Confirmations,
+}
+
+/// The confirmation trials' records, kept out of the report's trial list.
+pub struct Confirmations {
     confirm: Vec<TrialRecord>,
+    baseline: Knobs,
     base_data: Option<(Vec<f64>, f64)>,
 }
 
-impl Measured {
+impl Confirmations {
     /// The latest confirmation trial run with `knobs`, compared with the baseline's re-run
     /// beside it when there is one, else with the baseline.
-    pub fn confirmation_trial(&self, knobs: &Knobs) -> Option<TrialReport> {
+    pub fn trial(&self, knobs: &Knobs) -> Option<TrialReport> {
         let rerun = self
             .confirm
             .iter()
             .rev()
-            .find(|r| r.knobs == self.report.spec.search.baseline && r.status == Status::Ok)
+            .find(|r| r.knobs == self.baseline && r.status == Status::Ok)
             .map(steady);
         let against = rerun.as_ref().or(self.base_data.as_ref());
         let rec = self.confirm.iter().rev().find(|r| &r.knobs == knobs)?;
@@ -322,8 +328,11 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
     };
     Measured {
         report,
-        confirm,
-        base_data,
+        confirmations: Confirmations {
+            confirm,
+            baseline: spec.search.baseline.clone(),
+            base_data,
+        },
     }
 }
 
