@@ -26,7 +26,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::live::LiveWriter;
-use crate::cli::TrainArgs;
+use crate::cli::TrialArgs;
 use crate::engine::train::{run, NoObserver, Observer, RunSummary};
 use crate::error::Error;
 use crate::knobs::Knobs;
@@ -65,7 +65,7 @@ fn print_error(kind: &str, message: String) {
 }
 
 /// Child side of `tune trial`: runs the workload, prints one JSON line, returns the exit code.
-pub fn child_main(args: &TrainArgs) -> i32 {
+pub fn child_main(args: &TrialArgs) -> i32 {
     super::alloc::mark_trial_child();
     let cap = std::env::var(MEM_CAP_ENV)
         .ok()
@@ -73,7 +73,7 @@ pub fn child_main(args: &TrainArgs) -> i32 {
     if let Some(cap) = cap {
         start_watchdog(cap);
     }
-    let knobs = match args.knobs.knobs() {
+    let knobs = match args.knobs() {
         Ok(k) => k,
         Err(e) => {
             print_error("invalid", e.to_string());
@@ -84,13 +84,13 @@ pub fn child_main(args: &TrainArgs) -> i32 {
         return code;
     }
     // Progress for a dashboard, when the sweep asked for it (see `live`).
-    let mut live = LiveWriter::from_env(args.warmup());
+    let mut live = LiveWriter::from_env(args.run.warmup());
     let mut quiet = NoObserver;
     let obs: &mut dyn Observer = match live.as_mut() {
         Some(w) => w,
         None => &mut quiet,
     };
-    match run(&args.workload(), &knobs, obs) {
+    match run(&args.run.workload(), &knobs, obs) {
         Ok(s) => {
             print_line(&Line::Ok(&s));
             0
