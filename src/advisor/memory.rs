@@ -45,10 +45,7 @@ pub fn limit(cx: &Ctx) -> Option<(u64, String)> {
 
 fn pytorch(t: &TrialReport, backend: &str) -> String {
     match t.knobs.amp {
-        Amp::Off => {
-            "torch.utils.checkpoint.checkpoint_sequential(model, segments, x, use_reentrant=False)"
-                .into()
-        }
+        Amp::Off => crate::knobs::torch_line("checkpoint", "sqrt", backend),
         a => super::amp::autocast_line(a, backend),
     }
 }
