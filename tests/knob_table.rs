@@ -7,7 +7,7 @@ use std::process::Command;
 
 use clap::{Args, CommandFactory, Parser};
 use tune::cli::{Cli, KnobArgs};
-use tune::knobs::{self, Knob, Knobs, Values, TABLE};
+use tune::knobs::{self, Knob, Knobs, Torch, Values, TABLE};
 use tune::runner::spec::Spec;
 
 /// Values of `k` other than its default that `set` must accept.
@@ -87,6 +87,16 @@ fn every_knob_round_trips_through_text_and_json() {
             assert_eq!(x.get(k.name).unwrap(), v, "{}: set -> get", k.name);
             let back: Knobs = serde_json::from_str(&serde_json::to_string(&x).unwrap()).unwrap();
             assert_eq!(back, x, "{} = {v}: JSON", k.name);
+        }
+        // A word without its PyTorch line would fall back to "# set ..." in advice.
+        if let Torch::PerValue(lines) = k.torch {
+            for v in samples(k) {
+                assert!(
+                    lines.iter().any(|(w, _)| *w == v),
+                    "{} = {v}: no PyTorch line",
+                    k.name
+                );
+            }
         }
         let (bad, says) = refused(k);
         let e = Knobs::default().set(k.name, &bad).unwrap_err().to_string();
