@@ -1,5 +1,11 @@
 //! The shared vocabulary: one `Knobs` value describes a training configuration for the
 //! engine, the CLI flags, sweep specs and reports alike.
+//!
+//! Every knob is declared once, in the `knob_table!` invocation below: its field, type,
+//! default, allowed values, where it applies, its doc line and its PyTorch equivalent.
+//! The struct, its serde form, `set`/`get`, the bounds in `validate`, the clap flags
+//! (`cli::KnobArgs`), the spec's `[knobs]` checks, the docs table (`table_markdown`) and
+//! the advisor's PyTorch lines all read that one declaration.
 
 use std::fmt;
 use std::str::FromStr;
@@ -7,6 +13,10 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{shown, Error, Result};
+use crate::limits::{self, Bound};
+
+mod doc;
+pub use doc::{table_markdown, TABLE_END, TABLE_START};
 
 /// How gradients are cleared between steps (`optimizer.zero_grad(set_to_none=...)`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -47,6 +57,18 @@ pub enum Parallel {
     Ddp,
 }
 
+/// A knob value's text form: how `set` reads it and `get` writes it. The error is the
+/// part after the knob's name (`'fp8': allowed values are off, bf16, fp16`), so each
+/// caller names the knob its own way (`invalid amp`, `--amp`, `file:line:col`).
+pub(crate) trait KnobValue: Sized {
+    fn parse_value(s: &str, values: &Values) -> std::result::Result<Self, String>;
+    fn text(&self) -> String;
+}
+
+fn words_refusal(s: &str, allowed: &[&str]) -> String {
+    format!("'{}': allowed values are {}", shown(s), allowed.join(", "))
+}
+
 macro_rules! keyword_enum {
     ($ty:ident, $what:literal, [$(($variant:ident, $name:literal)),+ $(,)?]) => {
         impl $ty {
@@ -57,16 +79,22 @@ macro_rules! keyword_enum {
                 match self { $($ty::$variant => f.write_str($name)),+ }
             }
         }
+        impl KnobValue for $ty {
+            fn parse_value(s: &str, _: &Values) -> std::result::Result<Self, String> {
+                match s.trim().to_ascii_lowercase().as_str() {
+                    $($name => Ok($ty::$variant),)+
+                    _ => Err(words_refusal(s.trim(), Self::ALLOWED)),
+                }
+            }
+            fn text(&self) -> String {
+                self.to_string()
+            }
+        }
         impl FromStr for $ty {
             type Err = Error;
             fn from_str(s: &str) -> Result<Self> {
-                match s.trim().to_ascii_lowercase().as_str() {
-                    $($name => Ok($ty::$variant),)+
-                    other => Err(Error::Invalid(format!(
-                        "invalid {} '{}': allowed values are {}",
-                        $what, shown(other), Self::ALLOWED.join(", ")
-                    ))),
-                }
+                Self::parse_value(s, &Values::Words(Self::ALLOWED))
+                    .map_err(|e| Error::Invalid(format!("invalid {} {e}", $what)))
             }
         }
     };
@@ -103,17 +131,10 @@ impl fmt::Display for Checkpoint {
     }
 }
 
-impl FromStr for Checkpoint {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
+impl KnobValue for Checkpoint {
+    fn parse_value(s: &str, _: &Values) -> std::result::Result<Self, String> {
         let t = s.trim().to_ascii_lowercase();
-        let bad = || {
-            Error::Invalid(format!(
-                "invalid checkpoint '{}': allowed values are {}",
-                shown(s.trim()),
-                Self::ALLOWED.join(", ")
-            ))
-        };
+        let bad = || words_refusal(s.trim(), Self::ALLOWED);
         match t.as_str() {
             "off" => Ok(Checkpoint::Off),
             "sqrt" => Ok(Checkpoint::Sqrt),
@@ -125,6 +146,55 @@ impl FromStr for Checkpoint {
                 None => Err(bad()),
             },
         }
+    }
+    fn text(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl FromStr for Checkpoint {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::parse_value(s, &Values::Words(Self::ALLOWED))
+            .map_err(|e| Error::Invalid(format!("invalid checkpoint {e}")))
+    }
+}
+
+impl KnobValue for usize {
+    fn parse_value(s: &str, values: &Values) -> std::result::Result<Self, String> {
+        let bound = match values {
+            Values::Count(b) => Some(*b),
+            _ => None,
+        };
+        let n = s.trim().parse::<usize>().map_err(|_| match bound {
+            Some(b) => format!(
+                "'{}': expected a non-negative integer from {} to {}",
+                shown(s),
+                b.min,
+                b.max
+            ),
+            None => format!("'{}': expected a non-negative integer", shown(s)),
+        })?;
+        match bound {
+            Some(b) => b.check_usize(n),
+            None => Ok(n),
+        }
+    }
+    fn text(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl KnobValue for bool {
+    fn parse_value(s: &str, _: &Values) -> std::result::Result<Self, String> {
+        match s.trim() {
+            "true" | "on" | "yes" | "1" => Ok(true),
+            "false" | "off" | "no" | "0" => Ok(false),
+            _ => Err(words_refusal(s, &["true", "false"])),
+        }
+    }
+    fn text(&self) -> String {
+        self.to_string()
     }
 }
 
@@ -145,95 +215,314 @@ macro_rules! serde_via_str {
 }
 serde_via_str!(ZeroGrad, Checkpoint, Amp, Parallel);
 
-/// One training configuration. Defaults match PyTorch's defaults.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Knobs {
-    pub num_workers: usize,
-    pub pin_memory: bool,
-    pub autotune: bool,
-    pub zero_grad: ZeroGrad,
-    pub checkpoint: Checkpoint,
-    pub amp: Amp,
-    pub parallel: Parallel,
-    pub devices: usize,
-    pub batch_size: usize,
-    pub grad_accum: usize,
-    /// DDP gradient bucket cap in MiB (`DistributedDataParallel(bucket_cap_mb=...)`).
-    pub bucket_mb: usize,
-    /// SyncBatchNorm under DDP: batch statistics over the global batch.
-    pub sync_bn: bool,
+/// What a knob accepts.
+#[derive(Clone, Copy, Debug)]
+pub enum Values {
+    /// An integer within the bound.
+    Count(&'static Bound),
+    /// `true` or `false`; a switch on the command line (`--pin-memory`).
+    Switch,
+    /// One of these spellings.
+    Words(&'static [&'static str]),
 }
 
-impl Default for Knobs {
-    fn default() -> Self {
-        Knobs {
-            num_workers: 0,
-            pin_memory: false,
-            autotune: false,
-            zero_grad: ZeroGrad::Memset,
-            checkpoint: Checkpoint::Off,
-            amp: Amp::Off,
-            parallel: Parallel::Single,
-            devices: 1,
-            batch_size: 64,
-            grad_accum: 1,
-            bucket_mb: 25,
-            sync_bn: false,
+/// Where a knob has an effect.
+#[derive(Clone, Copy, Debug)]
+pub struct Applies {
+    /// Engine backends that honour a non-default value.
+    pub backends: &'static [&'static str],
+    /// A `[workload.command]` receives it through a `{name}` placeholder.
+    pub command: bool,
+    /// The PyTorch hooks apply it inside an unmodified script (`[workload.python]`).
+    pub python: bool,
+}
+
+const EVERYWHERE: Applies = Applies {
+    backends: &["cpu", "cuda"],
+    command: true,
+    python: true,
+};
+const CPU_CUDA: Applies = Applies {
+    backends: &["cpu", "cuda"],
+    command: true,
+    python: false,
+};
+const CPU_ONLY: Applies = Applies {
+    backends: &["cpu"],
+    command: true,
+    python: false,
+};
+
+/// The PyTorch change that sets a knob. `{value}` is the knob's value (`True`/`False`
+/// for switches) and `{device}` the backend (`cuda` or `cpu`).
+#[derive(Clone, Copy, Debug)]
+pub enum Torch {
+    Line(&'static str),
+    PerValue(&'static [(&'static str, &'static str)]),
+}
+
+/// One row of the knob table.
+#[derive(Clone, Copy, Debug)]
+pub struct Knob {
+    pub name: &'static str,
+    /// The `///` line as written (leading space included): read it through `help`.
+    pub doc: &'static str,
+    pub values: Values,
+    pub applies: Applies,
+    pub torch: Torch,
+}
+
+impl Knob {
+    /// The one-line description: `--help` and the docs table.
+    pub fn help(&self) -> &'static str {
+        self.doc.trim()
+    }
+
+    /// The command-line flag (`--num-workers`).
+    pub fn flag(&self) -> String {
+        format!("--{}", self.name.replace('_', "-"))
+    }
+
+    /// The default value's text.
+    pub fn default_text(&self) -> String {
+        Knobs::default().get(self.name).unwrap_or_default()
+    }
+
+    /// The bound of a count knob.
+    pub fn bound(&self) -> Option<&'static Bound> {
+        match self.values {
+            Values::Count(b) => Some(b),
+            _ => None,
         }
+    }
+
+    /// The PyTorch line for `value` on `backend` (`cuda` or anything else for the CPU).
+    pub fn torch_line(&self, value: &str, backend: &str) -> String {
+        let template = match self.torch {
+            Torch::Line(t) => t,
+            Torch::PerValue(lines) => match lines.iter().find(|(v, _)| *v == value) {
+                Some((_, t)) => t,
+                None => return format!("# set {} = {value}", self.name),
+            },
+        };
+        let py_value = match (self.values, value) {
+            (Values::Switch, "true") => "True",
+            (Values::Switch, "false") => "False",
+            _ => value,
+        };
+        let device = if backend == "cuda" { "cuda" } else { "cpu" };
+        template
+            .replace("{value}", py_value)
+            .replace("{device}", device)
+    }
+}
+
+/// The knob of this name.
+pub fn knob(name: &str) -> Option<&'static Knob> {
+    TABLE.iter().find(|k| k.name == name)
+}
+
+/// The PyTorch line that sets knob `name` to `value` on `backend`, from the table.
+pub fn torch_line(name: &str, value: &str, backend: &str) -> String {
+    match knob(name) {
+        Some(k) => k.torch_line(value, backend),
+        None => format!("# set {name} = {value}"),
+    }
+}
+
+/// Declares the knobs. Each entry: one `///` doc line, `field: Type = default`, then the
+/// allowed values, where it applies and the PyTorch equivalent. Knobs in `later` were
+/// added after trial ids were first stored in journals: they enter a trial's id only when
+/// they differ from their default, so older journals still resume. A new knob goes at the
+/// end of `later`.
+macro_rules! knob_table {
+    (
+        first { $($(#[doc = $fdoc:literal])+ $fname:ident: $fty:ty = $fdef:expr,
+            $fvalues:expr, $fapplies:expr, $ftorch:expr;)+ }
+        later { $($(#[doc = $ldoc:literal])+ $lname:ident: $lty:ty = $ldef:expr,
+            $lvalues:expr, $lapplies:expr, $ltorch:expr;)+ }
+    ) => {
+        /// One training configuration. Defaults match PyTorch's defaults.
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct Knobs {
+            $($(#[doc = $fdoc])+ pub $fname: $fty,)+
+            $($(#[doc = $ldoc])+ pub $lname: $lty,)+
+        }
+
+        impl Default for Knobs {
+            fn default() -> Self {
+                Knobs { $($fname: $fdef,)+ $($lname: $ldef,)+ }
+            }
+        }
+
+        /// Every knob, in `Knobs::NAMES` order.
+        pub const TABLE: &[Knob] = &[
+            $(Knob {
+                name: stringify!($fname),
+                doc: concat!($($fdoc),+),
+                values: $fvalues,
+                applies: $fapplies,
+                torch: $ftorch,
+            },)+
+            $(Knob {
+                name: stringify!($lname),
+                doc: concat!($($ldoc),+),
+                values: $lvalues,
+                applies: $lapplies,
+                torch: $ltorch,
+            },)+
+        ];
+
+        impl Knobs {
+            /// The knob names, as used in flags, specs and reports.
+            pub const NAMES: &'static [&'static str] =
+                &[$(stringify!($fname),)+ $(stringify!($lname),)+];
+
+            /// Knobs added after trial ids were first stored in journals (see `knob_table!`).
+            pub const LATER: &'static [&'static str] = &[$(stringify!($lname)),+];
+
+            /// Sets one knob from its text; the error is the part after the knob's name.
+            fn set_value(&mut self, name: &str, value: &str) -> Option<std::result::Result<(), String>> {
+                let k = knob(name)?;
+                Some(match name {
+                    $(stringify!($fname) => KnobValue::parse_value(value, &k.values).map(|v| self.$fname = v),)+
+                    $(stringify!($lname) => KnobValue::parse_value(value, &k.values).map(|v| self.$lname = v),)+
+                    _ => return None,
+                })
+            }
+
+            /// The value of one knob as text (the inverse of `set`).
+            pub fn get(&self, name: &str) -> Option<String> {
+                Some(match name {
+                    $(stringify!($fname) => KnobValue::text(&self.$fname),)+
+                    $(stringify!($lname) => KnobValue::text(&self.$lname),)+
+                    _ => return None,
+                })
+            }
+        }
+    };
+}
+
+knob_table! {
+    first {
+        /// Loader threads (0 = load on the training thread).
+        num_workers: usize = 0,
+        Values::Count(&Bound {
+            min: 0,
+            max: 256,
+            why: "each loader thread holds its own prefetched batches",
+        }),
+        EVERYWHERE,
+        Torch::Line("DataLoader(dataset, num_workers={value}, persistent_workers=True)");
+
+        /// Page-locked staging for host-to-device copies (not applicable on the CPU backend).
+        pin_memory: bool = false,
+        Values::Switch,
+        EVERYWHERE,
+        Torch::Line("DataLoader(dataset, pin_memory={value})");
+
+        /// Time candidate algorithms per shape and keep the fastest (like cudnn.benchmark).
+        autotune: bool = false,
+        Values::Switch,
+        Applies { backends: &["cpu"], command: true, python: true },
+        Torch::Line("torch.backends.cudnn.benchmark = {value}");
+
+        /// How gradients are cleared: memset zero-fills kept buffers, none releases them.
+        zero_grad: ZeroGrad = ZeroGrad::Memset,
+        Values::Words(ZeroGrad::ALLOWED),
+        EVERYWHERE,
+        Torch::PerValue(&[
+            ("memset", "optimizer.zero_grad(set_to_none=False)"),
+            ("none", "optimizer.zero_grad(set_to_none=True)"),
+        ]);
+
+        /// Activation checkpointing: keep segment inputs only, recompute in backward.
+        checkpoint: Checkpoint = Checkpoint::Off,
+        Values::Words(Checkpoint::ALLOWED),
+        CPU_CUDA,
+        Torch::Line(
+            "torch.utils.checkpoint.checkpoint_sequential(model, segments, x, use_reentrant=False)"
+        );
+
+        /// Mixed precision: half-precision storage, f32 accumulation.
+        amp: Amp = Amp::Off,
+        Values::Words(Amp::ALLOWED),
+        CPU_ONLY,
+        Torch::PerValue(&[
+            ("off", "# full precision (no autocast)"),
+            ("bf16", "with torch.autocast(\"{device}\", dtype=torch.bfloat16): loss = model(x)"),
+            (
+                "fp16",
+                "scaler = torch.amp.GradScaler(\"{device}\"); with torch.autocast(\"{device}\", \
+                 dtype=torch.float16): loss = model(x); scaler.scale(loss).backward(); \
+                 scaler.step(optimizer); scaler.update()",
+            ),
+        ]);
+
+        /// How the work is spread over devices.
+        parallel: Parallel = Parallel::Single,
+        Values::Words(Parallel::ALLOWED),
+        CPU_ONLY,
+        Torch::PerValue(&[
+            ("single", "# one device, no wrapper"),
+            ("dp", "model = torch.nn.DataParallel(model)"),
+            ("ddp", "model = DistributedDataParallel(model)  # launch with torchrun"),
+        ]);
+
+        /// Devices (virtual devices on the CPU backend).
+        devices: usize = 1,
+        Values::Count(&limits::DEVICES),
+        CPU_ONLY,
+        Torch::Line("torchrun --nproc_per_node={value} train.py");
+
+        /// Micro-batch size (the global batch under dp and ddp).
+        batch_size: usize = 64,
+        Values::Count(&limits::BATCH_SIZE),
+        CPU_CUDA,
+        Torch::Line("DataLoader(dataset, batch_size={value})  # and scale the learning rate");
+
+        /// Micro-batches accumulated per optimizer step.
+        grad_accum: usize = 1,
+        Values::Count(&Bound {
+            min: 1,
+            max: 65_536,
+            why: "accumulation beyond this is a different experiment, not a speed knob",
+        }),
+        CPU_CUDA,
+        Torch::Line(
+            "loss = loss / {value}; loss.backward(); step the optimizer every {value} batches"
+        );
+    }
+    later {
+        /// DDP gradient bucket cap in MiB (PyTorch's bucket_cap_mb).
+        bucket_mb: usize = 25,
+        Values::Count(&Bound {
+            min: 1,
+            max: 65_536,
+            why: "MiB per DDP gradient bucket",
+        }),
+        CPU_ONLY,
+        Torch::Line("DistributedDataParallel(model, bucket_cap_mb={value})");
+
+        /// SyncBatchNorm under DDP: batch statistics over the global batch.
+        sync_bn: bool = false,
+        Values::Switch,
+        CPU_ONLY,
+        Torch::Line("model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)");
     }
 }
 
 impl Knobs {
-    /// The knob names, as used in flags, specs and reports.
-    pub const NAMES: &'static [&'static str] = &[
-        "num_workers",
-        "pin_memory",
-        "autotune",
-        "zero_grad",
-        "checkpoint",
-        "amp",
-        "parallel",
-        "devices",
-        "batch_size",
-        "grad_accum",
-        "bucket_mb",
-        "sync_bn",
-    ];
-
-    /// Knobs added after trial ids were first stored in journals: they enter a trial's id
-    /// only when they differ from their default, so older journals still resume.
-    pub const LATER: &'static [&'static str] = &["bucket_mb", "sync_bn"];
-
+    /// Checks every value against the table, then the rules between knobs.
     pub fn validate(&self) -> Result<()> {
-        if self.batch_size == 0 {
-            return Err(Error::Invalid(
-                "invalid batch_size 0: must be at least 1".into(),
-            ));
-        }
-        if self.grad_accum == 0 {
-            return Err(Error::Invalid(
-                "invalid grad_accum 0: must be at least 1".into(),
-            ));
-        }
-        if self.devices == 0 {
-            return Err(Error::Invalid(
-                "invalid devices 0: must be at least 1".into(),
-            ));
-        }
-        if self.bucket_mb == 0 {
-            return Err(Error::Invalid(
-                "invalid bucket_mb 0: must be at least 1 (MiB per DDP gradient bucket; default 25)"
-                    .into(),
-            ));
-        }
-        for name in Self::NAMES {
-            if let (Some(bound), Some(v)) = (crate::limits::knob(name), self.get(name)) {
-                // Numeric knobs print as plain integers, so this parse cannot fail.
+        for k in TABLE {
+            if let (Some(bound), Some(v)) = (k.bound(), self.get(k.name)) {
+                // Count knobs print as plain integers, so this parse cannot fail.
                 let n = v.parse::<u64>().unwrap_or(u64::MAX);
                 bound
                     .check(n)
-                    .map_err(|e| Error::Invalid(format!("invalid {name} {e}")))?;
+                    .map_err(|e| Error::Invalid(format!("invalid {} {e}", k.name)))?;
             }
         }
         if self.sync_bn && self.parallel != Parallel::Ddp {
@@ -260,71 +549,35 @@ impl Knobs {
 
     /// Sets one knob from its textual value, as given in a spec or on the command line.
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
-        fn num(name: &str, v: &str) -> Result<usize> {
-            let n = v.trim().parse::<usize>().map_err(|_| {
-                Error::Invalid(format!(
-                    "invalid {name} '{}': expected a non-negative integer",
-                    shown(v)
-                ))
-            })?;
-            match crate::limits::knob(name) {
-                Some(b) => b
-                    .check_usize(n)
-                    .map_err(|e| Error::Invalid(format!("invalid {name} {e}"))),
-                None => Ok(n),
-            }
+        match self.set_value(name, value) {
+            Some(r) => r.map_err(|e| Error::Invalid(format!("invalid {name} {e}"))),
+            None => Err(unknown_knob(name)),
         }
-        fn flag(name: &str, v: &str) -> Result<bool> {
-            match v.trim() {
-                "true" | "on" | "yes" | "1" => Ok(true),
-                "false" | "off" | "no" | "0" => Ok(false),
-                _ => Err(Error::Invalid(format!(
-                    "invalid {name} '{}': allowed values are true, false",
-                    shown(v)
-                ))),
-            }
-        }
-        match name {
-            "num_workers" => self.num_workers = num(name, value)?,
-            "pin_memory" => self.pin_memory = flag(name, value)?,
-            "autotune" => self.autotune = flag(name, value)?,
-            "zero_grad" => self.zero_grad = value.parse()?,
-            "checkpoint" => self.checkpoint = value.parse()?,
-            "amp" => self.amp = value.parse()?,
-            "parallel" => self.parallel = value.parse()?,
-            "devices" => self.devices = num(name, value)?,
-            "batch_size" => self.batch_size = num(name, value)?,
-            "grad_accum" => self.grad_accum = num(name, value)?,
-            "bucket_mb" => self.bucket_mb = num(name, value)?,
-            "sync_bn" => self.sync_bn = flag(name, value)?,
-            other => {
-                return Err(Error::Invalid(format!(
-                    "unknown knob '{}': known knobs are {}",
-                    shown(other),
-                    Self::NAMES.join(", ")
-                )))
-            }
-        }
-        Ok(())
     }
 
-    /// The value of one knob as text (the inverse of `set`).
-    pub fn get(&self, name: &str) -> Option<String> {
-        Some(match name {
-            "num_workers" => self.num_workers.to_string(),
-            "pin_memory" => self.pin_memory.to_string(),
-            "autotune" => self.autotune.to_string(),
-            "zero_grad" => self.zero_grad.to_string(),
-            "checkpoint" => self.checkpoint.to_string(),
-            "amp" => self.amp.to_string(),
-            "parallel" => self.parallel.to_string(),
-            "devices" => self.devices.to_string(),
-            "batch_size" => self.batch_size.to_string(),
-            "grad_accum" => self.grad_accum.to_string(),
-            "bucket_mb" => self.bucket_mb.to_string(),
-            "sync_bn" => self.sync_bn.to_string(),
-            _ => return None,
-        })
+    /// [`Knobs::set`] for a command-line flag: the error names the flag (`--amp 'fp8': ...`).
+    pub fn set_flag(&mut self, name: &str, value: &str) -> Result<()> {
+        match self.set_value(name, value) {
+            Some(r) => r.map_err(|e| {
+                let flag = knob(name).map_or_else(|| name.to_string(), Knob::flag);
+                Error::Invalid(format!("{flag} {e}"))
+            }),
+            None => Err(unknown_knob(name)),
+        }
+    }
+
+    /// The knobs of one trial, as the runner hands them to `tune trial --knobs-json`:
+    /// read with serde, then held to the same table and rules as flags and specs.
+    pub fn from_json(text: &str) -> Result<Knobs> {
+        let k: Knobs = serde_json::from_str(text).map_err(|e| {
+            Error::Invalid(format!(
+                "--knobs-json: {} (expected the JSON object of a Knobs value)",
+                shown(&e.to_string())
+            ))
+        })?;
+        k.validate()
+            .map_err(|e| Error::Invalid(format!("--knobs-json: {e}")))?;
+        Ok(k)
     }
 
     /// A short label naming only the knobs that differ from `base`.
@@ -342,6 +595,15 @@ impl Knobs {
             parts.join(" ")
         }
     }
+}
+
+/// The message for a name that is no knob, listing the known ones.
+pub fn unknown_knob(name: &str) -> Error {
+    Error::Invalid(format!(
+        "unknown knob '{}': known knobs are {}",
+        shown(name),
+        Knobs::NAMES.join(", ")
+    ))
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
-//! The allowed range of every size and count a user can give, in one place: sweep specs,
-//! `tune train`/`tune bench` flags and the knob table all check against these, so a value
-//! a spec accepts is one every trial accepts too, and a bad size is a one-line refusal
-//! (exit 2) instead of an allocation failure deep in a run.
+//! The allowed range of every size and count a user can give: sweep specs and `tune
+//! train`/`tune bench` flags check against these, so a value a spec accepts is one every
+//! trial accepts too, and a bad size is a one-line refusal (exit 2) instead of an
+//! allocation failure deep in a run. A count knob's bound is declared with the knob in
+//! `crate::knobs` (the knob table); the ones here that a knob shares with a workload key
+//! (`BATCH_SIZE`, `DEVICES`) are named by that table, not listed a second time.
 //!
 //! Messages here say what is wrong and what is allowed; the caller adds where (the flag
 //! name, or `file:line:col` and the spec key).
@@ -90,27 +92,6 @@ pub const THREADS: Bound = Bound {
     why: "each thread reserves its own stack",
 };
 
-/// Loader threads: each holds `prefetch` decoded batches.
-pub const NUM_WORKERS: Bound = Bound {
-    min: 0,
-    max: 256,
-    why: "each loader thread holds its own prefetched batches",
-};
-
-/// Micro-batches per optimizer step.
-pub const GRAD_ACCUM: Bound = Bound {
-    min: 1,
-    max: 65_536,
-    why: "accumulation beyond this is a different experiment, not a speed knob",
-};
-
-/// DDP bucket cap in MiB: 64 GiB is larger than any model's gradients here.
-pub const BUCKET_MB: Bound = Bound {
-    min: 1,
-    max: 65_536,
-    why: "MiB per DDP gradient bucket",
-};
-
 /// Samples in a generated `shapes` set. The set is rendered once and cached as PNG
 /// shards (about 1-3 KB per image), so 10^6 samples are a few GB of cache and minutes of
 /// rendering; more fills the disk before the first step.
@@ -156,18 +137,6 @@ pub const BENCH_RUNS: Bound = Bound {
     max: 1000,
     why: "runs multiply the benchmark's time",
 };
-
-/// The bound of a numeric knob, by its name in `Knobs::NAMES`.
-pub fn knob(name: &str) -> Option<&'static Bound> {
-    Some(match name {
-        "num_workers" => &NUM_WORKERS,
-        "devices" => &DEVICES,
-        "batch_size" => &BATCH_SIZE,
-        "grad_accum" => &GRAD_ACCUM,
-        "bucket_mb" => &BUCKET_MB,
-        _ => return None,
-    })
-}
 
 /// The learning rate as the engine uses it (f32): positive, finite and a normal number,
 /// so `1e308` (infinite as f32) and `5e-324` (zero as f32) are refused.

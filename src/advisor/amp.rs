@@ -9,15 +9,7 @@ use crate::results::record::Status;
 
 /// The PyTorch lines for a precision policy on this backend.
 pub fn autocast_line(amp: Amp, backend: &str) -> String {
-    let dev = if backend == "cuda" { "cuda" } else { "cpu" };
-    match amp {
-        Amp::Bf16 => format!("with torch.autocast(\"{dev}\", dtype=torch.bfloat16): loss = model(x)"),
-        Amp::Fp16 => format!(
-            "scaler = torch.amp.GradScaler(\"{dev}\"); with torch.autocast(\"{dev}\", dtype=torch.float16): \
-             loss = model(x); scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()"
-        ),
-        Amp::Off => "# full precision (no autocast)".into(),
-    }
+    crate::knobs::torch_line("amp", &amp.to_string(), backend)
 }
 
 pub fn check(cx: &Ctx) -> Vec<Recommendation> {

@@ -4,6 +4,7 @@
 //! benchmarked again. The evidence is the engine's own list of algorithm decisions.
 
 use super::{measured_change, warning, Ctx, Say};
+use crate::knobs::torch_line;
 use crate::results::model::{Recommendation, TrialReport};
 use crate::results::record::Status;
 
@@ -37,7 +38,10 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                         n - b
                     )],
                     tune_flag: "(leave --autotune off unless shapes are fixed)".into(),
-                    pytorch: "torch.backends.cudnn.benchmark = False  # input shapes vary".into(),
+                    pytorch: format!(
+                        "{}  # input shapes vary",
+                        torch_line("autotune", "false", cx.backend())
+                    ),
                 }));
             }
         }
@@ -54,7 +58,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                     title: "Autotune convolution/GEMM algorithms".into(),
                     evidence: Vec::new(),
                     tune_flag: "--autotune".into(),
-                    pytorch: "torch.backends.cudnn.benchmark = True".into(),
+                    pytorch: torch_line("autotune", "true", cx.backend()),
                 },
             ),
         );

@@ -2,6 +2,7 @@
 //! with compute (`DataLoader(num_workers=N)`).
 
 use super::{fmt_pct, measured_change, unmeasured_change, Ctx, Say};
+use crate::knobs::torch_line;
 use crate::results::model::Recommendation;
 use crate::results::record::Status;
 
@@ -41,7 +42,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 title: format!("Load data in {n} worker threads"),
                 evidence,
                 tune_flag: format!("--num-workers {n}"),
-                pytorch: format!("DataLoader(dataset, num_workers={n}, persistent_workers=True)"),
+                pytorch: torch_line("num_workers", &n.to_string(), cx.backend()),
             },
         )];
     }
@@ -60,7 +61,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
             ),
         ],
         tune_flag: format!("--num-workers {n}"),
-        pytorch: format!("DataLoader(dataset, num_workers={n}, persistent_workers=True)"),
+        pytorch: torch_line("num_workers", &n.to_string(), cx.backend()),
     })]
 }
 

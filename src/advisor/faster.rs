@@ -7,51 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use super::{amp::autocast_line, effect_evidence, flag, Ctx, Say};
+use super::{effect_evidence, flag, Ctx, Say};
 use crate::knobs::Knobs;
 use crate::results::model::{Recommendation, TrialReport};
 use crate::results::Finding;
-
-/// The PyTorch line that makes `knob = value`.
-pub fn pytorch_line(knob: &str, value: &str, k: &Knobs, backend: &str) -> String {
-    match knob {
-        "num_workers" => {
-            format!("DataLoader(dataset, num_workers={value}, persistent_workers=True)")
-        }
-        "pin_memory" => format!(
-            "DataLoader(dataset, pin_memory={})",
-            if value == "true" { "True" } else { "False" }
-        ),
-        "autotune" => format!(
-            "torch.backends.cudnn.benchmark = {}",
-            if value == "true" { "True" } else { "False" }
-        ),
-        "zero_grad" => format!(
-            "optimizer.zero_grad(set_to_none={})",
-            if value == "none" { "True" } else { "False" }
-        ),
-        "checkpoint" => {
-            "torch.utils.checkpoint.checkpoint_sequential(model, segments, x, use_reentrant=False)"
-                .into()
-        }
-        "amp" => autocast_line(k.amp, backend),
-        "parallel" => match value {
-            "ddp" => "model = DistributedDataParallel(model)  # launch with torchrun".into(),
-            "dp" => "model = torch.nn.DataParallel(model)".into(),
-            _ => "# one device, no wrapper".into(),
-        },
-        "devices" => format!("torchrun --nproc_per_node={value} train.py"),
-        "batch_size" => {
-            format!("DataLoader(dataset, batch_size={value})  # and scale the learning rate")
-        }
-        "grad_accum" => format!(
-            "loss = loss / {value}; loss.backward(); step the optimizer every {value} batches"
-        ),
-        "bucket_mb" => format!("DistributedDataParallel(model, bucket_cap_mb={value})"),
-        "sync_bn" => "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)".into(),
-        other => format!("# set {other} = {value}"),
-    }
-}
 
 /// Knobs where `t` differs from the baseline, with `t`'s values.
 fn changed(t: &TrialReport, base: &Knobs) -> BTreeMap<String, String> {
@@ -98,7 +57,7 @@ fn recommend(cx: &Ctx, t: &TrialReport, earlier: &[Recommendation]) -> Option<Re
             .join(" "),
         pytorch: change
             .iter()
-            .map(|(k, v)| pytorch_line(k, v, &t.knobs, cx.backend()))
+            .map(|(k, v)| crate::knobs::torch_line(k, v, cx.backend()))
             .collect::<Vec<_>>()
             .join("; "),
     };

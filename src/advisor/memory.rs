@@ -2,7 +2,7 @@
 //! saved and the throughput it cost in this sweep.
 
 use super::{fmt_pct, fmt_ratio, mib, unmeasured_change, Ctx, Say};
-use crate::knobs::{Amp, Checkpoint};
+use crate::knobs::{torch_line, Amp, Checkpoint};
 use crate::results::model::{RecKind, Recommendation, TrialReport};
 use crate::results::record::Status;
 use crate::results::Finding;
@@ -46,10 +46,7 @@ pub fn limit(cx: &Ctx) -> Option<(u64, String)> {
 
 fn pytorch(t: &TrialReport, backend: &str) -> String {
     match t.knobs.amp {
-        Amp::Off => {
-            "torch.utils.checkpoint.checkpoint_sequential(model, segments, x, use_reentrant=False)"
-                .into()
-        }
+        Amp::Off => torch_line("checkpoint", "sqrt", backend),
         a => super::amp::autocast_line(a, backend),
     }
 }
@@ -119,8 +116,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                     .into(),
             ],
             tune_flag: "--checkpoint sqrt".into(),
-            pytorch: "torch.utils.checkpoint.checkpoint_sequential(model, segments, x, use_reentrant=False)"
-                .into(),
+            pytorch: torch_line("checkpoint", "sqrt", cx.backend()),
         })];
     };
     let peak = used(cx, t).unwrap_or(0);

@@ -4,6 +4,7 @@
 //! idle time (the data-loading rule covers that).
 
 use super::{fmt_pct, measured_change, unmeasured_change, Ctx, Say};
+use crate::knobs::torch_line;
 use crate::results::model::{Recommendation, TrialReport};
 use crate::results::record::Status;
 
@@ -73,9 +74,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 title: format!("Raise the batch size to {b}"),
                 evidence,
                 tune_flag: format!("--batch-size {b}"),
-                pytorch: format!(
-                    "DataLoader(dataset, batch_size={b})  # and scale the learning rate"
-                ),
+                pytorch: torch_line("batch_size", &b.to_string(), cx.backend()),
             },
         )];
     }

@@ -5,12 +5,14 @@
 use serde_json::{Map, Value};
 
 use super::Events;
-use crate::knobs::{Knobs, ZeroGrad};
+use crate::knobs::Knobs;
 use crate::results::record::Repeat;
 use crate::spec::Spec;
 
-/// Knobs the hooks can apply inside a script.
-pub const INJECTED: &[&str] = &["num_workers", "pin_memory", "zero_grad", "autotune"];
+/// Whether the hooks can apply knob `name` inside a script (the knob table says).
+pub fn injected(name: &str) -> bool {
+    crate::knobs::knob(name).is_some_and(|k| k.applies.python)
+}
 
 /// The knobs a sweep sets (swept, or moved off the default by its baseline), as the
 /// module's JSON. Every trial, the baseline included, gets the same set, so a script's
@@ -18,23 +20,16 @@ pub const INJECTED: &[&str] = &["num_workers", "pin_memory", "zero_grad", "autot
 pub fn knob_values(spec: &Spec, knobs: &Knobs) -> Map<String, Value> {
     let mut m = Map::new();
     let def = Knobs::default();
-    for name in INJECTED {
-        let named = spec.knobs.iter().any(|(k, _)| k == name)
-            || spec.search.baseline.get(name) != def.get(name);
-        if !named {
-            continue;
+    // Each value in its report spelling (numbers, booleans, words), as the module reads it.
+    let Ok(Value::Object(all)) = serde_json::to_value(knobs) else {
+        return m;
+    };
+    for (name, v) in all {
+        let named = spec.knobs.iter().any(|(k, _)| *k == name)
+            || spec.search.baseline.get(&name) != def.get(&name);
+        if injected(&name) && named {
+            m.insert(name, v);
         }
-        let v = match *name {
-            "num_workers" => Value::from(knobs.num_workers),
-            "pin_memory" => Value::from(knobs.pin_memory),
-            "autotune" => Value::from(knobs.autotune),
-            _ => Value::from(if knobs.zero_grad == ZeroGrad::None {
-                "none"
-            } else {
-                "memset"
-            }),
-        };
-        m.insert((*name).to_string(), v);
     }
     m
 }
@@ -72,7 +67,7 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
     }
     let def = Knobs::default();
     for (name, _) in &spec.knobs {
-        if !INJECTED.contains(&name.as_str()) && knobs.get(name) != def.get(name) {
+        if !injected(name) && knobs.get(name) != def.get(name) {
             not_applicable.insert(
                 name.clone(),
                 "tune's PyTorch hooks do not inject this knob yet; use a {placeholder} in run"

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 pub use attach::{classify, StackSampler, StackSummary};
 pub use events::{Events, Override, Step, StepSummary};
-pub use inject::{knob_values, repeat, INJECTED};
+pub use inject::{injected, knob_values, repeat};
 
 use crate::error::{Error, Result};
 use crate::process::pipes::spawn_reader;

@@ -11,7 +11,7 @@ use crate::engine::optim::OptimKind;
 use crate::engine::train::{default_cache_dir, default_threads, DeviceChoice, Workload};
 use crate::error::{Error, Result};
 use crate::gate::Metric;
-use crate::knobs::{Amp, Checkpoint, Knobs, Parallel, ZeroGrad};
+use crate::knobs::{self, Knob, Knobs, Values};
 use crate::limits::{self, Bound};
 
 #[derive(Debug, Parser)]
@@ -45,7 +45,7 @@ pub enum Command {
     Watch(WatchArgs),
     /// One trial of a sweep (run by `tune sweep` in a child process; prints one JSON line).
     #[command(hide = true)]
-    Trial(TrainArgs),
+    Trial(TrialArgs),
     /// Runs one command trial and ends its whole process tree (run by `tune sweep`).
     #[command(hide = true)]
     Supervise(SuperviseArgs),
@@ -65,45 +65,78 @@ pub struct SuperviseArgs {
     pub command: Vec<String>,
 }
 
-/// The knob flags shared by `train` and `trial`; names match the knob names.
-#[derive(Debug, Args, Clone)]
+/// The knob flags shared by `train` and `trial`, one per row of the knob table
+/// (`crate::knobs::TABLE`): the flag is the knob's name, the help its doc line. Values
+/// stay text until [`KnobArgs::knobs`], which reads them through the table, so a bad value
+/// is one line naming the flag (exit 2) rather than clap's multi-line usage error.
+#[derive(Debug, Clone, Default)]
 pub struct KnobArgs {
-    /// Loader threads (0 = load on the training thread).
-    #[arg(long, default_value_t = 0)]
-    pub num_workers: usize,
-    /// Page-locked staging for host-to-device copies (not applicable on the CPU backend).
-    #[arg(long)]
-    pub pin_memory: bool,
-    /// Time candidate algorithms per shape and keep the fastest (like cudnn.benchmark).
-    #[arg(long)]
-    pub autotune: bool,
-    /// memset | none
-    #[arg(long, default_value = "memset")]
-    pub zero_grad: ZeroGrad,
-    /// off | sqrt | every:K
-    #[arg(long, default_value = "off")]
-    pub checkpoint: Checkpoint,
-    /// off | bf16 | fp16
-    #[arg(long, default_value = "off")]
-    pub amp: Amp,
-    /// single | dp | ddp
-    #[arg(long, default_value = "single")]
-    pub parallel: Parallel,
-    /// Devices (virtual devices on the CPU backend).
-    #[arg(long, default_value_t = 1)]
-    pub devices: usize,
-    /// Micro-batch size.
-    #[arg(long, default_value_t = 64)]
-    pub batch_size: usize,
-    /// Micro-batches accumulated per optimizer step.
-    #[arg(long, default_value_t = 1)]
-    pub grad_accum: usize,
-    /// DDP gradient bucket cap in MiB (PyTorch's bucket_cap_mb).
-    #[arg(long, default_value_t = 25)]
-    pub bucket_mb: usize,
-    /// SyncBatchNorm under DDP: batch statistics over the global batch.
-    #[arg(long)]
-    pub sync_bn: bool,
+    /// Each knob's value as given (or its default), in table order.
+    values: Vec<(&'static str, String)>,
+    /// The knobs given on the command line (not left at their default).
+    given: Vec<&'static str>,
+}
+
+impl clap::FromArgMatches for KnobArgs {
+    fn from_arg_matches(m: &clap::ArgMatches) -> std::result::Result<Self, clap::Error> {
+        let mut a = KnobArgs::default();
+        for k in knobs::TABLE {
+            let value = match k.values {
+                Values::Switch => m
+                    .try_get_one::<bool>(k.name)
+                    .map(|v| v.map(bool::to_string)),
+                _ => m.try_get_one::<String>(k.name).map(|v| v.cloned()),
+            }
+            .map_err(|e| clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, e))?;
+            if let Some(v) = value {
+                a.values.push((k.name, v));
+            }
+            if m.value_source(k.name) == Some(clap::parser::ValueSource::CommandLine) {
+                a.given.push(k.name);
+            }
+        }
+        Ok(a)
+    }
+
+    fn update_from_arg_matches(
+        &mut self,
+        m: &clap::ArgMatches,
+    ) -> std::result::Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl Args for KnobArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        knobs::TABLE.iter().fold(cmd, |cmd, k| {
+            let arg = clap::Arg::new(k.name)
+                .long(k.name.replace('_', "-"))
+                .value_name(k.name.to_uppercase())
+                .help(knob_help(k));
+            cmd.arg(match k.values {
+                Values::Switch => arg.action(clap::ArgAction::SetTrue),
+                _ => arg
+                    .action(clap::ArgAction::Set)
+                    .value_parser(clap::value_parser!(String))
+                    .default_value(k.default_text()),
+            })
+        })
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// A knob's `--help` line: its doc line (without the final period, as clap's derive
+/// writes doc comments), then the words it takes.
+fn knob_help(k: &Knob) -> String {
+    let doc = k.help().trim_end_matches('.');
+    match k.values {
+        Values::Words(w) => format!("{doc} [values: {}]", w.join(", ")),
+        _ => doc.to_string(),
+    }
 }
 
 /// A flag's value against its bound: exit 2 naming the flag and the allowed range.
@@ -114,35 +147,27 @@ pub fn check_flag(flag: &str, bound: &Bound, value: usize) -> Result<usize> {
 }
 
 impl KnobArgs {
+    /// The knobs the flags give, each read through the knob table (errors name the flag),
+    /// then held to the rules between knobs.
     pub fn knobs(&self) -> Result<Knobs> {
-        // The same bounds a spec's knob values are held to, reported by flag name.
-        for (flag, v) in [
-            ("num-workers", self.num_workers),
-            ("devices", self.devices),
-            ("batch-size", self.batch_size),
-            ("grad-accum", self.grad_accum),
-            ("bucket-mb", self.bucket_mb),
-        ] {
-            if let Some(bound) = limits::knob(&flag.replace('-', "_")) {
-                check_flag(flag, bound, v)?;
-            }
-        }
-        let k = Knobs {
-            num_workers: self.num_workers,
-            pin_memory: self.pin_memory,
-            autotune: self.autotune,
-            zero_grad: self.zero_grad,
-            checkpoint: self.checkpoint,
-            amp: self.amp,
-            parallel: self.parallel,
-            devices: self.devices,
-            batch_size: self.batch_size,
-            grad_accum: self.grad_accum,
-            bucket_mb: self.bucket_mb,
-            sync_bn: self.sync_bn,
-        };
+        let k = self.each_knob()?;
         k.validate()?;
         Ok(k)
+    }
+
+    /// The knobs the flags give, each value checked alone but not the rules between
+    /// knobs (`devices` needs `parallel`): what the flags carried.
+    pub fn each_knob(&self) -> Result<Knobs> {
+        let mut k = Knobs::default();
+        for (name, value) in &self.values {
+            k.set_flag(name, value)?;
+        }
+        Ok(k)
+    }
+
+    /// The knob flags given on the command line, by knob name.
+    pub fn given(&self) -> &[&'static str] {
+        &self.given
     }
 }
 
@@ -258,6 +283,34 @@ impl TrainArgs {
             autotune_cache: self.autotune_cache.clone(),
             inject_overflow_at: None,
         }
+    }
+}
+
+/// `tune trial`: the run flags, with the knobs as one JSON value from the runner.
+#[derive(Debug, Args, Clone)]
+pub struct TrialArgs {
+    #[command(flatten)]
+    pub run: TrainArgs,
+    /// The trial's knobs as the JSON of a `Knobs` value (what the runner passes); knob
+    /// flags may not be given with it.
+    #[arg(long, value_name = "JSON")]
+    pub knobs_json: Option<String>,
+}
+
+impl TrialArgs {
+    /// The trial's knobs: from `--knobs-json` (read with serde, checked by the knob
+    /// table), or from the knob flags when it is absent.
+    pub fn knobs(&self) -> Result<Knobs> {
+        let Some(json) = &self.knobs_json else {
+            return self.run.knobs.knobs();
+        };
+        if let Some(name) = self.run.knobs.given().first() {
+            let flag = knobs::knob(name).map_or_else(|| name.to_string(), Knob::flag);
+            return Err(Error::Invalid(format!(
+                "--knobs-json and {flag} both given: a trial takes its knobs from one of them"
+            )));
+        }
+        Knobs::from_json(json)
     }
 }
 

@@ -23,8 +23,8 @@ pub fn run(command: &Command) -> Result<i32> {
     match command {
         Command::Train(a) => train::main(a),
         Command::Trial(a) => Ok(crate::executor::child::child_main(
-            a.knobs.knobs(),
-            &a.workload(),
+            a.knobs(),
+            &a.run.workload(),
         )),
         Command::Supervise(a) => Ok(crate::process::supervise::supervise_main(
             a.parent,

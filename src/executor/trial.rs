@@ -83,18 +83,10 @@ pub fn engine_args(w: &EngineWorkload, knobs: &Knobs, steps: usize) -> Vec<Strin
     if let Some(lr) = w.lr {
         a.extend(["--lr".into(), lr.to_string()]);
     }
-    for name in Knobs::NAMES {
-        let Some(value) = knobs.get(name) else {
-            continue;
-        };
-        let flag = format!("--{}", name.replace('_', "-"));
-        // Boolean knobs are clap switches: present or absent.
-        match value.as_str() {
-            "true" => a.push(flag),
-            "false" => {}
-            _ => a.extend([flag, value]),
-        }
-    }
+    // One structured value, read back with serde and checked by the knob table in the
+    // child; Knobs holds only numbers, booleans and words, so encoding cannot fail.
+    let json = serde_json::to_string(knobs).unwrap_or_else(|e| format!("unencodable knobs: {e}"));
+    a.extend(["--knobs-json".into(), json]);
     a
 }
 
@@ -507,7 +499,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn engine_flags_follow_knob_names() {
+    fn engine_args_pass_the_knobs_as_one_json_value() {
         let w = EngineWorkload {
             model: "mlp".into(),
             dataset: "synthetic".into(),
@@ -524,11 +516,13 @@ mod tests {
             num_workers: 2,
             ..Knobs::default()
         };
-        let a = engine_args(&w, &k, 10).join(" ");
+        let args = engine_args(&w, &k, 10);
+        let a = args.join(" ");
         assert!(a.starts_with("trial --json --model mlp --dataset synthetic --steps 12 --warmup 2"));
-        assert!(a.contains("--num-workers 2"), "{a}");
-        assert!(a.contains(" --autotune"), "{a}");
-        assert!(!a.contains("--pin-memory"), "{a}");
         assert!(a.contains("--threads 1"), "{a}");
+        // The knobs travel as one JSON value that reads back to the same configuration.
+        let at = args.iter().position(|x| x == "--knobs-json").unwrap();
+        assert_eq!(Knobs::from_json(&args[at + 1]).unwrap(), k);
+        assert!(!a.contains("--num-workers"), "{a}");
     }
 }

@@ -474,17 +474,9 @@ impl Cx<'_> {
 
     fn knob_name(&self, k: &Key<'_>) -> Result<String> {
         let name = k.get_ref().to_string();
-        if Knobs::NAMES.contains(&name.as_str()) {
-            Ok(name)
-        } else {
-            Err(self.err(
-                k.span(),
-                format!(
-                    "unknown knob '{}': known knobs are {}",
-                    shown(&name),
-                    Knobs::NAMES.join(", ")
-                ),
-            ))
+        match crate::knobs::knob(&name) {
+            Some(_) => Ok(name),
+            None => Err(self.err(k.span(), crate::knobs::unknown_knob(&name).to_string())),
         }
     }
 
