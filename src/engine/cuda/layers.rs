@@ -4,6 +4,7 @@
 //! backward needs, backward adds into parameter gradients and returns the input gradient.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 
@@ -13,7 +14,7 @@ use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::{channel_reduce, elementwise, per_item};
 use crate::engine::device::MemCategory;
 use crate::engine::nn::layer::LayerDesc;
-use crate::engine::nn::model::Model;
+use crate::engine::nn::model::{LayerOps, Model, PassCtx};
 use crate::error::{Error, Result};
 
 /// A parameter on the GPU; `g == None` is the set-to-none state, as on the CPU.
@@ -42,6 +43,68 @@ pub struct Pass {
     pub train: bool,
     pub save: bool,
     pub recompute: bool,
+}
+
+/// The CUDA backend's pass context: the GPU the layers run on and the pass's flags.
+#[derive(Clone)]
+pub struct GCtx {
+    pub gpu: Arc<Gpu>,
+    pub pass: Pass,
+}
+
+impl PassCtx for GCtx {
+    fn saves(&self) -> bool {
+        self.pass.save
+    }
+    fn without_save(&self) -> GCtx {
+        GCtx {
+            pass: Pass {
+                save: false,
+                ..self.pass
+            },
+            gpu: Arc::clone(&self.gpu),
+        }
+    }
+    fn for_recompute(&self) -> GCtx {
+        GCtx {
+            pass: Pass {
+                train: true,
+                save: true,
+                recompute: true,
+            },
+            gpu: Arc::clone(&self.gpu),
+        }
+    }
+}
+
+impl LayerOps for GLayer {
+    type T = GTensor;
+    type Ctx = GCtx;
+    type Param = GParam;
+    fn name(&self) -> String {
+        match self {
+            GLayer::Linear(_) => "linear",
+            GLayer::Conv(_) => "conv2d",
+            GLayer::BatchNorm(_) => "batchnorm2d",
+            GLayer::Relu(_) => "relu",
+            GLayer::Flatten(_) => "flatten",
+            GLayer::GlobalAvgPool(_) => "global_avg_pool",
+            GLayer::Block { .. } => "basic_block",
+        }
+        .into()
+    }
+    fn forward(&mut self, x: GTensor, ctx: &GCtx) -> Result<GTensor> {
+        GLayer::forward(self, x, &ctx.gpu, ctx.pass)
+    }
+    fn backward(&mut self, dy: GTensor, need_dx: bool, ctx: &GCtx) -> Result<Option<GTensor>> {
+        GLayer::backward(self, dy, need_dx, &ctx.gpu)
+    }
+    fn clear_saved(&mut self) {
+        GLayer::clear_saved(self)
+    }
+    fn visit_params(&mut self, f: &mut dyn FnMut(&mut GParam)) {
+        GLayer::visit_params(self, f)
+    }
 }
 
 fn shape_err(op: &'static str, msg: String) -> Error {
