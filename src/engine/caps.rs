@@ -6,25 +6,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::engine::device::Backend;
 use crate::engine::train::Observer;
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs, Parallel};
-
-/// The backends a `Device` can be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackendKind {
-    Cpu,
-    Cuda,
-}
-
-impl BackendKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Cpu => "cpu",
-            BackendKind::Cuda => "cuda",
-        }
-    }
-}
 
 /// How a backend treats one knob's setting.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,15 +161,15 @@ const CUDA: &[Capability] = &[
 ];
 
 /// The backend's table; a knob it does not list is supported.
-pub fn table(b: BackendKind) -> &'static [Capability] {
+pub fn table(b: Backend) -> &'static [Capability] {
     match b {
-        BackendKind::Cpu => CPU,
-        BackendKind::Cuda => CUDA,
+        Backend::Cpu => CPU,
+        Backend::Cuda => CUDA,
     }
 }
 
 /// How `b` treats `k`'s setting of `knob`.
-pub fn support(b: BackendKind, k: &Knobs, layout: Layout, knob: &str) -> Support {
+pub fn support(b: Backend, k: &Knobs, layout: Layout, knob: &str) -> Support {
     table(b)
         .iter()
         .find(|c| c.knob == knob)
@@ -194,7 +179,7 @@ pub fn support(b: BackendKind, k: &Knobs, layout: Layout, knob: &str) -> Support
 /// Refuses the first knob `b` cannot honour, or returns the knobs that do not apply
 /// here with their reasons, each also told to `obs` as a note.
 pub fn admit(
-    b: BackendKind,
+    b: Backend,
     k: &Knobs,
     layout: Layout,
     obs: &mut dyn Observer,
@@ -221,10 +206,10 @@ mod tests {
 
     #[test]
     fn every_refusal_is_one_line_and_every_row_is_named_once() {
-        for b in [BackendKind::Cpu, BackendKind::Cuda] {
+        for b in [Backend::Cpu, Backend::Cuda] {
             let mut seen = std::collections::BTreeSet::new();
             for c in table(b) {
-                assert!(seen.insert(c.knob), "{}: {} twice", b.name(), c.knob);
+                assert!(seen.insert(c.knob), "{b:?}: {} twice", c.knob);
             }
         }
         let k = Knobs {
@@ -233,7 +218,7 @@ mod tests {
             parallel: Parallel::Ddp,
             ..Knobs::default()
         };
-        for b in [BackendKind::Cpu, BackendKind::Cuda] {
+        for b in [Backend::Cpu, Backend::Cuda] {
             for c in table(b) {
                 if let Support::NotImplemented(why) = (c.support)(&k, Layout::Multi) {
                     assert!(!why.contains('\n') && why.contains(c.knob), "{why}");

@@ -2,7 +2,7 @@
 //! micro-batch {data, host-to-device, forward (with checkpoint segments) and loss,
 //! backward}, then the scaler's inf check, the optimizer update, and one `StepEvent`.
 //! What differs between devices (kernels, uploads, the clock, where the loss is read)
-//! sits behind [`Backend`]; the order of the work and what each phase covers is here,
+//! sits behind [`Exec`]; the order of the work and what each phase covers is here,
 //! once.
 
 use std::time::Instant;
@@ -72,7 +72,7 @@ impl Clock for HostClock {
 }
 
 /// What the step loop needs of a device.
-pub(crate) trait Backend {
+pub(crate) trait Exec {
     type L: LayerOps;
     type Clock: Clock;
     type Labels;
@@ -121,7 +121,7 @@ pub(crate) struct Trained {
 
 /// Runs `w.steps` optimizer steps of `model` on `b`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn train<B: Backend>(
+pub(crate) fn train<B: Exec>(
     b: &mut B,
     model: &mut Model<B::L>,
     source: &mut Source,

@@ -11,16 +11,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::amp::{GradScaler, ScalerConfig};
 use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
-use crate::engine::caps::{self, BackendKind, Layout};
+use crate::engine::caps::{self, Layout};
 use crate::engine::data::{self, Batch, ImageShape, Loader, LoaderConfig};
-use crate::engine::device::{Device, MemCategory, MemSnapshot};
+use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 use crate::engine::nn::layer::{Ctx, Layer};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo::{self, ModelKind};
 use crate::engine::ops::loss::softmax_cross_entropy;
 use crate::engine::optim::{OptimConfig, OptimKind, Optimizer};
 use crate::engine::parallel::{self, DeviceSummary, Imbalance};
-use crate::engine::step::{self, Backend, HostClock};
+use crate::engine::step::{self, Exec, HostClock};
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
@@ -450,7 +450,7 @@ struct CpuExec {
     classes: usize,
 }
 
-impl Backend for CpuExec {
+impl Exec for CpuExec {
     type L = Box<dyn Layer>;
     type Clock = HostClock;
     type Labels = Vec<u32>;
@@ -552,7 +552,7 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
     obs.on_devices(std::slice::from_ref(&dev));
     let [h, wd, c] = w.model.input();
     let want = ImageShape { h, w: wd, c };
-    let not_applicable = caps::admit(BackendKind::Cpu, k, Layout::Single, obs)?;
+    let not_applicable = caps::admit(Backend::Cpu, k, Layout::Single, obs)?;
     let (mut source, test, classes, norm) = open_source(w, k, want)?;
 
     let mut model = zoo::build(w.model, classes, w.seed, &dev)?;

@@ -1,13 +1,13 @@
-//! The model's layers on a GPU, built from the CPU model's [`LayerDesc`]s with the CPU
-//! model's parameters copied over, so both backends start from identical weights and
-//! can be compared step by step. Same contract as the CPU layers: forward keeps what
+//! The model's layers on a GPU, built from the model's [`LayerDesc`]s and its initial
+//! values (`nn::init`, the CPU model's values bit for bit), so both backends start from
+//! identical weights and can be compared step by step. Same contract as the CPU layers: forward keeps what
 //! backward needs, backward adds into parameter gradients and returns the input gradient.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
 use crate::engine::device::MemCategory;
+use crate::engine::nn::init::{HostParam, Initial};
 use crate::engine::nn::layer::LayerDesc;
 use crate::engine::nn::model::{LayerOps, Model, PassCtx};
 use crate::engine::ops::activation_cuda::{relu_backward, relu_forward};
@@ -131,37 +131,37 @@ pub enum GLayer {
     },
 }
 
-/// Parameters and buffers of the CPU model in visit order, consumed while building.
-struct Source {
-    params: VecDeque<(String, Vec<usize>, Vec<f32>, bool)>,
-    buffers: VecDeque<(String, Vec<f32>)>,
-}
+/// Parameters and buffers in visit order, consumed while building.
+struct Source(Initial);
 
 impl Source {
     fn param(&mut self, gpu: &Gpu, want: &str, len: usize) -> Result<GParam> {
-        let (name, shape, data, decay) = self.params.pop_front().ok_or_else(|| {
-            Error::Runtime(format!("GPU model: ran out of CPU parameters at {want}"))
+        let p = self.0.params.pop_front().ok_or_else(|| {
+            Error::Runtime(format!(
+                "GPU model: ran out of initial parameters at {want}"
+            ))
         })?;
-        if name != want || data.len() != len {
+        if p.name != want || p.values.len() != len {
             return Err(Error::Runtime(format!(
-                "GPU model: expected parameter {want} of {len} values, CPU model has {name} {shape:?}"
+                "GPU model: expected parameter {want} of {len} values, got {} {:?}",
+                p.name, p.shape
             )));
         }
         Ok(GParam {
-            name,
-            w: gpu.upload(&data, MemCategory::Params)?,
+            w: gpu.upload(&p.values, MemCategory::Params)?,
+            name: p.name,
             g: None,
-            decay,
+            decay: p.decay,
         })
     }
 
     fn buffer(&mut self, gpu: &Gpu, want: &str, len: usize) -> Result<DBuf> {
-        let (name, data) = self.buffers.pop_front().ok_or_else(|| {
-            Error::Runtime(format!("GPU model: ran out of CPU buffers at {want}"))
+        let (name, data) = self.0.buffers.pop_front().ok_or_else(|| {
+            Error::Runtime(format!("GPU model: ran out of initial buffers at {want}"))
         })?;
         if name != want || data.len() != len {
             return Err(Error::Runtime(format!(
-                "GPU model: expected buffer {want} of {len} values, CPU model has {name}"
+                "GPU model: expected buffer {want} of {len} values, got {name}"
             )));
         }
         gpu.upload(&data, MemCategory::Params)
@@ -239,36 +239,44 @@ fn build(d: &LayerDesc, gpu: &Gpu, src: &mut Source) -> Result<GLayer> {
     })
 }
 
-/// The GPU copy of `model`: same layers, same parameter values.
+/// GPU layers for `descs`, starting from `init` (which must hold exactly their
+/// parameters and buffers, in visit order).
+pub fn from_desc(descs: &[LayerDesc], init: Initial, gpu: &Gpu) -> Result<Vec<GLayer>> {
+    let mut src = Source(init);
+    let layers = descs
+        .iter()
+        .map(|d| build(d, gpu, &mut src))
+        .collect::<Result<Vec<_>>>()?;
+    if !src.0.params.is_empty() || !src.0.buffers.is_empty() {
+        return Err(Error::Runtime(format!(
+            "GPU model: {} parameters and {} buffers were not used",
+            src.0.params.len(),
+            src.0.buffers.len()
+        )));
+    }
+    Ok(layers)
+}
+
+/// The GPU copy of `model`: same layers, same parameter values (the parity tests start
+/// both backends from one CPU model this way).
 pub fn from_cpu(model: &mut Model, gpu: &Gpu) -> Result<Vec<GLayer>> {
-    let mut src = Source {
-        params: VecDeque::new(),
-        buffers: VecDeque::new(),
-    };
+    let mut init = Initial::default();
     let mut bad = None;
     model.visit_params(&mut |p| match p.w.f32() {
-        Ok(d) => src
-            .params
-            .push_back((p.name.clone(), p.w.shape().to_vec(), d.to_vec(), p.decay)),
+        Ok(d) => init.params.push_back(HostParam {
+            name: p.name.clone(),
+            shape: p.w.shape().to_vec(),
+            values: d.to_vec(),
+            decay: p.decay,
+        }),
         Err(e) => bad = Some(e),
     });
     if let Some(e) = bad {
         return Err(e);
     }
-    model.visit_buffers(&mut |name, v| src.buffers.push_back((name.to_string(), v.clone())));
-    let layers = model
-        .layers
-        .iter()
-        .map(|l| build(&l.describe(), gpu, &mut src))
-        .collect::<Result<Vec<_>>>()?;
-    if !src.params.is_empty() || !src.buffers.is_empty() {
-        return Err(Error::Runtime(format!(
-            "GPU model: {} parameters and {} buffers of the CPU model were not used",
-            src.params.len(),
-            src.buffers.len()
-        )));
-    }
-    Ok(layers)
+    model.visit_buffers(&mut |name, v| init.buffers.push_back((name.to_string(), v.clone())));
+    let descs: Vec<LayerDesc> = model.layers.iter().map(|l| l.describe()).collect();
+    from_desc(&descs, init, gpu)
 }
 
 pub(crate) fn act(gpu: &Gpu, n: usize) -> Result<DBuf> {

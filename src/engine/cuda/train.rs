@@ -11,17 +11,18 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice};
 
 use crate::cuda_launch;
-use crate::engine::caps::{self, BackendKind, Layout};
+use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::{elementwise, per_item};
 use crate::engine::cuda::layers::{self, GCtx, GLayer, GParam, Pass};
 use crate::engine::data::{self, Batch, ImageShape, Loader};
-use crate::engine::device::{Device, MemCategory, MemSnapshot};
+use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
+use crate::engine::nn::init::Initial;
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
 use crate::engine::optim::{OptimConfig, OptimKind};
 use crate::engine::parallel;
-use crate::engine::step::{self, Backend, Clock, Phase};
+use crate::engine::step::{self, Clock, Exec, Phase};
 use crate::engine::train::{open_source, Observer, Phases, RunSummary, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
@@ -292,7 +293,7 @@ struct GpuExec {
     up: Uploader,
 }
 
-impl Backend for GpuExec {
+impl Exec for GpuExec {
     type L = GLayer;
     type Clock = GpuClock;
     type Labels = CudaSlice<u32>;
@@ -412,7 +413,7 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     } else {
         Layout::Single
     };
-    let not_applicable = caps::admit(BackendKind::Cuda, k, layout, obs)?;
+    let not_applicable = caps::admit(Backend::Cuda, k, layout, obs)?;
     let started = Instant::now();
     let dev = Device::cuda(0);
     let gpu = Arc::new(Gpu::open(0, &w.cache_dir, false, Arc::clone(dev.mem()))?);
@@ -429,14 +430,11 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     let [h, wd, c] = w.model.input();
     let (mut source, test, classes, norm) = open_source(w, k, ImageShape { h, w: wd, c })?;
     let cfg = OptimConfig::of(w.optimizer, w.lr)?;
-    // Weights are initialised on the CPU (same seed, same values as the CPU backend)
-    // and copied over; that host model is dropped right after.
-    let host = Device::cpu(0, 1);
-    let mut cpu_model = zoo::build(w.model, classes, w.seed, &host)?;
-    let params = cpu_model.num_params();
-    let glayers = layers::from_cpu(&mut cpu_model, &gpu)?;
-    let mut model = Model::new(&cpu_model.name, glayers, cpu_model.input, classes);
-    drop(cpu_model);
+    // The description and its seeded initial values, the CPU model's bit for bit.
+    let init = Initial::of(w.model, classes, w.seed)?;
+    let params = init.params.iter().map(|p| p.values.len()).sum();
+    let glayers = layers::from_desc(&zoo::describe(w.model, classes), init, &gpu)?;
+    let mut model = Model::new(&w.model.to_string(), glayers, w.model.input(), classes);
     let mut exec = GpuExec {
         ctx: GCtx {
             gpu: Arc::clone(&gpu),

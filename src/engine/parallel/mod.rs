@@ -32,9 +32,9 @@ use std::time::Instant;
 pub use bucket::BucketSpan;
 pub use summary::{DeviceSummary, Imbalance};
 
-use crate::engine::caps::{self, BackendKind, Layout};
+use crate::engine::caps::{self, Layout};
 use crate::engine::data::{self, Batch, ImageShape, Loader, LoaderConfig, Normalize};
-use crate::engine::device::{Device, MemCategory, MemSnapshot};
+use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 use crate::engine::nn::model::Model;
 use crate::engine::optim::{OptimConfig, OptimKind};
 use crate::engine::parallel::collective::is_peer_stop;
@@ -139,7 +139,7 @@ pub fn run_traced(
     let started = Instant::now();
     let n = k.devices;
     let per = (w.threads / n).max(1);
-    let mut not_applicable = caps::admit(BackendKind::Cpu, k, Layout::Multi, obs)?;
+    let mut not_applicable = caps::admit(Backend::Cpu, k, Layout::Multi, obs)?;
     if w.threads < n {
         obs.on_note(&format!(
             "{n} devices on {} compute threads: devices share cores, so their busy times \
