@@ -26,14 +26,8 @@ const VARIANTS: [(&str, &[&str]); 14] = [
     ("grad_accum=2", &["--grad-accum", "2"]),
     ("num_workers=2", &["--num-workers", "2"]),
     ("optimizer=adamw", &["--optimizer", "adamw"]),
-    (
-        "parallel=dp,devices=2",
-        &["--parallel", "dp", "--devices", "2"],
-    ),
-    (
-        "parallel=ddp,devices=2",
-        &["--parallel", "ddp", "--devices", "2"],
-    ),
+    ("parallel=dp,devices=2", &["--parallel", "dp", "--devices", "2"]),
+    ("parallel=ddp,devices=2", &["--parallel", "ddp", "--devices", "2"]),
     (
         "parallel=ddp,devices=2,sync_bn",
         &["--parallel", "ddp", "--devices", "2", "--sync-bn"],
