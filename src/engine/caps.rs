@@ -226,4 +226,67 @@ mod tests {
             }
         }
     }
+
+    /// The refusals reach the caller of `engine::run` from the table, before any device
+    /// is opened (so the CUDA ones are the same line on a machine without a GPU), and
+    /// keep the meaning of the messages they replace.
+    #[test]
+    fn run_refuses_from_the_table_with_one_line() {
+        use crate::engine::nn::zoo::ModelKind;
+        use crate::engine::train::{run, DeviceChoice, NoObserver, Workload};
+        let cache = tempfile::tempdir().unwrap();
+        let w = |device| Workload {
+            steps: 1,
+            device,
+            cache_dir: cache.path().to_path_buf(),
+            ..Workload::new(ModelKind::Mlp, "synthetic")
+        };
+        let cases = [
+            (
+                DeviceChoice::Cpu,
+                Knobs {
+                    amp: Amp::Bf16,
+                    parallel: Parallel::Ddp,
+                    devices: 2,
+                    ..Knobs::default()
+                },
+                "mixed precision is not implemented for multi-device runs yet",
+            ),
+            (
+                DeviceChoice::Cpu,
+                Knobs {
+                    autotune: true,
+                    parallel: Parallel::Ddp,
+                    devices: 2,
+                    ..Knobs::default()
+                },
+                "autotune with parallel = ddp: not implemented for multi-device runs yet",
+            ),
+            (
+                DeviceChoice::Cuda,
+                Knobs {
+                    amp: Amp::Fp16,
+                    ..Knobs::default()
+                },
+                "amp = fp16 on the CUDA backend",
+            ),
+            (
+                DeviceChoice::Cuda,
+                Knobs {
+                    parallel: Parallel::Ddp,
+                    devices: 2,
+                    ..Knobs::default()
+                },
+                "multi-GPU training is not implemented yet",
+            ),
+        ];
+        for (device, k, want) in cases {
+            match run(&w(device), &k, &mut NoObserver) {
+                Err(Error::Unavailable(m)) => {
+                    assert!(m.contains(want) && !m.contains('\n'), "{device:?}: {m}")
+                }
+                other => panic!("{device:?} {k:?}: {:?}", other.map(|s| s.backend)),
+            }
+        }
+    }
 }
