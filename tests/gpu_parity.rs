@@ -31,7 +31,7 @@ use tune::knobs::{Checkpoint, Knobs, ZeroGrad};
 #[path = "common/standin.rs"]
 mod standin;
 
-use standin::gpu_or_skip;
+use standin::{gpu_or_skip, on_each_device};
 
 fn close(what: &str, gpu: &[f32], cpu: &[f32], atol: f32, rtol: f32) {
     assert_eq!(gpu.len(), cpu.len(), "{what}: lengths");
@@ -316,43 +316,84 @@ fn training_follows_the_cpu_loss_curve_under_each_knob() {
     }
 }
 
+/// Checkpointing lowers peak activation memory, and its recompute is timed, on every
+/// device (the CUDA loop used to leave `Phases.recompute` at zero).
 #[test]
-fn checkpointing_lowers_gpu_activation_memory() {
-    if gpu_or_skip("checkpointing_lowers_gpu_activation_memory").is_none() {
-        return;
-    }
-    // Batch 16 and 2 steps on the stand-in (minutes at batch 64 there); the peak still
-    // comes from the same allocations.
+fn checkpointing_lowers_activation_memory_and_times_its_recompute_on_every_device() {
+    let test = "checkpointing_lowers_activation_memory_and_times_its_recompute_on_every_device";
+    // Batch 16 and 2 steps (minutes at batch 64 on the stand-in); the peak still comes
+    // from the same allocations. warmup 0: both steps count in the phase means.
     let (batch_size, steps) = if standin::requested() {
         (16, 2)
     } else {
         (64, 3)
     };
-    let peak = |c| {
-        let k = Knobs {
-            checkpoint: c,
-            batch_size,
-            ..Knobs::default()
+    on_each_device(test, |device| {
+        let run_with = |c| {
+            let k = Knobs {
+                checkpoint: c,
+                batch_size,
+                ..Knobs::default()
+            };
+            let w = Workload {
+                warmup: 0,
+                ..workload(ModelKind::ResnetMini, "synthetic", steps, device)
+            };
+            run(&w, &k, &mut NoObserver).unwrap()
         };
-        let s = run(
-            &workload(
-                ModelKind::ResnetMini,
-                "synthetic",
-                steps,
-                DeviceChoice::Cuda,
-            ),
-            &k,
-            &mut NoObserver,
-        )
-        .unwrap();
-        s.peak_bytes["activations"]
-    };
-    let (off, on) = (peak(Checkpoint::Off), peak(Checkpoint::Sqrt));
-    eprintln!(
-        "{}resnet-mini activations peak: {off} B without checkpointing, {on} B with",
-        standin::label()
+        let (off, on) = (run_with(Checkpoint::Off), run_with(Checkpoint::Sqrt));
+        let (a_off, a_on) = (off.peak_bytes["activations"], on.peak_bytes["activations"]);
+        eprintln!(
+            "{device:?} resnet-mini activations peak: {a_off} B without checkpointing, \
+             {a_on} B with; recompute {:.6} s/step of backward {:.6}",
+            on.phases_mean.recompute, on.phases_mean.backward
+        );
+        assert!(a_on < a_off, "{device:?}: {a_on} >= {a_off}");
+        assert_eq!(
+            off.phases_mean.recompute, 0.0,
+            "{device:?}: nothing to recompute"
+        );
+        assert!(
+            on.phases_mean.recompute > 0.0 && on.phases_mean.recompute < on.phases_mean.backward,
+            "{device:?}: recompute {} must be a part of backward {}",
+            on.phases_mean.recompute,
+            on.phases_mean.backward
+        );
+    });
+}
+
+/// `zero_grad = none` frees the gradients between steps and `memset` keeps them, on
+/// every device, with the same loss curve (the math is the same).
+#[test]
+fn zero_grad_none_frees_gradients_between_steps_on_every_device() {
+    on_each_device(
+        "zero_grad_none_frees_gradients_between_steps_on_every_device",
+        |device| {
+            let go = |z| {
+                let k = Knobs {
+                    zero_grad: z,
+                    batch_size: 8,
+                    ..Knobs::default()
+                };
+                run(
+                    &workload(ModelKind::Mlp, "synthetic", 2, device),
+                    &k,
+                    &mut NoObserver,
+                )
+                .unwrap()
+            };
+            let (memset, none) = (go(ZeroGrad::Memset), go(ZeroGrad::None));
+            assert!(memset.grad_bytes_between_steps > 0, "{device:?}");
+            assert_eq!(none.grad_bytes_between_steps, 0, "{device:?}");
+            close(
+                &format!("{device:?} losses"),
+                &none.losses,
+                &memset.losses,
+                1e-6,
+                1e-5,
+            );
+        },
     );
-    assert!(on < off, "{on} >= {off}");
 }
 
 /// cnn-small and resnet-mini reach the CPU backend's held-out accuracy (within 2 points).

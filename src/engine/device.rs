@@ -124,7 +124,7 @@ impl MemTracker {
     }
 }
 
-/// Which backend a device runs on. The CUDA variant joins this enum; ops dispatch on it.
+/// Which backend a device runs on; each has a capability table (`engine::caps`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
@@ -165,6 +165,11 @@ impl Device {
             mem: Arc::new(MemTracker::default()),
             workspace: Mutex::new(Vec::new()),
         })
+    }
+
+    /// What this device's backend can honour, knob by knob (`engine::caps`).
+    pub fn capabilities(&self) -> &'static [crate::engine::caps::Capability] {
+        crate::engine::caps::table(self.backend)
     }
 
     pub fn mem(&self) -> &Arc<MemTracker> {

@@ -3,6 +3,7 @@
 
 pub mod amp;
 pub mod autotune;
+pub mod caps;
 pub mod cuda;
 pub mod data;
 pub mod device;
@@ -14,6 +15,7 @@ pub mod optim;
 pub mod parallel;
 pub mod probe;
 pub mod rng;
+pub mod step;
 pub mod tensor;
 pub mod train;
 

@@ -70,6 +70,27 @@ impl OptimConfig {
             ..OptimConfig::sgd(lr)
         }
     }
+
+    /// The run's optimizer with PyTorch's defaults for `kind`, validated: every backend
+    /// builds its optimizer from this, so a bad learning rate is refused the same way.
+    pub fn of(kind: OptimKind, lr: f32) -> Result<OptimConfig> {
+        let cfg = match kind {
+            OptimKind::Sgd => OptimConfig::sgd(lr),
+            OptimKind::Adamw => OptimConfig::adamw(lr),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(Error::Invalid(format!(
+                "invalid learning rate {}: must be a positive number",
+                self.lr
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Elements per parallel task in the update loops.
@@ -84,12 +105,7 @@ pub struct Optimizer {
 
 impl Optimizer {
     pub fn new(cfg: OptimConfig) -> Result<Optimizer> {
-        if !(cfg.lr.is_finite() && cfg.lr > 0.0) {
-            return Err(Error::Invalid(format!(
-                "invalid learning rate {}: must be a positive number",
-                cfg.lr
-            )));
-        }
+        cfg.validate()?;
         Ok(Optimizer {
             cfg,
             state: Vec::new(),

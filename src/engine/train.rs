@@ -11,17 +11,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::amp::{GradScaler, ScalerConfig};
 use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
+use crate::engine::caps::{self, Layout};
 use crate::engine::data::{self, Batch, ImageShape, Loader, LoaderConfig};
-use crate::engine::device::{Device, MemCategory, MemSnapshot};
-use crate::engine::nn::layer::Ctx;
+use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
+use crate::engine::nn::layer::{Ctx, Layer};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo::{self, ModelKind};
 use crate::engine::ops::loss::softmax_cross_entropy;
 use crate::engine::optim::{OptimConfig, OptimKind, Optimizer};
 use crate::engine::parallel::{self, DeviceSummary, Imbalance};
+use crate::engine::step::{self, Exec, HostClock};
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
-use crate::knobs::{Amp, Knobs, ZeroGrad};
+use crate::knobs::{Amp, Knobs};
 use crate::stats::median;
 
 /// Which device a run asks for.
@@ -364,28 +366,6 @@ pub(crate) fn synthetic_batch(shape: ImageShape, n: usize, classes: usize, seed:
     }
 }
 
-/// Refuses knobs the engine cannot honour yet, with one clear line each, instead of
-/// silently running something else.
-fn check_supported(k: &Knobs) -> Result<()> {
-    // The DP/DDP step loops (engine::parallel) have their own contexts and no loss
-    // scaler or algorithm cache yet; refusing beats silently running plain f32.
-    if crate::engine::parallel::is_multi_device(k) {
-        if k.amp != Amp::Off {
-            return Err(Error::Unavailable(format!(
-                "amp = {} with parallel = {}: mixed precision is not implemented for multi-device runs yet",
-                k.amp, k.parallel
-            )));
-        }
-        if k.autotune {
-            return Err(Error::Unavailable(format!(
-                "autotune with parallel = {}: not implemented for multi-device runs yet",
-                k.parallel
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// Where a run's batches come from, its held-out set, class count and normalisation:
 /// the same for every backend.
 pub(crate) type Opened = (
@@ -451,7 +431,6 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
         },
         DeviceChoice::Cpu => {}
     }
-    check_supported(k)?;
     if parallel::is_multi_device(k) {
         return parallel::run(w, k, obs);
     }
@@ -462,36 +441,126 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     pool.install(|| run_inner(w, k, obs))
 }
 
+/// The CPU backend of the step loop: the model computes where the loader left the
+/// batch, on this thread's rayon pool, timed by the host clock.
+struct CpuExec {
+    ctx: Ctx,
+    dev: Arc<Device>,
+    opt: Optimizer,
+    classes: usize,
+}
+
+impl Exec for CpuExec {
+    type L = Box<dyn Layer>;
+    type Clock = HostClock;
+    type Labels = Vec<u32>;
+    type Loss = f32;
+
+    fn ctx(&self) -> &Ctx {
+        &self.ctx
+    }
+
+    fn clock(&self) -> HostClock {
+        HostClock::default()
+    }
+
+    fn phases(&self, clock: HostClock) -> Result<Phases> {
+        Ok(clock.phases())
+    }
+
+    fn zero_grads(&mut self, model: &mut Model) -> Result<()> {
+        let mut res = Ok(());
+        model.visit_params(&mut |p| {
+            if let Some(g) = &mut p.g {
+                match g.f32_mut() {
+                    Ok(d) => d.fill(0.0),
+                    Err(e) => res = Err(e),
+                }
+            }
+        });
+        res
+    }
+
+    fn upload(&mut self, batch: Batch) -> Result<(Tensor, Vec<u32>)> {
+        // Taking ownership of the loader's buffer is the whole "transfer".
+        let x = Tensor::from_vec(
+            &[batch.n, batch.shape.h, batch.shape.w, batch.shape.c],
+            batch.x,
+            MemCategory::Activations,
+            self.dev.mem(),
+        )?;
+        Ok((x, batch.y))
+    }
+
+    fn loss(&mut self, logits: Tensor, labels: &Vec<u32>, scale: f32) -> Result<(f32, Tensor)> {
+        let logits = logits.into_f32()?;
+        let mut dlogits = self.ctx.alloc(logits.shape());
+        let (loss, _) = softmax_cross_entropy(
+            logits.f32()?,
+            labels,
+            self.classes,
+            scale,
+            Some(dlogits.f32_mut()?),
+        )?;
+        drop(logits);
+        Ok((loss, self.ctx.store(dlogits)?))
+    }
+
+    fn diverged_now(&self, loss: &f32) -> Option<f32> {
+        (!loss.is_finite()).then_some(*loss)
+    }
+
+    fn grads_finite(&mut self, model: &mut Model) -> Result<bool> {
+        grads_finite(model)
+    }
+
+    fn poison_one_grad(&mut self, model: &mut Model) -> Result<()> {
+        poison_one_grad(model)
+    }
+
+    fn update(&mut self, model: &mut Model, loss_scale: f32) -> Result<()> {
+        self.opt.begin_step();
+        let mut idx = 0;
+        let mut res = Ok(());
+        model.visit_params(&mut |p| {
+            if res.is_ok() {
+                res = self.opt.update(idx, p, loss_scale);
+            }
+            idx += 1;
+        });
+        res
+    }
+
+    fn release_grads(&mut self, model: &mut Model) {
+        model.visit_params(&mut |p| p.g = None);
+    }
+
+    fn read_loss(&mut self, losses: Vec<f32>, accum: usize) -> Result<f32> {
+        Ok(losses
+            .into_iter()
+            .fold(0.0f32, |sum, l| sum + l / accum as f32))
+    }
+
+    fn mem(&self) -> MemSnapshot {
+        self.dev.mem().snapshot()
+    }
+}
+
 fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
     let started = Instant::now();
     let dev = Device::cpu(0, w.threads);
     obs.on_devices(std::slice::from_ref(&dev));
     let [h, wd, c] = w.model.input();
     let want = ImageShape { h, w: wd, c };
-    let mut not_applicable = BTreeMap::new();
-    if k.pin_memory {
-        let why = "CPU backend: there is no host-to-device copy to pin memory for";
-        not_applicable.insert("pin_memory".to_string(), why.to_string());
-        obs.on_note(&format!("pin_memory: not applicable ({why})"));
-    }
-    for (knob, why) in parallel::single_device_notes(k) {
-        obs.on_note(&format!("{knob}: {why}"));
-        not_applicable.insert(knob.to_string(), why);
-    }
+    let not_applicable = caps::admit(Backend::Cpu, k, Layout::Single, obs)?;
     let (mut source, test, classes, norm) = open_source(w, k, want)?;
 
     let mut model = zoo::build(w.model, classes, w.seed, &dev)?;
     let params = model.num_params();
-    let profile_layers = std::env::var_os("TUNE_PROFILE_LAYERS").is_some();
-    if profile_layers {
+    if std::env::var_os("TUNE_PROFILE_LAYERS").is_some() {
         model.enable_layer_times();
     }
-    let cfg = match w.optimizer {
-        OptimKind::Sgd => OptimConfig::sgd(w.lr),
-        OptimKind::Adamw => OptimConfig::adamw(w.lr),
-    };
-    let mut opt = Optimizer::new(cfg)?;
-    let seg = k.checkpoint.segment_len(model.layers.len());
+    let opt = Optimizer::new(OptimConfig::of(w.optimizer, w.lr)?)?;
     let algos = if k.autotune {
         let file = w
             .autotune_cache
@@ -510,134 +579,26 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
         algos: Arc::clone(&algos),
         ..Ctx::train(&dev)
     };
-    let accum = k.grad_accum;
     let mut scaler = w
         .scaler
         .active_for(k.amp)
         .then(|| GradScaler::new(w.scaler));
-    let mut skipped_steps = Vec::new();
-
-    let mut step_times = Vec::with_capacity(w.steps);
-    let mut losses = Vec::with_capacity(w.steps);
-    let mut phase_sum = Phases::default();
-    let mut grad_between = 0;
-    for step in 0..w.steps {
-        let t_step = Instant::now();
-        let mut ph = Phases::default();
-        let mut loss_sum = 0.0f32;
-        let tz = Instant::now();
-        if k.zero_grad == ZeroGrad::Memset {
-            let mut res = Ok(());
-            model.visit_params(&mut |p| {
-                if let Some(g) = &mut p.g {
-                    match g.f32_mut() {
-                        Ok(d) => d.fill(0.0),
-                        Err(e) => res = Err(e),
-                    }
-                }
-            });
-            res?;
-        }
-        ph.zero_grad += tz.elapsed().as_secs_f64();
-        for _ in 0..accum {
-            let t = Instant::now();
-            let batch = source.next()?;
-            ph.data_wait += t.elapsed().as_secs_f64();
-            // The CPU backend computes where the loader left the batch: taking ownership
-            // of the buffer is the whole "transfer".
-            let t = Instant::now();
-            let n = batch.n;
-            let x = Tensor::from_vec(
-                &[n, batch.shape.h, batch.shape.w, batch.shape.c],
-                batch.x,
-                MemCategory::Activations,
-                dev.mem(),
-            )?;
-            let labels = batch.y;
-            ph.h2d += t.elapsed().as_secs_f64();
-
-            let t = Instant::now();
-            // The loss runs in f32 (as under autocast); its gradient is scaled, then
-            // stored like any activation gradient, which is where fp16 would underflow.
-            let logits = model.forward(x, &ctx, seg)?.into_f32()?;
-            let mut dlogits = ctx.alloc(logits.shape());
-            let loss_scale = scaler.as_ref().map_or(1.0, GradScaler::scale);
-            let (loss, _) = softmax_cross_entropy(
-                logits.f32()?,
-                &labels,
-                classes,
-                loss_scale / accum as f32,
-                Some(dlogits.f32_mut()?),
-            )?;
-            drop(logits);
-            let dlogits = ctx.store(dlogits)?;
-            ph.forward += t.elapsed().as_secs_f64();
-            if !loss.is_finite() {
-                model.clear_saved();
-                return Err(Error::Diverged { step, loss });
-            }
-            loss_sum += loss / accum as f32;
-
-            let t = Instant::now();
-            let bs = model.backward(dlogits, &ctx, seg)?;
-            ph.backward += t.elapsed().as_secs_f64();
-            ph.recompute += bs.recompute.as_secs_f64();
-        }
-        if w.inject_overflow_at == Some(step) {
-            poison_one_grad(&mut model)?;
-        }
-        let t = Instant::now();
-        let loss_scale = scaler.as_ref().map(GradScaler::scale);
-        let apply = match &mut scaler {
-            Some(sc) => sc.update(grads_finite(&mut model)?),
-            None => true,
-        };
-        if apply {
-            opt.begin_step();
-            let mut idx = 0;
-            let mut res = Ok(());
-            let scale = loss_scale.unwrap_or(1.0);
-            model.visit_params(&mut |p| {
-                if res.is_ok() {
-                    res = opt.update(idx, p, scale);
-                }
-                idx += 1;
-            });
-            res?;
-        } else {
-            skipped_steps.push(step);
-            obs.on_note(&format!(
-                "step {step}: gradient overflow at loss scale {}, step skipped",
-                loss_scale.unwrap_or(1.0)
-            ));
-        }
-        ph.optimizer += t.elapsed().as_secs_f64();
-
-        if k.zero_grad == ZeroGrad::None {
-            let t = Instant::now();
-            model.visit_params(&mut |p| p.g = None);
-            ph.zero_grad += t.elapsed().as_secs_f64();
-        }
-        let step_s = t_step.elapsed().as_secs_f64();
-        let mem_after = dev.mem().snapshot();
-        grad_between = mem_after.current_of(MemCategory::Grads);
-        step_times.push(step_s);
-        losses.push(loss_sum);
-        if step >= w.warmup {
-            phase_sum.add(&ph);
-        }
-        obs.on_step(&StepEvent {
-            step,
-            steps: w.steps,
-            loss: loss_sum,
-            samples: k.batch_size * accum,
-            step_s,
-            phases: ph,
-            mem_after,
-            loss_scale,
-            skipped: !apply,
-        });
-    }
+    let mut exec = CpuExec {
+        ctx,
+        dev: Arc::clone(&dev),
+        opt,
+        classes,
+    };
+    let trained = step::train(
+        &mut exec,
+        &mut model,
+        &mut source,
+        w,
+        k,
+        &mut scaler,
+        obs,
+        started,
+    )?;
     drop(source);
     if let Some(lt) = &model.layer_times {
         for (l, (f, b)) in model.layers.iter().zip(lt) {
@@ -675,20 +636,14 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
         )?),
         _ => None,
     };
-    let m = Measured {
-        step_times,
-        losses,
-        phase_sum,
-        grad_between,
-        started,
-    };
+    let m = trained.measured;
     let busy_wall = m.after_warmup(w.warmup).iter().sum();
     let (devices, imbalance) =
         parallel::single_device_summary(w.threads, &m.phase_sum, busy_wall, &snap);
     Ok(RunSummary {
         accuracy,
         not_applicable,
-        skipped_steps,
+        skipped_steps: trained.skipped_steps,
         loss_scale_final: scaler.as_ref().map(GradScaler::scale),
         algorithms,
         ..RunSummary::from_measured(w, k, "cpu", params, m, &snap, devices, imbalance)

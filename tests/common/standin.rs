@@ -181,3 +181,28 @@ pub fn gpu_or_skip(test: &str) -> Option<tune::engine::cuda::gpu::Gpu> {
     eprintln!("skipping {test}: {why}");
     None
 }
+
+/// The devices a test written once runs on: the CPU always, and CUDA when a GPU (or the
+/// stand-in under `TUNE_CUDA_STANDIN=1`) is usable here.
+pub fn devices(test: &str) -> Vec<tune::engine::train::DeviceChoice> {
+    let mut v = vec![tune::engine::train::DeviceChoice::Cpu];
+    if gpu_or_skip(test).is_some() {
+        v.push(tune::engine::train::DeviceChoice::Cuda);
+    }
+    v
+}
+
+/// Runs `body` once per device of [`devices`], naming each in the test's output.
+pub fn on_each_device(test: &str, mut body: impl FnMut(tune::engine::train::DeviceChoice)) {
+    for d in devices(test) {
+        eprintln!(
+            "{test}: {}on {d:?}",
+            if d == tune::engine::train::DeviceChoice::Cuda {
+                label()
+            } else {
+                ""
+            }
+        );
+        body(d);
+    }
+}

@@ -1,9 +1,9 @@
-//! The step loop on one GPU: the CPU loop's phases and knobs, with device work timed by
-//! CUDA events on the compute stream (host clocks would only time the launches).
+//! The CUDA backend of the step loop (`engine::step`): uploads through a pinned or
+//! pageable path, the loss and optimizer kernels, and device work timed by CUDA events
+//! on the compute stream (host clocks would only time the launches).
 //!
 //! One host sync per step, at its end, to read the loss; everything else is queued.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,147 +11,21 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice};
 
 use crate::cuda_launch;
+use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::{elementwise, per_item};
-use crate::engine::cuda::layers::{self, GLayer, GParam, Pass};
+use crate::engine::cuda::layers::{self, GCtx, GLayer, GParam, Pass};
 use crate::engine::data::{self, Batch, ImageShape, Loader};
-use crate::engine::device::{Device, MemCategory};
+use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
+use crate::engine::nn::init::Initial;
+use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
 use crate::engine::optim::{OptimConfig, OptimKind};
 use crate::engine::parallel;
-use crate::engine::train::{
-    open_source, Measured, Observer, Phases, RunSummary, StepEvent, Workload,
-};
+use crate::engine::step::{self, Clock, Exec, Phase};
+use crate::engine::train::{open_source, Observer, Phases, RunSummary, Workload};
 use crate::error::{Error, Result};
-use crate::knobs::{Amp, Knobs, ZeroGrad};
-
-/// Knobs the GPU loop does not implement yet: refused with one line, never run as
-/// something else.
-fn check_supported(k: &Knobs) -> Result<()> {
-    if k.amp != Amp::Off {
-        return Err(Error::Unavailable(format!(
-            "amp = {} on the CUDA backend: mixed precision is not implemented on GPUs yet",
-            k.amp
-        )));
-    }
-    if k.autotune {
-        return Err(Error::Unavailable(
-            "autotune on the CUDA backend: timing cuBLASLt's candidates is not implemented yet"
-                .into(),
-        ));
-    }
-    if parallel::is_multi_device(k) {
-        return Err(Error::Unavailable(format!(
-            "parallel = {} on the CUDA backend: multi-GPU training is not implemented yet",
-            k.parallel
-        )));
-    }
-    Ok(())
-}
-
-/// The GPU model: layers plus checkpoint boundaries, as `nn::Model` on the CPU.
-pub struct GModel {
-    pub layers: Vec<GLayer>,
-    first_param_layer: usize,
-    boundaries: Vec<(usize, usize, GTensor)>,
-}
-
-impl GModel {
-    pub fn new(mut layers: Vec<GLayer>) -> GModel {
-        let first_param_layer = layers.iter_mut().position(|l| l.has_params()).unwrap_or(0);
-        GModel {
-            layers,
-            first_param_layer,
-            boundaries: Vec::new(),
-        }
-    }
-
-    fn segments(&self, seg_len: Option<usize>) -> Vec<(usize, usize, bool)> {
-        let n = self.layers.len();
-        match seg_len {
-            None => vec![(0, n, false)],
-            Some(s) => {
-                let s = s.max(1);
-                (0..n)
-                    .step_by(s)
-                    .map(|i| (i, (i + s).min(n), i + s < n))
-                    .collect()
-            }
-        }
-    }
-
-    pub fn forward(
-        &mut self,
-        x: GTensor,
-        gpu: &Gpu,
-        p: Pass,
-        seg_len: Option<usize>,
-    ) -> Result<GTensor> {
-        self.boundaries.clear();
-        let mut h = x;
-        for (start, end, ckpt) in self.segments(seg_len) {
-            let mut pass = p;
-            if ckpt && p.save {
-                self.boundaries.push((start, end, h.clone()));
-                pass.save = false;
-            }
-            for l in &mut self.layers[start..end] {
-                h = l.forward(h, gpu, pass)?;
-            }
-        }
-        Ok(h)
-    }
-
-    pub fn backward(&mut self, dlogits: GTensor, gpu: &Gpu, seg_len: Option<usize>) -> Result<()> {
-        let mut g = Some(dlogits);
-        let first = self.first_param_layer;
-        for (start, end, ckpt) in self.segments(seg_len).into_iter().rev() {
-            if ckpt {
-                let (s, e, x) = self.boundaries.pop().ok_or_else(|| {
-                    Error::Runtime("checkpoint: no saved boundary for segment".into())
-                })?;
-                if (s, e) != (start, end) {
-                    return Err(Error::Runtime(format!(
-                        "checkpoint: boundary {s}..{e} does not match segment {start}..{end}"
-                    )));
-                }
-                let rp = Pass {
-                    train: true,
-                    save: true,
-                    recompute: true,
-                };
-                let mut h = x;
-                for l in &mut self.layers[start..end] {
-                    h = l.forward(h, gpu, rp)?;
-                }
-            }
-            for i in (start..end).rev() {
-                if i < first {
-                    self.layers[i].clear_saved();
-                    continue;
-                }
-                let dy = g.take().ok_or_else(|| {
-                    Error::Runtime(format!("backward: layer {i} got no gradient"))
-                })?;
-                g = self.layers[i].backward(dy, i > first, gpu)?;
-            }
-        }
-        Ok(())
-    }
-
-    pub fn visit_params(&mut self, f: &mut dyn FnMut(&mut GParam)) {
-        for l in &mut self.layers {
-            l.visit_params(f);
-        }
-    }
-
-    pub fn clear_saved(&mut self) {
-        self.boundaries.clear();
-        for l in &mut self.layers {
-            l.clear_saved();
-        }
-    }
-}
+use crate::knobs::Knobs;
 
 /// Loss, correct predictions per row, and the logits' gradient.
 pub struct LossOut {
@@ -369,35 +243,36 @@ impl Uploader {
 }
 
 /// Events around each device phase of one step, turned into seconds after the sync.
-struct Timeline {
-    marks: Vec<(&'static str, CudaEvent, CudaEvent)>,
+pub(crate) struct GpuClock {
+    gpu: Arc<Gpu>,
+    marks: Vec<(Phase, CudaEvent, CudaEvent)>,
 }
 
-impl Timeline {
-    fn mark(gpu: &Gpu) -> Result<CudaEvent> {
-        gpu.stream
+impl Clock for GpuClock {
+    type Mark = CudaEvent;
+
+    fn mark(&mut self) -> Result<CudaEvent> {
+        self.gpu
+            .stream
             .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
             .map_err(|e| cuda_err("event", e))
     }
 
-    fn add(&mut self, phase: &'static str, start: CudaEvent, gpu: &Gpu) -> Result<()> {
-        let end = Self::mark(gpu)?;
-        self.marks.push((phase, start, end));
+    fn add(&mut self, phase: Phase, from: CudaEvent) -> Result<()> {
+        let end = self.mark()?;
+        self.marks.push((phase, from, end));
         Ok(())
     }
+}
 
-    fn into_phases(self, ph: &mut Phases) -> Result<()> {
+impl GpuClock {
+    fn into_phases(self) -> Result<Phases> {
+        let mut ph = Phases::default();
         for (phase, a, b) in self.marks {
             let s = f64::from(a.elapsed_ms(&b).map_err(|e| cuda_err("event time", e))?) / 1e3;
-            match phase {
-                "h2d" => ph.h2d += s,
-                "zero_grad" => ph.zero_grad += s,
-                "forward" => ph.forward += s,
-                "backward" => ph.backward += s,
-                _ => ph.optimizer += s,
-            }
+            ph.add_to(phase, s);
         }
-        Ok(())
+        Ok(ph)
     }
 }
 
@@ -407,12 +282,141 @@ fn input(gpu: &Gpu, up: &mut Uploader, b: &Batch) -> Result<(GTensor, CudaSlice<
     Ok((x, gpu.upload_u32(&b.y)?))
 }
 
+/// The CUDA backend of the step loop.
+struct GpuExec {
+    gpu: Arc<Gpu>,
+    ctx: GCtx,
+    dev: Arc<Device>,
+    opt: GOptim,
+    /// [loss scale, found_inf, growth tracker]: no scaler on this backend, scale 1.
+    amp_state: DBuf,
+    up: Uploader,
+}
+
+impl Exec for GpuExec {
+    type L = GLayer;
+    type Clock = GpuClock;
+    type Labels = CudaSlice<u32>;
+    type Loss = DBuf;
+
+    fn ctx(&self) -> &GCtx {
+        &self.ctx
+    }
+
+    fn clock(&self) -> GpuClock {
+        GpuClock {
+            gpu: Arc::clone(&self.gpu),
+            marks: Vec::new(),
+        }
+    }
+
+    fn phases(&self, clock: GpuClock) -> Result<Phases> {
+        clock.into_phases()
+    }
+
+    fn zero_grads(&mut self, model: &mut Model<GLayer>) -> Result<()> {
+        let mut res = Ok(());
+        model.visit_params(&mut |p| {
+            if let (Some(g), true) = (&mut p.g, res.is_ok()) {
+                res = self.gpu.fill(g, 0.0);
+            }
+        });
+        res
+    }
+
+    fn upload(&mut self, batch: Batch) -> Result<(GTensor, CudaSlice<u32>)> {
+        input(&self.gpu, &mut self.up, &batch)
+    }
+
+    fn loss(
+        &mut self,
+        logits: GTensor,
+        labels: &CudaSlice<u32>,
+        scale: f32,
+    ) -> Result<(DBuf, GTensor)> {
+        let out = softmax_xent(&self.gpu, &logits, labels, true, scale)?;
+        drop(logits);
+        let d = out
+            .dlogits
+            .ok_or_else(|| Error::Runtime("loss gave no gradient".into()))?;
+        Ok((out.loss, d))
+    }
+
+    fn grads_finite(&mut self, model: &mut Model<GLayer>) -> Result<bool> {
+        let mut ok = true;
+        let mut res = Ok(());
+        model.visit_params(&mut |p| {
+            if let (true, Some(g)) = (ok && res.is_ok(), &p.g) {
+                match self.gpu.download(&g.s) {
+                    Ok(v) => ok = v.iter().all(|x| x.is_finite()),
+                    Err(e) => res = Err(e),
+                }
+            }
+        });
+        res.map(|()| ok)
+    }
+
+    fn poison_one_grad(&mut self, model: &mut Model<GLayer>) -> Result<()> {
+        let mut done = false;
+        let mut res = Ok(());
+        model.visit_params(&mut |p| {
+            let Some(g) = &mut p.g else { return };
+            if done || g.is_empty() || res.is_err() {
+                return;
+            }
+            res = self.gpu.download(&g.s).and_then(|mut v| {
+                v[0] = f32::INFINITY;
+                *g = self.gpu.upload(&v, MemCategory::Grads)?;
+                Ok(())
+            });
+            done = true;
+        });
+        res
+    }
+
+    fn update(&mut self, model: &mut Model<GLayer>, _loss_scale: f32) -> Result<()> {
+        // The scale the kernels divide by is `amp_state[0]`, on the device.
+        self.opt.begin_step();
+        let mut idx = 0;
+        let mut res = Ok(());
+        model.visit_params(&mut |p| {
+            if res.is_ok() {
+                res = self.opt.update(&self.gpu, idx, p, &self.amp_state);
+            }
+            idx += 1;
+        });
+        res
+    }
+
+    fn release_grads(&mut self, model: &mut Model<GLayer>) {
+        model.visit_params(&mut |p| p.g = None);
+    }
+
+    fn read_loss(&mut self, losses: Vec<DBuf>, accum: usize) -> Result<f32> {
+        let mut sum = 0.0f32;
+        for l in &losses {
+            let v = self.gpu.download(&l.s)?;
+            sum += v.iter().sum::<f32>() / v.len().max(1) as f32 / accum as f32;
+        }
+        Ok(sum)
+    }
+
+    fn mem(&self) -> MemSnapshot {
+        self.dev.mem().snapshot()
+    }
+}
+
 /// Trains `w` under `k` on GPU 0.
 pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
-    check_supported(k)?;
+    let layout = if parallel::is_multi_device(k) {
+        Layout::Multi
+    } else {
+        Layout::Single
+    };
+    let not_applicable = caps::admit(Backend::Cuda, k, layout, obs)?;
     let started = Instant::now();
     let dev = Device::cuda(0);
-    let gpu = Gpu::open(0, &w.cache_dir, false, Arc::clone(dev.mem()))?;
+    let gpu = Arc::new(Gpu::open(0, &w.cache_dir, false, Arc::clone(dev.mem()))?);
     obs.on_note(&format!(
         "CUDA backend on {} (kernels {})",
         gpu.name,
@@ -425,139 +429,46 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     obs.on_devices(std::slice::from_ref(&dev));
     let [h, wd, c] = w.model.input();
     let (mut source, test, classes, norm) = open_source(w, k, ImageShape { h, w: wd, c })?;
-    let mut not_applicable = BTreeMap::new();
-    for (knob, why) in parallel::single_device_notes(k) {
-        obs.on_note(&format!("{knob}: {why}"));
-        not_applicable.insert(knob.to_string(), why);
-    }
-    // Weights are initialised on the CPU (same seed, same values as the CPU backend)
-    // and copied over; that host model is dropped right after.
-    let host = Device::cpu(0, 1);
-    let mut cpu_model = zoo::build(w.model, classes, w.seed, &host)?;
-    let params = cpu_model.num_params();
-    let mut model = GModel::new(layers::from_cpu(&mut cpu_model, &gpu)?);
-    let seg = k.checkpoint.segment_len(cpu_model.layers.len());
-    drop(cpu_model);
-    let cfg = match w.optimizer {
-        OptimKind::Sgd => OptimConfig::sgd(w.lr),
-        OptimKind::Adamw => OptimConfig::adamw(w.lr),
-    };
-    // The CPU optimizer's constructor is where the learning rate is validated.
-    crate::engine::optim::Optimizer::new(cfg.clone())?;
-    let mut opt = GOptim::new(cfg);
-    // [loss scale, found_inf, growth tracker]: no scaler on this path, scale 1.
-    let amp_state = gpu.upload(&[1.0, 0.0, 0.0], MemCategory::Workspace)?;
-    let mut up = Uploader::new(k.pin_memory);
-    let accum = k.grad_accum;
-    let train = Pass {
-        train: true,
-        save: true,
-        recompute: false,
+    let cfg = OptimConfig::of(w.optimizer, w.lr)?;
+    // The description and its seeded initial values, the CPU model's bit for bit.
+    let init = Initial::of(w.model, classes, w.seed)?;
+    let params = init.params.iter().map(|p| p.values.len()).sum();
+    let glayers = layers::from_desc(&zoo::describe(w.model, classes), init, &gpu)?;
+    let mut model = Model::new(&w.model.to_string(), glayers, w.model.input(), classes);
+    let mut exec = GpuExec {
+        ctx: GCtx {
+            gpu: Arc::clone(&gpu),
+            pass: Pass {
+                train: true,
+                save: true,
+                recompute: false,
+            },
+        },
+        gpu: Arc::clone(&gpu),
+        dev: Arc::clone(&dev),
+        opt: GOptim::new(cfg),
+        amp_state: gpu.upload(&[1.0, 0.0, 0.0], MemCategory::Workspace)?,
+        up: Uploader::new(k.pin_memory),
     };
     dev.mem().reset_peaks();
-
-    let mut step_times = Vec::with_capacity(w.steps);
-    let mut losses = Vec::with_capacity(w.steps);
-    let mut phase_sum = Phases::default();
-    let mut grad_between = 0;
-    for step in 0..w.steps {
-        let t_step = Instant::now();
-        let mut ph = Phases::default();
-        let mut tl = Timeline { marks: Vec::new() };
-        let e = Timeline::mark(&gpu)?;
-        if k.zero_grad == ZeroGrad::Memset {
-            let mut res = Ok(());
-            model.visit_params(&mut |p| {
-                if let (Some(g), true) = (&mut p.g, res.is_ok()) {
-                    res = gpu.fill(g, 0.0);
-                }
-            });
-            res?;
-        }
-        tl.add("zero_grad", e, &gpu)?;
-        let mut row_losses = Vec::with_capacity(accum);
-        for _ in 0..accum {
-            let t = Instant::now();
-            let batch = source.next()?;
-            ph.data_wait += t.elapsed().as_secs_f64();
-            let e = Timeline::mark(&gpu)?;
-            let (x, labels) = input(&gpu, &mut up, &batch)?;
-            tl.add("h2d", e, &gpu)?;
-            let e = Timeline::mark(&gpu)?;
-            let logits = model.forward(x, &gpu, train, seg)?;
-            let out = softmax_xent(&gpu, &logits, &labels, true, 1.0 / accum as f32)?;
-            drop(logits);
-            tl.add("forward", e, &gpu)?;
-            let e = Timeline::mark(&gpu)?;
-            let d = out
-                .dlogits
-                .ok_or_else(|| Error::Runtime("loss gave no gradient".into()))?;
-            model.backward(d, &gpu, seg)?;
-            tl.add("backward", e, &gpu)?;
-            row_losses.push(out.loss);
-        }
-        let e = Timeline::mark(&gpu)?;
-        opt.begin_step();
-        let mut idx = 0;
-        let mut res = Ok(());
-        model.visit_params(&mut |p| {
-            if res.is_ok() {
-                res = opt.update(&gpu, idx, p, &amp_state);
-            }
-            idx += 1;
-        });
-        res?;
-        tl.add("optimizer", e, &gpu)?;
-        if k.zero_grad == ZeroGrad::None {
-            model.visit_params(&mut |p| p.g = None);
-        }
-        // The step's one sync: the loss is needed on the host.
-        let mut loss_sum = 0.0f32;
-        for l in &row_losses {
-            let v = gpu.download(&l.s)?;
-            loss_sum += v.iter().sum::<f32>() / v.len().max(1) as f32 / accum as f32;
-        }
-        let step_s = t_step.elapsed().as_secs_f64();
-        tl.into_phases(&mut ph)?;
-        if !loss_sum.is_finite() {
-            model.clear_saved();
-            return Err(Error::Diverged {
-                step,
-                loss: loss_sum,
-            });
-        }
-        let mem_after = dev.mem().snapshot();
-        grad_between = mem_after.current_of(MemCategory::Grads);
-        step_times.push(step_s);
-        losses.push(loss_sum);
-        if step >= w.warmup {
-            phase_sum.add(&ph);
-        }
-        obs.on_step(&StepEvent {
-            step,
-            steps: w.steps,
-            loss: loss_sum,
-            samples: k.batch_size * accum,
-            step_s,
-            phases: ph,
-            mem_after,
-            loss_scale: None,
-            skipped: false,
-        });
-    }
+    let mut no_scaler = None;
+    let trained = step::train(
+        &mut exec,
+        &mut model,
+        &mut source,
+        w,
+        k,
+        &mut no_scaler,
+        obs,
+        started,
+    )?;
     drop(source);
     let snap = dev.mem().snapshot();
     let accuracy = match (&test, w.eval) {
         (Some(test), true) => Some(evaluate(&mut model, &gpu, Arc::clone(test), &norm)?),
         _ => None,
     };
-    let m = Measured {
-        step_times,
-        losses,
-        phase_sum,
-        grad_between,
-        started,
-    };
+    let m = trained.measured;
     let busy_wall = m.after_warmup(w.warmup).iter().sum();
     let (devices, imbalance) = parallel::single_device_summary(1, &m.phase_sum, busy_wall, &snap);
     Ok(RunSummary {
@@ -569,22 +480,25 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
 
 /// Held-out accuracy on the GPU, BN in evaluation mode.
 pub fn evaluate(
-    model: &mut GModel,
-    gpu: &Gpu,
+    model: &mut Model<GLayer>,
+    gpu: &Arc<Gpu>,
     test: Arc<dyn data::Dataset>,
     norm: &data::Normalize,
 ) -> Result<f64> {
-    let eval = Pass {
-        train: false,
-        save: false,
-        recompute: false,
+    let eval = GCtx {
+        gpu: Arc::clone(gpu),
+        pass: Pass {
+            train: false,
+            save: false,
+            recompute: false,
+        },
     };
     let mut up = Uploader::new(false);
     let (mut correct, mut total) = (0.0f64, 0usize);
     for b in Loader::eval_batches(test, norm, 256) {
         let b = b?;
         let (x, labels) = input(gpu, &mut up, &b)?;
-        let logits = model.forward(x, gpu, eval, None)?;
+        let logits = model.forward(x, &eval, None)?;
         let out = softmax_xent(gpu, &logits, &labels, false, 1.0)?;
         correct += gpu
             .download(&out.correct.s)?

@@ -1,14 +1,20 @@
 //! Ops: each file holds one operation's forward and backward (CPU kernels plus the
-//! `Layer` that wraps them).
+//! `Layer` that wraps them); `<op>_cuda.rs` beside it holds the same op's CUDA layer,
+//! so one op's two implementations are read together.
 
 pub mod activation;
+pub mod activation_cuda;
 pub mod batchnorm;
+pub mod batchnorm_cuda;
 pub mod conv2d;
+pub mod conv2d_cuda;
 pub mod conv_algos;
 pub mod gemm;
 pub mod linear;
+pub mod linear_cuda;
 pub mod loss;
 pub mod pool;
+pub mod pool_cuda;
 
 use crate::engine::nn::layer::Param;
 use crate::error::Result;

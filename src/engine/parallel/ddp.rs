@@ -374,7 +374,7 @@ impl State<'_, '_> {
                 let bs = self
                     .model
                     .backward_hooked(dlogits, self.ctx, self.seg, &mut |i, l| {
-                        reducer.layer_ready(i, l)
+                        reducer.layer_ready(i, l.as_mut())
                     })?;
                 bwd.end_s = reducer.grads_done_s();
                 bs

@@ -32,8 +32,9 @@ use std::time::Instant;
 pub use bucket::BucketSpan;
 pub use summary::{DeviceSummary, Imbalance};
 
+use crate::engine::caps::{self, Layout};
 use crate::engine::data::{self, Batch, ImageShape, Loader, LoaderConfig, Normalize};
-use crate::engine::device::{Device, MemCategory, MemSnapshot};
+use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 use crate::engine::nn::model::Model;
 use crate::engine::optim::{OptimConfig, OptimKind};
 use crate::engine::parallel::collective::is_peer_stop;
@@ -42,7 +43,7 @@ use crate::engine::train::{
     evaluate, synthetic_batch, Measured, Observer, Phases, RunSummary, Source, StepEvent, Workload,
 };
 use crate::error::{Error, Result};
-use crate::knobs::{Amp, Knobs, Parallel};
+use crate::knobs::{Knobs, Parallel};
 
 pub use crate::limits::MAX_DEVICES;
 
@@ -53,26 +54,6 @@ pub fn is_multi_device(k: &Knobs) -> bool {
         Parallel::Dp => k.devices > 1,
         Parallel::Ddp => true,
     }
-}
-
-/// Notes for a single-device run about parallel knobs that do nothing there.
-pub fn single_device_notes(k: &Knobs) -> Vec<(&'static str, String)> {
-    let mut v = Vec::new();
-    if k.parallel == Parallel::Dp && k.devices == 1 {
-        v.push((
-            "parallel",
-            "DP on one device is single-device training (DataParallel calls the module \
-             directly); ran as parallel = single"
-                .to_string(),
-        ));
-    }
-    if k.bucket_mb != Knobs::default().bucket_mb && k.parallel != Parallel::Ddp {
-        v.push((
-            "bucket_mb",
-            format!("only DDP buckets gradients (parallel is {})", k.parallel),
-        ));
-    }
-    v
 }
 
 /// The one-device summary of a single-device run: busy = zero-grad, forward (with the
@@ -154,27 +135,10 @@ pub fn run_traced(
             "steps and threads must be at least 1".into(),
         ));
     }
-    if k.amp != Amp::Off {
-        return Err(Error::Unavailable(format!(
-            "amp = {} with parallel = {}: mixed precision is not implemented for multi-device \
-             training yet",
-            k.amp, k.parallel
-        )));
-    }
     let started = Instant::now();
     let n = k.devices;
     let per = (w.threads / n).max(1);
-    let mut not_applicable = BTreeMap::new();
-    if k.pin_memory {
-        let why = "CPU backend: there is no host-to-device copy to pin memory for";
-        not_applicable.insert("pin_memory".to_string(), why.to_string());
-        obs.on_note(&format!("pin_memory: not applicable ({why})"));
-    }
-    if k.parallel == Parallel::Dp && k.bucket_mb != Knobs::default().bucket_mb {
-        let why = "only DDP buckets gradients (parallel is dp)";
-        not_applicable.insert("bucket_mb".into(), why.into());
-        obs.on_note(&format!("bucket_mb: {why}"));
-    }
+    let mut not_applicable = caps::admit(Backend::Cpu, k, Layout::Multi, obs)?;
     if w.threads < n {
         obs.on_note(&format!(
             "{n} devices on {} compute threads: devices share cores, so their busy times \

@@ -1,0 +1,292 @@
+//! What each backend can honour, knob by knob. A setting is supported, not applicable
+//! (it runs, and the knob is recorded as doing nothing here, with the reason: never
+//! faked), or not implemented (refused with one line instead of silently running
+//! something else). Every backend's entry point goes through [`admit`], the one place
+//! a knob is refused or noted.
+
+use std::collections::BTreeMap;
+
+use crate::engine::device::Backend;
+use crate::engine::train::Observer;
+use crate::error::{Error, Result};
+use crate::knobs::{Amp, Knobs, Parallel};
+
+/// How a backend treats one knob's setting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Support {
+    Supported,
+    /// Runs; the knob does nothing here, for this reason.
+    NotApplicable(String),
+    /// Refused, with the one-line reason.
+    NotImplemented(String),
+}
+
+/// Whether the run goes through the multi-device launcher (`parallel = ddp`, or DP on
+/// several devices) or trains on one device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    Single,
+    Multi,
+}
+
+/// One knob's row in a backend's table.
+pub struct Capability {
+    pub knob: &'static str,
+    pub support: fn(&Knobs, Layout) -> Support,
+}
+
+const NO_PINNING: &str = "CPU backend: there is no host-to-device copy to pin memory for";
+
+fn cpu_pin_memory(k: &Knobs, _: Layout) -> Support {
+    if k.pin_memory {
+        Support::NotApplicable(NO_PINNING.into())
+    } else {
+        Support::Supported
+    }
+}
+
+fn cpu_amp(k: &Knobs, l: Layout) -> Support {
+    if l == Layout::Multi && k.amp != Amp::Off {
+        return Support::NotImplemented(format!(
+            "amp = {} with parallel = {}: mixed precision is not implemented for multi-device runs yet",
+            k.amp, k.parallel
+        ));
+    }
+    Support::Supported
+}
+
+fn cpu_autotune(k: &Knobs, l: Layout) -> Support {
+    if l == Layout::Multi && k.autotune {
+        return Support::NotImplemented(format!(
+            "autotune with parallel = {}: not implemented for multi-device runs yet",
+            k.parallel
+        ));
+    }
+    Support::Supported
+}
+
+/// DP on one device, on the single-device path (the launcher runs `single` as DP on
+/// device 0 and says nothing).
+fn dp_on_one_device(k: &Knobs, l: Layout) -> Support {
+    if l == Layout::Single && k.parallel == Parallel::Dp && k.devices == 1 {
+        return Support::NotApplicable(
+            "DP on one device is single-device training (DataParallel calls the module \
+             directly); ran as parallel = single"
+                .into(),
+        );
+    }
+    Support::Supported
+}
+
+fn bucket_mb(k: &Knobs, _: Layout) -> Support {
+    if k.bucket_mb != Knobs::default().bucket_mb && k.parallel != Parallel::Ddp {
+        return Support::NotApplicable(format!(
+            "only DDP buckets gradients (parallel is {})",
+            k.parallel
+        ));
+    }
+    Support::Supported
+}
+
+fn cuda_amp(k: &Knobs, _: Layout) -> Support {
+    if k.amp != Amp::Off {
+        return Support::NotImplemented(format!(
+            "amp = {} on the CUDA backend: mixed precision is not implemented on GPUs yet",
+            k.amp
+        ));
+    }
+    Support::Supported
+}
+
+fn cuda_autotune(k: &Knobs, _: Layout) -> Support {
+    if k.autotune {
+        return Support::NotImplemented(
+            "autotune on the CUDA backend: timing cuBLASLt's candidates is not implemented yet"
+                .into(),
+        );
+    }
+    Support::Supported
+}
+
+fn cuda_parallel(k: &Knobs, l: Layout) -> Support {
+    if l == Layout::Multi {
+        return Support::NotImplemented(format!(
+            "parallel = {} on the CUDA backend: multi-GPU training is not implemented yet",
+            k.parallel
+        ));
+    }
+    dp_on_one_device(k, l)
+}
+
+const CPU: &[Capability] = &[
+    Capability {
+        knob: "pin_memory",
+        support: cpu_pin_memory,
+    },
+    Capability {
+        knob: "amp",
+        support: cpu_amp,
+    },
+    Capability {
+        knob: "autotune",
+        support: cpu_autotune,
+    },
+    Capability {
+        knob: "parallel",
+        support: dp_on_one_device,
+    },
+    Capability {
+        knob: "bucket_mb",
+        support: bucket_mb,
+    },
+];
+
+const CUDA: &[Capability] = &[
+    Capability {
+        knob: "amp",
+        support: cuda_amp,
+    },
+    Capability {
+        knob: "autotune",
+        support: cuda_autotune,
+    },
+    Capability {
+        knob: "parallel",
+        support: cuda_parallel,
+    },
+    Capability {
+        knob: "bucket_mb",
+        support: bucket_mb,
+    },
+];
+
+/// The backend's table; a knob it does not list is supported.
+pub fn table(b: Backend) -> &'static [Capability] {
+    match b {
+        Backend::Cpu => CPU,
+        Backend::Cuda => CUDA,
+    }
+}
+
+/// How `b` treats `k`'s setting of `knob`.
+pub fn support(b: Backend, k: &Knobs, layout: Layout, knob: &str) -> Support {
+    table(b)
+        .iter()
+        .find(|c| c.knob == knob)
+        .map_or(Support::Supported, |c| (c.support)(k, layout))
+}
+
+/// Refuses the first knob `b` cannot honour, or returns the knobs that do not apply
+/// here with their reasons, each also told to `obs` as a note.
+pub fn admit(
+    b: Backend,
+    k: &Knobs,
+    layout: Layout,
+    obs: &mut dyn Observer,
+) -> Result<BTreeMap<String, String>> {
+    let mut notes = Vec::new();
+    for c in table(b) {
+        match (c.support)(k, layout) {
+            Support::Supported => {}
+            Support::NotImplemented(why) => return Err(Error::Unavailable(why)),
+            Support::NotApplicable(why) => notes.push((c.knob, why)),
+        }
+    }
+    let mut not_applicable = BTreeMap::new();
+    for (knob, why) in notes {
+        obs.on_note(&format!("{knob}: not applicable ({why})"));
+        not_applicable.insert(knob.to_string(), why);
+    }
+    Ok(not_applicable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_refusal_is_one_line_and_every_row_is_named_once() {
+        for b in [Backend::Cpu, Backend::Cuda] {
+            let mut seen = std::collections::BTreeSet::new();
+            for c in table(b) {
+                assert!(seen.insert(c.knob), "{b:?}: {} twice", c.knob);
+            }
+        }
+        let k = Knobs {
+            amp: Amp::Bf16,
+            autotune: true,
+            parallel: Parallel::Ddp,
+            ..Knobs::default()
+        };
+        for b in [Backend::Cpu, Backend::Cuda] {
+            for c in table(b) {
+                if let Support::NotImplemented(why) = (c.support)(&k, Layout::Multi) {
+                    assert!(!why.contains('\n') && why.contains(c.knob), "{why}");
+                }
+            }
+        }
+    }
+
+    /// The refusals reach the caller of `engine::run` from the table, before any device
+    /// is opened (so the CUDA ones are the same line on a machine without a GPU), and
+    /// keep the meaning of the messages they replace.
+    #[test]
+    fn run_refuses_from_the_table_with_one_line() {
+        use crate::engine::nn::zoo::ModelKind;
+        use crate::engine::train::{run, DeviceChoice, NoObserver, Workload};
+        let cache = tempfile::tempdir().unwrap();
+        let w = |device| Workload {
+            steps: 1,
+            device,
+            cache_dir: cache.path().to_path_buf(),
+            ..Workload::new(ModelKind::Mlp, "synthetic")
+        };
+        let cases = [
+            (
+                DeviceChoice::Cpu,
+                Knobs {
+                    amp: Amp::Bf16,
+                    parallel: Parallel::Ddp,
+                    devices: 2,
+                    ..Knobs::default()
+                },
+                "mixed precision is not implemented for multi-device runs yet",
+            ),
+            (
+                DeviceChoice::Cpu,
+                Knobs {
+                    autotune: true,
+                    parallel: Parallel::Ddp,
+                    devices: 2,
+                    ..Knobs::default()
+                },
+                "autotune with parallel = ddp: not implemented for multi-device runs yet",
+            ),
+            (
+                DeviceChoice::Cuda,
+                Knobs {
+                    amp: Amp::Fp16,
+                    ..Knobs::default()
+                },
+                "amp = fp16 on the CUDA backend",
+            ),
+            (
+                DeviceChoice::Cuda,
+                Knobs {
+                    parallel: Parallel::Ddp,
+                    devices: 2,
+                    ..Knobs::default()
+                },
+                "multi-GPU training is not implemented yet",
+            ),
+        ];
+        for (device, k, want) in cases {
+            match run(&w(device), &k, &mut NoObserver) {
+                Err(Error::Unavailable(m)) => {
+                    assert!(m.contains(want) && !m.contains('\n'), "{device:?}: {m}")
+                }
+                other => panic!("{device:?} {k:?}: {:?}", other.map(|s| s.backend)),
+            }
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! BatchNorm2d on the CUDA backend, beside the CPU op in `batchnorm.rs`: channel
+//! statistics by reduction kernels, running statistics updated once per step (not on a
+//! checkpoint's recompute).
+
+use crate::cuda_launch;
+use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
+use crate::engine::cuda::kernels::{channel_reduce, elementwise, per_item};
+use crate::engine::cuda::layers::{act, missing, shape_err, GParam, Pass};
+use crate::engine::device::MemCategory;
+use crate::error::Result;
+
+pub struct GBatchNorm {
+    pub(crate) c: usize,
+    pub(crate) eps: f32,
+    pub(crate) momentum: f32,
+    pub(crate) gamma: GParam,
+    pub(crate) beta: GParam,
+    pub(crate) run_mean: DBuf,
+    pub(crate) run_var: DBuf,
+    pub(crate) saved: Option<(GTensor, DBuf)>,
+}
+
+impl GBatchNorm {
+    pub(crate) fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+        let c = self.c;
+        if x.shape.last() != Some(&c) || x.is_empty() {
+            return Err(shape_err(
+                "batchnorm",
+                format!("input {:?} does not end in {c} channels", x.shape),
+            ));
+        }
+        let rows = x.len() / c;
+        let (n, ci) = (x.len() as u64, c as i32);
+        let mut invstd = gpu.alloc(c, MemCategory::Workspace)?;
+        let mut y = act(gpu, x.len())?;
+        if !p.train {
+            cuda_launch!(
+                gpu,
+                "bn_invstd",
+                per_item(c),
+                &mut invstd.s,
+                &self.run_var.s,
+                &ci,
+                &self.eps
+            )?;
+            let null = 0u64;
+            cuda_launch!(
+                gpu,
+                "bn_forward",
+                elementwise(x.len()),
+                &mut y.s,
+                &null,
+                x.s(),
+                &self.run_mean.s,
+                &invstd.s,
+                &self.gamma.w.s,
+                &self.beta.w.s,
+                &n,
+                &ci
+            )?;
+            return GTensor::new(&x.shape, y);
+        }
+        let mut mean = gpu.zeros(c, MemCategory::Workspace)?;
+        let mut var = gpu.zeros(c, MemCategory::Workspace)?;
+        gpu.channel_sum(&mut mean.s, x.s(), c)?;
+        let (inv_m, cn) = (1.0 / rows as f32, c as u64);
+        cuda_launch!(gpu, "scale", elementwise(c), &mut mean.s, &inv_m, &cn)?;
+        let r = rows as u64;
+        cuda_launch!(
+            gpu,
+            "channel_sqdev",
+            channel_reduce(rows, c),
+            &mut var.s,
+            x.s(),
+            &mean.s,
+            &r,
+            &ci
+        )?;
+        let update = i32::from(!p.recompute);
+        let m = rows as f32;
+        cuda_launch!(
+            gpu,
+            "bn_finish",
+            per_item(c),
+            &mut mean.s,
+            &mut var.s,
+            &mut invstd.s,
+            &mut self.run_mean.s,
+            &mut self.run_var.s,
+            &ci,
+            &m,
+            &self.eps,
+            &self.momentum,
+            &update
+        )?;
+        let save = p.save;
+        let mut xhat = if save { Some(act(gpu, x.len())?) } else { None };
+        let null = 0u64;
+        {
+            use cudarc::driver::PushKernelArg;
+            let f = gpu.kernels.get("bn_forward")?;
+            let mut b = gpu.stream.launch_builder(f);
+            b.arg(&mut y.s);
+            match &mut xhat {
+                Some(h) => b.arg(&mut h.s),
+                None => b.arg(&null),
+            };
+            b.arg(x.s())
+                .arg(&mean.s)
+                .arg(&invstd.s)
+                .arg(&self.gamma.w.s)
+                .arg(&self.beta.w.s)
+                .arg(&n)
+                .arg(&ci);
+            // SAFETY: bn_forward(y, xhat|null, x, mean, invstd, gamma, beta, n, c): the
+            // arguments above in that order; every buffer holds n or c floats.
+            unsafe { b.launch(elementwise(x.len())) }
+                .map_err(|e| crate::engine::cuda::gpu::cuda_err("kernel bn_forward", e))?;
+        }
+        if let Some(h) = xhat {
+            self.saved = Some((GTensor::new(&x.shape, h)?, invstd));
+        }
+        GTensor::new(&x.shape, y)
+    }
+
+    pub(crate) fn backward(
+        &mut self,
+        dy: GTensor,
+        need_dx: bool,
+        gpu: &Gpu,
+    ) -> Result<Option<GTensor>> {
+        let (xhat, invstd) = self.saved.take().ok_or_else(|| missing("batchnorm"))?;
+        let c = self.c;
+        let rows = xhat.len() / c;
+        let (r, ci) = (rows as u64, c as i32);
+        let mut dbeta = gpu.zeros(c, MemCategory::Workspace)?;
+        let mut dgamma = gpu.zeros(c, MemCategory::Workspace)?;
+        gpu.channel_sum(&mut dbeta.s, dy.s(), c)?;
+        cuda_launch!(
+            gpu,
+            "channel_dot",
+            channel_reduce(rows, c),
+            &mut dgamma.s,
+            dy.s(),
+            xhat.s(),
+            &r,
+            &ci
+        )?;
+        {
+            let (gg, _) = self.gamma.slot(gpu)?;
+            gpu.axpy(&mut gg.s, &dgamma.s, 1.0)?;
+        }
+        {
+            let (gb, _) = self.beta.slot(gpu)?;
+            gpu.axpy(&mut gb.s, &dbeta.s, 1.0)?;
+        }
+        if !need_dx {
+            return Ok(None);
+        }
+        let mut dx = act(gpu, xhat.len())?;
+        let (inv_m, n) = (1.0 / rows as f32, xhat.len() as u64);
+        cuda_launch!(
+            gpu,
+            "bn_backward_dx",
+            elementwise(xhat.len()),
+            &mut dx.s,
+            dy.s(),
+            xhat.s(),
+            &self.gamma.w.s,
+            &invstd.s,
+            &dbeta.s,
+            &dgamma.s,
+            &inv_m,
+            &n,
+            &ci
+        )?;
+        Ok(Some(GTensor::new(&xhat.shape, dx)?))
+    }
+}

@@ -1,0 +1,173 @@
+//! Conv2d on the CUDA backend, beside the CPU op in `conv2d.rs`: im2col (skipped for
+//! pointwise convolutions) and cuBLASLt GEMMs, col2im for the input gradient.
+
+use cudarc::driver::CudaSlice;
+
+use crate::cuda_launch;
+use crate::engine::cuda::blas::Shape;
+use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
+use crate::engine::cuda::kernels::elementwise;
+use crate::engine::cuda::layers::{act, missing, shape_err, GParam, Pass};
+use crate::engine::device::MemCategory;
+use crate::error::Result;
+
+pub struct GConv {
+    pub(crate) c_in: usize,
+    pub(crate) c_out: usize,
+    pub(crate) k: usize,
+    pub(crate) stride: usize,
+    pub(crate) pad: usize,
+    pub(crate) w: GParam,
+    pub(crate) b: Option<GParam>,
+    pub(crate) saved_x: Option<GTensor>,
+}
+
+/// NHWC geometry: (n, h, w, oh, ow).
+fn conv_geom(c: &GConv, x: &GTensor) -> Result<(usize, usize, usize, usize, usize)> {
+    match *x.shape.as_slice() {
+        [n, h, w, ci] if ci == c.c_in && h + 2 * c.pad >= c.k && w + 2 * c.pad >= c.k => {
+            let oh = (h + 2 * c.pad - c.k) / c.stride + 1;
+            let ow = (w + 2 * c.pad - c.k) / c.stride + 1;
+            Ok((n, h, w, oh, ow))
+        }
+        _ => Err(shape_err(
+            "conv2d",
+            format!("input {:?} is not NHWC with {} channels", x.shape, c.c_in),
+        )),
+    }
+}
+
+/// im2col or col2im (same geometry arguments): `dst` from `src`, one thread per `dst`
+/// element.
+fn conv_index(
+    gpu: &Gpu,
+    kernel: &str,
+    dst: &mut DBuf,
+    src: &CudaSlice<f32>,
+    a: [i32; 9],
+) -> Result<()> {
+    cuda_launch!(
+        gpu,
+        kernel,
+        elementwise(dst.len()),
+        &mut dst.s,
+        src,
+        &a[0],
+        &a[1],
+        &a[2],
+        &a[3],
+        &a[4],
+        &a[5],
+        &a[6],
+        &a[7],
+        &a[8]
+    )
+}
+
+impl GConv {
+    fn pointwise(&self) -> bool {
+        self.k == 1 && self.stride == 1 && self.pad == 0
+    }
+
+    /// The im2col matrix of `x` (rows = output pixels, columns = ky, kx, c).
+    fn columns(&self, x: &GTensor, gpu: &Gpu) -> Result<DBuf> {
+        let (n, h, w, oh, ow) = conv_geom(self, x)?;
+        let kkc = self.k * self.k * self.c_in;
+        let mut col = gpu.alloc(n * oh * ow * kkc, MemCategory::Workspace)?;
+        let a = [n, h, w, self.c_in, self.k, self.stride, self.pad, oh, ow].map(|v| v as i32);
+        conv_index(gpu, "im2col", &mut col, x.s(), a)?;
+        Ok(col)
+    }
+
+    pub(crate) fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+        let (n, _, _, oh, ow) = conv_geom(self, &x)?;
+        let rows = n * oh * ow;
+        let kkc = self.k * self.k * self.c_in;
+        let mut y = act(gpu, rows * self.c_out)?;
+        if let Some(b) = &self.b {
+            let (r, c) = (rows as u64, self.c_out as i32);
+            cuda_launch!(
+                gpu,
+                "fill_rows",
+                elementwise(y.len()),
+                &mut y.s,
+                &b.w.s,
+                &r,
+                &c
+            )?;
+        }
+        let s = Shape {
+            m: rows,
+            n: self.c_out,
+            k: kkc,
+            ta: false,
+            tb: true,
+            accumulate: self.b.is_some(),
+        };
+        if self.pointwise() {
+            gpu.gemm(&s, x.s(), &self.w.w.s, &mut y.s)?;
+        } else {
+            let col = self.columns(&x, gpu)?;
+            gpu.gemm(&s, &col.s, &self.w.w.s, &mut y.s)?;
+        }
+        if p.save {
+            self.saved_x = Some(x);
+        }
+        GTensor::new(&[n, oh, ow, self.c_out], y)
+    }
+
+    pub(crate) fn backward(
+        &mut self,
+        dy: GTensor,
+        need_dx: bool,
+        gpu: &Gpu,
+    ) -> Result<Option<GTensor>> {
+        let x = self.saved_x.take().ok_or_else(|| missing("conv2d"))?;
+        let (n, h, w, oh, ow) = conv_geom(self, &x)?;
+        let rows = n * oh * ow;
+        let kkc = self.k * self.k * self.c_in;
+        if let Some(b) = &mut self.b {
+            let (gb, _) = b.slot(gpu)?;
+            gpu.channel_sum(&mut gb.s, dy.s(), self.c_out)?;
+        }
+        let col = if self.pointwise() {
+            None
+        } else {
+            Some(self.columns(&x, gpu)?)
+        };
+        {
+            let (gw, acc) = self.w.slot(gpu)?;
+            let s = Shape {
+                m: self.c_out,
+                n: kkc,
+                k: rows,
+                ta: true,
+                tb: false,
+                accumulate: acc,
+            };
+            let a = col.as_ref().map_or(x.s(), |c| &c.s);
+            gpu.gemm(&s, dy.s(), a, &mut gw.s)?;
+        }
+        drop(col);
+        if !need_dx {
+            return Ok(None);
+        }
+        let s = Shape {
+            m: rows,
+            n: kkc,
+            k: self.c_out,
+            ta: false,
+            tb: false,
+            accumulate: false,
+        };
+        let mut dcol = gpu.alloc(rows * kkc, MemCategory::Workspace)?;
+        gpu.gemm(&s, dy.s(), &self.w.w.s, &mut dcol.s)?;
+        if self.pointwise() {
+            return Ok(Some(GTensor::new(&x.shape, dcol)?));
+        }
+        let mut dx = act(gpu, x.len())?;
+        let a = [n, h, w, self.c_in, self.k, self.stride, self.pad, oh, ow].map(|v| v as i32);
+        conv_index(gpu, "col2im", &mut dx, &dcol.s, a)?;
+        Ok(Some(GTensor::new(&x.shape, dx)?))
+    }
+}

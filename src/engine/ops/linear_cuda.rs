@@ -1,0 +1,92 @@
+//! Linear on the CUDA backend, beside the CPU op in `linear.rs`: bias broadcast by
+//! `fill_rows`, then cuBLASLt GEMMs that accumulate onto it (forward) or into the
+//! gradient slots (backward).
+
+use crate::cuda_launch;
+use crate::engine::cuda::blas::Shape;
+use crate::engine::cuda::gpu::{GTensor, Gpu};
+use crate::engine::cuda::kernels::elementwise;
+use crate::engine::cuda::layers::{act, missing, shape_err, GParam, Pass};
+use crate::error::Result;
+
+pub struct GLinear {
+    pub(crate) d_in: usize,
+    pub(crate) d_out: usize,
+    pub(crate) w: GParam,
+    pub(crate) b: GParam,
+    pub(crate) saved_x: Option<GTensor>,
+}
+
+impl GLinear {
+    pub(crate) fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+        let n = x.shape.first().copied().unwrap_or(0);
+        if n == 0 || x.len() != n * self.d_in {
+            return Err(shape_err(
+                "linear",
+                format!("input {:?} is not [n, {}]", x.shape, self.d_in),
+            ));
+        }
+        let mut y = act(gpu, n * self.d_out)?;
+        let (rows, cols) = (n as u64, self.d_out as i32);
+        cuda_launch!(
+            gpu,
+            "fill_rows",
+            elementwise(n * self.d_out),
+            &mut y.s,
+            &self.b.w.s,
+            &rows,
+            &cols
+        )?;
+        let s = Shape {
+            m: n,
+            n: self.d_out,
+            k: self.d_in,
+            ta: false,
+            tb: true,
+            accumulate: true,
+        };
+        gpu.gemm(&s, x.s(), &self.w.w.s, &mut y.s)?;
+        if p.save {
+            self.saved_x = Some(x);
+        }
+        GTensor::new(&[n, self.d_out], y)
+    }
+
+    pub(crate) fn backward(
+        &mut self,
+        dy: GTensor,
+        need_dx: bool,
+        gpu: &Gpu,
+    ) -> Result<Option<GTensor>> {
+        let x = self.saved_x.take().ok_or_else(|| missing("linear"))?;
+        let n = x.shape[0];
+        {
+            let (gw, acc) = self.w.slot(gpu)?;
+            let s = Shape {
+                m: self.d_out,
+                n: self.d_in,
+                k: n,
+                ta: true,
+                tb: false,
+                accumulate: acc,
+            };
+            gpu.gemm(&s, dy.s(), x.s(), &mut gw.s)?;
+        }
+        let (gb, _) = self.b.slot(gpu)?;
+        gpu.channel_sum(&mut gb.s, dy.s(), self.d_out)?;
+        if !need_dx {
+            return Ok(None);
+        }
+        let mut dx = act(gpu, n * self.d_in)?;
+        let s = Shape {
+            m: n,
+            n: self.d_in,
+            k: self.d_out,
+            ta: false,
+            tb: false,
+            accumulate: false,
+        };
+        gpu.gemm(&s, dy.s(), &self.w.w.s, &mut dx.s)?;
+        Ok(Some(GTensor::new(&x.shape, dx)?))
+    }
+}

@@ -1,0 +1,237 @@
+//! The one step loop, for every backend. Per step, in order: zero-grad, then per
+//! micro-batch {data, host-to-device, forward (with checkpoint segments) and loss,
+//! backward}, then the scaler's inf check, the optimizer update, and one `StepEvent`.
+//! What differs between devices (kernels, uploads, the clock, where the loss is read)
+//! sits behind [`Exec`]; the order of the work and what each phase covers is here,
+//! once.
+
+use std::time::Instant;
+
+use crate::engine::amp::GradScaler;
+use crate::engine::data::Batch;
+use crate::engine::device::{MemCategory, MemSnapshot};
+use crate::engine::nn::model::{LayerOps, Model};
+use crate::engine::train::{Measured, Observer, Phases, Source, StepEvent, Workload};
+use crate::error::{Error, Result};
+use crate::knobs::{Knobs, ZeroGrad};
+
+/// A timed phase of a step (`data_wait` is host time, measured by the loop itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    H2d,
+    ZeroGrad,
+    Forward,
+    Backward,
+    Recompute,
+    Optimizer,
+}
+
+impl Phases {
+    pub(crate) fn add_to(&mut self, p: Phase, s: f64) {
+        match p {
+            Phase::H2d => self.h2d += s,
+            Phase::ZeroGrad => self.zero_grad += s,
+            Phase::Forward => self.forward += s,
+            Phase::Backward => self.backward += s,
+            Phase::Recompute => self.recompute += s,
+            Phase::Optimizer => self.optimizer += s,
+        }
+    }
+}
+
+/// A backend's phase timer: `Instant` on the CPU, events on a GPU's stream (whose
+/// times can only be read after the step's sync, hence marks rather than durations).
+pub trait Clock {
+    type Mark;
+    fn mark(&mut self) -> Result<Self::Mark>;
+    /// Charges the time from `from` to now to `phase`.
+    fn add(&mut self, phase: Phase, from: Self::Mark) -> Result<()>;
+}
+
+/// The host clock: work is done when the call returns.
+#[derive(Debug, Default)]
+pub struct HostClock {
+    ph: Phases,
+}
+
+impl HostClock {
+    pub fn phases(&self) -> Phases {
+        self.ph
+    }
+}
+
+impl Clock for HostClock {
+    type Mark = Instant;
+    fn mark(&mut self) -> Result<Instant> {
+        Ok(Instant::now())
+    }
+    fn add(&mut self, phase: Phase, from: Instant) -> Result<()> {
+        self.ph.add_to(phase, from.elapsed().as_secs_f64());
+        Ok(())
+    }
+}
+
+/// What the step loop needs of a device.
+pub(crate) trait Exec {
+    type L: LayerOps;
+    type Clock: Clock;
+    type Labels;
+    /// A micro-batch's loss as the device holds it until the step's sync.
+    type Loss;
+
+    /// The training pass's context.
+    fn ctx(&self) -> &<Self::L as LayerOps>::Ctx;
+    /// A fresh clock for one step.
+    fn clock(&self) -> Self::Clock;
+    /// What the clock measured; called after `read_loss`, the step's sync.
+    fn phases(&self, clock: Self::Clock) -> Result<Phases>;
+    /// `zero_grad = memset`: zero every gradient that exists.
+    fn zero_grads(&mut self, model: &mut Model<Self::L>) -> Result<()>;
+    /// The batch where the device computes, and its labels.
+    fn upload(&mut self, batch: Batch) -> Result<(<Self::L as LayerOps>::T, Self::Labels)>;
+    /// Softmax cross-entropy of `logits`, and the logits' gradient scaled by `scale`.
+    fn loss(
+        &mut self,
+        logits: <Self::L as LayerOps>::T,
+        labels: &Self::Labels,
+        scale: f32,
+    ) -> Result<(Self::Loss, <Self::L as LayerOps>::T)>;
+    /// A loss already known on the host and not finite (stops before its backward).
+    fn diverged_now(&self, _loss: &Self::Loss) -> Option<f32> {
+        None
+    }
+    /// The scaler's check: every gradient finite.
+    fn grads_finite(&mut self, model: &mut Model<Self::L>) -> Result<bool>;
+    /// Fault injection: one gradient element becomes +inf, as an fp16 overflow would.
+    fn poison_one_grad(&mut self, model: &mut Model<Self::L>) -> Result<()>;
+    /// One optimizer step over every parameter, gradients divided by `loss_scale`.
+    fn update(&mut self, model: &mut Model<Self::L>, loss_scale: f32) -> Result<()>;
+    /// `zero_grad = none`: drop the gradient buffers.
+    fn release_grads(&mut self, model: &mut Model<Self::L>);
+    /// The step's mean loss over its micro-batches (the one host sync of a step).
+    fn read_loss(&mut self, losses: Vec<Self::Loss>, accum: usize) -> Result<f32>;
+    fn mem(&self) -> MemSnapshot;
+}
+
+/// What the loop hands back besides the measurements.
+pub(crate) struct Trained {
+    pub measured: Measured,
+    pub skipped_steps: Vec<usize>,
+}
+
+/// Runs `w.steps` optimizer steps of `model` on `b`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn train<B: Exec>(
+    b: &mut B,
+    model: &mut Model<B::L>,
+    source: &mut Source,
+    w: &Workload,
+    k: &Knobs,
+    scaler: &mut Option<GradScaler>,
+    obs: &mut dyn Observer,
+    started: Instant,
+) -> Result<Trained> {
+    let seg = k.checkpoint.segment_len(model.layers.len());
+    let accum = k.grad_accum;
+    let mut skipped_steps = Vec::new();
+    let mut step_times = Vec::with_capacity(w.steps);
+    let mut losses = Vec::with_capacity(w.steps);
+    let mut phase_sum = Phases::default();
+    let mut grad_between = 0;
+    for step in 0..w.steps {
+        let t_step = Instant::now();
+        let mut clock = b.clock();
+        let mut data_wait = 0.0;
+        let m = clock.mark()?;
+        if k.zero_grad == ZeroGrad::Memset {
+            b.zero_grads(model)?;
+        }
+        clock.add(Phase::ZeroGrad, m)?;
+        let mut micro = Vec::with_capacity(accum);
+        for _ in 0..accum {
+            let t = Instant::now();
+            let batch = source.next()?;
+            data_wait += t.elapsed().as_secs_f64();
+            let m = clock.mark()?;
+            let (x, labels) = b.upload(batch)?;
+            clock.add(Phase::H2d, m)?;
+
+            let m = clock.mark()?;
+            // The loss runs in f32 (as under autocast); its gradient is scaled, then
+            // stored like any activation gradient, which is where fp16 would underflow.
+            let logits = model.forward(x, b.ctx(), seg)?;
+            let loss_scale = scaler.as_ref().map_or(1.0, GradScaler::scale);
+            let (loss, dlogits) = b.loss(logits, &labels, loss_scale / accum as f32)?;
+            clock.add(Phase::Forward, m)?;
+            if let Some(bad) = b.diverged_now(&loss) {
+                model.clear_saved();
+                return Err(Error::Diverged { step, loss: bad });
+            }
+            micro.push(loss);
+
+            let m = clock.mark()?;
+            model.backward_timed(dlogits, b.ctx(), seg, &mut clock, &mut |_, _| Ok(()))?;
+            clock.add(Phase::Backward, m)?;
+        }
+        if w.inject_overflow_at == Some(step) {
+            b.poison_one_grad(model)?;
+        }
+        let m = clock.mark()?;
+        let loss_scale = scaler.as_ref().map(GradScaler::scale);
+        let apply = match scaler {
+            Some(sc) => sc.update(b.grads_finite(model)?),
+            None => true,
+        };
+        if apply {
+            b.update(model, loss_scale.unwrap_or(1.0))?;
+        } else {
+            skipped_steps.push(step);
+            obs.on_note(&format!(
+                "step {step}: gradient overflow at loss scale {}, step skipped",
+                loss_scale.unwrap_or(1.0)
+            ));
+        }
+        clock.add(Phase::Optimizer, m)?;
+        if k.zero_grad == ZeroGrad::None {
+            let m = clock.mark()?;
+            b.release_grads(model);
+            clock.add(Phase::ZeroGrad, m)?;
+        }
+        let loss = b.read_loss(micro, accum)?;
+        let step_s = t_step.elapsed().as_secs_f64();
+        let mut ph = b.phases(clock)?;
+        ph.data_wait += data_wait;
+        if !loss.is_finite() {
+            model.clear_saved();
+            return Err(Error::Diverged { step, loss });
+        }
+        let mem_after = b.mem();
+        grad_between = mem_after.current_of(MemCategory::Grads);
+        step_times.push(step_s);
+        losses.push(loss);
+        if step >= w.warmup {
+            phase_sum.add(&ph);
+        }
+        obs.on_step(&StepEvent {
+            step,
+            steps: w.steps,
+            loss,
+            samples: k.batch_size * accum,
+            step_s,
+            phases: ph,
+            mem_after,
+            loss_scale,
+            skipped: !apply,
+        });
+    }
+    Ok(Trained {
+        measured: Measured {
+            step_times,
+            losses,
+            phase_sum,
+            grad_between,
+            started,
+        },
+        skipped_steps,
+    })
+}
