@@ -419,7 +419,9 @@ knob_table! {
         /// Page-locked staging for host-to-device copies (not applicable on the CPU backend).
         pin_memory: bool = false,
         Values::Switch,
-        EVERYWHERE,
+        // The CPU backend has no host-to-device copy: it records the knob as not
+        // applicable (engine/caps.rs), so only CUDA honours it.
+        Applies { backends: &["cuda"], command: true, python: true },
         Torch::Line("DataLoader(dataset, pin_memory={value})");
 
         /// Time candidate algorithms per shape and keep the fastest (like cudnn.benchmark).
