@@ -3,7 +3,9 @@
 //! backward}, then the scaler's inf check, the optimizer update, and one `StepEvent`.
 //! What differs between devices (kernels, uploads, the clock, where the loss is read)
 //! sits behind [`Exec`]; the order of the work and what each phase covers is here,
-//! once.
+//! once. What differs between parallel modes (keeping replicas in step) sits behind
+//! [`Strategy`]: DDP is this loop on every rank with a strategy that all-reduces
+//! gradients from the gradient-ready hook.
 
 use std::time::Instant;
 
@@ -23,6 +25,8 @@ pub enum Phase {
     Forward,
     Backward,
     Recompute,
+    /// Communication a strategy waits for (DDP's buffer broadcast and bucket wait).
+    Comm,
     Optimizer,
 }
 
@@ -34,6 +38,7 @@ impl Phases {
             Phase::Forward => self.forward += s,
             Phase::Backward => self.backward += s,
             Phase::Recompute => self.recompute += s,
+            Phase::Comm => self.comm += s,
             Phase::Optimizer => self.optimizer += s,
         }
     }
@@ -113,16 +118,75 @@ pub(crate) trait Exec {
     fn mem(&self) -> MemSnapshot;
 }
 
+/// How the loop keeps replicas in step, as hooks at the points where a parallel mode
+/// differs from single-device training. Every hook defaults to doing nothing, which is
+/// [`Local`]: monomorphised away on one device. A strategy charges its own waiting to
+/// [`Phase::Comm`] on the step's clock.
+pub(crate) trait Strategy<B: Exec> {
+    /// After zero-grad, before the first micro-batch (DDP: `broadcast_buffers`).
+    fn begin_step(&mut self, _model: &mut Model<B::L>, _clock: &mut B::Clock) -> Result<()> {
+        Ok(())
+    }
+    /// Right before a micro-batch's backward; `last` is the step's last micro-batch,
+    /// the one whose gradients are final (DDP traces its backward).
+    fn before_backward(&mut self, _last: bool) {}
+    /// Top-level layer `i` finished its backward (reverse order): its gradients are
+    /// final for this micro-batch (DDP: fill buckets and launch them on the last one).
+    fn grads_ready(&mut self, _last: bool, _i: usize, _layer: &mut B::L) -> Result<()> {
+        Ok(())
+    }
+    /// Every micro-batch is done, before the scaler's check and the optimizer (DDP: wait
+    /// for the buckets and write the averaged gradients back).
+    fn before_update(
+        &mut self,
+        _model: &mut Model<B::L>,
+        _step: usize,
+        _clock: &mut B::Clock,
+    ) -> Result<()> {
+        Ok(())
+    }
+    /// The step is finished: report it (DDP: a per-rank report to the launcher).
+    fn end_step(
+        &mut self,
+        _model: &mut Model<B::L>,
+        ev: &StepEvent,
+        obs: &mut dyn Observer,
+    ) -> Result<()> {
+        obs.on_step(ev);
+        Ok(())
+    }
+}
+
+/// One device, nothing to keep in step.
+pub(crate) struct Local;
+impl<B: Exec> Strategy<B> for Local {}
+
 /// What the loop hands back besides the measurements.
 pub(crate) struct Trained {
     pub measured: Measured,
     pub skipped_steps: Vec<usize>,
 }
 
-/// Runs `w.steps` optimizer steps of `model` on `b`.
+/// Runs `w.steps` optimizer steps of `model` on `b`, alone on its device.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn train<B: Exec>(
     b: &mut B,
+    model: &mut Model<B::L>,
+    source: &mut Source,
+    w: &Workload,
+    k: &Knobs,
+    scaler: &mut Option<GradScaler>,
+    obs: &mut dyn Observer,
+    started: Instant,
+) -> Result<Trained> {
+    train_with(b, &mut Local, model, source, w, k, scaler, obs, started)
+}
+
+/// Runs `w.steps` optimizer steps of `model` on `b`, kept in step with its peers by `sync`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn train_with<B: Exec, S: Strategy<B>>(
+    b: &mut B,
+    sync: &mut S,
     model: &mut Model<B::L>,
     source: &mut Source,
     w: &Workload,
@@ -147,8 +211,10 @@ pub(crate) fn train<B: Exec>(
             b.zero_grads(model)?;
         }
         clock.add(Phase::ZeroGrad, m)?;
+        sync.begin_step(model, &mut clock)?;
         let mut micro = Vec::with_capacity(accum);
-        for _ in 0..accum {
+        for mi in 0..accum {
+            let last = mi + 1 == accum;
             let t = Instant::now();
             let batch = source.next()?;
             data_wait += t.elapsed().as_secs_f64();
@@ -169,10 +235,14 @@ pub(crate) fn train<B: Exec>(
             }
             micro.push(loss);
 
+            sync.before_backward(last);
             let m = clock.mark()?;
-            model.backward_timed(dlogits, b.ctx(), seg, &mut clock, &mut |_, _| Ok(()))?;
+            model.backward_timed(dlogits, b.ctx(), seg, &mut clock, &mut |i, l| {
+                sync.grads_ready(last, i, l)
+            })?;
             clock.add(Phase::Backward, m)?;
         }
+        sync.before_update(model, step, &mut clock)?;
         if w.inject_overflow_at == Some(step) {
             b.poison_one_grad(model)?;
         }
@@ -212,7 +282,7 @@ pub(crate) fn train<B: Exec>(
         if step >= w.warmup {
             phase_sum.add(&ph);
         }
-        obs.on_step(&StepEvent {
+        let ev = StepEvent {
             step,
             steps: w.steps,
             loss,
@@ -222,7 +292,8 @@ pub(crate) fn train<B: Exec>(
             mem_after,
             loss_scale,
             skipped: !apply,
-        });
+        };
+        sync.end_step(model, &ev, obs)?;
     }
     Ok(Trained {
         measured: Measured {

@@ -81,7 +81,7 @@ pub struct Options {
 }
 
 /// One timed interval of one step, in seconds since the run started.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Span {
     pub step: usize,
     pub start_s: f64,
