@@ -127,12 +127,30 @@ pub(crate) trait Strategy<B: Exec> {
     fn begin_step(&mut self, _model: &mut Model<B::L>, _clock: &mut B::Clock) -> Result<()> {
         Ok(())
     }
-    /// Right before a micro-batch's backward; `last` is the step's last micro-batch,
-    /// the one whose gradients are final (DDP traces its backward).
-    fn before_backward(&mut self, _last: bool) {}
+    /// A micro-batch's forward (DP: replicate, scatter the rows, forward on every
+    /// device, gather the outputs, so that the loss sees the whole batch).
+    fn forward(
+        &mut self,
+        model: &mut Model<B::L>,
+        x: Tensor<B>,
+        ctx: &<B::L as LayerOps>::Ctx,
+        seg: Option<usize>,
+    ) -> Result<Tensor<B>> {
+        model.forward(x, ctx, seg)
+    }
+    /// Right before a micro-batch's backward, with the logits' gradient; returns what
+    /// this device's backward starts from (DP: its rows, the others' sent to them).
+    /// `last` is the step's last micro-batch, whose gradients are final.
+    fn before_backward(&mut self, _last: bool, dy: Tensor<B>) -> Result<Tensor<B>> {
+        Ok(dy)
+    }
     /// Top-level layer `i` finished its backward (reverse order): its gradients are
     /// final for this micro-batch (DDP: fill buckets and launch them on the last one).
     fn grads_ready(&mut self, _last: bool, _i: usize, _layer: &mut B::L) -> Result<()> {
+        Ok(())
+    }
+    /// A micro-batch's backward is done (DP: add the replicas' gradients into device 0's).
+    fn after_backward(&mut self, _last: bool, _model: &mut Model<B::L>) -> Result<()> {
         Ok(())
     }
     /// Every micro-batch is done, before the scaler's check and the optimizer (DDP: wait
@@ -156,6 +174,9 @@ pub(crate) trait Strategy<B: Exec> {
         Ok(())
     }
 }
+
+/// The backend's tensor.
+pub(crate) type Tensor<B> = <<B as Exec>::L as LayerOps>::T;
 
 /// One device, nothing to keep in step.
 pub(crate) struct Local;
@@ -225,7 +246,7 @@ pub(crate) fn train_with<B: Exec, S: Strategy<B>>(
             let m = clock.mark()?;
             // The loss runs in f32 (as under autocast); its gradient is scaled, then
             // stored like any activation gradient, which is where fp16 would underflow.
-            let logits = model.forward(x, b.ctx(), seg)?;
+            let logits = sync.forward(model, x, b.ctx(), seg)?;
             let loss_scale = scaler.as_ref().map_or(1.0, GradScaler::scale);
             let (loss, dlogits) = b.loss(logits, &labels, loss_scale / accum as f32)?;
             clock.add(Phase::Forward, m)?;
@@ -235,11 +256,12 @@ pub(crate) fn train_with<B: Exec, S: Strategy<B>>(
             }
             micro.push(loss);
 
-            sync.before_backward(last);
             let m = clock.mark()?;
-            model.backward_timed(dlogits, b.ctx(), seg, &mut clock, &mut |i, l| {
+            let dy = sync.before_backward(last, dlogits)?;
+            model.backward_timed(dy, b.ctx(), seg, &mut clock, &mut |i, l| {
                 sync.grads_ready(last, i, l)
             })?;
+            sync.after_backward(last, model)?;
             clock.add(Phase::Backward, m)?;
         }
         sync.before_update(model, step, &mut clock)?;

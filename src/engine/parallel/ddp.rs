@@ -325,10 +325,11 @@ impl Strategy<CpuExec> for Ddp<'_> {
         Ok(())
     }
 
-    fn before_backward(&mut self, last: bool) {
+    fn before_backward(&mut self, last: bool, dy: Tensor) -> Result<Tensor> {
         if last {
             self.at.backward.start_s = self.t0.elapsed().as_secs_f64();
         }
+        Ok(dy)
     }
 
     fn grads_ready(&mut self, last: bool, i: usize, layer: &mut Box<dyn Layer>) -> Result<()> {
