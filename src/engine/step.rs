@@ -328,3 +328,137 @@ pub(crate) fn train_with<B: Exec, S: Strategy<B>>(
         skipped_steps,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::engine::data::ImageShape;
+    use crate::engine::device::Device;
+    use crate::engine::nn::layer::{Ctx, Layer};
+    use crate::engine::nn::zoo::{self, ModelKind};
+    use crate::engine::optim::{OptimConfig, OptimKind, Optimizer};
+    use crate::engine::train::{synthetic_batch, CpuExec, NoObserver};
+
+    /// Writes down every hook call, and checks at `before_update` that every
+    /// parameter already holds its gradient and no weight has moved yet.
+    struct Record(Vec<String>, Vec<f32>);
+
+    fn weights(model: &mut Model) -> Vec<f32> {
+        let mut v = Vec::new();
+        model.visit_params(&mut |p| v.extend_from_slice(p.w.f32().unwrap()));
+        v
+    }
+
+    impl Strategy<CpuExec> for Record {
+        fn begin_step(&mut self, model: &mut Model, _: &mut HostClock) -> Result<()> {
+            self.1 = weights(model);
+            self.0.push("begin".into());
+            Ok(())
+        }
+        fn forward(
+            &mut self,
+            model: &mut Model,
+            x: crate::engine::tensor::Tensor,
+            ctx: &Ctx,
+            seg: Option<usize>,
+        ) -> Result<crate::engine::tensor::Tensor> {
+            self.0.push("forward".into());
+            model.forward(x, ctx, seg)
+        }
+        fn before_backward(
+            &mut self,
+            last: bool,
+            dy: crate::engine::tensor::Tensor,
+        ) -> Result<crate::engine::tensor::Tensor> {
+            self.0.push(format!("backward last={last}"));
+            Ok(dy)
+        }
+        fn grads_ready(&mut self, last: bool, i: usize, _: &mut Box<dyn Layer>) -> Result<()> {
+            self.0.push(format!("ready {i} last={last}"));
+            Ok(())
+        }
+        fn after_backward(&mut self, last: bool, _: &mut Model) -> Result<()> {
+            self.0.push(format!("after last={last}"));
+            Ok(())
+        }
+        fn before_update(
+            &mut self,
+            model: &mut Model,
+            step: usize,
+            _: &mut HostClock,
+        ) -> Result<()> {
+            let mut missing = 0;
+            model.visit_params(&mut |p| missing += usize::from(p.g.is_none()));
+            let moved = weights(model) != self.1;
+            self.0
+                .push(format!("update {step} missing={missing} moved={moved}"));
+            Ok(())
+        }
+        fn end_step(
+            &mut self,
+            _: &mut Model,
+            ev: &StepEvent,
+            obs: &mut dyn Observer,
+        ) -> Result<()> {
+            self.0.push(format!("end {}", ev.step));
+            obs.on_step(ev);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn strategy_hooks_run_in_step_order_with_final_gradients_before_the_update() {
+        let dev = Device::cpu(0, 1);
+        let kind = ModelKind::Mlp;
+        let mut model = zoo::build(kind, 10, 0, &dev).unwrap();
+        let layers = model.layers.len();
+        let [h, w, c] = kind.input();
+        let k = Knobs {
+            batch_size: 4,
+            grad_accum: 2,
+            ..Knobs::default()
+        };
+        let mut source = Source::Fixed(synthetic_batch(ImageShape { h, w, c }, 4, 10, 0));
+        let wl = Workload {
+            steps: 2,
+            warmup: 0,
+            ..Workload::new(kind, "synthetic")
+        };
+        let mut exec = CpuExec {
+            ctx: Ctx::train(&dev),
+            dev: Arc::clone(&dev),
+            opt: Optimizer::new(OptimConfig::of(OptimKind::Sgd, 0.01).unwrap()).unwrap(),
+            classes: 10,
+        };
+        let mut rec = Record(Vec::new(), Vec::new());
+        let t = train_with(
+            &mut exec,
+            &mut rec,
+            &mut model,
+            &mut source,
+            &wl,
+            &k,
+            &mut None,
+            &mut NoObserver,
+            Instant::now(),
+        )
+        .unwrap();
+        assert_eq!(t.measured.losses.len(), 2);
+
+        let mut want = Vec::new();
+        for step in 0..2 {
+            want.push("begin".to_string());
+            for last in [false, true] {
+                want.push("forward".into());
+                want.push(format!("backward last={last}"));
+                want.extend((0..layers).rev().map(|i| format!("ready {i} last={last}")));
+                want.push(format!("after last={last}"));
+            }
+            want.push(format!("update {step} missing=0 moved=false"));
+            want.push(format!("end {step}"));
+        }
+        assert_eq!(rec.0, want);
+    }
+}
