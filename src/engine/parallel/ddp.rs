@@ -7,6 +7,7 @@
 //! a communication thread per rank (NCCL's communication stream). With gradient
 //! accumulation only the last micro-batch synchronises (`no_sync` for the others).
 //! Every rank applies the same averaged gradients, so replicas stay bit-identical.
+//! Each rank is the one step loop with the `Ddp` strategy.
 
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;

@@ -1,4 +1,6 @@
-//! DataParallel as `torch.nn.DataParallel` does it, driven by device 0 every step:
+//! DataParallel as `torch.nn.DataParallel` does it, driven by device 0 every step (the
+//! one step loop with the `Dp` strategy; steps 1-2 and 4 are its forward hook, 5 its
+//! `before_backward`, 6 its `after_backward`):
 //!
 //! 1. device 0 copies the parameters (and BN buffers) into every other device's arena
 //!    (`replicate`); replicas hold them only for the step, as torch's do;
