@@ -412,3 +412,40 @@ fn bad_parallel_input_exits_2_and_dp_on_one_device_runs_with_a_note() {
     }
     assert!(s["imbalance"]["memory"].as_f64().unwrap() >= 1.0);
 }
+
+/// Seconds of step time the phases account for, over the measured steps: every phase
+/// but `recompute`, which is part of `backward`.
+fn phase_total(s: &RunSummary) -> (f64, f64) {
+    let n = s.step_times.len() - s.warmup;
+    let p = &s.phases_mean;
+    let phases = p.data_wait + p.h2d + p.zero_grad + p.forward + p.backward + p.comm + p.optimizer;
+    (phases * n as f64, s.step_times[s.warmup..].iter().sum())
+}
+
+#[test]
+fn dp_and_ddp_charge_communication_to_comm_once_and_one_device_has_none() {
+    let _serial = serial();
+    let cache = tempfile::tempdir().unwrap();
+    // The MLP on DP: the copies are a large share of a step, so counting them in
+    // forward/backward as well as in comm would overshoot the step time visibly.
+    let w = workload(ModelKind::Mlp, "synthetic", 6, cache.path());
+    let single = run(&w, &knobs(Parallel::Single, 1, 64), &mut NoObserver).unwrap();
+    assert_eq!(
+        single.phases_mean.comm, 0.0,
+        "one device communicates nothing"
+    );
+    for p in [Parallel::Dp, Parallel::Ddp] {
+        let s = run(&w, &knobs(p, 2, 64), &mut NoObserver).unwrap();
+        let (phases, steps) = phase_total(&s);
+        println!(
+            "{p:?}: phases {phases:.6} s of {steps:.6} s, comm {:.6} s/step",
+            s.phases_mean.comm
+        );
+        assert!(s.phases_mean.comm > 0.0, "{p:?}: no communication charged");
+        // Every phase is an interval inside its step: their sum cannot exceed it.
+        assert!(
+            phases <= steps * (1.0 + 1e-9),
+            "{p:?}: phases add up to {phases} s, more than the steps' {steps} s"
+        );
+    }
+}

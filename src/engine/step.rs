@@ -3,7 +3,9 @@
 //! backward}, then the scaler's inf check, the optimizer update, and one `StepEvent`.
 //! What differs between devices (kernels, uploads, the clock, where the loss is read)
 //! sits behind [`Exec`]; the order of the work and what each phase covers is here,
-//! once.
+//! once. What differs between parallel modes (keeping replicas in step) sits behind
+//! [`Strategy`]: DDP is this loop on every rank with a strategy that all-reduces
+//! gradients from the gradient-ready hook.
 
 use std::time::Instant;
 
@@ -23,6 +25,8 @@ pub enum Phase {
     Forward,
     Backward,
     Recompute,
+    /// Communication a strategy waits for (DDP's buffer broadcast and bucket wait).
+    Comm,
     Optimizer,
 }
 
@@ -34,6 +38,7 @@ impl Phases {
             Phase::Forward => self.forward += s,
             Phase::Backward => self.backward += s,
             Phase::Recompute => self.recompute += s,
+            Phase::Comm => self.comm += s,
             Phase::Optimizer => self.optimizer += s,
         }
     }
@@ -113,16 +118,96 @@ pub(crate) trait Exec {
     fn mem(&self) -> MemSnapshot;
 }
 
+/// How the loop keeps replicas in step, as hooks at the points where a parallel mode
+/// differs from single-device training. Every hook defaults to doing nothing, which is
+/// [`Local`]: monomorphised away on one device. A strategy charges its own waiting to
+/// [`Phase::Comm`] on the step's clock.
+pub(crate) trait Strategy<B: Exec> {
+    /// After zero-grad, before the first micro-batch (DDP: `broadcast_buffers`).
+    fn begin_step(&mut self, _model: &mut Model<B::L>, _clock: &mut B::Clock) -> Result<()> {
+        Ok(())
+    }
+    /// A micro-batch's forward (DP: replicate, scatter the rows, forward on every
+    /// device, gather the outputs, so that the loss sees the whole batch).
+    fn forward(
+        &mut self,
+        model: &mut Model<B::L>,
+        x: Tensor<B>,
+        ctx: &<B::L as LayerOps>::Ctx,
+        seg: Option<usize>,
+    ) -> Result<Tensor<B>> {
+        model.forward(x, ctx, seg)
+    }
+    /// Right before a micro-batch's backward, with the logits' gradient; returns what
+    /// this device's backward starts from (DP: its rows, the others' sent to them).
+    /// `last` is the step's last micro-batch, whose gradients are final.
+    fn before_backward(&mut self, _last: bool, dy: Tensor<B>) -> Result<Tensor<B>> {
+        Ok(dy)
+    }
+    /// Top-level layer `i` finished its backward (reverse order): its gradients are
+    /// final for this micro-batch (DDP: fill buckets and launch them on the last one).
+    fn grads_ready(&mut self, _last: bool, _i: usize, _layer: &mut B::L) -> Result<()> {
+        Ok(())
+    }
+    /// A micro-batch's backward is done (DP: add the replicas' gradients into device 0's).
+    fn after_backward(&mut self, _last: bool, _model: &mut Model<B::L>) -> Result<()> {
+        Ok(())
+    }
+    /// Every micro-batch is done, before the scaler's check and the optimizer (DDP: wait
+    /// for the buckets and write the averaged gradients back).
+    fn before_update(
+        &mut self,
+        _model: &mut Model<B::L>,
+        _step: usize,
+        _clock: &mut B::Clock,
+    ) -> Result<()> {
+        Ok(())
+    }
+    /// The step is finished: report it (DDP: a per-rank report to the launcher).
+    fn end_step(
+        &mut self,
+        _model: &mut Model<B::L>,
+        ev: &StepEvent,
+        obs: &mut dyn Observer,
+    ) -> Result<()> {
+        obs.on_step(ev);
+        Ok(())
+    }
+}
+
+/// The backend's tensor.
+pub(crate) type Tensor<B> = <<B as Exec>::L as LayerOps>::T;
+
+/// One device, nothing to keep in step.
+pub(crate) struct Local;
+impl<B: Exec> Strategy<B> for Local {}
+
 /// What the loop hands back besides the measurements.
 pub(crate) struct Trained {
     pub measured: Measured,
     pub skipped_steps: Vec<usize>,
 }
 
-/// Runs `w.steps` optimizer steps of `model` on `b`.
+/// Runs `w.steps` optimizer steps of `model` on `b`, alone on its device.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn train<B: Exec>(
     b: &mut B,
+    model: &mut Model<B::L>,
+    source: &mut Source,
+    w: &Workload,
+    k: &Knobs,
+    scaler: &mut Option<GradScaler>,
+    obs: &mut dyn Observer,
+    started: Instant,
+) -> Result<Trained> {
+    train_with(b, &mut Local, model, source, w, k, scaler, obs, started)
+}
+
+/// Runs `w.steps` optimizer steps of `model` on `b`, kept in step with its peers by `sync`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn train_with<B: Exec, S: Strategy<B>>(
+    b: &mut B,
+    sync: &mut S,
     model: &mut Model<B::L>,
     source: &mut Source,
     w: &Workload,
@@ -147,8 +232,10 @@ pub(crate) fn train<B: Exec>(
             b.zero_grads(model)?;
         }
         clock.add(Phase::ZeroGrad, m)?;
+        sync.begin_step(model, &mut clock)?;
         let mut micro = Vec::with_capacity(accum);
-        for _ in 0..accum {
+        for mi in 0..accum {
+            let last = mi + 1 == accum;
             let t = Instant::now();
             let batch = source.next()?;
             data_wait += t.elapsed().as_secs_f64();
@@ -159,7 +246,7 @@ pub(crate) fn train<B: Exec>(
             let m = clock.mark()?;
             // The loss runs in f32 (as under autocast); its gradient is scaled, then
             // stored like any activation gradient, which is where fp16 would underflow.
-            let logits = model.forward(x, b.ctx(), seg)?;
+            let logits = sync.forward(model, x, b.ctx(), seg)?;
             let loss_scale = scaler.as_ref().map_or(1.0, GradScaler::scale);
             let (loss, dlogits) = b.loss(logits, &labels, loss_scale / accum as f32)?;
             clock.add(Phase::Forward, m)?;
@@ -170,9 +257,14 @@ pub(crate) fn train<B: Exec>(
             micro.push(loss);
 
             let m = clock.mark()?;
-            model.backward_timed(dlogits, b.ctx(), seg, &mut clock, &mut |_, _| Ok(()))?;
+            let dy = sync.before_backward(last, dlogits)?;
+            model.backward_timed(dy, b.ctx(), seg, &mut clock, &mut |i, l| {
+                sync.grads_ready(last, i, l)
+            })?;
+            sync.after_backward(last, model)?;
             clock.add(Phase::Backward, m)?;
         }
+        sync.before_update(model, step, &mut clock)?;
         if w.inject_overflow_at == Some(step) {
             b.poison_one_grad(model)?;
         }
@@ -212,7 +304,7 @@ pub(crate) fn train<B: Exec>(
         if step >= w.warmup {
             phase_sum.add(&ph);
         }
-        obs.on_step(&StepEvent {
+        let ev = StepEvent {
             step,
             steps: w.steps,
             loss,
@@ -222,7 +314,8 @@ pub(crate) fn train<B: Exec>(
             mem_after,
             loss_scale,
             skipped: !apply,
-        });
+        };
+        sync.end_step(model, &ev, obs)?;
     }
     Ok(Trained {
         measured: Measured {
@@ -234,4 +327,138 @@ pub(crate) fn train<B: Exec>(
         },
         skipped_steps,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::engine::data::ImageShape;
+    use crate::engine::device::Device;
+    use crate::engine::nn::layer::{Ctx, Layer};
+    use crate::engine::nn::zoo::{self, ModelKind};
+    use crate::engine::optim::{OptimConfig, OptimKind, Optimizer};
+    use crate::engine::train::{synthetic_batch, CpuExec, NoObserver};
+
+    /// Writes down every hook call, and checks at `before_update` that every
+    /// parameter already holds its gradient and no weight has moved yet.
+    struct Record(Vec<String>, Vec<f32>);
+
+    fn weights(model: &mut Model) -> Vec<f32> {
+        let mut v = Vec::new();
+        model.visit_params(&mut |p| v.extend_from_slice(p.w.f32().unwrap()));
+        v
+    }
+
+    impl Strategy<CpuExec> for Record {
+        fn begin_step(&mut self, model: &mut Model, _: &mut HostClock) -> Result<()> {
+            self.1 = weights(model);
+            self.0.push("begin".into());
+            Ok(())
+        }
+        fn forward(
+            &mut self,
+            model: &mut Model,
+            x: crate::engine::tensor::Tensor,
+            ctx: &Ctx,
+            seg: Option<usize>,
+        ) -> Result<crate::engine::tensor::Tensor> {
+            self.0.push("forward".into());
+            model.forward(x, ctx, seg)
+        }
+        fn before_backward(
+            &mut self,
+            last: bool,
+            dy: crate::engine::tensor::Tensor,
+        ) -> Result<crate::engine::tensor::Tensor> {
+            self.0.push(format!("backward last={last}"));
+            Ok(dy)
+        }
+        fn grads_ready(&mut self, last: bool, i: usize, _: &mut Box<dyn Layer>) -> Result<()> {
+            self.0.push(format!("ready {i} last={last}"));
+            Ok(())
+        }
+        fn after_backward(&mut self, last: bool, _: &mut Model) -> Result<()> {
+            self.0.push(format!("after last={last}"));
+            Ok(())
+        }
+        fn before_update(
+            &mut self,
+            model: &mut Model,
+            step: usize,
+            _: &mut HostClock,
+        ) -> Result<()> {
+            let mut missing = 0;
+            model.visit_params(&mut |p| missing += usize::from(p.g.is_none()));
+            let moved = weights(model) != self.1;
+            self.0
+                .push(format!("update {step} missing={missing} moved={moved}"));
+            Ok(())
+        }
+        fn end_step(
+            &mut self,
+            _: &mut Model,
+            ev: &StepEvent,
+            obs: &mut dyn Observer,
+        ) -> Result<()> {
+            self.0.push(format!("end {}", ev.step));
+            obs.on_step(ev);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn strategy_hooks_run_in_step_order_with_final_gradients_before_the_update() {
+        let dev = Device::cpu(0, 1);
+        let kind = ModelKind::Mlp;
+        let mut model = zoo::build(kind, 10, 0, &dev).unwrap();
+        let layers = model.layers.len();
+        let [h, w, c] = kind.input();
+        let k = Knobs {
+            batch_size: 4,
+            grad_accum: 2,
+            ..Knobs::default()
+        };
+        let mut source = Source::Fixed(synthetic_batch(ImageShape { h, w, c }, 4, 10, 0));
+        let wl = Workload {
+            steps: 2,
+            warmup: 0,
+            ..Workload::new(kind, "synthetic")
+        };
+        let mut exec = CpuExec {
+            ctx: Ctx::train(&dev),
+            dev: Arc::clone(&dev),
+            opt: Optimizer::new(OptimConfig::of(OptimKind::Sgd, 0.01).unwrap()).unwrap(),
+            classes: 10,
+        };
+        let mut rec = Record(Vec::new(), Vec::new());
+        let t = train_with(
+            &mut exec,
+            &mut rec,
+            &mut model,
+            &mut source,
+            &wl,
+            &k,
+            &mut None,
+            &mut NoObserver,
+            Instant::now(),
+        )
+        .unwrap();
+        assert_eq!(t.measured.losses.len(), 2);
+
+        let mut want = Vec::new();
+        for step in 0..2 {
+            want.push("begin".to_string());
+            for last in [false, true] {
+                want.push("forward".into());
+                want.push(format!("backward last={last}"));
+                want.extend((0..layers).rev().map(|i| format!("ready {i} last={last}")));
+                want.push(format!("after last={last}"));
+            }
+            want.push(format!("update {step} missing=0 moved=false"));
+            want.push(format!("end {step}"));
+        }
+        assert_eq!(rec.0, want);
+    }
 }

@@ -443,11 +443,11 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
 
 /// The CPU backend of the step loop: the model computes where the loader left the
 /// batch, on this thread's rayon pool, timed by the host clock.
-struct CpuExec {
-    ctx: Ctx,
-    dev: Arc<Device>,
-    opt: Optimizer,
-    classes: usize,
+pub(crate) struct CpuExec {
+    pub(crate) ctx: Ctx,
+    pub(crate) dev: Arc<Device>,
+    pub(crate) opt: Optimizer,
+    pub(crate) classes: usize,
 }
 
 impl Exec for CpuExec {

@@ -7,28 +7,29 @@
 //! a communication thread per rank (NCCL's communication stream). With gradient
 //! accumulation only the last micro-batch synchronises (`no_sync` for the others).
 //! Every rank applies the same averaged gradients, so replicas stay bit-identical.
+//! Each rank is the one step loop with the `Ddp` strategy.
 
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::device::{Device, MemCategory};
-use crate::engine::nn::layer::Ctx;
+use crate::engine::nn::layer::{Ctx, Layer};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
-use crate::engine::ops::loss::softmax_cross_entropy;
 use crate::engine::optim::Optimizer;
-use crate::engine::parallel::bucket::{comm_loop, ParamLayout, Reducer};
+use crate::engine::parallel::bucket::{comm_loop, BucketSpan, ParamLayout, Reducer};
 use crate::engine::parallel::collective::{ring, Collective, Ring, Timed};
-use crate::engine::parallel::summary::{DeviceClock, DeviceStep};
+use crate::engine::parallel::summary::{ClockReading, DeviceClock, DeviceStep};
 use crate::engine::parallel::{
     collect, join_all, optim_config, param_digest, pool, Feed, Options, Outcome, RankTrace, Span,
     StepReport, Trace,
 };
+use crate::engine::step::{self, Clock, HostClock, Phase, Strategy};
 use crate::engine::tensor::Tensor;
-use crate::engine::train::{Observer, Phases, Source, Workload};
+use crate::engine::train::{CpuExec, NoObserver, Observer, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
-use crate::knobs::{Knobs, ZeroGrad};
+use crate::knobs::Knobs;
 
 /// Everything one rank's thread owns.
 struct Rank<'a> {
@@ -221,41 +222,49 @@ fn rank_inner(r: Rank<'_>) -> Result<RankEnd> {
         sync_bn: k.sync_bn.then(|| Arc::clone(&sync)),
         ..Ctx::train(&dev)
     };
-    let seg = k.checkpoint.segment_len(model.layers.len());
-    let mut opt = Optimizer::new(optim_config(w))?;
+    let mut exec = CpuExec {
+        ctx,
+        dev: Arc::clone(&dev),
+        opt: Optimizer::new(optim_config(w))?,
+        classes,
+    };
     let (job_tx, job_rx) = channel();
     let (done_tx, done_rx) = channel();
     let grad: Arc<dyn Collective> = Arc::new(grad_ring);
     let cap = k.bucket_mb.saturating_mul(1 << 20);
-    let mut reducer = Reducer::new(layout, cap, &dev, job_tx, done_rx, t0);
+    let reducer = Reducer::new(layout, cap, &dev, job_tx, done_rx, t0);
     let bucket_lens = reducer.bucket_lens();
-    let mut trace = RankTrace::default();
-    std::thread::scope(|s| {
+    let trace = std::thread::scope(|s| {
         let comm_clock = Arc::clone(&clock);
         let comm = std::thread::Builder::new()
             .name(format!("tune-ddp-comm{rank}"))
             .spawn_scoped(s, move || comm_loop(grad, job_rx, done_tx, comm_clock, t0))
             .map_err(|e| Error::Runtime(format!("cannot start rank {rank}'s comm thread: {e}")))?;
-        let res = State {
-            w,
-            k,
+        let mut ddp = Ddp {
             rank,
             dev: &dev,
-            classes,
-            source: &mut source,
-            model: &mut model,
-            opt: &mut opt,
-            reducer: &mut reducer,
-            ctx: &ctx,
-            seg,
+            reducer,
             sync: sync.as_ref(),
             clock: &clock,
             t0,
             reports: &reports,
             verify,
-            trace: &mut trace,
-        }
-        .train();
+            trace: RankTrace::default(),
+            at: StepMarks::default(),
+        };
+        // Ranks run without a scaler: mixed precision is refused for multi-device runs.
+        let res = step::train_with(
+            &mut exec,
+            &mut ddp,
+            &mut model,
+            &mut source,
+            w,
+            k,
+            &mut None,
+            &mut NoObserver,
+            t0,
+        );
+        let Ddp { reducer, trace, .. } = ddp;
         // Hanging up ends the communication thread's loop.
         drop(reducer);
         let comm_res = comm
@@ -264,7 +273,8 @@ fn rank_inner(r: Rank<'_>) -> Result<RankEnd> {
         // A failed collective shows first as a hang-up to the reducer: report the cause.
         match (res, comm_res) {
             (Err(_), Err(e)) => Err(e),
-            (res, _) => res,
+            (Err(e), Ok(())) => Err(e),
+            (Ok(_), _) => Ok(trace),
         }
     })?;
     Ok(RankEnd {
@@ -275,172 +285,114 @@ fn rank_inner(r: Rank<'_>) -> Result<RankEnd> {
     })
 }
 
-struct State<'a, 'w> {
-    w: &'w Workload,
-    k: &'w Knobs,
+/// What one step's hooks measured, for the rank's report at its end.
+#[derive(Default)]
+struct StepMarks {
+    /// The device clock when the step began.
+    c0: ClockReading,
+    /// SyncBatchNorm wait before the first micro-batch.
+    sync_before: f64,
+    /// SyncBatchNorm waits inside forward/backward: communication, not work.
+    sync_fb: f64,
+    /// Copying averaged gradients back, not counting the wait for the buckets.
+    finish_work: Duration,
+    backward: Span,
+    spans: Vec<BucketSpan>,
+}
+
+/// The DDP strategy of one rank: buffers broadcast at the start of a step, gradient
+/// buckets filled and launched from the last micro-batch's gradient-ready hook (the
+/// others run as under `no_sync`), and waited for before the update.
+struct Ddp<'a> {
     rank: usize,
     dev: &'a Arc<Device>,
-    classes: usize,
-    source: &'a mut Source,
-    model: &'a mut Model,
-    opt: &'a mut Optimizer,
-    reducer: &'a mut Reducer,
-    ctx: &'a Ctx,
-    seg: Option<usize>,
+    reducer: Reducer,
     sync: &'a dyn Collective,
     clock: &'a DeviceClock,
     t0: Instant,
     reports: &'a Sender<StepReport>,
     verify: bool,
-    trace: &'a mut RankTrace,
+    trace: RankTrace,
+    at: StepMarks,
 }
 
-impl State<'_, '_> {
-    fn train(mut self) -> Result<()> {
-        for step in 0..self.w.steps {
-            self.step(step)?;
-        }
+impl Strategy<CpuExec> for Ddp<'_> {
+    fn begin_step(&mut self, model: &mut Model, clock: &mut HostClock) -> Result<()> {
+        self.at.c0 = self.clock.read();
+        let m = clock.mark()?;
+        broadcast_buffers(model, self.sync, self.dev)?;
+        clock.add(Phase::Comm, m)?;
+        self.at.sync_before = self.clock.read().sync_s;
         Ok(())
     }
 
-    fn step(&mut self, step: usize) -> Result<()> {
-        let (k, accum) = (self.k, self.k.grad_accum);
-        let t_step = Instant::now();
-        let c0 = self.clock.read();
-        let mut ph = Phases::default();
-        let mut busy = Duration::ZERO;
-        let mut loss_sum = 0.0f32;
-
-        let t = Instant::now();
-        if k.zero_grad == ZeroGrad::Memset {
-            visit_result(self.model, |p| {
-                if let Some(g) = &mut p.g {
-                    g.f32_mut()?.fill(0.0);
-                }
-                Ok(())
-            })?;
+    fn before_backward(&mut self, last: bool, dy: Tensor) -> Result<Tensor> {
+        if last {
+            self.at.backward.start_s = self.t0.elapsed().as_secs_f64();
         }
-        let d = t.elapsed();
-        ph.zero_grad += d.as_secs_f64();
-        busy += d;
+        Ok(dy)
+    }
 
-        let t = Instant::now();
-        broadcast_buffers(self.model, self.sync, self.dev)?;
-        ph.comm += t.elapsed().as_secs_f64();
-
-        let sync_before = self.clock.read().sync_s;
-        let mut bwd = Span {
-            step,
-            start_s: 0.0,
-            end_s: 0.0,
-        };
-        for micro in 0..accum {
-            let t = Instant::now();
-            let batch = self.source.next()?;
-            ph.data_wait += t.elapsed().as_secs_f64();
-            let t = Instant::now();
-            let x = Tensor::from_vec(
-                &[batch.n, batch.shape.h, batch.shape.w, batch.shape.c],
-                batch.x,
-                MemCategory::Activations,
-                self.dev.mem(),
-            )?;
-            ph.h2d += t.elapsed().as_secs_f64();
-
-            let t = Instant::now();
-            let logits = self.model.forward(x, self.ctx, self.seg)?;
-            let mut dlogits = self.ctx.alloc(logits.shape());
-            let (loss, _) = softmax_cross_entropy(
-                logits.f32()?,
-                &batch.y,
-                self.classes,
-                1.0 / accum as f32,
-                Some(dlogits.f32_mut()?),
-            )?;
-            drop(logits);
-            let d = t.elapsed();
-            ph.forward += d.as_secs_f64();
-            busy += d;
-            if !loss.is_finite() {
-                self.model.clear_saved();
-                return Err(Error::Diverged { step, loss });
-            }
-            loss_sum += loss / accum as f32;
-
-            let t = Instant::now();
-            let bs = if micro + 1 == accum {
-                bwd.start_s = self.t0.elapsed().as_secs_f64();
-                let reducer = &mut *self.reducer;
-                let bs = self
-                    .model
-                    .backward_hooked(dlogits, self.ctx, self.seg, &mut |i, l| {
-                        reducer.layer_ready(i, l.as_mut())
-                    })?;
-                bwd.end_s = reducer.grads_done_s();
-                bs
-            } else {
-                self.model.backward(dlogits, self.ctx, self.seg)?
-            };
-            let d = t.elapsed();
-            ph.backward += d.as_secs_f64();
-            ph.recompute += bs.recompute.as_secs_f64();
-            busy += d;
+    fn grads_ready(&mut self, last: bool, i: usize, layer: &mut Box<dyn Layer>) -> Result<()> {
+        if last {
+            self.reducer.layer_ready(i, layer.as_mut())
+        } else {
+            Ok(())
         }
-        // SyncBatchNorm waits inside forward/backward are communication, not work.
-        let sync_fb = self.clock.read().sync_s - sync_before;
-        busy = busy.saturating_sub(Duration::from_secs_f64(sync_fb.max(0.0)));
+    }
 
+    fn before_update(
+        &mut self,
+        model: &mut Model,
+        step: usize,
+        clock: &mut HostClock,
+    ) -> Result<()> {
+        self.at.sync_fb = (self.clock.read().sync_s - self.at.sync_before).max(0.0);
+        self.at.backward.step = step;
+        self.at.backward.end_s = self.reducer.grads_done_s();
+        let m = clock.mark()?;
         let t = Instant::now();
-        let (waited, spans) = self.reducer.finish(self.model, step)?;
-        let d = t.elapsed();
-        ph.comm += d.as_secs_f64();
-        busy += d.saturating_sub(waited);
+        let (waited, spans) = self.reducer.finish(model, step)?;
+        self.at.finish_work = t.elapsed().saturating_sub(waited);
+        clock.add(Phase::Comm, m)?;
+        self.at.spans = spans;
+        Ok(())
+    }
 
-        let t = Instant::now();
-        self.opt.begin_step();
-        let mut idx = 0;
-        let opt = &mut *self.opt;
-        visit_result(self.model, |p| {
-            let r = opt.update(idx, p, 1.0);
-            idx += 1;
-            r
-        })?;
-        if k.zero_grad == ZeroGrad::None {
-            self.model.visit_params(&mut |p| p.g = None);
-        }
-        let d = t.elapsed();
-        ph.optimizer += d.as_secs_f64();
-        busy += d;
-
+    fn end_step(&mut self, model: &mut Model, ev: &StepEvent, _: &mut dyn Observer) -> Result<()> {
+        let at = std::mem::take(&mut self.at);
+        let ph = &ev.phases;
+        let compute = (ph.zero_grad + ph.forward + ph.backward - at.sync_fb).max(0.0);
+        let busy_s = compute + at.finish_work.as_secs_f64() + ph.optimizer;
         let digest = if self.verify {
-            let d = param_digest(self.model)?;
+            let d = param_digest(model)?;
             self.trace.digests.push(d);
             Some(d)
         } else {
             None
         };
-        let step_s = t_step.elapsed().as_secs_f64();
-        let dc = self.clock.read().since(&c0);
+        let dc = self.clock.read().since(&at.c0);
         let mut dev_step = DeviceStep {
             index: self.rank,
-            busy_s: busy.as_secs_f64(),
+            busy_s,
             comm_s: dc.comm_s + dc.sync_s,
             ..DeviceStep::default()
         };
-        for s in &spans {
+        for s in &at.spans {
             dev_step.allreduce_s += s.end_s - s.start_s;
-            dev_step.allreduce_overlapped_s += (s.end_s.min(bwd.end_s) - s.start_s).max(0.0);
+            dev_step.allreduce_overlapped_s +=
+                (s.end_s.min(at.backward.end_s) - s.start_s).max(0.0);
         }
-        self.trace.backward.push(bwd);
-        self.trace.allreduce.extend(spans);
+        self.trace.backward.push(at.backward);
+        self.trace.allreduce.extend(at.spans);
         let rep = StepReport {
             rank: self.rank,
-            step,
-            loss: loss_sum,
-            samples: k.batch_size * accum,
-            step_s,
-            phases: ph,
-            mem_after: self.dev.mem().snapshot(),
+            step: ev.step,
+            loss: ev.loss,
+            samples: ev.samples,
+            step_s: ev.step_s,
+            phases: ev.phases,
+            mem_after: ev.mem_after.clone(),
             devices: vec![dev_step],
             digest,
         };

@@ -1,4 +1,6 @@
-//! DataParallel as `torch.nn.DataParallel` does it, driven by device 0 every step:
+//! DataParallel as `torch.nn.DataParallel` does it, driven by device 0 every step (the
+//! one step loop with the `Dp` strategy; steps 1-2 and 4 are its forward hook, 5 its
+//! `before_backward`, 6 its `after_backward`):
 //!
 //! 1. device 0 copies the parameters (and BN buffers) into every other device's arena
 //!    (`replicate`); replicas hold them only for the step, as torch's do;
@@ -22,15 +24,15 @@ use crate::engine::device::{Device, MemCategory};
 use crate::engine::nn::layer::Ctx;
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
-use crate::engine::ops::loss::softmax_cross_entropy;
 use crate::engine::optim::Optimizer;
 use crate::engine::parallel::collective::PEER_STOPPED;
-use crate::engine::parallel::summary::{DeviceClock, DeviceStep};
+use crate::engine::parallel::summary::{ClockReading, DeviceClock, DeviceStep};
 use crate::engine::parallel::{collect, optim_config, pool, Feed, Outcome, StepReport, Trace};
+use crate::engine::step::{self, HostClock, Strategy};
 use crate::engine::tensor::Tensor;
-use crate::engine::train::{Observer, Phases, Source, Workload};
+use crate::engine::train::{CpuExec, NoObserver, Observer, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
-use crate::knobs::{Knobs, ZeroGrad};
+use crate::knobs::Knobs;
 
 enum Cmd {
     /// Parameters and input rows already in the replica's arena, buffers by value.
@@ -247,27 +249,86 @@ fn rows(t: &Tensor, i: usize, b: usize, dev: &Device) -> Result<Tensor> {
     Tensor::from_vec(&shape, v, MemCategory::Activations, dev.mem())
 }
 
-/// Times a piece of device 0's work: busy, and optionally communication.
-struct Timer<'a> {
-    clock: &'a DeviceClock,
-}
-
-impl Timer<'_> {
-    fn work<R>(&self, f: impl FnOnce() -> R) -> (R, Duration) {
-        let t = Instant::now();
-        let r = f();
-        let d = t.elapsed();
-        self.clock.add_busy(d);
-        (r, d)
-    }
-    fn copy<R>(&self, f: impl FnOnce() -> R) -> (R, Duration) {
-        let (r, d) = self.work(f);
-        self.clock.add_comm(d);
-        (r, d)
-    }
-}
-
 impl Driver<'_> {
+    /// Device 0 runs the one step loop on the whole batch with the DP strategy.
+    fn train(self) -> Result<Model> {
+        let Driver {
+            w,
+            k,
+            devs,
+            clocks,
+            classes,
+            mut source,
+            to,
+            from,
+            reports,
+        } = self;
+        let dev0 = Arc::clone(&devs[0]);
+        let mut model = zoo::build(w.model, classes, w.seed, &dev0)?;
+        let mut exec = CpuExec {
+            ctx: Ctx {
+                amp: k.amp,
+                ..Ctx::train(&dev0)
+            },
+            dev: dev0,
+            opt: Optimizer::new(optim_config(w))?,
+            classes,
+        };
+        let mut dp = Dp {
+            devs,
+            clocks,
+            rows: k.batch_size / devs.len(),
+            to,
+            from,
+            reports,
+            at: DpMarks::default(),
+        };
+        // No scaler: mixed precision is refused for multi-device runs.
+        step::train_with(
+            &mut exec,
+            &mut dp,
+            &mut model,
+            &mut source,
+            w,
+            k,
+            &mut None,
+            &mut NoObserver,
+            Instant::now(),
+        )?;
+        Ok(model)
+    }
+}
+
+/// What device 0 did in one step besides what the loop's phases show.
+#[derive(Default)]
+struct DpMarks {
+    /// The replicas' clocks when the step began.
+    before: Vec<ClockReading>,
+    /// Copies made inside the forward hook (replicate, scatter, gather).
+    copy_fwd: Duration,
+    /// Copies made inside backward (scatter of the output gradient, reduce_add).
+    copy_bwd: Duration,
+    /// Device 0's own forward and backward, without waiting for the replicas.
+    work: Duration,
+    /// The forward hook end to end, so the loss's share of `forward` is known.
+    fwd_hook: Duration,
+    /// When device 0's own backward started.
+    bwd_start: Option<Instant>,
+}
+
+/// The DataParallel strategy, driven from device 0: every copy is device 0's work.
+struct Dp<'a> {
+    devs: &'a [Arc<Device>],
+    clocks: &'a [Arc<DeviceClock>],
+    /// Rows per device.
+    rows: usize,
+    to: Vec<Sender<Cmd>>,
+    from: Vec<Receiver<Result<Reply>>>,
+    reports: Sender<StepReport>,
+    at: DpMarks,
+}
+
+impl Dp<'_> {
     /// A replica that hung up failed with an error of its own, which the launcher
     /// reports instead of this.
     fn stopped(i: usize) -> Error {
@@ -285,265 +346,193 @@ impl Driver<'_> {
         self.to[i - 1].send(c).map_err(|_| Self::stopped(i))
     }
 
-    fn train(mut self) -> Result<Model> {
-        let dev0 = Arc::clone(&self.devs[0]);
-        let mut model = zoo::build(self.w.model, self.classes, self.w.seed, &dev0)?;
-        let ctx = Ctx {
-            amp: self.k.amp,
-            ..Ctx::train(&dev0)
-        };
-        let seg = self.k.checkpoint.segment_len(model.layers.len());
-        let mut opt = Optimizer::new(optim_config(self.w))?;
-        for step in 0..self.w.steps {
-            self.step(step, &mut model, &ctx, seg, &mut opt)?;
-        }
-        Ok(model)
+    fn out_of_turn(i: usize) -> Error {
+        Error::Runtime(format!("dp: device {i} answered out of turn"))
     }
 
-    fn step(
-        &mut self,
-        step: usize,
-        model: &mut Model,
-        ctx: &Ctx,
-        seg: Option<usize>,
-        opt: &mut Optimizer,
-    ) -> Result<()> {
-        let (k, n) = (self.k, self.devs.len());
-        let accum = k.grad_accum;
-        let b = k.batch_size / n;
-        let t_step = Instant::now();
-        let before: Vec<_> = self.clocks.iter().map(|c| c.read()).collect();
-        let dev0 = Arc::clone(&self.devs[0]);
-        let timer = Timer {
-            clock: &self.clocks[0],
-        };
-        let mut ph = Phases::default();
-        let mut loss_sum = 0.0f32;
-
-        let (r, d) = timer.work(|| -> Result<()> {
-            if k.zero_grad == ZeroGrad::Memset {
-                let mut res: Result<()> = Ok(());
-                model.visit_params(&mut |p| {
-                    if let Some(g) = &mut p.g {
-                        if let Err(e) = g.f32_mut().map(|v| v.fill(0.0)) {
-                            res = Err(e);
-                        }
-                    }
+    /// `replicate` + `scatter`: every other device gets the parameters, buffers and its
+    /// rows; device 0 keeps rows 0.
+    fn replicate_scatter(&self, model: &mut Model, x: &Tensor) -> Result<Tensor> {
+        for (i, dev) in self.devs.iter().enumerate().skip(1) {
+            let mut params = Vec::new();
+            let mut res: Result<()> = Ok(());
+            model.visit_params(&mut |p| {
+                let t = p.w.f32().and_then(|v| {
+                    Tensor::from_vec(p.w.shape(), v.to_vec(), MemCategory::Params, dev.mem())
                 });
-                res?;
-            }
-            Ok(())
-        });
-        r?;
-        ph.zero_grad += d.as_secs_f64();
-
-        for _ in 0..accum {
-            let t = Instant::now();
-            let batch = self.source.next()?;
-            ph.data_wait += t.elapsed().as_secs_f64();
-            let t = Instant::now();
-            let x = Tensor::from_vec(
-                &[batch.n, batch.shape.h, batch.shape.w, batch.shape.c],
-                batch.x,
-                MemCategory::Activations,
-                dev0.mem(),
+                match t {
+                    Ok(t) => params.push(t),
+                    Err(e) => res = Err(e),
+                }
+            });
+            res?;
+            let mut buffers = Vec::new();
+            model.visit_buffers(&mut |_, b| buffers.push(b.clone()));
+            let xi = rows(x, i, self.rows, dev)?;
+            self.send(
+                i,
+                Cmd::Forward {
+                    params,
+                    buffers,
+                    x: xi,
+                },
             )?;
-            ph.h2d += t.elapsed().as_secs_f64();
-
-            // replicate + scatter, all copies made by device 0
-            let (r, d) = timer.copy(|| -> Result<Tensor> {
-                for i in 1..n {
-                    let dev = &self.devs[i];
-                    let mut params = Vec::new();
-                    let mut res: Result<()> = Ok(());
-                    model.visit_params(&mut |p| {
-                        let t = p.w.f32().and_then(|v| {
-                            Tensor::from_vec(
-                                p.w.shape(),
-                                v.to_vec(),
-                                MemCategory::Params,
-                                dev.mem(),
-                            )
-                        });
-                        match t {
-                            Ok(t) => params.push(t),
-                            Err(e) => res = Err(e),
-                        }
-                    });
-                    res?;
-                    let mut buffers = Vec::new();
-                    model.visit_buffers(&mut |_, b| buffers.push(b.clone()));
-                    let xi = rows(&x, i, b, dev)?;
-                    self.send(
-                        i,
-                        Cmd::Forward {
-                            params,
-                            buffers,
-                            x: xi,
-                        },
-                    )?;
-                }
-                rows(&x, 0, b, &dev0)
-            });
-            drop(x);
-            let x0 = r?;
-            ph.comm += d.as_secs_f64();
-
-            let t = Instant::now();
-            let (logits0, _) = timer.work(|| model.forward(x0, ctx, seg));
-            let logits0 = logits0?;
-            let mut outs = Vec::with_capacity(n - 1);
-            for i in 1..n {
-                match self.recv(i)? {
-                    Reply::Logits(l) => outs.push(l),
-                    Reply::Grads(_) => {
-                        return Err(Error::Runtime(format!(
-                            "dp: device {i} answered out of turn"
-                        )))
-                    }
-                }
-            }
-            ph.forward += t.elapsed().as_secs_f64();
-
-            // gather
-            let (full, d) = timer.copy(|| -> Result<Tensor> {
-                let classes = logits0.shape()[1];
-                let mut v = Vec::with_capacity(k.batch_size * classes);
-                v.extend_from_slice(logits0.f32()?);
-                for l in &outs {
-                    v.extend_from_slice(l.f32()?);
-                }
-                ctx.from_vec(&[v.len() / classes, classes], v)
-            });
-            drop(outs);
-            drop(logits0);
-            let full = full?;
-            ph.comm += d.as_secs_f64();
-
-            let (r, d) = timer.work(|| -> Result<(f32, Tensor)> {
-                let mut dl = ctx.alloc(full.shape());
-                let (loss, _) = softmax_cross_entropy(
-                    full.f32()?,
-                    &batch.y,
-                    self.classes,
-                    1.0 / accum as f32,
-                    Some(dl.f32_mut()?),
-                )?;
-                Ok((loss, dl))
-            });
-            drop(full);
-            let (loss, dlogits) = r?;
-            ph.forward += d.as_secs_f64();
-            if !loss.is_finite() {
-                model.clear_saved();
-                return Err(Error::Diverged { step, loss });
-            }
-            loss_sum += loss / accum as f32;
-
-            // scatter the output gradient
-            let (r, d) = timer.copy(|| -> Result<Tensor> {
-                for i in 1..n {
-                    let dy = rows(&dlogits, i, b, &self.devs[i])?;
-                    self.send(i, Cmd::Backward { dy })?;
-                }
-                rows(&dlogits, 0, b, &dev0)
-            });
-            drop(dlogits);
-            let dy0 = r?;
-            ph.comm += d.as_secs_f64();
-
-            let t = Instant::now();
-            let (bs, _) = timer.work(|| model.backward(dy0, ctx, seg));
-            let bs = bs?;
-            ph.recompute += bs.recompute.as_secs_f64();
-            let mut grads = Vec::with_capacity(n - 1);
-            for i in 1..n {
-                match self.recv(i)? {
-                    Reply::Grads(g) => grads.push(g),
-                    Reply::Logits(_) => {
-                        return Err(Error::Runtime(format!(
-                            "dp: device {i} answered out of turn"
-                        )))
-                    }
-                }
-            }
-            ph.backward += t.elapsed().as_secs_f64();
-
-            // reduce_add onto device 0, device by device
-            let (r, d) = timer.copy(|| -> Result<()> {
-                for gs in &grads {
-                    let mut idx = 0;
-                    let mut res: Result<()> = Ok(());
-                    model.visit_params(&mut |p| {
-                        if res.is_err() {
-                            return;
-                        }
-                        res = (|| {
-                            let src = gs
-                                .get(idx)
-                                .ok_or_else(|| Error::Runtime("dp: gradient count differs".into()))?
-                                .f32()?;
-                            let (g, _) = p.grad_slot()?;
-                            for (a, b) in g.iter_mut().zip(src) {
-                                *a += b;
-                            }
-                            Ok(())
-                        })();
-                        idx += 1;
-                    });
-                    res?;
-                }
-                Ok(())
-            });
-            drop(grads);
-            r?;
-            ph.comm += d.as_secs_f64();
         }
+        rows(x, 0, self.rows, &self.devs[0])
+    }
 
-        let (r, d) = timer.work(|| -> Result<()> {
-            opt.begin_step();
+    /// `gather`: device 0's logits then every replica's, one tensor on device 0.
+    fn gather(&self, logits0: Tensor, outs: Vec<Tensor>, ctx: &Ctx) -> Result<Tensor> {
+        let classes = logits0.shape()[1];
+        let mut v = Vec::with_capacity(self.rows * self.devs.len() * classes);
+        v.extend_from_slice(logits0.f32()?);
+        for l in &outs {
+            v.extend_from_slice(l.f32()?);
+        }
+        ctx.from_vec(&[v.len() / classes, classes], v)
+    }
+
+    /// `reduce_add` onto device 0, device by device.
+    fn reduce_add(model: &mut Model, grads: &[Vec<Tensor>]) -> Result<()> {
+        for gs in grads {
             let mut idx = 0;
             let mut res: Result<()> = Ok(());
             model.visit_params(&mut |p| {
-                if res.is_ok() {
-                    res = opt.update(idx, p, 1.0);
+                if res.is_err() {
+                    return;
                 }
+                res = (|| {
+                    let src = gs
+                        .get(idx)
+                        .ok_or_else(|| Error::Runtime("dp: gradient count differs".into()))?
+                        .f32()?;
+                    let (g, _) = p.grad_slot()?;
+                    for (a, b) in g.iter_mut().zip(src) {
+                        *a += b;
+                    }
+                    Ok(())
+                })();
                 idx += 1;
             });
             res?;
-            if k.zero_grad == ZeroGrad::None {
-                model.visit_params(&mut |p| p.g = None);
-            }
-            Ok(())
-        });
-        r?;
-        ph.optimizer += d.as_secs_f64();
+        }
+        Ok(())
+    }
+}
 
-        let step_s = t_step.elapsed().as_secs_f64();
-        let devices = self
-            .clocks
-            .iter()
-            .zip(&before)
-            .enumerate()
-            .map(|(index, (c, b))| {
-                let dc = c.read().since(b);
-                DeviceStep {
-                    index,
-                    busy_s: dc.busy_s,
-                    comm_s: dc.comm_s,
-                    ..DeviceStep::default()
-                }
-            })
-            .collect();
+impl Strategy<CpuExec> for Dp<'_> {
+    fn begin_step(&mut self, _: &mut Model, _: &mut HostClock) -> Result<()> {
+        self.at = DpMarks {
+            before: self.clocks.iter().map(|c| c.read()).collect(),
+            ..DpMarks::default()
+        };
+        Ok(())
+    }
+
+    fn forward(
+        &mut self,
+        model: &mut Model,
+        x: Tensor,
+        ctx: &Ctx,
+        seg: Option<usize>,
+    ) -> Result<Tensor> {
+        let t_hook = Instant::now();
+        let t = Instant::now();
+        let x0 = self.replicate_scatter(model, &x);
+        drop(x);
+        let x0 = x0?;
+        self.at.copy_fwd += t.elapsed();
+
+        let t = Instant::now();
+        let logits0 = model.forward(x0, ctx, seg)?;
+        self.at.work += t.elapsed();
+        let mut outs = Vec::with_capacity(self.devs.len() - 1);
+        for i in 1..self.devs.len() {
+            match self.recv(i)? {
+                Reply::Logits(l) => outs.push(l),
+                Reply::Grads(_) => return Err(Self::out_of_turn(i)),
+            }
+        }
+
+        let t = Instant::now();
+        let full = self.gather(logits0, outs, ctx);
+        self.at.copy_fwd += t.elapsed();
+        self.at.fwd_hook += t_hook.elapsed();
+        full
+    }
+
+    fn before_backward(&mut self, _last: bool, dy: Tensor) -> Result<Tensor> {
+        let t = Instant::now();
+        let mut res = Ok(());
+        for i in 1..self.devs.len() {
+            res = rows(&dy, i, self.rows, &self.devs[i])
+                .and_then(|d| self.send(i, Cmd::Backward { dy: d }));
+            if res.is_err() {
+                break;
+            }
+        }
+        let dy0 = res.and_then(|()| rows(&dy, 0, self.rows, &self.devs[0]));
+        drop(dy);
+        self.at.copy_bwd += t.elapsed();
+        self.at.bwd_start = Some(Instant::now());
+        dy0
+    }
+
+    fn after_backward(&mut self, _last: bool, model: &mut Model) -> Result<()> {
+        if let Some(t) = self.at.bwd_start.take() {
+            self.at.work += t.elapsed();
+        }
+        let mut grads = Vec::with_capacity(self.devs.len() - 1);
+        for i in 1..self.devs.len() {
+            match self.recv(i)? {
+                Reply::Grads(g) => grads.push(g),
+                Reply::Logits(_) => return Err(Self::out_of_turn(i)),
+            }
+        }
+        let t = Instant::now();
+        let r = Self::reduce_add(model, &grads);
+        drop(grads);
+        self.at.copy_bwd += t.elapsed();
+        r
+    }
+
+    fn end_step(&mut self, _: &mut Model, ev: &StepEvent, _: &mut dyn Observer) -> Result<()> {
+        let at = std::mem::take(&mut self.at);
+        let (copy_fwd, copy_bwd) = (at.copy_fwd.as_secs_f64(), at.copy_bwd.as_secs_f64());
+        // The loop timed the copies as part of forward and backward; they are
+        // communication, as torch's profiler would show them.
+        let mut phases = ev.phases;
+        phases.forward = (phases.forward - copy_fwd).max(0.0);
+        phases.backward = (phases.backward - copy_bwd).max(0.0);
+        phases.comm += copy_fwd + copy_bwd;
+        let loss_s = (ev.phases.forward - at.fwd_hook.as_secs_f64()).max(0.0);
+        let comm0 = copy_fwd + copy_bwd;
+        let busy0 =
+            ev.phases.zero_grad + at.work.as_secs_f64() + loss_s + comm0 + ev.phases.optimizer;
+        let mut devices = vec![DeviceStep {
+            index: 0,
+            busy_s: busy0,
+            comm_s: comm0,
+            ..DeviceStep::default()
+        }];
+        for (index, (c, b)) in self.clocks.iter().zip(&at.before).enumerate().skip(1) {
+            let dc = c.read().since(b);
+            devices.push(DeviceStep {
+                index,
+                busy_s: dc.busy_s,
+                comm_s: dc.comm_s,
+                ..DeviceStep::default()
+            });
+        }
         self.reports
             .send(StepReport {
                 rank: 0,
-                step,
-                loss: loss_sum,
-                samples: k.batch_size * accum,
-                step_s,
-                phases: ph,
-                mem_after: dev0.mem().snapshot(),
+                step: ev.step,
+                loss: ev.loss,
+                samples: ev.samples,
+                step_s: ev.step_s,
+                phases,
+                mem_after: ev.mem_after.clone(),
                 devices,
                 digest: None,
             })

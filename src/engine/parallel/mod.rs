@@ -3,12 +3,16 @@
 //! threads (a rayon pool), its own memory arena (a `MemTracker`) and a busy/comm clock,
 //! so per-device utilisation and peak memory are measurements of what each device did.
 //!
+//! Neither has a step loop of its own: both run the one loop (`step::train_with`) with a
+//! `step::Strategy` that hooks the forward, the gradient-ready hook and the update.
+//!
 //! - `dp.rs`: device 0 drives every step as `nn.DataParallel` does (broadcast parameters,
 //!   scatter the batch, gather outputs, loss, reduce gradients, optimizer), which is
-//!   where DP's imbalance really comes from.
-//! - `ddp.rs`: every device is a rank with its own replica, data shard and optimizer;
-//!   gradients are averaged in buckets (`bucket.rs`) that all-reduce on a communication
-//!   thread while backward goes on.
+//!   where DP's imbalance really comes from. The other devices are workers that run
+//!   forward and backward on command.
+//! - `ddp.rs`: every device is a rank with its own replica, data shard and optimizer,
+//!   running the loop in its own thread; gradients are averaged in buckets (`bucket.rs`)
+//!   that all-reduce on a communication thread while backward goes on.
 //! - `collective.rs`: the `Collective` trait (in-process ring now, NCCL on GPUs later).
 //! - `sync_bn.rs`: SyncBatchNorm statistics over the global batch.
 //! - `summary.rs`: the per-device summary and imbalance figures.
@@ -81,7 +85,7 @@ pub struct Options {
 }
 
 /// One timed interval of one step, in seconds since the run started.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Span {
     pub step: usize,
     pub start_s: f64,
