@@ -530,3 +530,21 @@ fn a_1x_report_renders_and_gates_against_a_2x_report_both_ways() {
         assert_eq!(c["outcome"]["ratio"], 1.0, "{c}");
     }
 }
+
+#[test]
+fn a_malformed_2x_report_is_exit_2_naming_the_field_and_where() {
+    let d = tempfile::tempdir().unwrap();
+    let mut v: Value = json(Path::new("tests/corpus/report/ok-v2-dp-ddp.json"));
+    assert_eq!(v["schema_version"], "2.0");
+    v["trials"][0]["repeats"][0]["devices"][1]["busy_fraction"] = Value::from("x");
+    let p = d.path().join("bad.json");
+    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let o = tune(&["report", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("bad.json") && err.contains("field `busy_fraction`") && err.contains("line"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
