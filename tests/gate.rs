@@ -50,7 +50,7 @@ fn repeats(
             Repeat {
                 step_times,
                 warmup,
-                samples_per_step: 32.0,
+                samples_per_step: 32,
                 peak_total_bytes: 22 << 20,
                 ..Repeat::default()
             }
@@ -413,7 +413,7 @@ fn bad_input_exits_2_with_a_clear_message() {
     );
 
     for (version, needle) in [
-        ("2.0", "newer than this tune reads"),
+        ("3.0", "newer than this tune reads"),
         ("0.9", "older major"),
     ] {
         let mut v = baseline();
@@ -472,7 +472,7 @@ fn a_real_sweep_records_its_noise_floor_and_gates_against_itself() {
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let report = out.join("report.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    assert_eq!(v["schema_version"], "1.1");
+    assert_eq!(v["schema_version"], tune::results::model::SCHEMA_VERSION);
     let n = &v["noise_floor"];
     assert_eq!(
         (n["trials"].as_u64(), n["repeats"].as_u64()),

@@ -110,8 +110,35 @@ fn render_within(report: Report, limit: Duration) -> Result<(), TestCaseError> {
 }
 
 fn baseline() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/ci-baseline/report.json");
+    read("reports/ci-baseline/report.json")
+}
+
+fn read(rel: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Mutates `v` and reads it back: a report that loads renders in bounded time, one that
+/// does not is bad input with a one-line message naming the file.
+fn mutated_reads_cleanly(mut v: Value, muts: Vec<(usize, u8, usize)>) -> Result<(), TestCaseError> {
+    let mut paths = Vec::new();
+    leaves(&v, &mut Vec::new(), &mut paths);
+    for m in muts {
+        mutate(&mut v, &paths, m);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.json");
+    std::fs::write(&file, serde_json::to_string(&v).unwrap()).unwrap();
+    match Report::load(&file) {
+        Ok(r) => render_within(r, Duration::from_secs(10))?,
+        Err(e) => {
+            let msg = e.to_string();
+            prop_assert!(e.is_bad_input(), "{msg}");
+            prop_assert!(msg.contains("report.json"), "{msg}");
+            prop_assert!(!msg.contains('\n'), "{msg}");
+        }
+    }
+    Ok(())
 }
 
 proptest! {
@@ -121,23 +148,15 @@ proptest! {
     fn mutated_reports_read_cleanly_and_render_in_bounded_time(
         muts in prop::collection::vec((any::<usize>(), any::<u8>(), any::<usize>()), 1..8)
     ) {
-        let mut v = baseline();
-        let mut paths = Vec::new();
-        leaves(&v, &mut Vec::new(), &mut paths);
-        for m in muts {
-            mutate(&mut v, &paths, m);
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("report.json");
-        std::fs::write(&file, serde_json::to_string(&v).unwrap()).unwrap();
-        match Report::load(&file) {
-            Ok(r) => render_within(r, Duration::from_secs(10))?,
-            Err(e) => {
-                let msg = e.to_string();
-                prop_assert!(e.is_bad_input(), "{msg}");
-                prop_assert!(msg.contains("report.json"), "{msg}");
-                prop_assert!(!msg.contains('\n'), "{msg}");
-            }
-        }
+        mutated_reads_cleanly(baseline(), muts)?;
+    }
+
+    /// The same over a schema 2.0 report (the ci baseline above is 1.x, read through the
+    /// converter), so both reading paths meet hostile input.
+    #[test]
+    fn mutated_2x_reports_read_cleanly_and_render_in_bounded_time(
+        muts in prop::collection::vec((any::<usize>(), any::<u8>(), any::<usize>()), 1..8)
+    ) {
+        mutated_reads_cleanly(read("tests/corpus/report/ok-v2-dp-ddp.json"), muts)?;
     }
 }

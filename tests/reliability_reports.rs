@@ -421,3 +421,130 @@ fn the_hostile_report_corpus_renders_or_is_refused_in_bounded_time() {
     }
     assert!(seen >= 6);
 }
+
+/// Issue #16: a repeat embeds the engine's summary (schema 2.0). A journal and a report
+/// written by tune before that change (committed from that binary's output under
+/// tests/corpus/v1/) still resume, render and gate, and their figures come through.
+const V1: &str = "tests/corpus/v1";
+
+fn json(p: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn gate_json(base: &Path, cur: &Path) -> (Output, Value) {
+    let o = tune(&[
+        "gate",
+        "--baseline",
+        base.to_str().unwrap(),
+        "--current",
+        cur.to_str().unwrap(),
+        "--json",
+    ]);
+    let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o, v)
+}
+
+#[test]
+fn a_1x_journal_resumes_without_rerunning_and_its_figures_reach_the_2x_report() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let journal = out.join("journal.jsonl");
+    std::fs::copy(format!("{V1}/journal.jsonl"), &journal).unwrap();
+    let before = std::fs::read_to_string(&journal).unwrap();
+    let spec = format!("{V1}/spec.toml");
+    let o = tune(&["sweep", &spec, "--out", out.to_str().unwrap(), "--resume"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    // Every trial was finished: nothing re-ran, nothing was appended.
+    assert_eq!(std::fs::read_to_string(&journal).unwrap(), before);
+    let report = json(&out.join("report.json"));
+    assert_eq!(report["schema_version"], "2.0");
+    let old: Value = serde_json::from_str(before.lines().nth(1).unwrap()).unwrap();
+    let (old_rep, new_rep) = (&old["repeats"][0], &report["trials"][0]["repeats"][0]);
+    assert_eq!(new_rep["step_times"], old_rep["step_times"]);
+    assert_eq!(new_rep["phases_mean"], old_rep["phases_mean"]);
+    assert_eq!(new_rep["peak_total_bytes"], old_rep["peak_total_bytes"]);
+    assert_eq!(
+        new_rep["samples_per_step"].as_u64().map(|n| n as f64),
+        old_rep["samples_per_step"].as_f64()
+    );
+    assert_eq!(
+        new_rep["devices"][1]["busy_fraction"],
+        old_rep["devices"][1]["busy_share"]
+    );
+    assert_eq!(new_rep["devices"][1]["index"], 1);
+    // The report's per-device summary is the engine's type too, one entry per device.
+    let devs = report["trials"][0]["devices"].as_array().unwrap();
+    assert_eq!(devs.len(), 2);
+    assert_eq!(devs[0]["peak_bytes"], old_rep["devices"][0]["peak_bytes"]);
+}
+
+#[test]
+fn a_1x_report_renders_and_gates_against_a_2x_report_both_ways() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, src) in [
+        ("v1", format!("{V1}/report.json")),
+        ("ci", BASELINE.to_string()),
+    ] {
+        let p = d.path().join(format!("{name}.json"));
+        std::fs::copy(&src, &p).unwrap();
+        let md = d.path().join(format!("{name}.md"));
+        let o = tune(&["report", p.to_str().unwrap(), "--md", md.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", show(&o));
+        // The DataParallel devices of the 1.x report are still named and summarised.
+        if name == "v1" {
+            let html = std::fs::read_to_string(d.path().join("report.html")).unwrap();
+            assert!(html.contains("cpu:1"), "no per-device bars");
+        }
+    }
+    // A fresh 2.0 sweep of the same spec, gated against the 1.x report and back.
+    let out = d.path().join("out");
+    let spec = format!("{V1}/spec.toml");
+    let o = tune(&["sweep", &spec, "--out", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let old = PathBuf::from(format!("{V1}/report.json"));
+    let new = out.join("report.json");
+    assert_eq!(json(&new)["schema_version"], "2.0");
+    for (base, cur) in [(&old, &new), (&new, &old)] {
+        let (o, v) = gate_json(base, cur);
+        // Pass or regression is the machine's business; bad input (2) is the bug.
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", show(&o));
+        assert_eq!(v["checks"].as_array().map(Vec::len), Some(2), "{v}");
+        assert_eq!(v["only_in_baseline"].as_array().map(Vec::len), Some(0));
+    }
+    // The same measurements, read once in the 1.x and once in the 2.0 form, gate equal.
+    let resumed = d.path().join("resumed");
+    std::fs::create_dir(&resumed).unwrap();
+    std::fs::copy(format!("{V1}/journal.jsonl"), resumed.join("journal.jsonl")).unwrap();
+    let o = tune(&[
+        "sweep",
+        &spec,
+        "--out",
+        resumed.to_str().unwrap(),
+        "--resume",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let (o, v) = gate_json(&old, &resumed.join("report.json"));
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    for c in v["checks"].as_array().unwrap() {
+        assert_eq!(c["outcome"]["ratio"], 1.0, "{c}");
+    }
+}
+
+#[test]
+fn a_malformed_2x_report_is_exit_2_naming_the_field_and_where() {
+    let d = tempfile::tempdir().unwrap();
+    let mut v: Value = json(Path::new("tests/corpus/report/ok-v2-dp-ddp.json"));
+    assert_eq!(v["schema_version"], "2.0");
+    v["trials"][0]["repeats"][0]["devices"][1]["busy_fraction"] = Value::from("x");
+    let p = d.path().join("bad.json");
+    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let o = tune(&["report", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("bad.json") && err.contains("field `busy_fraction`") && err.contains("line"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

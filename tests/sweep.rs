@@ -327,7 +327,7 @@ fn report_rerenders_from_json_and_from_journal() {
     // A report from a newer major schema is refused as bad input.
     let newer = d.path().join("newer.json");
     let mut v = original.clone();
-    v["schema_version"] = "2.0".into();
+    v["schema_version"] = "3.0".into();
     std::fs::write(&newer, v.to_string()).unwrap();
     let o = tune().arg("report").arg(&newer).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
@@ -362,7 +362,7 @@ fn html_escapes_every_user_string() {
         error: Some("<img src=x onerror=alert(1)>".into()),
         repeats: vec![Repeat {
             step_times: vec![0.01, 0.01, 0.011],
-            samples_per_step: 16.0,
+            samples_per_step: 16,
             samples_per_s: 1600.0,
             losses: vec![2.0, 1.5, 1.0],
             ..Repeat::default()

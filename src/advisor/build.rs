@@ -80,7 +80,7 @@ mod tests {
         assert_eq!(back.trials.len(), 2);
         assert!(back.confirmation.is_none() && back.trials[0].devices.is_empty());
 
-        v["schema_version"] = "2.0".into();
+        v["schema_version"] = "3.0".into();
         std::fs::write(&p, v.to_string()).unwrap();
         let e = Report::load(&p).unwrap_err();
         assert!(e.is_bad_input() && e.to_string().contains("newer"), "{e}");

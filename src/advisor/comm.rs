@@ -18,7 +18,7 @@ pub fn share(t: &TrialReport) -> f64 {
     if let Some(s) = t.phase_share.get("comm") {
         return *s;
     }
-    let v: Vec<f64> = t.devices.iter().filter_map(|d| d.comm_share).collect();
+    let v: Vec<f64> = t.devices.iter().filter_map(|d| d.comm_share()).collect();
     if v.is_empty() {
         0.0
     } else {

@@ -24,13 +24,13 @@ pub fn imbalance(t: &TrialReport) -> Option<(f64, f64)> {
     let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
     let mem = mean(
         rest.iter()
-            .filter_map(|d| d.peak_bytes.map(|b| b as f64))
+            .filter_map(|d| d.peak().map(|b| b as f64))
             .collect(),
     )
-    .and_then(|m| Some(d0.peak_bytes? as f64 / m.max(1.0)))
+    .and_then(|m| Some(d0.peak()? as f64 / m.max(1.0)))
     .unwrap_or(1.0);
-    let busy = mean(rest.iter().filter_map(|d| d.busy_share).collect())
-        .and_then(|m| Some(d0.busy_share? / m.max(1e-9)))
+    let busy = mean(rest.iter().filter_map(|d| d.busy_share()).collect())
+        .and_then(|m| Some(d0.busy_share()? / m.max(1e-9)))
         .unwrap_or(1.0);
     Some((mem, busy))
 }
@@ -42,10 +42,9 @@ fn describe(t: &TrialReport) -> String {
         .map(|d| {
             format!(
                 "{} {} MiB{}",
-                d.device,
-                d.peak_bytes
-                    .map_or("–".into(), |b| format!("{:.1}", mib(b))),
-                d.busy_share
+                t.device_name(d),
+                d.peak().map_or("–".into(), |b| format!("{:.1}", mib(b))),
+                d.busy_share()
                     .map_or(String::new(), |s| format!(" busy {}", fmt_pct(s)))
             )
         })

@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use crate::engine::parallel::DeviceSummary;
 use crate::engine::train::Phases;
 use crate::knobs::Knobs;
 use crate::results::model::{Recommendation, Report, TimelineSample};
-use crate::results::record::{DeviceStats, Repeat, Status, TrialRecord};
+use crate::results::record::{Repeat, Status, TrialRecord};
 use crate::spec::plan::trial_id;
 use crate::spec::Spec;
 use crate::stats::SplitMix64;
@@ -48,7 +49,7 @@ pub fn trial(spec: &Spec, overrides: &[(&str, &str)], step_s: f64) -> Trial {
             Repeat {
                 step_times,
                 warmup: 0,
-                samples_per_step: (k.batch_size * k.grad_accum) as f64,
+                samples_per_step: k.batch_size * k.grad_accum,
                 samples_per_s: (k.batch_size * k.grad_accum) as f64 / step_s,
                 losses: (0..STEPS).map(|i| 2.0 / (1.0 + i as f32 / 10.0)).collect(),
                 phases_mean: Phases {
@@ -148,12 +149,12 @@ impl Trial {
             r.devices = devs
                 .iter()
                 .enumerate()
-                .map(|(i, &(busy, mib, comm))| DeviceStats {
-                    device: format!("cpu:{i}"),
-                    busy_share: Some(busy),
-                    peak_bytes: Some(mib << 20),
-                    comm_share: (comm > 0.0).then_some(comm),
-                    comm_overlap: None,
+                .map(|(index, &(busy, mib, comm))| DeviceSummary {
+                    index,
+                    busy_fraction: busy,
+                    peak_bytes: mib << 20,
+                    comm_fraction: comm,
+                    ..DeviceSummary::default()
                 })
                 .collect();
         }

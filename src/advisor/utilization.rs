@@ -28,7 +28,7 @@ pub fn utilization(cx: &Ctx, t: &TrialReport) -> Option<(f64, &'static str)> {
             ));
         }
     }
-    let v: Vec<f64> = t.devices.iter().filter_map(|d| d.busy_share).collect();
+    let v: Vec<f64> = t.devices.iter().filter_map(|d| d.busy_share()).collect();
     (!v.is_empty()).then(|| (v.iter().sum::<f64>() / v.len() as f64, "device busy time"))
 }
 

@@ -78,7 +78,9 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
     Ok(Repeat {
         step_times: events.steps.iter().map(|s| s.dur).collect(),
         warmup,
-        samples_per_step,
+        // The engine's summary counts whole samples; a median of two batch sizes can
+        // fall between them.
+        samples_per_step: samples_per_step.round().max(1.0) as usize,
         samples_per_s: samples_per_step / crate::stats::median(&durs),
         phases_mean: events.phases_mean(),
         backend: "pytorch".into(),

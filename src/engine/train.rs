@@ -219,7 +219,7 @@ pub trait Observer: Send {
 pub struct NoObserver;
 impl Observer for NoObserver {}
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunSummary {
     pub model: String,
     pub dataset: String,

@@ -132,7 +132,7 @@ fn run_engine(env: &TrialEnv, w: &EngineWorkload, knobs: &Knobs, steps: usize) -
         Some(ChildLine::Ok(s)) => Outcome {
             status: Status::Ok,
             error: None,
-            repeat: Some(Repeat::from_summary(&s)),
+            repeat: Some(crate::results::record::clean(*s)),
         },
         Some(ChildLine::Error { kind, message }) => {
             let status = match kind.as_str() {
@@ -255,7 +255,7 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
         error: None,
         repeat: Some(Repeat {
             step_times,
-            samples_per_step: 1.0,
+            samples_per_step: 1,
             samples_per_s: median,
             backend: "command".into(),
             wall_s,

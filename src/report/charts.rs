@@ -524,7 +524,7 @@ pub fn device_memory(r: &Report) -> String {
     let rows: Vec<(&TrialReport, usize)> = r
         .trials
         .iter()
-        .filter(|t| t.devices.iter().any(|d| d.peak_bytes.is_some()))
+        .filter(|t| t.devices.iter().any(|d| d.peak().is_some()))
         .flat_map(|t| (0..t.devices.len()).map(move |i| (t, i)))
         .collect();
     if rows.is_empty() {
@@ -532,13 +532,19 @@ pub fn device_memory(r: &Report) -> String {
     }
     let max = rows
         .iter()
-        .filter_map(|(t, i)| t.devices[*i].peak_bytes)
+        .filter_map(|(t, i)| t.devices[*i].peak())
         .max()
         .unwrap_or(1) as f64
         / 1048576.0;
     let labels: Vec<String> = rows
         .iter()
-        .map(|(t, i)| format!("{} · {}", truncate(&t.label, 32), t.devices[*i].device))
+        .map(|(t, i)| {
+            format!(
+                "{} · {}",
+                truncate(&t.label, 32),
+                t.device_name(&t.devices[*i])
+            )
+        })
         .collect();
     let lw = label_width(&labels);
     let n = rows.len();
@@ -571,14 +577,14 @@ pub fn device_memory(r: &Report) -> String {
                 (at.0 - 8, at.1),
                 anchored(&INK, HPos::Right, VPos::Center),
             ))?;
-            let v = xs.put(d.peak_bytes.unwrap_or(0) as f64 / 1048576.0);
+            let v = xs.put(d.peak_bytes as f64 / 1048576.0);
             chart.draw_series(std::iter::once(Rectangle::new(
                 [(0.0, y + 0.15), (v, y + 0.85)],
                 color(*i).filled(),
             )))?;
             let end = chart.backend_coord(&(v, y + 0.5));
             let busy = d
-                .busy_share
+                .busy_share()
                 .map_or(String::new(), |b| format!(" · busy {:.0}%", b * 100.0));
             root.draw(&Text::new(
                 format!("{v:.1}{busy}"),

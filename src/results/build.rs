@@ -7,9 +7,10 @@ use super::model::{
     Ci, Environment, NoiseFloor, Ratio, Report, TimelineSample, TrialReport, TrialSpan,
     SCHEMA_VERSION,
 };
+use crate::engine::parallel::DeviceSummary;
 use crate::engine::train::Phases;
 use crate::knobs::Knobs;
-use crate::results::record::{DeviceStats, Repeat, Status, TrialRecord};
+use crate::results::record::{Repeat, Status, TrialRecord};
 use crate::spec::plan::{self, knobs_hash};
 use crate::spec::Spec;
 use crate::stats::{self, Bootstrap, Throughput};
@@ -31,7 +32,7 @@ pub fn steady_slice(r: &Repeat) -> &[f64] {
 /// The steady-state step times of `repeats`, pooled, and the samples per step.
 pub fn steady_times(repeats: &[Repeat]) -> (Vec<f64>, f64) {
     let per: Vec<&[f64]> = repeats.iter().map(steady_slice).collect();
-    let sps = repeats.first().map_or(0.0, |r| r.samples_per_step);
+    let sps = repeats.first().map_or(0.0, |r| r.samples_per_step as f64);
     (stats::pooled(&per), sps)
 }
 
@@ -68,31 +69,45 @@ pub fn noise_summary(trials: &[TrialReport]) -> Option<NoiseFloor> {
     })
 }
 
-/// Per device over the repeats: the largest peak, the mean busy and communication shares.
-fn devices(rec: &TrialRecord) -> Vec<DeviceStats> {
-    let mut names: Vec<&str> = Vec::new();
+/// Per device over the repeats, in the engine's type: the largest peaks, the mean busy
+/// and communication figures.
+fn devices(rec: &TrialRecord) -> Vec<DeviceSummary> {
+    let mut indices: Vec<usize> = Vec::new();
     for r in &rec.repeats {
         for d in &r.devices {
-            if !names.contains(&d.device.as_str()) {
-                names.push(&d.device);
+            if !indices.contains(&d.index) {
+                indices.push(d.index);
             }
         }
     }
-    let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-    names
+    let mean = |v: Vec<f64>| {
+        let v: Vec<f64> = v.into_iter().filter(|x| x.is_finite()).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    indices
         .into_iter()
-        .map(|name| {
-            let all: Vec<_> = rec
+        .map(|index| {
+            let all: Vec<&DeviceSummary> = rec
                 .repeats
                 .iter()
-                .flat_map(|r| r.devices.iter().filter(|d| d.device == name))
+                .flat_map(|r| r.devices.iter().filter(|d| d.index == index))
                 .collect();
-            DeviceStats {
-                device: name.to_string(),
-                peak_bytes: all.iter().filter_map(|d| d.peak_bytes).max(),
-                busy_share: mean(all.iter().filter_map(|d| d.busy_share).collect()),
-                comm_share: mean(all.iter().filter_map(|d| d.comm_share).collect()),
-                comm_overlap: None,
+            let avg = |f: fn(&DeviceSummary) -> f64| mean(all.iter().map(|d| f(d)).collect());
+            let mut peak_by_category = BTreeMap::new();
+            for (k, v) in all.iter().flat_map(|d| &d.peak_by_category) {
+                let e = peak_by_category.entry(k.clone()).or_insert(0);
+                *e = (*e).max(*v);
+            }
+            DeviceSummary {
+                index,
+                threads: all.iter().map(|d| d.threads).max().unwrap_or(0),
+                busy_s: avg(|d| d.busy_s).unwrap_or(0.0),
+                busy_fraction: avg(|d| d.busy_fraction).unwrap_or(0.0),
+                comm_s: avg(|d| d.comm_s).unwrap_or(0.0),
+                comm_fraction: avg(|d| d.comm_fraction).unwrap_or(0.0),
+                comm_overlap: mean(all.iter().filter_map(|d| d.comm_overlap).collect()),
+                peak_bytes: all.iter().map(|d| d.peak_bytes).max().unwrap_or(0),
+                peak_by_category,
             }
         })
         .collect()
@@ -306,9 +321,10 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
     let backend = trials
         .iter()
         .flat_map(|t| t.repeats.first())
-        .map(|r| r.backend.clone())
+        .map(|r| r.backend.as_str())
         .find(|b| !b.is_empty())
-        .unwrap_or_else(|| "cpu".into());
+        .unwrap_or("cpu")
+        .to_string();
     let noise_floor = noise_summary(&trials);
     let (timeline, trial_spans) = timeline(&recs);
     let report = Report {
@@ -400,7 +416,7 @@ mod tests {
             // The slow first step is the warm-up and must not count.
             step_times: vec![10.0, median_step, median_step, median_step],
             warmup: 1,
-            samples_per_step: 8.0,
+            samples_per_step: 8,
             ..Repeat::default()
         }
     }

@@ -7,6 +7,7 @@ pub(crate) mod build;
 pub mod finding;
 pub mod model;
 pub mod record;
+pub(crate) mod upgrade;
 
 pub use finding::Finding;
 pub use model::Report;

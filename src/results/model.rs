@@ -8,14 +8,18 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::finding::Finding;
+use super::upgrade;
+use crate::engine::parallel::DeviceSummary;
 use crate::error::{Error, Result};
 use crate::fsio::{read_text_limited, MAX_INPUT_BYTES};
 use crate::knobs::Knobs;
-use crate::results::record::{DeviceStats, Repeat, Status};
+use crate::results::record::{Repeat, Status};
 use crate::spec::plan::Skipped;
 use crate::spec::Spec;
 
-pub const SCHEMA_VERSION: &str = "1.1";
+/// 2.0: a repeat is the engine's `RunSummary` and a trial's `devices` are its
+/// `DeviceSummary` (1.x files are converted on read, `upgrade`).
+pub const SCHEMA_VERSION: &str = "2.0";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -140,16 +144,30 @@ pub struct TrialReport {
     /// Relative spread between repeat medians (max/min - 1).
     pub noise_floor: f64,
     pub not_applicable: BTreeMap<String, String>,
-    /// Per device over the repeats: the largest peak, the mean busy and communication
-    /// shares (the repeats' own type; imbalance between devices, DataParallel's device 0,
-    /// shows here). `comm_overlap` is not summarised: report.json has no such field.
+    /// Per device over the repeats, in the engine's own type: the largest peaks, the
+    /// mean busy and communication figures (imbalance between devices, DataParallel's
+    /// device 0, shows here).
     #[serde(default)]
-    pub devices: Vec<DeviceStats>,
+    pub devices: Vec<DeviceSummary>,
 }
 
 impl TrialReport {
     pub fn peak_mib(&self) -> Option<f64> {
         self.peak_total_bytes.map(|b| b as f64 / 1048576.0)
+    }
+
+    /// The backend the trial ran on ("cpu" when no repeat says).
+    pub fn backend(&self) -> &str {
+        self.repeats
+            .iter()
+            .map(|r| r.backend.as_str())
+            .find(|b| !b.is_empty())
+            .unwrap_or("cpu")
+    }
+
+    /// "cpu:0", "cuda:1", ...: the name of `devices[i]`.
+    pub fn device_name(&self, d: &DeviceSummary) -> String {
+        d.name(self.backend())
     }
 }
 
@@ -246,21 +264,30 @@ impl Report {
         let version = value
             .get("schema_version")
             .and_then(|v| v.as_str())
+            .map(str::to_string)
             .ok_or_else(|| Error::format(path, "no schema_version: not a tune report"))?;
-        let major = |v: &str| v.split('.').next().and_then(|m| m.parse::<u64>().ok());
-        match (major(version), major(SCHEMA_VERSION)) {
-            (Some(theirs), Some(ours)) if theirs == ours => {}
-            // A major bump means old fields changed meaning: reading them would mislead.
-            (Some(theirs), Some(ours)) if theirs < ours => {
-                return Err(Error::format(
-                    path,
-                    format!(
-                        "report schema {version} is an older major than this tune reads \
-                         ({SCHEMA_VERSION}); re-run the sweep with this tune"
-                    ),
-                ))
+        let current = upgrade::major(SCHEMA_VERSION);
+        let report: Report = match upgrade::major(&version) {
+            Some(theirs) if Some(theirs) == current => {
+                // Parsed again from the text, not from `value`: only then does serde_json
+                // say where (line, column) a field has the wrong type.
+                drop(value);
+                parse(&text).map_err(|why| Error::format(path, format!("invalid report: {why}")))?
             }
-            (Some(_), _) => {
+            // 1.x: converted to the 2.0 form first, then read from the converted text so
+            // the message still names the field; its position is in the converted text,
+            // not the file, so it is left out.
+            Some(1) => {
+                let mut value = value;
+                upgrade::report_v1(&mut value);
+                let converted = serde_json::to_string_pretty(&value)
+                    .map_err(|e| Error::Runtime(format!("cannot convert the report: {e}")))?;
+                parse(&converted).map_err(|why| {
+                    let why = why.rsplit_once(" at line ").map_or(why.as_str(), |w| w.0);
+                    Error::format(path, format!("invalid report (schema {version}): {why}"))
+                })?
+            }
+            Some(theirs) if current.is_some_and(|c| theirs > c) => {
                 return Err(Error::format(
                     path,
                     format!(
@@ -269,32 +296,23 @@ impl Report {
                     ),
                 ))
             }
-            (None, _) => {
+            // Before 1.0 there was no stable schema: reading it would mislead.
+            Some(_) => {
+                return Err(Error::format(
+                    path,
+                    format!(
+                        "report schema {version} is an older major than this tune reads \
+                         ({SCHEMA_VERSION}); re-run the sweep with this tune"
+                    ),
+                ))
+            }
+            None => {
                 return Err(Error::format(
                     path,
                     format!("schema_version '{version}' is not MAJOR.MINOR"),
                 ))
             }
-        }
-        // Parsed again from the text, not from `value`: only then does serde_json say
-        // where (line, column) a field has the wrong type.
-        drop(value);
-        let report: Report = serde_json::from_str(&text).map_err(|e| {
-            // "missing field `x`" names it already; the key before it would mislead.
-            let field = match e.to_string().starts_with("missing field") {
-                true => None,
-                false => field_before(&text, e.line(), e.column()),
-            }
-            .map(|f| format!("field `{f}`: "))
-            .unwrap_or_default();
-            Error::format(
-                path,
-                format!(
-                    "invalid report: {field}{}",
-                    crate::error::shown(&e.to_string())
-                ),
-            )
-        })?;
+        };
         report
             .check()
             .map_err(|why| Error::format(path, format!("invalid report: {why}")))?;
@@ -358,6 +376,20 @@ impl Report {
     pub fn trial(&self, id: &str) -> Option<&TrialReport> {
         self.trials.iter().find(|t| t.id == id)
     }
+}
+
+/// The report in `text`, or why not, naming the field serde stopped at.
+fn parse(text: &str) -> std::result::Result<Report, String> {
+    serde_json::from_str(text).map_err(|e| {
+        // "missing field `x`" names it already; the key before it would mislead.
+        let field = match e.to_string().starts_with("missing field") {
+            true => None,
+            false => field_before(text, e.line(), e.column()),
+        }
+        .map(|f| format!("field `{f}`: "))
+        .unwrap_or_default();
+        format!("{field}{}", crate::error::shown(&e.to_string()))
+    })
 }
 
 /// The name of the last JSON key before `line`:`column` (1-based, as serde_json counts),

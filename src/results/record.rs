@@ -4,13 +4,12 @@
 //! The journal's first line is a `Header` holding the spec, so `tune report DIR` can
 //! rebuild a report from `journal.jsonl` alone; every later line is one `Trial`.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
-use crate::engine::autotune::AlgoChoice;
-use crate::engine::parallel::Imbalance;
-use crate::engine::train::{Phases, RunSummary};
+use serde_json::Value;
+
+use crate::engine::parallel::DeviceSummary;
+use crate::engine::train::RunSummary;
 use crate::knobs::Knobs;
 use crate::results::model::TimelineSample;
 use crate::spec::Spec;
@@ -48,139 +47,58 @@ impl Status {
     }
 }
 
-/// One measured run of a configuration.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Repeat {
-    /// Wall time of every step in seconds, warm-up included.
-    pub step_times: Vec<f64>,
-    /// Steps the run itself excluded as warm-up.
-    pub warmup: usize,
-    pub samples_per_step: f64,
-    /// The run's own median figure after warm-up (0 when not measurable).
-    pub samples_per_s: f64,
-    pub losses: Vec<f32>,
-    pub phases_mean: Phases,
-    pub peak_bytes: BTreeMap<String, u64>,
-    pub peak_total_bytes: u64,
-    pub accuracy: Option<f64>,
-    /// Knobs that do not apply on this backend, with the reason.
-    #[serde(default)]
-    pub not_applicable: BTreeMap<String, String>,
-    #[serde(default)]
-    pub backend: String,
-    pub wall_s: f64,
-    /// The algorithm each (op, shape, dtype) key ran with (autotune or heuristic).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub algorithms: Vec<AlgoChoice>,
-    /// Steps whose update the fp16 loss scaler skipped.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub skipped_steps: Vec<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub loss_scale_final: Option<f32>,
-    /// max/mean over the devices of busy fraction and peak bytes (engine runs).
-    #[serde(default)]
-    pub imbalance: Option<Imbalance>,
-    /// Per device: how busy it was and its peak memory.
-    #[serde(default)]
-    pub devices: Vec<DeviceStats>,
+/// One measured run of a configuration: the engine's own summary, embedded as it is
+/// (schema 2.0). `clean` is the only thing the record does to it: JSON has no NaN, so
+/// non-finite figures are replaced before the summary is written.
+pub type Repeat = RunSummary;
+
+/// The summary as the record stores it: a non-finite loss (only a diverged run has one)
+/// becomes `f32::MAX`, any other non-finite figure 0, so the journal line can be read back.
+pub fn clean(mut s: RunSummary) -> Repeat {
+    let loss = |l: f32| if l.is_finite() { l } else { f32::MAX };
+    s.losses.iter_mut().for_each(|l| *l = loss(*l));
+    s.final_loss = loss(s.final_loss);
+    s.samples_per_s = finite_or_zero(s.samples_per_s);
+    s.step_ms_median = finite_or_zero(s.step_ms_median);
+    s.wall_s = finite_or_zero(s.wall_s);
+    s.accuracy = s.accuracy.filter(|a| a.is_finite());
+    s.loss_scale_final = s.loss_scale_final.filter(|v| v.is_finite());
+    for d in &mut s.devices {
+        d.busy_s = finite_or_zero(d.busy_s);
+        d.busy_fraction = finite_or_zero(d.busy_fraction);
+        d.comm_s = finite_or_zero(d.comm_s);
+        d.comm_fraction = finite_or_zero(d.comm_fraction);
+        d.comm_overlap = d.comm_overlap.filter(|v| v.is_finite());
+    }
+    if let Some(i) = &mut s.imbalance {
+        i.busy = finite_or_zero(i.busy);
+        i.memory = finite_or_zero(i.memory);
+    }
+    s
 }
 
-/// One device during one repeat.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct DeviceStats {
-    /// "cpu:0", "cuda:1", ...
-    pub device: String,
-    /// Share of the measured steps' wall time the device was computing, 0..=1.
-    pub busy_share: Option<f64>,
-    pub peak_bytes: Option<u64>,
-    /// Share of the measured steps' wall time spent in communication, 0..=1.
-    pub comm_share: Option<f64>,
-    /// DDP: share of the all-reduce time hidden behind backward.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub comm_overlap: Option<f64>,
-}
-
-impl DeviceStats {
-    /// The one device of a single-device run, from its step phases: the device computes
-    /// during zero-grad, forward, backward and the optimizer step, and idles while the
-    /// step waits for data or a copy. A run that reports its own per-device counters
-    /// (multi-device engines) should be taken as it reports them instead.
-    pub fn single_from_phases(s: &RunSummary) -> DeviceStats {
-        let p = &s.phases_mean;
-        let measured = s.step_times.get(s.warmup..).unwrap_or(&[]);
-        let step = if measured.is_empty() {
-            f64::NAN
-        } else {
-            measured.iter().sum::<f64>() / measured.len() as f64
-        };
-        let share = |v: f64| (step > 0.0 && v.is_finite()).then(|| (v / step).clamp(0.0, 1.0));
-        DeviceStats {
-            device: format!(
-                "{}:0",
-                if s.backend.is_empty() {
-                    "cpu"
-                } else {
-                    &s.backend
-                }
-            ),
-            busy_share: share(p.zero_grad + p.forward + p.backward + p.optimizer),
-            peak_bytes: Some(s.peak_total_bytes),
-            comm_share: share(p.comm).filter(|c| *c > 0.0),
-            comm_overlap: None,
-        }
+/// The record's reading of the engine's per-device figures: what the advisor and the
+/// report ask of a device, derived from the one `DeviceSummary` rather than stored twice.
+impl DeviceSummary {
+    /// "cpu:0", "cuda:1", ...: the backend of the run and the device index.
+    pub fn name(&self, backend: &str) -> String {
+        let backend = if backend.is_empty() { "cpu" } else { backend };
+        format!("{backend}:{}", self.index)
     }
 
-    /// The devices of a run that measured its own per-device counters.
-    pub fn from_engine(s: &RunSummary) -> Vec<DeviceStats> {
-        let backend = if s.backend.is_empty() {
-            "cpu"
-        } else {
-            &s.backend
-        };
-        s.devices
-            .iter()
-            .map(|d| DeviceStats {
-                device: format!("{backend}:{}", d.index),
-                busy_share: d.busy_fraction.is_finite().then_some(d.busy_fraction),
-                peak_bytes: Some(d.peak_bytes),
-                comm_share: (d.comm_fraction.is_finite() && d.comm_fraction > 0.0)
-                    .then_some(d.comm_fraction),
-                comm_overlap: d.comm_overlap,
-            })
-            .collect()
+    /// Share of the measured steps' wall time the device was working, 0..=1.
+    pub fn busy_share(&self) -> Option<f64> {
+        self.busy_fraction.is_finite().then_some(self.busy_fraction)
     }
-}
 
-impl Repeat {
-    pub fn from_summary(s: &RunSummary) -> Repeat {
-        Repeat {
-            step_times: s.step_times.clone(),
-            warmup: s.warmup,
-            samples_per_step: s.samples_per_step as f64,
-            samples_per_s: finite_or_zero(s.samples_per_s),
-            // JSON has no NaN; a non-finite loss only reaches here from a diverged run.
-            losses: s
-                .losses
-                .iter()
-                .map(|l| if l.is_finite() { *l } else { f32::MAX })
-                .collect(),
-            phases_mean: s.phases_mean,
-            peak_bytes: s.peak_bytes.clone(),
-            peak_total_bytes: s.peak_total_bytes,
-            accuracy: s.accuracy.filter(|a| a.is_finite()),
-            not_applicable: s.not_applicable.clone(),
-            backend: s.backend.clone(),
-            wall_s: finite_or_zero(s.wall_s),
-            algorithms: s.algorithms.clone(),
-            skipped_steps: s.skipped_steps.clone(),
-            loss_scale_final: s.loss_scale_final,
-            devices: if s.devices.is_empty() {
-                vec![DeviceStats::single_from_phases(s)]
-            } else {
-                DeviceStats::from_engine(s)
-            },
-            imbalance: s.imbalance,
-        }
+    /// Peak bytes of the device's arena; None when unknown (a converted 1.x record).
+    pub fn peak(&self) -> Option<u64> {
+        (self.peak_bytes > 0).then_some(self.peak_bytes)
+    }
+
+    /// Share of the measured steps' wall time in communication; None when there was none.
+    pub fn comm_share(&self) -> Option<f64> {
+        (self.comm_fraction.is_finite() && self.comm_fraction > 0.0).then_some(self.comm_fraction)
     }
 }
 
@@ -213,10 +131,66 @@ pub struct TrialRecord {
     pub timeline: Vec<TimelineSample>,
 }
 
+/// The version of the journal's line format, written into every line; a line without
+/// one is 1.x and is converted on read (`upgrade`). Same meaning as report.json's.
+pub const RECORD_VERSION: &str = super::model::SCHEMA_VERSION;
+
 /// A journal line.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Record {
     Header { tune_version: String, spec: Spec },
     Trial(TrialRecord),
+}
+
+/// The line as written: the record, its type tag and the format version.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum LineOut<'a> {
+    Header {
+        schema_version: &'a str,
+        tune_version: &'a str,
+        spec: &'a Spec,
+    },
+    Trial {
+        schema_version: &'a str,
+        #[serde(flatten)]
+        trial: &'a TrialRecord,
+    },
+}
+
+/// The line as read, once converted to the current version.
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum LineIn {
+    Header { tune_version: String, spec: Spec },
+    Trial(TrialRecord),
+}
+
+impl Serialize for Record {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Record::Header { tune_version, spec } => LineOut::Header {
+                schema_version: RECORD_VERSION,
+                tune_version,
+                spec,
+            },
+            Record::Trial(trial) => LineOut::Trial {
+                schema_version: RECORD_VERSION,
+                trial,
+            },
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Record {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut v = Value::deserialize(d)?;
+        super::upgrade::record(&mut v).map_err(D::Error::custom)?;
+        Ok(match serde_json::from_value(v).map_err(D::Error::custom)? {
+            LineIn::Header { tune_version, spec } => Record::Header { tune_version, spec },
+            LineIn::Trial(t) => Record::Trial(t),
+        })
+    }
 }

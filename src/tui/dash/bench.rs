@@ -54,7 +54,7 @@ pub fn synthetic_report(trials: usize, fail_every: usize) -> Result<Report> {
                     .map(|j| step * (1.0 + 0.02 * jitter(i, j)))
                     .collect(),
                 warmup: 5,
-                samples_per_step: knobs.batch_size as f64,
+                samples_per_step: knobs.batch_size,
                 samples_per_s: knobs.batch_size as f64 / step,
                 losses: (0..55).map(|j| 2.3 / (1.0 + j as f32 * 0.05)).collect(),
                 phases_mean: Phases {
