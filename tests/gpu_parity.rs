@@ -362,40 +362,6 @@ fn checkpointing_lowers_activation_memory_and_times_its_recompute_on_every_devic
     });
 }
 
-/// `zero_grad = none` frees the gradients between steps and `memset` keeps them, on
-/// every device, with the same loss curve (the math is the same).
-#[test]
-fn zero_grad_none_frees_gradients_between_steps_on_every_device() {
-    on_each_device(
-        "zero_grad_none_frees_gradients_between_steps_on_every_device",
-        |device| {
-            let go = |z| {
-                let k = Knobs {
-                    zero_grad: z,
-                    batch_size: 8,
-                    ..Knobs::default()
-                };
-                run(
-                    &workload(ModelKind::Mlp, "synthetic", 2, device),
-                    &k,
-                    &mut NoObserver,
-                )
-                .unwrap()
-            };
-            let (memset, none) = (go(ZeroGrad::Memset), go(ZeroGrad::None));
-            assert!(memset.grad_bytes_between_steps > 0, "{device:?}");
-            assert_eq!(none.grad_bytes_between_steps, 0, "{device:?}");
-            close(
-                &format!("{device:?} losses"),
-                &none.losses,
-                &memset.losses,
-                1e-6,
-                1e-5,
-            );
-        },
-    );
-}
-
 /// cnn-small and resnet-mini reach the CPU backend's held-out accuracy (within 2 points).
 #[test]
 fn gpu_training_reaches_the_cpu_accuracy() {

@@ -1,6 +1,7 @@
 //! The single-device knobs have their semantic effect: checkpointing recomputes exactly
 //! (bit-identical gradients) and saves activation memory, zero_grad=none releases
-//! gradient memory between steps, and gradient accumulation equals one bigger batch.
+//! gradient memory between steps, and gradient accumulation equals one bigger batch. The
+//! run-level tests run on every device (`on_each_device`).
 
 use tune::engine::data::Rng;
 use tune::engine::device::{Device, MemCategory};
@@ -8,8 +9,13 @@ use tune::engine::nn::layer::Ctx;
 use tune::engine::nn::zoo::{build, ModelKind};
 use tune::engine::ops::loss::softmax_cross_entropy;
 use tune::engine::tensor::Tensor;
-use tune::engine::train::{run, NoObserver, Workload};
+use tune::engine::train::{run, DeviceChoice, NoObserver, Workload};
 use tune::knobs::{Checkpoint, Knobs, ZeroGrad};
+
+#[path = "common/standin.rs"]
+mod standin;
+
+use standin::on_each_device;
 
 fn batch(kind: ModelKind, n: usize, seed: u64) -> (Vec<f32>, Vec<u32>, [usize; 4]) {
     let [h, w, c] = kind.input();
@@ -104,61 +110,100 @@ fn gradient_accumulation_equals_one_bigger_batch() {
     }
 }
 
-fn short_run(k: Knobs) -> tune::engine::RunSummary {
+/// A short synthetic MLP run on `device`.
+fn short_run(device: DeviceChoice, k: Knobs) -> tune::engine::RunSummary {
     let cache = tempfile::tempdir().unwrap();
     let w = Workload {
         steps: 3,
         warmup: 1,
         threads: 1,
         eval: false,
+        device,
         cache_dir: cache.path().to_path_buf(),
         ..Workload::new(ModelKind::Mlp, "synthetic")
     };
     run(&w, &k, &mut NoObserver).unwrap()
 }
 
+// The run-level knob tests below are written once and run on every device: the CPU
+// always, CUDA when a GPU (or, in CI, the CPU stand-in of the CUDA libraries) is there.
+
 #[test]
 fn zero_grad_none_releases_gradients_between_steps_and_learns_the_same() {
-    let memset = short_run(Knobs {
-        batch_size: 16,
-        ..Knobs::default()
+    let test = "zero_grad_none_releases_gradients_between_steps_and_learns_the_same";
+    on_each_device(test, |device| {
+        let memset = short_run(
+            device,
+            Knobs {
+                batch_size: 16,
+                ..Knobs::default()
+            },
+        );
+        let none = short_run(
+            device,
+            Knobs {
+                batch_size: 16,
+                zero_grad: ZeroGrad::None,
+                ..Knobs::default()
+            },
+        );
+        let param_bytes = memset.peak_bytes["params"];
+        assert_eq!(
+            memset.grad_bytes_between_steps, param_bytes,
+            "{device:?}: memset keeps one gradient per parameter"
+        );
+        assert_eq!(
+            none.grad_bytes_between_steps, 0,
+            "{device:?}: none releases them"
+        );
+        let bits =
+            |s: &tune::engine::RunSummary| s.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&memset),
+            bits(&none),
+            "{device:?}: accumulating into zeros and writing give the same numbers"
+        );
     });
-    let none = short_run(Knobs {
-        batch_size: 16,
-        zero_grad: ZeroGrad::None,
-        ..Knobs::default()
-    });
-    let param_bytes = memset.peak_bytes["params"];
-    assert_eq!(
-        memset.grad_bytes_between_steps, param_bytes,
-        "memset keeps one gradient per parameter"
-    );
-    assert_eq!(none.grad_bytes_between_steps, 0, "none releases them");
-    let bits =
-        |s: &tune::engine::RunSummary| s.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>();
-    assert_eq!(
-        bits(&memset),
-        bits(&none),
-        "accumulating into zeros and writing give the same numbers"
-    );
 }
 
 #[test]
 fn grad_accum_counts_samples_per_optimizer_step() {
-    let s = short_run(Knobs {
-        batch_size: 8,
-        grad_accum: 3,
-        ..Knobs::default()
+    on_each_device("grad_accum_counts_samples_per_optimizer_step", |device| {
+        let s = short_run(
+            device,
+            Knobs {
+                batch_size: 8,
+                grad_accum: 3,
+                ..Knobs::default()
+            },
+        );
+        assert_eq!(s.samples_per_step, 24, "{device:?}");
+        assert_eq!(s.losses.len(), 3, "{device:?}: one loss per optimizer step");
     });
-    assert_eq!(s.samples_per_step, 24);
 }
 
+/// pin_memory is recorded as not applicable where there is no host-to-device copy (the
+/// CPU), and is not on a device that has one.
 #[test]
-fn pin_memory_is_recorded_as_not_applicable_on_cpu() {
-    let s = short_run(Knobs {
-        batch_size: 8,
-        pin_memory: true,
-        ..Knobs::default()
+fn pin_memory_is_not_applicable_on_cpu_only() {
+    on_each_device("pin_memory_is_not_applicable_on_cpu_only", |device| {
+        let s = short_run(
+            device,
+            Knobs {
+                batch_size: 8,
+                pin_memory: true,
+                ..Knobs::default()
+            },
+        );
+        match device {
+            DeviceChoice::Cpu => {
+                assert!(s.not_applicable["pin_memory"].contains("CPU backend"))
+            }
+            _ => assert!(
+                !s.not_applicable.contains_key("pin_memory"),
+                "{device:?}: {:?}",
+                s.not_applicable
+            ),
+        }
     });
-    assert!(s.not_applicable["pin_memory"].contains("CPU backend"));
 }
