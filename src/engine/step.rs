@@ -116,6 +116,35 @@ pub(crate) trait Exec {
     /// The step's mean loss over its micro-batches (the one host sync of a step).
     fn read_loss(&mut self, losses: Vec<Self::Loss>, accum: usize) -> Result<f32>;
     fn mem(&self) -> MemSnapshot;
+    /// The evaluation pass: BN running statistics, nothing saved for backward.
+    fn eval_ctx(&self) -> <Self::L as LayerOps>::Ctx;
+    /// How many rows of `logits` predict their label.
+    fn correct(&mut self, logits: <Self::L as LayerOps>::T, labels: &Self::Labels)
+        -> Result<usize>;
+}
+
+/// Held-out accuracy, on any backend: the same batches, the same model walk, the same
+/// count, so a CPU and a GPU accuracy mean one thing.
+pub(crate) fn evaluate<B: Exec>(
+    b: &mut B,
+    model: &mut Model<B::L>,
+    test: std::sync::Arc<dyn crate::engine::data::Dataset>,
+    norm: &crate::engine::data::Normalize,
+) -> Result<f64> {
+    let ctx = b.eval_ctx();
+    let (mut correct, mut total) = (0usize, 0usize);
+    for batch in crate::engine::data::Loader::eval_batches(test, norm, 256) {
+        let batch = batch?;
+        let n = batch.n;
+        let (x, labels) = b.upload(batch)?;
+        let logits = model.forward(x, &ctx, None)?;
+        correct += b.correct(logits, &labels)?;
+        total += n;
+    }
+    if total == 0 {
+        return Err(Error::Invalid("the held-out set is empty".into()));
+    }
+    Ok(correct as f64 / total as f64)
 }
 
 /// How the loop keeps replicas in step, as hooks at the points where a parallel mode

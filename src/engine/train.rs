@@ -544,6 +544,19 @@ impl Exec for CpuExec {
     fn mem(&self) -> MemSnapshot {
         self.dev.mem().snapshot()
     }
+
+    fn eval_ctx(&self) -> Ctx {
+        Ctx {
+            amp: self.ctx.amp,
+            ..Ctx::eval(&self.dev)
+        }
+    }
+
+    fn correct(&mut self, logits: Tensor, labels: &Vec<u32>) -> Result<usize> {
+        let logits = logits.into_f32()?;
+        let (_, c) = softmax_cross_entropy(logits.f32()?, labels, self.classes, 1.0, None)?;
+        Ok(c)
+    }
 }
 
 fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
@@ -626,13 +639,11 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
     // Memory figures describe training; evaluation's bigger batches must not count.
     let snap = dev.mem().snapshot();
     let accuracy = match (&test, w.eval) {
-        (Some(test), true) => Some(evaluate(
+        (Some(test), true) => Some(step::evaluate(
+            &mut exec,
             &mut model,
             Arc::clone(test),
             &norm,
-            &dev,
-            classes,
-            k.amp,
         )?),
         _ => None,
     };
@@ -686,7 +697,9 @@ fn poison_one_grad(model: &mut Model) -> Result<()> {
     res
 }
 
-/// Held-out accuracy with BN running statistics and nothing saved for backward.
+/// Held-out accuracy of a trained CPU model (the multi-device launcher's device 0),
+/// through the one `step::evaluate`. Evaluation never steps the optimizer; `CpuExec`
+/// carries one only because training does.
 pub fn evaluate(
     model: &mut Model,
     test: Arc<dyn data::Dataset>,
@@ -695,26 +708,14 @@ pub fn evaluate(
     classes: usize,
     amp: Amp,
 ) -> Result<f64> {
-    let ctx = Ctx {
-        amp,
-        ..Ctx::eval(dev)
+    let mut exec = CpuExec {
+        ctx: Ctx {
+            amp,
+            ..Ctx::train(dev)
+        },
+        dev: Arc::clone(dev),
+        opt: Optimizer::new(OptimConfig::sgd(0.01))?,
+        classes,
     };
-    let (mut correct, mut total) = (0usize, 0usize);
-    for b in Loader::eval_batches(test, norm, 256) {
-        let b = b?;
-        let x = Tensor::from_vec(
-            &[b.n, b.shape.h, b.shape.w, b.shape.c],
-            b.x,
-            MemCategory::Activations,
-            dev.mem(),
-        )?;
-        let logits = model.forward(x, &ctx, None)?.into_f32()?;
-        let (_, c) = softmax_cross_entropy(logits.f32()?, &b.y, classes, 1.0, None)?;
-        correct += c;
-        total += b.n;
-    }
-    if total == 0 {
-        return Err(Error::Invalid("the held-out set is empty".into()));
-    }
-    Ok(correct as f64 / total as f64)
+    step::evaluate(&mut exec, model, test, norm)
 }

@@ -15,7 +15,7 @@ use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::{elementwise, per_item};
 use crate::engine::cuda::layers::{self, GCtx, GLayer, GParam, Pass};
-use crate::engine::data::{self, Batch, ImageShape, Loader};
+use crate::engine::data::{Batch, ImageShape};
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 use crate::engine::nn::init::Initial;
 use crate::engine::nn::model::Model;
@@ -404,6 +404,29 @@ impl Exec for GpuExec {
     fn mem(&self) -> MemSnapshot {
         self.dev.mem().snapshot()
     }
+
+    fn eval_ctx(&self) -> GCtx {
+        GCtx {
+            gpu: Arc::clone(&self.gpu),
+            pass: Pass {
+                train: false,
+                save: false,
+                recompute: false,
+            },
+        }
+    }
+
+    fn correct(&mut self, logits: GTensor, labels: &CudaSlice<u32>) -> Result<usize> {
+        let out = softmax_xent(&self.gpu, &logits, labels, false, 1.0)?;
+        // The kernel writes 1.0 per correct row: an exact small integer in f32.
+        let hits: f64 = self
+            .gpu
+            .download(&out.correct.s)?
+            .iter()
+            .map(|&v| f64::from(v))
+            .sum();
+        Ok(hits.round() as usize)
+    }
 }
 
 /// Trains `w` under `k` on GPU 0.
@@ -465,7 +488,12 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     drop(source);
     let snap = dev.mem().snapshot();
     let accuracy = match (&test, w.eval) {
-        (Some(test), true) => Some(evaluate(&mut model, &gpu, Arc::clone(test), &norm)?),
+        (Some(test), true) => Some(step::evaluate(
+            &mut exec,
+            &mut model,
+            Arc::clone(test),
+            &norm,
+        )?),
         _ => None,
     };
     let m = trained.measured;
@@ -476,39 +504,4 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
         not_applicable,
         ..RunSummary::from_measured(w, k, "cuda", params, m, &snap, devices, imbalance)
     })
-}
-
-/// Held-out accuracy on the GPU, BN in evaluation mode.
-pub fn evaluate(
-    model: &mut Model<GLayer>,
-    gpu: &Arc<Gpu>,
-    test: Arc<dyn data::Dataset>,
-    norm: &data::Normalize,
-) -> Result<f64> {
-    let eval = GCtx {
-        gpu: Arc::clone(gpu),
-        pass: Pass {
-            train: false,
-            save: false,
-            recompute: false,
-        },
-    };
-    let mut up = Uploader::new(false);
-    let (mut correct, mut total) = (0.0f64, 0usize);
-    for b in Loader::eval_batches(test, norm, 256) {
-        let b = b?;
-        let (x, labels) = input(gpu, &mut up, &b)?;
-        let logits = model.forward(x, &eval, None)?;
-        let out = softmax_xent(gpu, &logits, &labels, false, 1.0)?;
-        correct += gpu
-            .download(&out.correct.s)?
-            .iter()
-            .map(|&v| f64::from(v))
-            .sum::<f64>();
-        total += b.n;
-    }
-    if total == 0 {
-        return Err(Error::Invalid("the held-out set is empty".into()));
-    }
-    Ok(correct / total as f64)
 }
