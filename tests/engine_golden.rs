@@ -6,8 +6,15 @@
 //! Autotune is left out on purpose: it picks algorithms by timing, so the arithmetic it
 //! runs depends on the machine's noise.
 //!
+//! The `gemm` crate picks its f32 kernels at run time (AVX-512F, FMA, portable), and
+//! each family sums in its own order, so there is one golden set per family:
+//! `losses-fma.json` is the pre-redesign engine's (recorded on FMA kernels, gemm 0.18);
+//! `losses-avx512f.json` was recorded when the engine moved to gemm 0.19's AVX-512
+//! kernels, from the same code that reproduces `losses-fma.json` on FMA kernels.
+//!
 //! Re-record (only for an intended change of the maths, said so in the commit):
-//! `TUNE_GOLDEN_WRITE=1 cargo test --release --test engine_golden`.
+//! `TUNE_GOLDEN_WRITE=1 cargo test --release --test engine_golden` (writes this CPU's
+//! family's file).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -55,8 +62,26 @@ const VARIANTS: [(&str, &[&str]); 14] = [
     ),
 ];
 
-fn golden_file() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/golden/losses.json")
+/// The kernel family the engine runs here, as `tune probe --json` reports it.
+fn kernel_family() -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .args(["probe", "--json"])
+        .output()
+        .expect("run tune probe");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "tune probe --json: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    v["cpu"]["gemm_kernels"]
+        .as_str()
+        .expect("gemm_kernels")
+        .to_string()
+}
+
+fn golden_file(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/corpus/golden/losses-{family}.json"))
 }
 
 /// Losses as f32 bit patterns (hex), so the comparison is exact and the file readable.
@@ -111,7 +136,8 @@ fn losses_match_the_pre_redesign_engine_bit_for_bit() {
             got.insert(format!("{model} {name}"), run(model, extra, cache.path()));
         }
     }
-    let file = golden_file();
+    let family = kernel_family();
+    let file = golden_file(&family);
     if std::env::var_os("TUNE_GOLDEN_WRITE").is_some() {
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         let text = serde_json::to_string_pretty(&got).unwrap();
@@ -119,8 +145,14 @@ fn losses_match_the_pre_redesign_engine_bit_for_bit() {
         eprintln!("recorded {} runs into {}", got.len(), file.display());
         return;
     }
-    let want: BTreeMap<String, Vec<String>> =
-        serde_json::from_str(&std::fs::read_to_string(&file).expect("golden file")).unwrap();
+    let want: BTreeMap<String, Vec<String>> = match std::fs::read_to_string(&file) {
+        Ok(text) => serde_json::from_str(&text).unwrap(),
+        Err(e) => panic!(
+            "no golden losses for {family} GEMM kernels ({}: {e}); record them on such a CPU \
+                 with TUNE_GOLDEN_WRITE=1",
+            file.display()
+        ),
+    };
     let mut bad = Vec::new();
     for (key, w) in &want {
         match got.get(key) {
@@ -141,5 +173,9 @@ fn losses_match_the_pre_redesign_engine_bit_for_bit() {
     for key in got.keys().filter(|k| !want.contains_key(*k)) {
         bad.push(format!("{key}: no golden value (re-record?)"));
     }
-    assert!(bad.is_empty(), "losses changed:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "losses changed ({family} GEMM kernels):\n{}",
+        bad.join("\n")
+    );
 }

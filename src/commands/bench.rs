@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::commands::cli::{check_flag, BenchArgs};
 use crate::engine::device::Device;
 use crate::engine::nn::zoo::ModelKind;
-use crate::engine::ops::gemm::{matmul, Mat};
+use crate::engine::ops::gemm::{kernel_family, matmul, Mat};
 use crate::engine::optim::OptimKind;
 use crate::engine::train::{run, DeviceChoice, NoObserver, Workload};
 use crate::error::{Error, Result};
@@ -35,6 +35,8 @@ struct Row {
     step_ms_median: Option<f64>,
     gflops_median: Option<f64>,
     n: Option<usize>,
+    /// Which f32 GEMM kernels ran: figures from different families are not comparable.
+    gemm_kernels: &'static str,
 }
 
 fn train_row(kind: ModelKind, batch: usize, threads: usize, a: &BenchArgs) -> Result<Row> {
@@ -72,6 +74,7 @@ fn train_row(kind: ModelKind, batch: usize, threads: usize, a: &BenchArgs) -> Re
         step_ms_median: Some(med / a.steps as f64 * 1e3),
         gflops_median: None,
         n: None,
+        gemm_kernels: kernel_family(),
     })
 }
 
@@ -115,6 +118,7 @@ fn gemm_row(n: usize, threads: usize) -> Result<Row> {
         step_ms_median: None,
         gflops_median: Some(flop / median(&times) / 1e9),
         n: Some(n),
+        gemm_kernels: kernel_family(),
     })
 }
 
@@ -306,16 +310,18 @@ pub fn main(a: &BenchArgs) -> Result<i32> {
                     );
                 } else if let Some(g) = r.gflops_median {
                     println!(
-                        "sgemm n={:<5} threads={t}: {g:.1} GFLOP/s",
-                        r.n.unwrap_or(0)
+                        "sgemm n={:<5} threads={t}: {g:.1} GFLOP/s ({} kernels)",
+                        r.n.unwrap_or(0),
+                        r.gemm_kernels
                     );
                 } else {
                     println!(
-                        "{:<4} batch {:<4} threads={t}: {:.1} samples/s (median step {:.2} ms)",
+                        "{:<4} batch {:<4} threads={t}: {:.1} samples/s (median step {:.2} ms, {} GEMM kernels)",
                         r.workload,
                         r.batch,
                         r.samples_per_s.unwrap_or(f64::NAN),
-                        r.step_ms_median.unwrap_or(f64::NAN)
+                        r.step_ms_median.unwrap_or(f64::NAN),
+                        r.gemm_kernels
                     );
                 }
             }

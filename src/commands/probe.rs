@@ -1,6 +1,7 @@
 //! `tune probe`: what this machine has, and for GPUs why there are none when there are none.
 
 use crate::commands::cli::ProbeArgs;
+use crate::engine::ops::gemm::kernel_family;
 use crate::error::Result;
 
 pub fn main(args: &ProbeArgs) -> Result<i32> {
@@ -13,7 +14,7 @@ pub fn main(args: &ProbeArgs) -> Result<i32> {
     };
     if args.json {
         let v = serde_json::json!({
-            "cpu": { "model": cpu.model, "logical_cores": cpu.logical_cores, "available": cpu.available },
+            "cpu": { "model": cpu.model, "logical_cores": cpu.logical_cores, "available": cpu.available, "gemm_kernels": kernel_family() },
             "gpus": match &gpus { Ok(g) => serde_json::to_value(g).unwrap_or_default(), Err(_) => serde_json::Value::Null },
             "gpu_notice": gpus.as_ref().err().map(|e| e.to_string()),
             "cuda_libraries": libs,
@@ -23,10 +24,11 @@ pub fn main(args: &ProbeArgs) -> Result<i32> {
         return Ok(0);
     }
     println!(
-        "cpu: {} ({} logical cores, {} available to this process)",
+        "cpu: {} ({} logical cores, {} available to this process; {} GEMM kernels)",
         cpu.model.as_deref().unwrap_or("unknown"),
         cpu.logical_cores,
-        cpu.available
+        cpu.available,
+        kernel_family()
     );
     match gpus {
         Ok(g) if g.is_empty() => println!("gpus: none (NVML loaded, no devices)"),

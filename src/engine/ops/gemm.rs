@@ -108,6 +108,23 @@ pub fn matmul(
     Ok(())
 }
 
+/// The family of f32 kernels the `gemm` crate dispatches to on this CPU, mirroring its
+/// runtime choice (`gemm-common` 0.19, `gemm_def!`: AVX-512F when built with `x86-v4`,
+/// else FMA, else portable code). Results are bit-identical within a family, not across
+/// them (wider vectors sum in another order), so benchmarks and the golden losses name it.
+pub fn kernel_family() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return "avx512f";
+        }
+        if std::arch::is_x86_feature_detected!("fma") {
+            return "fma";
+        }
+    }
+    "portable"
+}
+
 /// Deterministic values in [-1, 1) for kernel tests.
 #[cfg(test)]
 pub fn test_data(n: usize, seed: u32) -> Vec<f32> {
