@@ -284,8 +284,11 @@ fn amp_loss_curves_track_the_cpu_amp_and_f32() {
                 f32_gpu.peak_bytes["activations"],
             );
             eprintln!("{model} amp={amp}: activations peak {h} B, f32 {f} B");
+            // About half: not f32-sized, and not small either (an f32 result left
+            // un-narrowed is charged as workspace, and would vanish from this figure).
+            let r = h as f64 / f as f64;
             assert!(
-                (h as f64) < 0.75 * f as f64,
+                (0.4..0.75).contains(&r),
                 "{model} amp={amp}: activations peak {h} B is not about half of f32's {f} B"
             );
         }
@@ -294,7 +297,9 @@ fn amp_loss_curves_track_the_cpu_amp_and_f32() {
 
 /// An overflowing fp16 step is skipped on the device without a host sync, and AdamW's
 /// bias correction afterwards counts only applied steps, as on the CPU (the device-side
-/// step counter): with the skipped step counted, the next losses move visibly.
+/// step counter). The overflow is at step 0, so the first applied step is AdamW's t = 1
+/// (an update of lr * sign(g)); counted as t = 2 it would be a quarter smaller, and the
+/// next loss would move far outside the tolerance.
 #[test]
 fn a_skipped_fp16_step_is_skipped_on_the_device_as_on_the_cpu() {
     if gpu_or_skip("a_skipped_fp16_step_is_skipped_on_the_device_as_on_the_cpu").is_none() {
@@ -304,7 +309,7 @@ fn a_skipped_fp16_step_is_skipped_on_the_device_as_on_the_cpu() {
     let w = |device| Workload {
         optimizer: OptimKind::Adamw,
         lr: 0.003,
-        inject_overflow_at: Some(1),
+        inject_overflow_at: Some(0),
         scaler: ScalerConfig {
             growth_interval: 2,
             ..ScalerConfig::default()
@@ -314,7 +319,7 @@ fn a_skipped_fp16_step_is_skipped_on_the_device_as_on_the_cpu() {
     let cpu = train(&w(DeviceChoice::Cpu), Amp::Fp16, 8);
     let gpu = train(&w(DeviceChoice::Cuda), Amp::Fp16, 8);
     eprintln!(
-        "{}mlp fp16 adamw, overflow at step 1: cpu {:?} (skipped {:?}, scale {:?}) gpu {:?} \
+        "{}mlp fp16 adamw, overflow at step 0: cpu {:?} (skipped {:?}, scale {:?}) gpu {:?} \
          (skipped {:?}, scale {:?})",
         standin::label(),
         cpu.losses,
@@ -324,7 +329,7 @@ fn a_skipped_fp16_step_is_skipped_on_the_device_as_on_the_cpu() {
         gpu.skipped_steps,
         gpu.loss_scale_final
     );
-    assert_eq!(cpu.skipped_steps, vec![1]);
+    assert_eq!(cpu.skipped_steps, vec![0]);
     assert_eq!(gpu.skipped_steps, cpu.skipped_steps);
     assert_eq!(gpu.loss_scale_final, cpu.loss_scale_final);
     close("losses", &gpu.losses, &cpu.losses, 2e-3, 2e-2);

@@ -195,11 +195,14 @@ impl Blas {
             .get(i)
             .ok_or_else(|| Error::Runtime(format!("cuBLASLt: no candidate {i}")))?;
         self.launch(p, h, s, pa, pb, pc)?;
-        let start = st.record_event(None).map_err(ev)?;
+        // Events with timing on (cudarc's default disables it, and the driver then
+        // refuses elapsed time with CUDA_ERROR_INVALID_HANDLE).
+        let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = st.record_event(timed).map_err(ev)?;
         for _ in 0..3 {
             self.launch(p, h, s, pa, pb, pc)?;
         }
-        let end = st.record_event(None).map_err(ev)?;
+        let end = st.record_event(timed).map_err(ev)?;
         let ms = start.elapsed_ms(&end).map_err(ev)?;
         Ok(f64::from(ms) / 3.0)
     }
