@@ -1,15 +1,32 @@
 #!/usr/bin/env bash
-# The GPU checks of the CUDA backend in one device call (device time is scarce).
-# Build on the workstation first (the GPU machine has no registry access):
+# Everything the CUDA backend must show on a real GPU, in one device call (device time
+# is scarce). Build on the workstation first (the GPU machine has no registry access):
 #
-#   cargo build --release && cargo test --release --no-run --test gpu_parity --test cuda_kernels
-#   mkdir -p gpu-bin && cp target/release/tune gpu-bin/ && \
-#     for t in gpu_parity cuda_kernels; do cp "$(ls -t target/release/deps/$t-* | grep -v '\.d$' | head -1)" gpu-bin/$t; done
-#   strip gpu-bin/*        # the carry limit is 64 MiB in all
+#   T="gpu_parity gpu_amp gpu_autotune gpu_optim knobs cuda_kernels"
+#   cargo build --release && cargo test --release --no-run $(for t in $T; do printf -- '--test %s ' $t; done)
+#   mkdir -p gpu-bin && cp target/release/tune gpu-bin/ && for t in $T; do
+#     cp "$(ls -t target/release/deps/$t-* | grep -v '\.d$' | head -1)" gpu-bin/$t; done
+#   strip gpu-bin/*        # the carry limit is 64 MiB in all; split the tests over two
+#                          # calls (GPU_SESSION_PARTS=tests, then =runs) if it is exceeded
 #
 # then run, with gpu-bin carried:  bash scripts/gpu-session.sh   (results under $OUT)
+#
+# What it does, each step's exit status in $OUT/summary.txt:
+#  1. the device (NVML: name, driver, CUDA driver version) and `tune probe`;
+#  2. every GPU test under TUNE_REQUIRE_GPU=1 (a skip is a failure): kernels to PTX and
+#     CUBIN, layer/GEMM/loss-curve parity with the CPU backend, AMP bf16/fp16 loss
+#     tracking against the CPU's AMP and f32, TF32, the device-side loss scaler, the
+#     optimizers, autotune's cuBLASLt choices, the one-engine knob tests;
+#  3. `tune train --device cuda` per model under fp32, bf16, fp16 and tf32 with held-out
+#     accuracy (AMP must reach fp32's accuracy), and once with autotune (its choices);
+#  4. `tune sweep` of experiments/seed-knobs.toml on the GPU (its device set to cuda and
+#     tf32 added to amp): every knob;
+#  5. PyTorch eager, same models, batch and knobs, fp32, bf16 autocast and tf32;
+#  6. reports/gpu/<date>-<gpu>.md from all of it (scripts/gpu_report.py): the step-time
+#     ratio tune / PyTorch per model and precision, for docs/performance.md.
 set -uo pipefail
 OUT="${OUT:-/tmp/gpu-out}"
+PARTS="${GPU_SESSION_PARTS:-tests,runs}"
 mkdir -p "$OUT"
 # The image ships CUDA libraries inside Python wheels: nvidia/*/lib folders.
 site=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null || true)
@@ -18,17 +35,43 @@ if [ -n "$site" ]; then
   export TUNE_CUDA_LIB_DIRS="${dirs%:}"
 fi
 export TUNE_REQUIRE_GPU=1 TUNE_CACHE_DIR="$OUT/cache"
+unset TUNE_CUDA_STANDIN   # never the CPU stand-in here
+step() { # name, command...: runs it, output to $OUT/<name>.txt, status to summary.txt
+  local name=$1; shift
+  "$@" > "$OUT/$name.txt" 2>&1
+  echo "$name rc=$?" >> "$OUT/summary.txt"
+}
 {
+  python3 scripts/gpu_report.py --device-json
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   ./gpu-bin/tune probe
 } > "$OUT/probe.txt" 2>&1
-./gpu-bin/cuda_kernels > "$OUT/cuda_kernels.txt" 2>&1; echo "cuda_kernels rc=$?" >> "$OUT/summary.txt"
-./gpu-bin/gpu_parity --test-threads=1 --nocapture > "$OUT/gpu_parity.txt" 2>&1; echo "gpu_parity rc=$?" >> "$OUT/summary.txt"
-for m in mlp cnn-small resnet-mini; do
-  ./gpu-bin/tune train --device cuda --model "$m" --dataset synthetic --batch-size 128 \
-    --steps 120 --warmup 20 --json > "$OUT/tune-$m.json" 2> "$OUT/tune-$m.err"
-  echo "tune $m rc=$?" >> "$OUT/summary.txt"
-done
-python3 scripts/torch_gpu_bench.py --amp off,bf16 > "$OUT/torch.jsonl" 2> "$OUT/torch.err"
-echo "torch rc=$?" >> "$OUT/summary.txt"
+
+if [[ ",$PARTS," == *",tests,"* ]]; then
+  step cuda_kernels ./gpu-bin/cuda_kernels --nocapture
+  for t in gpu_optim gpu_amp gpu_autotune gpu_parity knobs; do
+    step "$t" "./gpu-bin/$t" --test-threads=1 --nocapture
+  done
+fi
+
+if [[ ",$PARTS," == *",runs,"* ]]; then
+  for m in mlp cnn-small resnet-mini; do
+    for amp in off bf16 fp16 tf32; do
+      # shapes:6000 has a held-out split: accuracy per precision, same steps and seed.
+      ./gpu-bin/tune train --device cuda --model "$m" --dataset shapes:6000 --batch-size 128 \
+        --steps 300 --warmup 20 --amp "$amp" --json > "$OUT/tune-$m-$amp.json" 2> "$OUT/tune-$m-$amp.err"
+      echo "tune $m amp=$amp rc=$?" >> "$OUT/summary.txt"
+    done
+    ./gpu-bin/tune train --device cuda --model "$m" --dataset synthetic --batch-size 128 \
+      --steps 60 --warmup 20 --autotune --json > "$OUT/tune-$m-autotune.json" 2> "$OUT/tune-$m-autotune.err"
+    echo "tune $m autotune rc=$?" >> "$OUT/summary.txt"
+  done
+  sed -e 's/^device = "cpu"/device = "cuda"/' -e 's/^name = "seed-knobs"/name = "seed-knobs-cuda"/' \
+      -e 's/^amp = \["off", "bf16", "fp16"\]/amp = ["off", "bf16", "fp16", "tf32"]/' \
+      experiments/seed-knobs.toml > "$OUT/seed-knobs-cuda.toml"
+  step sweep ./gpu-bin/tune sweep "$OUT/seed-knobs-cuda.toml" --out "$OUT/sweep"
+  python3 scripts/torch_gpu_bench.py --amp off,bf16,tf32 > "$OUT/torch.jsonl" 2> "$OUT/torch.err"
+  echo "torch rc=$?" >> "$OUT/summary.txt"
+  step report python3 scripts/gpu_report.py --out-dir "$OUT" --write "$OUT/report.md"
+fi
 cat "$OUT/summary.txt"

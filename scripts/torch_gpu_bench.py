@@ -8,7 +8,11 @@ resnet-mini (ResNet-20: 3 stages of 3 basic blocks, 16/32/64 channels, 1x1 proje
 shortcuts). PyTorch's defaults otherwise (NCHW, fp32 matmul without TF32), SGD momentum
 0.9, lr 0.05, set_to_none zeroing. One JSON line per (model, batch, amp) on stdout.
 
-    python3 scripts/torch_gpu_bench.py --models mlp,cnn-small,resnet-mini --amp off,bf16
+`--amp` takes tune's values: off (fp32), bf16 and fp16 (autocast; fp16 with GradScaler),
+tf32 (fp32 with torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32).
+`--autotune` sets torch.backends.cudnn.benchmark, tune's `autotune`.
+
+    python3 scripts/torch_gpu_bench.py --models mlp,cnn-small,resnet-mini --amp off,bf16,tf32
 """
 import argparse
 import json
@@ -48,8 +52,12 @@ def build(name):
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 10)), (3, 32, 32)
 
 
-def bench(name, batch, amp, steps, warmup):
+def bench(name, batch, amp, steps, warmup, autotune=False):
     dev = torch.device("cuda")
+    torch.backends.cudnn.benchmark = autotune
+    tf32 = amp == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
     model, shape = build(name)
     model = model.to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -73,7 +81,7 @@ def bench(name, batch, amp, steps, warmup):
             times.append(time.perf_counter() - t)
     med = statistics.median(times)
     return {"peer": "pytorch-eager-cuda", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
-            "model": name, "batch": batch, "amp": amp, "step_ms_median": med * 1e3,
+            "model": name, "batch": batch, "amp": amp, "autotune": autotune, "step_ms_median": med * 1e3,
             "samples_per_s": batch / med, "steps": steps}
 
 
@@ -84,11 +92,15 @@ def main():
     ap.add_argument("--amp", default="off,bf16")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--autotune", action="store_true", help="torch.backends.cudnn.benchmark = True")
     a = ap.parse_args()
+    for amp in a.amp.split(","):
+        if amp not in ("off", "bf16", "fp16", "tf32"):
+            ap.error(f"--amp {amp!r}: must be off, bf16, fp16 or tf32")
     for m in a.models.split(","):
         for b in a.batches.split(","):
             for amp in a.amp.split(","):
-                print(json.dumps(bench(m, int(b), amp, a.steps, a.warmup)), flush=True)
+                print(json.dumps(bench(m, int(b), amp, a.steps, a.warmup, a.autotune)), flush=True)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ pub enum Amp {
     Off,
     Bf16,
     Fp16,
+    /// f32 storage, f32 GEMMs on TF32 tensor cores (`allow_tf32`): no half storage.
+    Tf32,
 }
 
 /// How the work is spread over devices.
@@ -101,7 +103,11 @@ macro_rules! keyword_enum {
 }
 
 keyword_enum!(ZeroGrad, "zero_grad", [(Memset, "memset"), (None, "none")]);
-keyword_enum!(Amp, "amp", [(Off, "off"), (Bf16, "bf16"), (Fp16, "fp16")]);
+keyword_enum!(
+    Amp,
+    "amp",
+    [(Off, "off"), (Bf16, "bf16"), (Fp16, "fp16"), (Tf32, "tf32")]
+);
 keyword_enum!(
     Parallel,
     "parallel",
@@ -427,7 +433,7 @@ knob_table! {
         /// Time candidate algorithms per shape and keep the fastest (like cudnn.benchmark).
         autotune: bool = false,
         Values::Switch,
-        Applies { backends: &["cpu"], command: true, python: true },
+        EVERYWHERE,
         Torch::Line("torch.backends.cudnn.benchmark = {value}");
 
         /// How gradients are cleared: memset zero-fills kept buffers, none releases them.
@@ -447,10 +453,11 @@ knob_table! {
             "torch.utils.checkpoint.checkpoint_sequential(model, segments, x, use_reentrant=False)"
         );
 
-        /// Mixed precision: half-precision storage, f32 accumulation.
+        /// Mixed precision: bf16/fp16 storage with f32 accumulation; tf32 = f32 GEMMs on
+        /// TF32 tensor cores (CUDA only; the CPU backend runs f32 and records it).
         amp: Amp = Amp::Off,
         Values::Words(Amp::ALLOWED),
-        CPU_ONLY,
+        CPU_CUDA,
         Torch::PerValue(&[
             ("off", "# full precision (no autocast)"),
             ("bf16", "with torch.autocast(\"{device}\", dtype=torch.bfloat16): loss = model(x)"),
@@ -459,6 +466,10 @@ knob_table! {
                 "scaler = torch.amp.GradScaler(\"{device}\"); with torch.autocast(\"{device}\", \
                  dtype=torch.float16): loss = model(x); scaler.scale(loss).backward(); \
                  scaler.step(optimizer); scaler.update()",
+            ),
+            (
+                "tf32",
+                "torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True",
             ),
         ]);
 

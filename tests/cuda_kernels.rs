@@ -39,6 +39,29 @@ fn kernels_compile_for_hopper_and_ampere() {
     }
 }
 
+/// Every kernel assembles to machine code for Hopper (nvrtcGetCUBIN, no GPU needed): an
+/// assembler failure or a resource limit shows here rather than in the driver's JIT on
+/// the first GPU run.
+#[test]
+fn every_kernel_assembles_to_cubin_for_sm_90() {
+    if !nvrtc_or_skip("every_kernel_assembles_to_cubin_for_sm_90") {
+        return;
+    }
+    let cubin = kernels::cubin("sm_90").unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("sm_90 CUBIN: {} bytes", cubin.len());
+    for name in kernels::NAMES {
+        // Each kernel is a symbol of the ELF image (its name in the string table).
+        let sym = format!("\0{name}\0");
+        assert!(
+            cubin.windows(sym.len()).any(|w| w == sym.as_bytes()),
+            "sm_90 CUBIN has no symbol {name}"
+        );
+    }
+    // A virtual architecture has no machine code: a clear error, not an empty image.
+    let e = kernels::cubin("compute_90").unwrap_err().to_string();
+    assert!(e.contains("compute_90"), "{e}");
+}
+
 #[test]
 fn ptx_is_cached_on_disk_and_reused() {
     if !nvrtc_or_skip("ptx_is_cached_on_disk_and_reused") {

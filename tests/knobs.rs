@@ -10,7 +10,7 @@ use tune::engine::nn::zoo::{build, ModelKind};
 use tune::engine::ops::loss::softmax_cross_entropy;
 use tune::engine::tensor::Tensor;
 use tune::engine::train::{run, DeviceChoice, NoObserver, Workload};
-use tune::knobs::{Checkpoint, Knobs, ZeroGrad};
+use tune::knobs::{Amp, Checkpoint, Knobs, ZeroGrad};
 
 #[path = "common/standin.rs"]
 mod standin;
@@ -205,5 +205,99 @@ fn pin_memory_is_not_applicable_on_cpu_only() {
                 s.not_applicable
             ),
         }
+    });
+}
+
+/// AMP stores activations at 2 bytes and fp16's loss scaler skips an overflowing step
+/// (and only that one) on every device; tf32 stores f32, and is recorded as not
+/// applicable where there are no tensor cores (the CPU).
+#[test]
+fn amp_halves_activations_and_its_scaler_skips_an_overflow_on_every_device() {
+    let test = "amp_halves_activations_and_its_scaler_skips_an_overflow_on_every_device";
+    on_each_device(test, |device| {
+        let with = |amp: Amp, overflow: Option<usize>| {
+            let cache = tempfile::tempdir().unwrap();
+            let w = Workload {
+                steps: 3,
+                warmup: 0,
+                threads: 1,
+                eval: false,
+                device,
+                inject_overflow_at: overflow,
+                cache_dir: cache.path().to_path_buf(),
+                ..Workload::new(ModelKind::Mlp, "synthetic")
+            };
+            let k = Knobs {
+                amp,
+                batch_size: 8,
+                ..Knobs::default()
+            };
+            run(&w, &k, &mut NoObserver).unwrap()
+        };
+        let off = with(Amp::Off, None);
+        let a_off = off.peak_bytes["activations"];
+        for amp in [Amp::Bf16, Amp::Fp16] {
+            let s = with(amp, None);
+            let a = s.peak_bytes["activations"];
+            // About half: an f32 result left un-narrowed is charged as workspace and
+            // would make this figure small, not half.
+            let r = a as f64 / a_off as f64;
+            assert!(
+                (0.4..0.75).contains(&r),
+                "{device:?} {amp}: activations {a} B vs f32 {a_off} B"
+            );
+        }
+        let fp16 = with(Amp::Fp16, Some(1));
+        assert_eq!(fp16.skipped_steps, vec![1], "{device:?}");
+        assert_eq!(
+            fp16.loss_scale_final,
+            Some(32768.0),
+            "{device:?}: backed off once"
+        );
+        let tf32 = with(Amp::Tf32, None);
+        assert_eq!(
+            tf32.peak_bytes["activations"], a_off,
+            "{device:?}: tf32 stores f32"
+        );
+        assert_eq!(tf32.loss_scale_final, None, "{device:?}: nothing to scale");
+        match device {
+            DeviceChoice::Cpu => assert!(tf32.not_applicable["amp"].contains("TF32")),
+            _ => assert!(!tf32.not_applicable.contains_key("amp"), "{device:?}"),
+        }
+    });
+}
+
+/// Autotuning measures its choices, records them with their timings in the trial record,
+/// and keeps them in the cache file, on every device.
+#[test]
+fn autotune_measures_records_and_caches_its_choices_on_every_device() {
+    let test = "autotune_measures_records_and_caches_its_choices_on_every_device";
+    on_each_device(test, |device| {
+        let cache = tempfile::tempdir().unwrap();
+        let w = Workload {
+            steps: 2,
+            warmup: 0,
+            threads: 1,
+            eval: false,
+            device,
+            cache_dir: cache.path().to_path_buf(),
+            ..Workload::new(ModelKind::Mlp, "synthetic")
+        };
+        let k = Knobs {
+            autotune: true,
+            batch_size: 8,
+            ..Knobs::default()
+        };
+        let s = run(&w, &k, &mut NoObserver).unwrap();
+        let measured: Vec<_> = s
+            .algorithms
+            .iter()
+            .filter(|c| c.source == tune::engine::autotune::ChoiceSource::Measured)
+            .collect();
+        assert!(!measured.is_empty(), "{device:?}: {:?}", s.algorithms);
+        for c in &measured {
+            assert!(c.timings_ms.contains_key(&c.algo), "{device:?}: {c:?}");
+        }
+        assert!(cache.path().join("autotune.json").exists(), "{device:?}");
     });
 }

@@ -46,7 +46,8 @@ pub fn limit(cx: &Ctx) -> Option<(u64, String)> {
 
 fn pytorch(t: &TrialReport, backend: &str) -> String {
     match t.knobs.amp {
-        Amp::Off => torch_line("checkpoint", "sqrt", backend),
+        // TF32 keeps f32 storage: it saves no memory.
+        Amp::Off | Amp::Tf32 => torch_line("checkpoint", "sqrt", backend),
         a => super::amp::autocast_line(a, backend),
     }
 }

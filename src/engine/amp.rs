@@ -26,7 +26,7 @@ const CHUNK: usize = 1 << 15;
 /// The storage type `amp` selects, or `None` for full precision.
 pub fn half_dtype(amp: Amp) -> Option<DType> {
     match amp {
-        Amp::Off => None,
+        Amp::Off | Amp::Tf32 => None,
         Amp::Bf16 => Some(DType::Bf16),
         Amp::Fp16 => Some(DType::F16),
     }
@@ -146,7 +146,8 @@ impl ScalerConfig {
     }
 
     pub fn active_for(&self, amp: Amp) -> bool {
-        self.enabled.unwrap_or(amp == Amp::Fp16) && amp != Amp::Off
+        // TF32 stores f32: nothing underflows, so there is nothing to scale.
+        self.enabled.unwrap_or(amp == Amp::Fp16) && half_dtype(amp).is_some()
     }
 }
 

@@ -140,21 +140,14 @@ impl Algos {
         }
     }
 
-    /// Runs `op` for `key` with the chosen algorithm. `candidates` are the algorithms
-    /// valid for this shape (the first is the heuristic's choice); `run` computes the
-    /// op's result with one of them.
-    pub fn run<R>(
-        &self,
-        op: &str,
-        key: &str,
-        candidates: &[&str],
-        mut run: impl FnMut(&str) -> Result<R>,
-    ) -> Result<R> {
+    /// The algorithm `op` uses for `key` when it is already decided (in memory, by the
+    /// heuristic, or from the disk cache), recording the decision the first time.
+    fn known(&self, op: &str, key: &str, candidates: &[&str]) -> Result<Option<String>> {
         let first = *candidates
             .first()
             .ok_or_else(|| Error::Runtime(format!("{op}: no candidate algorithm")))?;
         let full_key = format!("{op}|{}|{key}", self.device);
-        let known = {
+        Ok({
             let mut st = self.lock();
             if let Some(a) = st.chosen.get(&full_key) {
                 Some(a.clone())
@@ -186,8 +179,63 @@ impl Algos {
             } else {
                 None
             }
-        };
-        if let Some(a) = known {
+        })
+    }
+
+    /// Records a measured winner (memory, disk cache, report).
+    fn measured(&self, op: &str, key: &str, winner: &str, timings: BTreeMap<String, f64>) {
+        let full_key = format!("{op}|{}|{key}", self.device);
+        let mut st = self.lock();
+        st.chosen.insert(full_key.clone(), winner.to_string());
+        st.from_disk.insert(full_key, winner.to_string());
+        st.dirty = true;
+        st.log.push(AlgoChoice {
+            op: op.into(),
+            key: key.into(),
+            algo: winner.into(),
+            source: ChoiceSource::Measured,
+            timings_ms: timings,
+        });
+    }
+
+    /// The algorithm for `key` where the caller times the candidates itself (a GPU,
+    /// whose work a host clock cannot see): `time` returns one candidate's milliseconds,
+    /// and is called only when the choice is not already known.
+    pub fn choose(
+        &self,
+        op: &str,
+        key: &str,
+        candidates: &[&str],
+        mut time: impl FnMut(&str) -> Result<f64>,
+    ) -> Result<String> {
+        if let Some(a) = self.known(op, key, candidates)? {
+            return Ok(a);
+        }
+        let mut timings = BTreeMap::new();
+        let mut best: Option<(f64, &str)> = None;
+        for &c in candidates {
+            let ms = time(c)?;
+            timings.insert(c.to_string(), ms);
+            if best.is_none_or(|(b, _)| ms < b) {
+                best = Some((ms, c));
+            }
+        }
+        let (_, winner) = best.ok_or_else(|| Error::Runtime(format!("{op}: no candidate ran")))?;
+        self.measured(op, key, winner, timings);
+        Ok(winner.to_string())
+    }
+
+    /// Runs `op` for `key` with the chosen algorithm. `candidates` are the algorithms
+    /// valid for this shape (the first is the heuristic's choice); `run` computes the
+    /// op's result with one of them.
+    pub fn run<R>(
+        &self,
+        op: &str,
+        key: &str,
+        candidates: &[&str],
+        mut run: impl FnMut(&str) -> Result<R>,
+    ) -> Result<R> {
+        if let Some(a) = self.known(op, key, candidates)? {
             return run(&a);
         }
         // Measure every candidate once on the real input; keep the fastest result.
@@ -209,17 +257,7 @@ impl Algos {
         }
         let (_, winner, out) =
             best.ok_or_else(|| Error::Runtime(format!("{op}: no candidate ran")))?;
-        let mut st = self.lock();
-        st.chosen.insert(full_key.clone(), winner.to_string());
-        st.from_disk.insert(full_key, winner.to_string());
-        st.dirty = true;
-        st.log.push(AlgoChoice {
-            op: op.into(),
-            key: key.into(),
-            algo: winner.into(),
-            source: ChoiceSource::Measured,
-            timings_ms: timings,
-        });
+        self.measured(op, key, winner, timings);
         Ok(out)
     }
 

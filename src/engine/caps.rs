@@ -45,7 +45,14 @@ fn cpu_pin_memory(k: &Knobs, _: Layout) -> Support {
     }
 }
 
+/// TF32 is a mode of tensor-core GEMMs; PyTorch accepts `allow_tf32` on a CPU and does
+/// nothing with it, so the CPU backend runs f32 and says so.
+const NO_TF32: &str = "CPU backend: TF32 is a tensor-core GEMM mode; ran in f32";
+
 fn cpu_amp(k: &Knobs, l: Layout) -> Support {
+    if k.amp == Amp::Tf32 {
+        return Support::NotApplicable(NO_TF32.into());
+    }
     if l == Layout::Multi && k.amp != Amp::Off {
         return Support::NotImplemented(format!(
             "amp = {} with parallel = {}: mixed precision is not implemented for multi-device runs yet",
@@ -88,22 +95,22 @@ fn bucket_mb(k: &Knobs, _: Layout) -> Support {
     Support::Supported
 }
 
-fn cuda_amp(k: &Knobs, _: Layout) -> Support {
-    if k.amp != Amp::Off {
+fn cuda_amp(k: &Knobs, l: Layout) -> Support {
+    if l == Layout::Multi && k.amp != Amp::Off {
         return Support::NotImplemented(format!(
-            "amp = {} on the CUDA backend: mixed precision is not implemented on GPUs yet",
-            k.amp
+            "amp = {} with parallel = {} on the CUDA backend: mixed precision is not implemented for multi-GPU runs yet",
+            k.amp, k.parallel
         ));
     }
     Support::Supported
 }
 
-fn cuda_autotune(k: &Knobs, _: Layout) -> Support {
-    if k.autotune {
-        return Support::NotImplemented(
-            "autotune on the CUDA backend: timing cuBLASLt's candidates is not implemented yet"
-                .into(),
-        );
+fn cuda_autotune(k: &Knobs, l: Layout) -> Support {
+    if l == Layout::Multi && k.autotune {
+        return Support::NotImplemented(format!(
+            "autotune with parallel = {} on the CUDA backend: not implemented for multi-GPU runs yet",
+            k.parallel
+        ));
     }
     Support::Supported
 }
@@ -261,14 +268,6 @@ mod tests {
                     ..Knobs::default()
                 },
                 "autotune with parallel = ddp: not implemented for multi-device runs yet",
-            ),
-            (
-                DeviceChoice::Cuda,
-                Knobs {
-                    amp: Amp::Fp16,
-                    ..Knobs::default()
-                },
-                "amp = fp16 on the CUDA backend",
             ),
             (
                 DeviceChoice::Cuda,

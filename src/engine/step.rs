@@ -1,6 +1,7 @@
 //! The one step loop, for every backend. Per step, in order: zero-grad, then per
 //! micro-batch {data, host-to-device, forward (with checkpoint segments) and loss,
-//! backward}, then the scaler's inf check, the optimizer update, and one `StepEvent`.
+//! backward}, then the scaler's inf check, the optimizer update, and one `StepEvent`
+//! (a device that runs the scaler itself reports the step's outcome after the sync).
 //! What differs between devices (kernels, uploads, the clock, where the loss is read)
 //! sits behind [`Exec`]; the order of the work and what each phase covers is here,
 //! once. What differs between parallel modes (keeping replicas in step) sits behind
@@ -111,6 +112,29 @@ pub(crate) trait Exec {
     fn poison_one_grad(&mut self, model: &mut Model<Self::L>) -> Result<()>;
     /// One optimizer step over every parameter, gradients divided by `loss_scale`.
     fn update(&mut self, model: &mut Model<Self::L>, loss_scale: f32) -> Result<()>;
+    /// Under a loss scaler: the inf check, the optimizer step unless it overflowed, and
+    /// the scaler's update. `Some(applied)` when the host decided; `None` when the device
+    /// decided without a host sync, and [`Exec::scaler_outcome`] tells after the step's
+    /// sync.
+    fn scaled_update(
+        &mut self,
+        model: &mut Model<Self::L>,
+        scaler: &mut GradScaler,
+    ) -> Result<Option<bool>> {
+        let scale = scaler.scale();
+        let applied = scaler.update(self.grads_finite(model)?);
+        if applied {
+            self.update(model, scale)?;
+        }
+        Ok(Some(applied))
+    }
+    /// After `read_loss`: whether the device applied the step, with `scaler` brought to
+    /// the device's state. Only called after `scaled_update` returned `None`.
+    fn scaler_outcome(&mut self, _scaler: &mut GradScaler) -> Result<bool> {
+        Err(Error::Runtime(
+            "this backend decides loss-scaled steps on the host".into(),
+        ))
+    }
     /// `zero_grad = none`: drop the gradient buffers.
     fn release_grads(&mut self, model: &mut Model<Self::L>);
     /// The step's mean loss over its micro-batches (the one host sync of a step).
@@ -299,19 +323,13 @@ pub(crate) fn train_with<B: Exec, S: Strategy<B>>(
         }
         let m = clock.mark()?;
         let loss_scale = scaler.as_ref().map(GradScaler::scale);
-        let apply = match scaler {
-            Some(sc) => sc.update(b.grads_finite(model)?),
-            None => true,
+        let decided = match scaler.as_mut() {
+            Some(sc) => b.scaled_update(model, sc)?,
+            None => {
+                b.update(model, 1.0)?;
+                Some(true)
+            }
         };
-        if apply {
-            b.update(model, loss_scale.unwrap_or(1.0))?;
-        } else {
-            skipped_steps.push(step);
-            obs.on_note(&format!(
-                "step {step}: gradient overflow at loss scale {}, step skipped",
-                loss_scale.unwrap_or(1.0)
-            ));
-        }
         clock.add(Phase::Optimizer, m)?;
         if k.zero_grad == ZeroGrad::None {
             let m = clock.mark()?;
@@ -319,6 +337,18 @@ pub(crate) fn train_with<B: Exec, S: Strategy<B>>(
             clock.add(Phase::ZeroGrad, m)?;
         }
         let loss = b.read_loss(micro, accum)?;
+        let apply = match (decided, scaler.as_mut()) {
+            (Some(applied), _) => applied,
+            (None, Some(sc)) => b.scaler_outcome(sc)?,
+            (None, None) => true,
+        };
+        if !apply {
+            skipped_steps.push(step);
+            obs.on_note(&format!(
+                "step {step}: gradient overflow at loss scale {}, step skipped",
+                loss_scale.unwrap_or(1.0)
+            ));
+        }
         let step_s = t_step.elapsed().as_secs_f64();
         let mut ph = b.phases(clock)?;
         ph.data_wait += data_wait;

@@ -11,7 +11,7 @@ use crate::engine::device::{MemCategory, MemTracker};
 use crate::error::{Error, Result};
 
 /// Element type of a buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
     F32,

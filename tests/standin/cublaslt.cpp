@@ -99,6 +99,14 @@ static bool inside(const void* p, size_t n, const char* what) {
             what, n, p);
     return false;
 }
+// The type combinations tune uses and cuBLASLt supports: all f32 (32F or FAST_TF32), or
+// bf16/fp16 A and B (the same type) with an f32 C under 32F compute.
+static bool types_ok(const Desc* d, const Layout* a, const Layout* b, const Layout* c) {
+    if (a->type != b->type) return false;
+    if (a->type == R_32F) return c->type == R_32F;
+    return c->type == R_32F && d->compute == COMPUTE_32F;
+}
+
 static bool layout_ok(const Layout* l) {
     if (!l || esize(l->type) == 0 || l->batch != 1) return false;
     uint64_t inner = l->order == 0 ? l->rows : l->cols;
@@ -216,13 +224,32 @@ API Status cublasLtMatmulAlgoGetHeuristic(Handle* h, Desc* d, Layout* a, Layout*
                                           HeuristicResult* out, int* count) {
     if (!h || !d || !p || !out || !count || requested < 1) return INVALID_VALUE;
     if (!layout_ok(a) || !layout_ok(b) || !layout_ok(c) || !layout_ok(dl)) return INVALID_VALUE;
+    if (!types_ok(d, a, b, c)) return NOT_SUPPORTED;
     uint64_t m, n, k;
     if (!dims(d, a, b, c, &m, &n, &k)) return INVALID_VALUE;
-    memset(out, 0, sizeof(HeuristicResult));
-    out->algo[0] = 0x7e57;  // the one "algorithm": the reference loop below
-    out->state = SUCCESS;
-    out->waves = 1.0f;
-    *count = 1;
+    // Up to three candidates, as the real library offers several: all run the reference
+    // loop below, so autotuning's timing and bookkeeping run here, never its outcome.
+    int got = requested < 3 ? requested : 3;
+    for (int i = 0; i < got; ++i) {
+        memset(&out[i], 0, sizeof(HeuristicResult));
+        out[i].algo[0] = 0x7e57;  // the stand-in's mark
+        out[i].algo[1] = (uint64_t)i;  // the candidate's id (CUBLASLT_ALGO_CONFIG_ID)
+        out[i].state = SUCCESS;
+        out[i].waves = 1.0f;
+    }
+    *count = got;
+    return SUCCESS;
+}
+
+// CUBLASLT_ALGO_CONFIG_ID (0, int32) of a candidate from the heuristic above.
+API Status cublasLtMatmulAlgoConfigGetAttribute(const uint64_t* algo, int attr, void* buf,
+                                                size_t n, size_t* written) {
+    if (!algo || algo[0] != 0x7e57) return INVALID_VALUE;
+    if (attr != 0) return NOT_SUPPORTED;
+    if (written) *written = 4;
+    if (!buf || n < 4) return buf ? INVALID_VALUE : SUCCESS;
+    int32_t id = (int32_t)algo[1];
+    memcpy(buf, &id, 4);
     return SUCCESS;
 }
 
@@ -235,15 +262,33 @@ struct Job {
     uint64_t m, n, k;
 };
 
+// TF32 as tensor cores read an f32 operand under CUBLAS_COMPUTE_32F_FAST_TF32: 10
+// mantissa bits, rounded to nearest with ties away from zero (PTX cvt.rna.tf32.f32), so
+// the compute type a GEMM asked for shows in its result.
+static float tf32(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+static float operand(const void* p, int t, size_t i, bool fast_tf32) {
+    float v = load(p, t, i);
+    return fast_tf32 && t == R_32F ? tf32(v) : v;
+}
+
 static void run(void* user) {
     Job* j = (Job*)user;
+    bool fast = j->d.compute == COMPUTE_32F_FAST_TF32;
     for (uint64_t col = 0; col < j->n; ++col)
         for (uint64_t row = 0; row < j->m; ++row) {
             double acc = 0.0;
             for (uint64_t p = 0; p < j->k; ++p) {
                 size_t ia = j->d.transa ? at(&j->a, p, row) : at(&j->a, row, p);
                 size_t ib = j->d.transb ? at(&j->b, col, p) : at(&j->b, p, col);
-                acc += (double)load(j->pa, j->a.type, ia) * (double)load(j->pb, j->b.type, ib);
+                acc += (double)operand(j->pa, j->a.type, ia, fast) *
+                       (double)operand(j->pb, j->b.type, ib, fast);
             }
             double v = j->alpha * acc;
             // beta == 0 must not read C (it may hold NaN), as BLAS specifies.
@@ -264,6 +309,7 @@ API Status cublasLtMatmul(Handle* h, Desc* d, const void* alpha, const void* A, 
     if (d->epilogue != 1 || d->pointer_mode != 0) return NOT_SUPPORTED;
     if (!layout_ok(a) || !layout_ok(b) || !layout_ok(c) || !layout_ok(dl)) return INVALID_VALUE;
     if (c->rows != dl->rows || c->cols != dl->cols || c->type != dl->type) return INVALID_VALUE;
+    if (!types_ok(d, a, b, c)) return NOT_SUPPORTED;
     Job* j = new Job{*d, *a, *b, *c, *dl, 0, 0, A, B, C, D, 0, 0, 0};
     if (!dims(d, a, b, c, &j->m, &j->n, &j->k)) {
         delete j;

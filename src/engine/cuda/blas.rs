@@ -1,4 +1,5 @@
-//! GEMM through cuBLASLt on row-major f32 matrices, with descriptors and the chosen
+//! GEMM through cuBLASLt on row-major matrices (f32, or bf16/fp16 operands with an f32
+//! result under AMP), with descriptors and the chosen
 //! algorithm cached per shape so a training step does no planning.
 //!
 //! cuBLASLt is column-major. A row-major `C[m,n] = A[m,k] B[k,n]` is the column-major
@@ -7,12 +8,15 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
+use crate::engine::autotune::Algos;
+use crate::engine::cuda::gpu::words;
+use crate::engine::tensor::DType;
 use crate::error::{Error, Result};
 
 /// Bytes of cuBLASLt workspace: what cuBLASLt's own docs recommend for Hopper.
@@ -22,7 +26,9 @@ pub const WORKSPACE_BYTES: usize = 32 << 20;
 pub const MAX_CANDIDATES: usize = 8;
 
 /// One GEMM shape: `C[m,n] (+)= op(A) op(B)` with op(A) `[m,k]`, op(B) `[k,n]`.
-/// `ta`: A is stored `[k,m]` (use its transpose); `tb`: B is stored `[n,k]`.
+/// `ta`: A is stored `[k,m]` (use its transpose); `tb`: B is stored `[n,k]`. `dt` is the
+/// operands' type (f32, or bf16/fp16 under AMP, packed two to a word); C is always f32
+/// and the accumulation f32 (compute type 32F, as under torch.autocast).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Shape {
     pub m: usize,
@@ -31,19 +37,42 @@ pub struct Shape {
     pub ta: bool,
     pub tb: bool,
     pub accumulate: bool,
+    pub dt: DType,
 }
 
 impl Shape {
     pub fn key(&self) -> String {
         format!(
-            "m{} n{} k{} {}{}{}",
+            "m{} n{} k{} {}{}{} {}",
             self.m,
             self.n,
             self.k,
             if self.ta { "T" } else { "N" },
             if self.tb { "T" } else { "N" },
-            if self.accumulate { " +=" } else { "" }
+            if self.accumulate { " +=" } else { "" },
+            dtype_name(self.dt)
         )
+    }
+}
+
+fn dtype_name(dt: DType) -> &'static str {
+    match dt {
+        DType::F32 => "f32",
+        DType::Bf16 => "bf16",
+        DType::F16 => "f16",
+        DType::U32 => "u32",
+    }
+}
+
+fn cuda_type(dt: DType) -> Result<sys::cudaDataType_t> {
+    match dt {
+        DType::F32 => Ok(sys::cudaDataType_t::CUDA_R_32F),
+        DType::Bf16 => Ok(sys::cudaDataType_t::CUDA_R_16BF),
+        DType::F16 => Ok(sys::cudaDataType_t::CUDA_R_16F),
+        DType::U32 => Err(Error::Shape {
+            op: "gemm",
+            msg: "u32 operands".into(),
+        }),
     }
 }
 
@@ -59,6 +88,8 @@ struct Plan {
     c: sys::cublasLtMatrixLayout_t,
     algos: Vec<sys::cublasLtMatmulHeuristicResult_t>,
     chosen: usize,
+    /// Whether autotuning (when on) has decided `chosen`.
+    tuned: bool,
 }
 
 // SAFETY: the descriptor handles are plain heap objects of cuBLASLt, not tied to a
@@ -85,6 +116,9 @@ pub struct Blas {
     plans: Mutex<HashMap<Shape, Plan>>,
     /// TF32 tensor cores for f32 GEMMs (`torch.backends.cuda.matmul.allow_tf32`).
     pub tf32: bool,
+    /// Autotuning (the `cudnn.benchmark` analogue): on a shape's first GEMM, time each
+    /// heuristic candidate on a scratch output and keep the fastest.
+    autotune: OnceLock<Arc<Algos>>,
 }
 
 // SAFETY: the cuBLASLt handle is thread-safe per NVIDIA's docs (one handle may be
@@ -111,16 +145,82 @@ impl Blas {
             workspace,
             plans: Mutex::new(HashMap::new()),
             tf32,
+            autotune: OnceLock::new(),
         })
+    }
+
+    /// Turns autotuning on for every shape planned from now on (once per Blas).
+    pub fn autotune_with(&self, algos: Arc<Algos>) -> Result<()> {
+        self.autotune
+            .set(algos)
+            .map_err(|_| Error::Runtime("cuBLASLt: autotuning was already set up".into()))
+    }
+
+    /// A candidate's name, stable across runs with the same library and shape: its
+    /// index in the heuristic's list and cuBLASLt's algorithm id.
+    fn candidate_name(i: usize, h: &sys::cublasLtMatmulHeuristicResult_t) -> String {
+        let mut id = -1i32;
+        let mut written = 0usize;
+        // SAFETY: `h.algo` is an algorithm the heuristic returned; the attribute is an
+        // int32 written into `id`, whose size is passed.
+        let r = unsafe {
+            sys::cublasLtMatmulAlgoConfigGetAttribute(
+                &h.algo,
+                sys::cublasLtMatmulAlgoConfigAttributes_t::CUBLASLT_ALGO_CONFIG_ID,
+                (&mut id) as *mut i32 as *mut c_void,
+                std::mem::size_of::<i32>(),
+                &mut written,
+            )
+        };
+        if r == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            format!("cublasLt#{i} (algo {id})")
+        } else {
+            format!("cublasLt#{i}")
+        }
+    }
+
+    /// Milliseconds of candidate `i` of plan `p` on the real operands and a scratch
+    /// output (a GEMM may accumulate into its output, so the real one is not touched):
+    /// one untimed run, then the mean of three between events. Syncs the stream once per
+    /// candidate, on a shape's first GEMM only.
+    fn time_candidate(&self, p: &Plan, s: &Shape, i: usize, pa: u64, pb: u64) -> Result<f64> {
+        let st = &self.stream;
+        let ev = |e| Error::Runtime(format!("CUDA: autotune timing event: {e}"));
+        let mut scratch = st
+            .alloc_zeros::<f32>(s.m * s.n)
+            .map_err(|e| Error::Runtime(format!("CUDA: autotune scratch: {e}")))?;
+        let (pc, _rc) = scratch.device_ptr_mut(st);
+        let h = p
+            .algos
+            .get(i)
+            .ok_or_else(|| Error::Runtime(format!("cuBLASLt: no candidate {i}")))?;
+        self.launch(p, h, s, pa, pb, pc)?;
+        // Events with timing on (cudarc's default disables it, and the driver then
+        // refuses elapsed time with CUDA_ERROR_INVALID_HANDLE).
+        let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = st.record_event(timed).map_err(ev)?;
+        for _ in 0..3 {
+            self.launch(p, h, s, pa, pb, pc)?;
+        }
+        let end = st.record_event(timed).map_err(ev)?;
+        let ms = start.elapsed_ms(&end).map_err(ev)?;
+        Ok(f64::from(ms) / 3.0)
+    }
+
+    /// The compute type of `s`: f32 accumulation always; TF32 tensor cores for f32
+    /// operands when asked (half operands use tensor cores with 32F compute anyway).
+    pub fn compute_type(&self, s: &Shape) -> sys::cublasComputeType_t {
+        if self.tf32 && s.dt == DType::F32 {
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
+        } else {
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
+        }
     }
 
     fn plan(&self, s: &Shape) -> Result<Plan> {
         let f32t = sys::cudaDataType_t::CUDA_R_32F;
-        let compute = if self.tf32 {
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
-        } else {
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
-        };
+        let opt = cuda_type(s.dt)?;
+        let compute = self.compute_type(s);
         // Column-major view: first operand = our B (stored [k,n] row-major = [n,k]
         // column-major when !tb), second = our A.
         let (b_rows, b_cols, ldb) = if s.tb {
@@ -133,18 +233,19 @@ impl Blas {
         } else {
             (s.k, s.m, s.k)
         };
-        let lay = |r: usize, c: usize, ld: usize| {
-            lt::create_matrix_layout(f32t, r as u64, c as u64, ld as i64)
+        let lay = |t: sys::cudaDataType_t, r: usize, c: usize, ld: usize| {
+            lt::create_matrix_layout(t, r as u64, c as u64, ld as i64)
                 .map_err(|e| err("matrix layout", e))
         };
         let desc = lt::create_matmul_desc(compute, f32t).map_err(|e| err("matmul desc", e))?;
         let mut plan = Plan {
             desc,
-            a: lay(b_rows, b_cols, ldb)?,
-            b: lay(a_rows, a_cols, lda)?,
-            c: lay(s.n, s.m, s.n)?,
+            a: lay(opt, b_rows, b_cols, ldb)?,
+            b: lay(opt, a_rows, a_cols, lda)?,
+            c: lay(f32t, s.n, s.m, s.n)?,
             algos: Vec::new(),
             chosen: 0,
+            tuned: false,
         };
         for (attr, t) in [
             (
@@ -267,7 +368,10 @@ impl Blas {
         c: &mut CudaSlice<f32>,
         algo: Option<usize>,
     ) -> Result<()> {
-        if a.len() < s.m * s.k || b.len() < s.k * s.n || c.len() < s.m * s.n {
+        if a.len() < words(s.m * s.k, s.dt)
+            || b.len() < words(s.k * s.n, s.dt)
+            || c.len() < s.m * s.n
+        {
             return Err(Error::Shape {
                 op: "gemm",
                 msg: format!(
@@ -282,20 +386,53 @@ impl Blas {
         // One lock per GEMM on the hot path: plan lookup (and planning, on first use).
         let mut plans = self.lock();
         let p = self.planned(&mut plans, s)?;
+        let st = &self.stream;
+        let (pa, _ra) = a.device_ptr(st);
+        let (pb, _rb) = b.device_ptr(st);
+        if !p.tuned && algo.is_none() {
+            if let Some(algos) = self.autotune.get() {
+                let names: Vec<String> = p
+                    .algos
+                    .iter()
+                    .enumerate()
+                    .map(|(i, h)| Blas::candidate_name(i, h))
+                    .collect();
+                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                let plan: &Plan = p;
+                let winner = algos.choose("gemm", &s.key(), &refs, |name| {
+                    let i = refs.iter().position(|r| *r == name).unwrap_or(0);
+                    self.time_candidate(plan, s, i, pa, pb)
+                })?;
+                p.chosen = refs.iter().position(|r| *r == winner).unwrap_or(0);
+            }
+            p.tuned = true;
+        }
         let h = p
             .algos
             .get(algo.unwrap_or(p.chosen))
             .ok_or_else(|| Error::Runtime(format!("cuBLASLt: no candidate for {}", s.key())))?;
+        let (pc, _rc) = c.device_ptr_mut(st);
+        self.launch(p, h, s, pa, pb, pc)
+    }
+
+    /// One `cublasLtMatmul` of plan `p` with candidate `h` on device pointers that the
+    /// caller keeps alive (and tracked by cudarc) until the work is done.
+    fn launch(
+        &self,
+        p: &Plan,
+        h: &sys::cublasLtMatmulHeuristicResult_t,
+        s: &Shape,
+        pa: u64,
+        pb: u64,
+        pc: u64,
+    ) -> Result<()> {
         let alpha = 1.0f32;
         let beta = if s.accumulate { 1.0f32 } else { 0.0f32 };
         let st = &self.stream;
-        let (pa, _ra) = a.device_ptr(st);
-        let (pb, _rb) = b.device_ptr(st);
-        let (pc, _rc) = c.device_ptr_mut(st);
         let (pw, _rw) = self.workspace.device_ptr(st);
         // SAFETY: the plan's descriptors describe exactly these buffers (sizes checked
-        // above); pointers stay valid while the SyncOnDrop guards live, which records
-        // the reads and writes on `st` for cudarc's cross-stream tracking.
+        // by the caller); pointers stay valid while the caller's SyncOnDrop guards live,
+        // which record the reads and writes on `st` for cudarc's cross-stream tracking.
         unsafe {
             lt::matmul(
                 self.handle,

@@ -10,6 +10,7 @@ use crate::engine::cuda::blas::{Blas, Shape};
 use crate::engine::cuda::kernels::{self, Kernels};
 use crate::engine::cuda::libs;
 use crate::engine::device::{MemCategory, MemTracker};
+use crate::engine::tensor::DType;
 use crate::error::{Error, Result};
 
 /// `pub` (hidden) for `cuda_launch!` used outside the crate (tests/gpu_optim.rs).
@@ -43,31 +44,55 @@ impl Drop for DBuf {
 
 /// A device tensor: a shape over a shared buffer (shared so a layer can keep its input
 /// or output for backward while passing it on; kernels only write unshared buffers).
+///
+/// Under AMP a tensor may be stored in bf16 or fp16 (`dt`): its buffer then holds two
+/// 16-bit values per 32-bit word, so it costs 2 bytes per element, and `s()` is that
+/// packed storage (for kernels taking `unsigned short*` and half GEMM operands). An f32
+/// kernel handed a half tensor would read past the buffer's end, which the CPU
+/// stand-in's guard pages turn into a fault.
 #[derive(Clone, Debug)]
 pub struct GTensor {
     pub shape: Vec<usize>,
     pub buf: Arc<DBuf>,
+    pub dt: DType,
+}
+
+/// 32-bit words holding `n` elements of `dt`.
+pub fn words(n: usize, dt: DType) -> usize {
+    match dt {
+        DType::Bf16 | DType::F16 => n.div_ceil(2),
+        DType::F32 | DType::U32 => n,
+    }
 }
 
 impl GTensor {
     pub fn new(shape: &[usize], buf: DBuf) -> Result<GTensor> {
+        GTensor::of(shape, buf, DType::F32)
+    }
+    /// A tensor of `dt` elements over `buf` (packed two to a word for half types).
+    pub fn of(shape: &[usize], buf: DBuf, dt: DType) -> Result<GTensor> {
         let n: usize = shape.iter().product();
-        if n != buf.len() {
+        if words(n, dt).max(1) != buf.len().max(1) || dt == DType::U32 {
             return Err(Error::Shape {
                 op: "gpu tensor",
-                msg: format!("shape {shape:?} over {} elements", buf.len()),
+                msg: format!("{dt:?} shape {shape:?} over {} words", buf.len()),
             });
         }
         Ok(GTensor {
             shape: shape.to_vec(),
             buf: Arc::new(buf),
+            dt,
         })
     }
+    /// Elements (not storage words).
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.shape.iter().product()
     }
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.len() == 0
+    }
+    pub fn is_half(&self) -> bool {
+        self.dt != DType::F32
     }
     pub fn s(&self) -> &CudaSlice<f32> {
         &self.buf.s
@@ -82,6 +107,7 @@ impl GTensor {
         Ok(GTensor {
             shape: shape.to_vec(),
             buf: Arc::clone(&self.buf),
+            dt: self.dt,
         })
     }
     /// The buffer for an in-place kernel: this one when unshared, else a copy.
@@ -283,6 +309,60 @@ impl Gpu {
         c: &mut CudaSlice<f32>,
     ) -> Result<()> {
         self.blas.gemm(s, a, b, c, None)
+    }
+
+    /// `x` as f32: itself, or widened into a workspace buffer (a compute temporary).
+    pub fn widen(&self, x: &GTensor) -> Result<GTensor> {
+        let kernel = match x.dt {
+            DType::F32 => return Ok(x.clone()),
+            DType::Bf16 => "widen_bf16",
+            DType::F16 => "widen_f16",
+            DType::U32 => {
+                return Err(Error::Shape {
+                    op: "widen",
+                    msg: "u32 is not a floating type".into(),
+                })
+            }
+        };
+        let n = x.len();
+        let mut y = self.alloc(n, MemCategory::Workspace)?;
+        let nn = n as u64;
+        cuda_launch!(self, kernel, kernels::elementwise(n), &mut y.s, x.s(), &nn)?;
+        GTensor::new(&x.shape, y)
+    }
+
+    /// `x` stored as `dt` (charged as activations): rounded to nearest even, fp16
+    /// overflowing to inf as on the CPU backend. A tensor already in `dt` is shared.
+    pub fn narrow(&self, x: &GTensor, dt: DType) -> Result<GTensor> {
+        if x.dt == dt {
+            return Ok(x.clone());
+        }
+        let x = self.widen(x)?;
+        let mut y = self.alloc(words(x.len(), dt), MemCategory::Activations)?;
+        self.narrow_into(&mut y.s, x.s(), x.len(), dt)?;
+        GTensor::of(&x.shape, y, dt)
+    }
+
+    /// Writes `n` f32 values of `src` as `dt` into the packed buffer `dst`.
+    pub fn narrow_into(
+        &self,
+        dst: &mut CudaSlice<f32>,
+        src: &CudaSlice<f32>,
+        n: usize,
+        dt: DType,
+    ) -> Result<()> {
+        let kernel = match dt {
+            DType::Bf16 => "narrow_bf16",
+            DType::F16 => "narrow_f16",
+            DType::F32 | DType::U32 => {
+                return Err(Error::Shape {
+                    op: "narrow",
+                    msg: format!("{dt:?} is not a half type"),
+                })
+            }
+        };
+        let nn = n as u64;
+        cuda_launch!(self, kernel, kernels::elementwise(n), dst, src, &nn)
     }
 
     pub fn launch_cfg_rows(n: usize) -> LaunchConfig {

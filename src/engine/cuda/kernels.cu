@@ -303,9 +303,11 @@ extern "C" __global__ void softmax_xent(float* dlogits, float* loss, float* corr
 
 // ---- optimizers and the loss scaler (no host sync: state lives on the device) -----------
 //
-// `amp_state` = [loss scale, found_inf (0/1), growth tracker]. The optimizers divide by the
-// scale and do nothing on a step whose gradients overflowed, as torch's fused optimizers
-// with GradScaler.
+// `amp_state` = [loss scale, found_inf (0/1), growth tracker, optimizer steps taken]. The
+// optimizers divide by the scale and do nothing on a step whose gradients overflowed, as
+// torch's fused optimizers with GradScaler. The step count lives here too, so a skipped
+// step is not counted in AdamW's bias correction (the host cannot know of the skip
+// without a sync); it is exact as a float up to 2^24 steps.
 
 extern "C" __global__ void find_nonfinite(float* amp_state, const float* g, u64 n) {
     GRID_STRIDE(i, n) {
@@ -313,10 +315,30 @@ extern "C" __global__ void find_nonfinite(float* amp_state, const float* g, u64 
     }
 }
 
+// Before the optimizer kernels of a step: counts the step unless it is skipped.
+extern "C" __global__ void opt_begin_step(float* amp_state) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    if (amp_state[1] == 0.0f) amp_state[3] += 1.0f;
+}
+
+// a^b by repeated squaring, the order of the host's `powi` (compiler-rt's __powisf2), so
+// the bias corrections round as on the CPU backend.
+__device__ __forceinline__ float powi_f(float a, int b) {
+    float r = 1.0f;
+    for (;;) {
+        if (b & 1) r *= a;
+        b /= 2;
+        if (b == 0) break;
+        a *= a;
+    }
+    return r;
+}
+
 extern "C" __global__ void sgd_step(float* w, const float* g, float* buf, const float* amp_state,
-                                    u64 n, float lr, float momentum, float wd, int first) {
+                                    u64 n, float lr, float momentum, float wd) {
     if (amp_state[1] != 0.0f) return;
     float inv = 1.0f / amp_state[0];
+    int first = amp_state[3] == 1.0f;
     GRID_STRIDE(i, n) {
         float d = g[i] * inv + wd * w[i];
         if (buf) {
@@ -331,9 +353,12 @@ extern "C" __global__ void sgd_step(float* w, const float* g, float* buf, const 
 
 extern "C" __global__ void adamw_step(float* w, const float* g, float* m, float* v,
                                       const float* amp_state, u64 n, float lr, float b1, float b2,
-                                      float eps, float wd, float bc1, float bc2) {
+                                      float eps, float wd) {
     if (amp_state[1] != 0.0f) return;
     float inv = 1.0f / amp_state[0];
+    int t = (int)amp_state[3];
+    float bc1 = 1.0f - powi_f(b1, t);
+    float bc2 = 1.0f - powi_f(b2, t);
     GRID_STRIDE(i, n) {
         float gi = g[i] * inv;
         w[i] *= 1.0f - lr * wd;

@@ -37,6 +37,7 @@ pub const NAMES: &[&str] = &[
     "gap_backward",
     "softmax_xent",
     "find_nonfinite",
+    "opt_begin_step",
     "sgd_step",
     "adamw_step",
     "scaler_update",
@@ -97,6 +98,66 @@ pub fn compile(arch: &str) -> Result<String> {
         other => Error::Runtime(format!("NVRTC failed for {arch}: {other:?}")),
     })?;
     Ok(ptx.to_src())
+}
+
+/// Compiles [`SOURCE`] for the real architecture `arch` (e.g. `sm_90`) all the way to
+/// machine code with NVRTC's assembler, and returns the CUBIN (an ELF image). Needs no GPU:
+/// it checks in CI what the driver's PTX JIT would otherwise find only on the device
+/// (an assembler failure, a register or shared-memory limit). Same options as [`compile`].
+pub fn cubin(arch: &str) -> Result<Vec<u8>> {
+    use cudarc::nvrtc::{result, sys};
+    let fail = |what: &str, e: &dyn std::fmt::Debug| {
+        Error::Runtime(format!("NVRTC {what} for {arch}: {e:?}"))
+    };
+    let src = std::ffi::CString::new(SOURCE).map_err(|e| fail("source", &e))?;
+    let prog = result::create_program(&src, Some(c"tune_kernels.cu"))
+        .map_err(|e| fail("create program", &e))?;
+    let opts = [
+        format!("--gpu-architecture={arch}"),
+        "--prec-div=true".into(),
+        "--prec-sqrt=true".into(),
+        "--ftz=false".into(),
+        "--std=c++17".into(),
+    ];
+    // SAFETY: `prog` was created above and is destroyed once, at the end; `src` outlives
+    // it. The CUBIN buffer is sized by nvrtcGetCUBINSize before nvrtcGetCUBIN fills it.
+    let out = unsafe {
+        let built = result::compile_program(prog, &opts).map_err(|e| {
+            let log = result::get_program_log(prog)
+                .map(|l| {
+                    let bytes: Vec<u8> = l.iter().map(|&c| c as u8).collect();
+                    String::from_utf8_lossy(&bytes)
+                        .trim_end_matches('\0')
+                        .to_string()
+                })
+                .unwrap_or_default();
+            Error::Runtime(format!(
+                "NVRTC could not build tune's kernels to CUBIN for {arch}: {e:?} {}",
+                log.trim()
+            ))
+        });
+        let cubin = built.and_then(|()| {
+            let mut size = 0usize;
+            sys::nvrtcGetCUBINSize(prog, &mut size)
+                .result()
+                .map_err(|e| fail("CUBIN size", &e))?;
+            let mut buf = vec![0u8; size];
+            sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr().cast())
+                .result()
+                .map_err(|e| fail("CUBIN", &e))?;
+            Ok(buf)
+        });
+        let _ = result::destroy_program(prog);
+        cubin
+    };
+    match out {
+        Ok(b) if b.starts_with(b"\x7fELF") => Ok(b),
+        Ok(b) => Err(Error::Runtime(format!(
+            "NVRTC gave no CUBIN for {arch} ({} bytes, not an ELF image)",
+            b.len()
+        ))),
+        Err(e) => Err(e),
+    }
 }
 
 /// The PTX for `arch`, from `cache_dir` when an earlier run compiled the same source with

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
+use crate::engine::cuda::gpu::{words, DBuf, GTensor, Gpu};
 use crate::engine::device::MemCategory;
 use crate::engine::nn::init::{HostParam, Initial};
 use crate::engine::nn::layer::LayerDesc;
@@ -15,6 +15,7 @@ use crate::engine::ops::batchnorm_cuda::GBatchNorm;
 use crate::engine::ops::conv2d_cuda::GConv;
 use crate::engine::ops::linear_cuda::GLinear;
 use crate::engine::ops::pool_cuda::{gap_backward, gap_forward};
+use crate::engine::tensor::DType;
 use crate::error::{Error, Result};
 
 /// A parameter on the GPU; `g == None` is the set-to-none state, as on the CPU.
@@ -37,12 +38,71 @@ impl GParam {
     }
 }
 
-/// Per-pass flags, as the CPU backend's `Ctx`.
+/// Per-pass flags, as the CPU backend's `Ctx`. `half` is AMP's storage type (bf16 or
+/// fp16): activations, activation gradients and what layers keep for backward are
+/// stored in it, GEMMs take it as operands and accumulate in f32, everything else
+/// computes in f32 between a widen and a narrow, as the CPU backend's AMP does.
 #[derive(Clone, Copy, Debug)]
 pub struct Pass {
     pub train: bool,
     pub save: bool,
     pub recompute: bool,
+    pub half: Option<DType>,
+}
+
+impl Pass {
+    /// The GEMM operand type of this pass.
+    pub fn gemm_dt(&self) -> DType {
+        self.half.unwrap_or(DType::F32)
+    }
+}
+
+/// How a layer's f32 result leaves it (output, input gradient) or is kept for backward:
+/// in the AMP storage type, else as it is.
+pub(crate) fn store(gpu: &Gpu, t: GTensor, p: Pass) -> Result<GTensor> {
+    match p.half {
+        Some(dt) => gpu.narrow(&t, dt),
+        None => Ok(t),
+    }
+}
+
+/// A GEMM operand in the pass's operand type (rounded to the half grid under AMP, as
+/// autocast casts a matmul's inputs).
+pub(crate) fn operand(gpu: &Gpu, t: &GTensor, p: Pass) -> Result<GTensor> {
+    match p.half {
+        Some(dt) => gpu.narrow(t, dt),
+        None => gpu.widen(t),
+    }
+}
+
+/// A weight as a GEMM operand: under AMP a half copy (workspace; the f32 master weights
+/// stay with the optimizer), else `None` (use the weights themselves).
+pub(crate) fn half_weights(gpu: &Gpu, w: &GParam, p: Pass) -> Result<Option<DBuf>> {
+    let Some(dt) = p.half else { return Ok(None) };
+    let n = w.w.len();
+    let mut h = gpu.alloc(words(n, dt), MemCategory::Workspace)?;
+    gpu.narrow_into(&mut h.s, &w.w.s, n, dt)?;
+    Ok(Some(h))
+}
+
+/// `t` as an f32 buffer a kernel may write: its own when f32 and unshared.
+fn f32_unique(gpu: &Gpu, t: GTensor) -> Result<DBuf> {
+    if t.is_half() {
+        gpu.widen(&t)?.into_unique(gpu)
+    } else {
+        t.into_unique(gpu)
+    }
+}
+
+/// A layer's f32 result buffer: the activation itself, or under AMP a compute temporary
+/// (workspace) that `store` narrows.
+pub(crate) fn out(gpu: &Gpu, n: usize, p: Pass) -> Result<DBuf> {
+    let cat = if p.half.is_some() {
+        MemCategory::Workspace
+    } else {
+        MemCategory::Activations
+    };
+    gpu.alloc(n, cat)
 }
 
 /// The CUDA backend's pass context: the GPU the layers run on and the pass's flags.
@@ -71,6 +131,7 @@ impl PassCtx for GCtx {
                 train: true,
                 save: true,
                 recompute: true,
+                half: self.pass.half,
             },
             gpu: Arc::clone(&self.gpu),
         }
@@ -97,7 +158,7 @@ impl LayerOps for GLayer {
         GLayer::forward(self, x, &ctx.gpu, ctx.pass)
     }
     fn backward(&mut self, dy: GTensor, need_dx: bool, ctx: &GCtx) -> Result<Option<GTensor>> {
-        GLayer::backward(self, dy, need_dx, &ctx.gpu)
+        GLayer::backward(self, dy, need_dx, &ctx.gpu, ctx.pass)
     }
     fn clear_saved(&mut self) {
         GLayer::clear_saved(self)
@@ -279,10 +340,6 @@ pub fn from_cpu(model: &mut Model, gpu: &Gpu) -> Result<Vec<GLayer>> {
     from_desc(&descs, init, gpu)
 }
 
-pub(crate) fn act(gpu: &Gpu, n: usize) -> Result<DBuf> {
-    gpu.alloc(n, MemCategory::Activations)
-}
-
 impl GLayer {
     pub fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
         match self {
@@ -290,7 +347,7 @@ impl GLayer {
             GLayer::Conv(l) => l.forward(x, gpu, p),
             GLayer::BatchNorm(l) => l.forward(x, gpu, p),
             GLayer::Relu(saved) => {
-                let y = relu_forward(&x, gpu)?;
+                let y = store(gpu, relu_forward(&gpu.widen(&x)?, gpu, p)?, p)?;
                 if p.save {
                     *saved = Some(y.clone());
                 }
@@ -305,7 +362,7 @@ impl GLayer {
                 x.reshape(&[n, rest])
             }
             GLayer::GlobalAvgPool(saved) => {
-                let y = gap_forward(&x, gpu)?;
+                let y = store(gpu, gap_forward(&gpu.widen(&x)?, gpu, p)?, p)?;
                 if p.save {
                     *saved = Some(x.shape.clone());
                 }
@@ -324,23 +381,32 @@ impl GLayer {
                 for l in main.iter_mut() {
                     h = l.forward(h, gpu, p)?;
                 }
+                // The sum is formed in f32 from (possibly half) branches; the output
+                // ReLU stores it.
                 let shape = h.shape.clone();
-                let mut sum = h.into_unique(gpu)?;
-                gpu.axpy(&mut sum.s, sc.s(), 1.0)?;
+                let mut sum = f32_unique(gpu, h)?;
+                gpu.axpy(&mut sum.s, gpu.widen(&sc)?.s(), 1.0)?;
                 drop(sc);
                 out.forward(GTensor::new(&shape, sum)?, gpu, p)
             }
         }
     }
 
-    pub fn backward(&mut self, dy: GTensor, need_dx: bool, gpu: &Gpu) -> Result<Option<GTensor>> {
+    pub fn backward(
+        &mut self,
+        dy: GTensor,
+        need_dx: bool,
+        gpu: &Gpu,
+        p: Pass,
+    ) -> Result<Option<GTensor>> {
         match self {
-            GLayer::Linear(l) => l.backward(dy, need_dx, gpu),
-            GLayer::Conv(l) => l.backward(dy, need_dx, gpu),
-            GLayer::BatchNorm(l) => l.backward(dy, need_dx, gpu),
+            GLayer::Linear(l) => l.backward(dy, need_dx, gpu, p),
+            GLayer::Conv(l) => l.backward(dy, need_dx, gpu, p),
+            GLayer::BatchNorm(l) => l.backward(dy, need_dx, gpu, p),
             GLayer::Relu(saved) => {
                 let y = saved.take().ok_or_else(|| missing("relu"))?;
-                relu_backward(&dy, &y, gpu).map(Some)
+                let dx = relu_backward(&gpu.widen(&dy)?, &gpu.widen(&y)?, gpu, p)?;
+                store(gpu, dx, p).map(Some)
             }
             GLayer::Flatten(saved) => {
                 let shape = saved.take().ok_or_else(|| missing("flatten"))?;
@@ -348,7 +414,8 @@ impl GLayer {
             }
             GLayer::GlobalAvgPool(saved) => {
                 let shape = saved.take().ok_or_else(|| missing("global_avg_pool"))?;
-                gap_backward(&dy, &shape, gpu).map(Some)
+                let dx = gap_backward(&gpu.widen(&dy)?, &shape, gpu, p)?;
+                store(gpu, dx, p).map(Some)
             }
             GLayer::Block {
                 main,
@@ -356,17 +423,17 @@ impl GLayer {
                 out,
             } => {
                 let d = out
-                    .backward(dy, true, gpu)?
+                    .backward(dy, true, gpu, p)?
                     .ok_or_else(|| Error::Runtime("basic_block: relu gave no gradient".into()))?;
                 let mut dmain = Some(d.clone());
                 for (i, l) in main.iter_mut().enumerate().rev() {
                     let g = dmain.take().ok_or_else(|| missing("basic_block"))?;
-                    dmain = l.backward(g, need_dx || i > 0, gpu)?;
+                    dmain = l.backward(g, need_dx || i > 0, gpu, p)?;
                 }
                 let mut dsc = Some(d);
                 for l in shortcut.iter_mut().rev() {
                     let g = dsc.take().ok_or_else(|| missing("basic_block"))?;
-                    dsc = l.backward(g, need_dx, gpu)?;
+                    dsc = l.backward(g, need_dx, gpu, p)?;
                 }
                 if !need_dx {
                     return Ok(None);
@@ -374,9 +441,9 @@ impl GLayer {
                 match (dmain, dsc) {
                     (Some(a), Some(b)) => {
                         let shape = a.shape.clone();
-                        let mut s = a.into_unique(gpu)?;
-                        gpu.axpy(&mut s.s, b.s(), 1.0)?;
-                        Ok(Some(GTensor::new(&shape, s)?))
+                        let mut s = f32_unique(gpu, a)?;
+                        gpu.axpy(&mut s.s, gpu.widen(&b)?.s(), 1.0)?;
+                        store(gpu, GTensor::new(&shape, s)?, p).map(Some)
                     }
                     _ => Err(Error::Runtime("basic_block: missing input gradient".into())),
                 }

@@ -13,6 +13,19 @@ pub mod train;
 
 use crate::error::Error;
 
+/// The device name of the CPU stand-in of the CUDA driver (tests/standin/cuda.cpp).
+pub const STANDIN_DEVICE: &str = "tune CPU stand-in (not a GPU)";
+
+/// The backend a run on `device` is recorded as: "cuda", or "cuda (CPU stand-in)" so a
+/// stand-in run's times can never pass for GPU measurements.
+pub fn backend_label(device: &str) -> &'static str {
+    if device == STANDIN_DEVICE {
+        "cuda (CPU stand-in)"
+    } else {
+        "cuda"
+    }
+}
+
 /// Whether the CUDA backend can run here: the first GPU's name, or why not (one line).
 /// Used by `--device auto`; opens no context beyond the driver's device query.
 pub fn usable() -> std::result::Result<String, String> {

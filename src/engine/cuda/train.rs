@@ -11,6 +11,8 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice};
 
 use crate::cuda_launch;
+use crate::engine::amp::{self, GradScaler, ScalerConfig};
+use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
 use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::{elementwise, per_item};
@@ -18,6 +20,7 @@ use crate::engine::cuda::layers::{self, GCtx, GLayer, GParam, Pass};
 use crate::engine::data::{Batch, ImageShape};
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 use crate::engine::nn::init::Initial;
+use crate::engine::nn::layer::LayerDesc;
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
 use crate::engine::optim::{OptimConfig, OptimKind};
@@ -25,7 +28,7 @@ use crate::engine::parallel;
 use crate::engine::step::{self, Clock, Exec, Phase};
 use crate::engine::train::{open_source, Observer, Phases, RunSummary, Workload};
 use crate::error::{Error, Result};
-use crate::knobs::Knobs;
+use crate::knobs::{Amp, Knobs};
 
 /// Loss, correct predictions per row, and the logits' gradient.
 pub struct LossOut {
@@ -93,7 +96,11 @@ pub fn softmax_xent(
 pub struct GOptim {
     cfg: OptimConfig,
     state: Vec<Vec<DBuf>>,
-    step: u64,
+}
+
+/// The device's `[loss scale, found_inf, growth tracker, optimizer steps]` at the start.
+pub fn amp_state(gpu: &Gpu, scale: f32) -> Result<DBuf> {
+    gpu.upload(&[scale, 0.0, 0.0, 0.0], MemCategory::Workspace)
 }
 
 impl GOptim {
@@ -101,17 +108,19 @@ impl GOptim {
         GOptim {
             cfg,
             state: Vec::new(),
-            step: 0,
         }
     }
 
-    /// Starts a new optimizer step; `update` is then called once per parameter.
-    pub fn begin_step(&mut self) {
-        self.step += 1;
+    /// Starts a new optimizer step; `update` is then called once per parameter. The step
+    /// is counted on the device unless its gradients overflowed (`amp_state[1]`), so
+    /// AdamW's bias correction skips skipped steps as the CPU optimizer does.
+    pub fn begin_step(&mut self, gpu: &Gpu, amp: &mut DBuf) -> Result<()> {
+        cuda_launch!(gpu, "opt_begin_step", per_item(1), &mut amp.s)
     }
 
-    /// One parameter's update. `amp` is `[loss scale, found_inf, growth tracker]` on the
-    /// device: the kernels divide the gradient by the scale and do nothing when found_inf.
+    /// One parameter's update. `amp` is `[loss scale, found_inf, growth tracker, steps]`
+    /// on the device: the kernels divide the gradient by the scale and do nothing when
+    /// found_inf.
     pub fn update(&mut self, gpu: &Gpu, idx: usize, p: &mut GParam, amp: &DBuf) -> Result<()> {
         if self.state.len() <= idx {
             self.state.resize_with(idx + 1, Vec::new);
@@ -130,46 +139,38 @@ impl GOptim {
         let wd = if p.decay { c.weight_decay } else { 0.0 };
         let cfg = elementwise(p.w.len());
         match c.kind {
-            OptimKind::Sgd => {
-                let first = i32::from(self.step == 1);
-                match st.first_mut() {
-                    Some(buf) => cuda_launch!(
+            OptimKind::Sgd => match st.first_mut() {
+                Some(buf) => cuda_launch!(
+                    gpu,
+                    "sgd_step",
+                    cfg,
+                    &mut p.w.s,
+                    &g.s,
+                    &mut buf.s,
+                    &amp.s,
+                    &n,
+                    &c.lr,
+                    &c.momentum,
+                    &wd
+                ),
+                None => {
+                    let null = 0u64;
+                    cuda_launch!(
                         gpu,
                         "sgd_step",
                         cfg,
                         &mut p.w.s,
                         &g.s,
-                        &mut buf.s,
+                        &null,
                         &amp.s,
                         &n,
                         &c.lr,
                         &c.momentum,
-                        &wd,
-                        &first
-                    ),
-                    None => {
-                        let null = 0u64;
-                        cuda_launch!(
-                            gpu,
-                            "sgd_step",
-                            cfg,
-                            &mut p.w.s,
-                            &g.s,
-                            &null,
-                            &amp.s,
-                            &n,
-                            &c.lr,
-                            &c.momentum,
-                            &wd,
-                            &first
-                        )
-                    }
+                        &wd
+                    )
                 }
-            }
+            },
             OptimKind::Adamw => {
-                let t = self.step as i32;
-                let bc1 = 1.0 - c.betas.0.powi(t);
-                let bc2 = 1.0 - c.betas.1.powi(t);
                 let (m, v) = st.split_at_mut(1);
                 cuda_launch!(
                     gpu,
@@ -185,9 +186,7 @@ impl GOptim {
                     &c.betas.0,
                     &c.betas.1,
                     &c.eps,
-                    &wd,
-                    &bc1,
-                    &bc2
+                    &wd
                 )
             }
         }
@@ -288,9 +287,30 @@ struct GpuExec {
     ctx: GCtx,
     dev: Arc<Device>,
     opt: GOptim,
-    /// [loss scale, found_inf, growth tracker]: no scaler on this backend, scale 1.
+    /// [loss scale, found_inf, growth tracker, optimizer steps] (see kernels.cu): scale 1
+    /// and never a skip without a loss scaler.
     amp_state: DBuf,
+    /// The last step's skip flag, written by `scaler_update`.
+    skipped: DBuf,
+    scaler: ScalerConfig,
     up: Uploader,
+}
+
+impl GpuExec {
+    fn each_grad(
+        &mut self,
+        model: &mut Model<GLayer>,
+        f: &mut dyn FnMut(&Gpu, &mut DBuf, &DBuf) -> Result<()>,
+    ) -> Result<()> {
+        let mut res = Ok(());
+        let (gpu, amp) = (&self.gpu, &mut self.amp_state);
+        model.visit_params(&mut |p| {
+            if let (Some(g), true) = (&p.g, res.is_ok()) {
+                res = f(gpu, amp, g);
+            }
+        });
+        res
+    }
 }
 
 impl Exec for GpuExec {
@@ -334,12 +354,14 @@ impl Exec for GpuExec {
         labels: &CudaSlice<u32>,
         scale: f32,
     ) -> Result<(DBuf, GTensor)> {
-        let out = softmax_xent(&self.gpu, &logits, labels, true, scale)?;
+        // The loss runs in f32 (as under autocast); its gradient is stored like any
+        // activation gradient, which is where fp16 would underflow without scaling.
+        let out = softmax_xent(&self.gpu, &self.gpu.widen(&logits)?, labels, true, scale)?;
         drop(logits);
         let d = out
             .dlogits
             .ok_or_else(|| Error::Runtime("loss gave no gradient".into()))?;
-        Ok((out.loss, d))
+        Ok((out.loss, layers::store(&self.gpu, d, self.ctx.pass)?))
     }
 
     fn grads_finite(&mut self, model: &mut Model<GLayer>) -> Result<bool> {
@@ -376,7 +398,7 @@ impl Exec for GpuExec {
 
     fn update(&mut self, model: &mut Model<GLayer>, _loss_scale: f32) -> Result<()> {
         // The scale the kernels divide by is `amp_state[0]`, on the device.
-        self.opt.begin_step();
+        self.opt.begin_step(&self.gpu, &mut self.amp_state)?;
         let mut idx = 0;
         let mut res = Ok(());
         model.visit_params(&mut |p| {
@@ -386,6 +408,57 @@ impl Exec for GpuExec {
             idx += 1;
         });
         res
+    }
+
+    /// GradScaler on the device, no host sync: flag any non-finite gradient, step (the
+    /// kernels skip on the flag and unscale by the device's scale), then update the
+    /// scale and record the skip for `scaler_outcome`.
+    fn scaled_update(
+        &mut self,
+        model: &mut Model<GLayer>,
+        _scaler: &mut GradScaler,
+    ) -> Result<Option<bool>> {
+        self.each_grad(model, &mut |gpu, amp, g| {
+            let n = g.len() as u64;
+            cuda_launch!(
+                gpu,
+                "find_nonfinite",
+                elementwise(g.len()),
+                &mut amp.s,
+                &g.s,
+                &n
+            )
+        })?;
+        self.update(model, 1.0)?;
+        let c = self.scaler;
+        let (step, interval) = (0i32, c.growth_interval.min(i32::MAX as u32) as i32);
+        cuda_launch!(
+            self.gpu,
+            "scaler_update",
+            per_item(1),
+            &mut self.amp_state.s,
+            &mut self.skipped.s,
+            &step,
+            &c.growth_factor,
+            &c.backoff_factor,
+            &interval
+        )?;
+        Ok(None)
+    }
+
+    fn scaler_outcome(&mut self, scaler: &mut GradScaler) -> Result<bool> {
+        // The stream is idle after `read_loss`: these copies wait for nothing.
+        let state = self.gpu.download(&self.amp_state.s)?;
+        let skipped = self.gpu.download(&self.skipped.s)?;
+        let applied = skipped.first().is_some_and(|&f| f == 0.0);
+        scaler.update(applied);
+        match state.first() {
+            Some(&s) if s == scaler.scale() => Ok(applied),
+            other => Err(Error::Runtime(format!(
+                "the device's loss scaler ({other:?}) disagrees with GradScaler's rules ({})",
+                scaler.scale()
+            ))),
+        }
     }
 
     fn release_grads(&mut self, model: &mut Model<GLayer>) {
@@ -412,12 +485,13 @@ impl Exec for GpuExec {
                 train: false,
                 save: false,
                 recompute: false,
+                half: self.ctx.pass.half,
             },
         }
     }
 
     fn correct(&mut self, logits: GTensor, labels: &CudaSlice<u32>) -> Result<usize> {
-        let out = softmax_xent(&self.gpu, &logits, labels, false, 1.0)?;
+        let out = softmax_xent(&self.gpu, &self.gpu.widen(&logits)?, labels, false, 1.0)?;
         // The kernel writes 1.0 per correct row: an exact small integer in f32.
         let hits: f64 = self
             .gpu
@@ -439,7 +513,8 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     let not_applicable = caps::admit(Backend::Cuda, k, layout, obs)?;
     let started = Instant::now();
     let dev = Device::cuda(0);
-    let gpu = Arc::new(Gpu::open(0, &w.cache_dir, false, Arc::clone(dev.mem()))?);
+    let tf32 = k.amp == Amp::Tf32;
+    let gpu = Arc::new(Gpu::open(0, &w.cache_dir, tf32, Arc::clone(dev.mem()))?);
     obs.on_note(&format!(
         "CUDA backend on {} (kernels {})",
         gpu.name,
@@ -453,10 +528,29 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     let [h, wd, c] = w.model.input();
     let (mut source, test, classes, norm) = open_source(w, k, ImageShape { h, w: wd, c })?;
     let cfg = OptimConfig::of(w.optimizer, w.lr)?;
+    let mut scaler = w
+        .scaler
+        .active_for(k.amp)
+        .then(|| GradScaler::new(w.scaler));
     // The description and its seeded initial values, the CPU model's bit for bit.
     let init = Initial::of(w.model, classes, w.seed)?;
     let params = init.params.iter().map(|p| p.values.len()).sum();
-    let glayers = layers::from_desc(&zoo::describe(w.model, classes), init, &gpu)?;
+    let descs = zoo::describe(w.model, classes);
+    let glayers = layers::from_desc(&descs, init, &gpu)?;
+    let algos = if k.autotune {
+        let file = w
+            .autotune_cache
+            .clone()
+            .unwrap_or_else(|| w.cache_dir.join("autotune.json"));
+        let (a, note) = Algos::tuned(&format!("cuda:{}", gpu.name), Some(file))?;
+        if let Some(n) = note {
+            obs.on_note(&n);
+        }
+        gpu.blas.autotune_with(Arc::clone(&a))?;
+        Some(a)
+    } else {
+        None
+    };
     let mut model = Model::new(&w.model.to_string(), glayers, w.model.input(), classes);
     let mut exec = GpuExec {
         ctx: GCtx {
@@ -465,23 +559,25 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
                 train: true,
                 save: true,
                 recompute: false,
+                half: amp::half_dtype(k.amp),
             },
         },
         gpu: Arc::clone(&gpu),
         dev: Arc::clone(&dev),
         opt: GOptim::new(cfg),
-        amp_state: gpu.upload(&[1.0, 0.0, 0.0], MemCategory::Workspace)?,
+        amp_state: amp_state(&gpu, scaler.as_ref().map_or(1.0, GradScaler::scale))?,
+        skipped: gpu.zeros(1, MemCategory::Workspace)?,
+        scaler: w.scaler,
         up: Uploader::new(k.pin_memory),
     };
     dev.mem().reset_peaks();
-    let mut no_scaler = None;
     let trained = step::train(
         &mut exec,
         &mut model,
         &mut source,
         w,
         k,
-        &mut no_scaler,
+        &mut scaler,
         obs,
         started,
     )?;
@@ -496,12 +592,75 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
         )?),
         _ => None,
     };
+    let mut algorithms = Vec::new();
+    if let Some(a) = &algos {
+        a.save()?;
+        algorithms = a.choices();
+        for c in algorithms
+            .iter()
+            .filter(|c| c.source != ChoiceSource::Heuristic)
+        {
+            obs.on_note(&format!(
+                "autotune {} [{}]: {} ({:?})",
+                c.op, c.key, c.algo, c.source
+            ));
+        }
+    }
+    if has_conv(&descs) {
+        let path = conv_path();
+        obs.on_note(&format!("conv path: {}", path.algo));
+        algorithms.push(path);
+    }
     let m = trained.measured;
     let busy_wall = m.after_warmup(w.warmup).iter().sum();
     let (devices, imbalance) = parallel::single_device_summary(1, &m.phase_sum, busy_wall, &snap);
     Ok(RunSummary {
         accuracy,
         not_applicable,
-        ..RunSummary::from_measured(w, k, "cuda", params, m, &snap, devices, imbalance)
+        skipped_steps: trained.skipped_steps,
+        loss_scale_final: scaler.as_ref().map(GradScaler::scale),
+        algorithms,
+        ..RunSummary::from_measured(
+            w,
+            k,
+            crate::engine::cuda::backend_label(&gpu.name),
+            params,
+            m,
+            &snap,
+            devices,
+            imbalance,
+        )
     })
+}
+
+fn has_conv(descs: &[LayerDesc]) -> bool {
+    descs.iter().any(|d| match d {
+        LayerDesc::Conv2d { .. } => true,
+        LayerDesc::BasicBlock {
+            main,
+            shortcut,
+            out,
+        } => has_conv(main) || has_conv(shortcut) || has_conv(std::slice::from_ref(out)),
+        _ => false,
+    })
+}
+
+/// Which conv2d path ran, for the trial record. Always im2col + cuBLASLt in this build;
+/// whether cuDNN could have been used is said, so a record never implies cuDNN ran.
+fn conv_path() -> AlgoChoice {
+    let cudnn = tune_probes::culibs::probe_cuda_libs()
+        .into_iter()
+        .find(|l| l.name == "cudnn")
+        .and_then(|l| l.loaded);
+    let why = match cudnn {
+        Some(_) => "libcudnn.so.9 loads, but tune has no cuDNN path yet",
+        None => "cuDNN not loaded",
+    };
+    AlgoChoice {
+        op: "conv2d".into(),
+        key: "path".into(),
+        algo: format!("im2col+cublasLt ({why})"),
+        source: ChoiceSource::Heuristic,
+        timings_ms: std::collections::BTreeMap::new(),
+    }
 }

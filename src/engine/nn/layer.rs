@@ -109,7 +109,7 @@ impl Ctx {
     /// temporary (the kernel's f32 accumulator, narrowed by `store` before it is kept or
     /// passed on), so it is charged as workspace; otherwise it is the activation itself.
     pub fn alloc(&self, shape: &[usize]) -> Tensor {
-        let cat = if self.amp == Amp::Off {
+        let cat = if amp::half_dtype(self.amp).is_none() {
             MemCategory::Activations
         } else {
             MemCategory::Workspace
@@ -135,7 +135,8 @@ impl Ctx {
     /// The storage type name used in algorithm keys.
     pub fn dtype_name(&self) -> &'static str {
         match self.amp {
-            Amp::Off => "f32",
+            // The CPU has no TF32 mode: tf32 runs (and is keyed as) f32 here.
+            Amp::Off | Amp::Tf32 => "f32",
             Amp::Bf16 => "bf16",
             Amp::Fp16 => "f16",
         }

@@ -1,13 +1,14 @@
-//! ReLU on the CUDA backend, beside the CPU op in `activation.rs`.
+//! ReLU on the CUDA backend, beside the CPU op in `activation.rs` (f32 in and out; under
+//! AMP the layer widens and stores around it).
 
 use crate::cuda_launch;
 use crate::engine::cuda::gpu::{GTensor, Gpu};
 use crate::engine::cuda::kernels::elementwise;
-use crate::engine::cuda::layers::act;
+use crate::engine::cuda::layers::{out, Pass};
 use crate::error::Result;
 
-pub(crate) fn relu_forward(x: &GTensor, gpu: &Gpu) -> Result<GTensor> {
-    let mut y = act(gpu, x.len())?;
+pub(crate) fn relu_forward(x: &GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+    let mut y = out(gpu, x.len(), p)?;
     let n = x.len() as u64;
     cuda_launch!(
         gpu,
@@ -22,8 +23,8 @@ pub(crate) fn relu_forward(x: &GTensor, gpu: &Gpu) -> Result<GTensor> {
 
 /// The input gradient from the saved output `y` (ReLU's output is zero exactly where
 /// its gradient is).
-pub(crate) fn relu_backward(dy: &GTensor, y: &GTensor, gpu: &Gpu) -> Result<GTensor> {
-    let mut dx = act(gpu, y.len())?;
+pub(crate) fn relu_backward(dy: &GTensor, y: &GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+    let mut dx = out(gpu, y.len(), p)?;
     let n = y.len() as u64;
     cuda_launch!(
         gpu,

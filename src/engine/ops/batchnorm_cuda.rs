@@ -1,11 +1,13 @@
 //! BatchNorm2d on the CUDA backend, beside the CPU op in `batchnorm.rs`: channel
 //! statistics by reduction kernels, running statistics updated once per step (not on a
-//! checkpoint's recompute).
+//! checkpoint's recompute). f32 throughout; under AMP the input is widened, and the
+//! output, the normalised input kept for backward and the input gradient are stored in
+//! the half type, as on the CPU backend.
 
 use crate::cuda_launch;
 use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::{channel_reduce, elementwise, per_item};
-use crate::engine::cuda::layers::{act, missing, shape_err, GParam, Pass};
+use crate::engine::cuda::layers::{missing, out, shape_err, store, GParam, Pass};
 use crate::engine::device::MemCategory;
 use crate::error::Result;
 
@@ -22,6 +24,7 @@ pub struct GBatchNorm {
 
 impl GBatchNorm {
     pub(crate) fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+        let x = gpu.widen(&x)?;
         let c = self.c;
         if x.shape.last() != Some(&c) || x.is_empty() {
             return Err(shape_err(
@@ -32,7 +35,7 @@ impl GBatchNorm {
         let rows = x.len() / c;
         let (n, ci) = (x.len() as u64, c as i32);
         let mut invstd = gpu.alloc(c, MemCategory::Workspace)?;
-        let mut y = act(gpu, x.len())?;
+        let mut y = out(gpu, x.len(), p)?;
         if !p.train {
             cuda_launch!(
                 gpu,
@@ -58,7 +61,7 @@ impl GBatchNorm {
                 &n,
                 &ci
             )?;
-            return GTensor::new(&x.shape, y);
+            return store(gpu, GTensor::new(&x.shape, y)?, p);
         }
         let mut mean = gpu.zeros(c, MemCategory::Workspace)?;
         let mut var = gpu.zeros(c, MemCategory::Workspace)?;
@@ -94,7 +97,11 @@ impl GBatchNorm {
             &update
         )?;
         let save = p.save;
-        let mut xhat = if save { Some(act(gpu, x.len())?) } else { None };
+        let mut xhat = if save {
+            Some(out(gpu, x.len(), p)?)
+        } else {
+            None
+        };
         let null = 0u64;
         {
             use cudarc::driver::PushKernelArg;
@@ -118,9 +125,9 @@ impl GBatchNorm {
                 .map_err(|e| crate::engine::cuda::gpu::cuda_err("kernel bn_forward", e))?;
         }
         if let Some(h) = xhat {
-            self.saved = Some((GTensor::new(&x.shape, h)?, invstd));
+            self.saved = Some((store(gpu, GTensor::new(&x.shape, h)?, p)?, invstd));
         }
-        GTensor::new(&x.shape, y)
+        store(gpu, GTensor::new(&x.shape, y)?, p)
     }
 
     pub(crate) fn backward(
@@ -128,8 +135,10 @@ impl GBatchNorm {
         dy: GTensor,
         need_dx: bool,
         gpu: &Gpu,
+        p: Pass,
     ) -> Result<Option<GTensor>> {
         let (xhat, invstd) = self.saved.take().ok_or_else(|| missing("batchnorm"))?;
+        let (xhat, dy) = (gpu.widen(&xhat)?, gpu.widen(&dy)?);
         let c = self.c;
         let rows = xhat.len() / c;
         let (r, ci) = (rows as u64, c as i32);
@@ -157,7 +166,7 @@ impl GBatchNorm {
         if !need_dx {
             return Ok(None);
         }
-        let mut dx = act(gpu, xhat.len())?;
+        let mut dx = out(gpu, xhat.len(), p)?;
         let (inv_m, n) = (1.0 / rows as f32, xhat.len() as u64);
         cuda_launch!(
             gpu,
@@ -174,6 +183,6 @@ impl GBatchNorm {
             &n,
             &ci
         )?;
-        Ok(Some(GTensor::new(&xhat.shape, dx)?))
+        store(gpu, GTensor::new(&xhat.shape, dx)?, p).map(Some)
     }
 }

@@ -1,13 +1,19 @@
 //! Conv2d on the CUDA backend, beside the CPU op in `conv2d.rs`: im2col (skipped for
-//! pointwise convolutions) and cuBLASLt GEMMs, col2im for the input gradient.
+//! pointwise convolutions) and cuBLASLt GEMMs, col2im for the input gradient. Under AMP
+//! the patch matrix is gathered in f32 from the widened input and stored in the half
+//! type (its values are already on the half grid, so nothing rounds), and the GEMMs take
+//! half operands with f32 results, as linear does.
 
 use cudarc::driver::CudaSlice;
 
 use crate::cuda_launch;
 use crate::engine::cuda::blas::Shape;
+use crate::engine::cuda::gpu::words;
 use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::elementwise;
-use crate::engine::cuda::layers::{act, missing, shape_err, GParam, Pass};
+use crate::engine::cuda::layers::{
+    half_weights, missing, operand, out, shape_err, store, GParam, Pass,
+};
 use crate::engine::device::MemCategory;
 use crate::error::Result;
 
@@ -69,21 +75,29 @@ impl GConv {
         self.k == 1 && self.stride == 1 && self.pad == 0
     }
 
-    /// The im2col matrix of `x` (rows = output pixels, columns = ky, kx, c).
-    fn columns(&self, x: &GTensor, gpu: &Gpu) -> Result<DBuf> {
+    /// The im2col matrix of `x` (rows = output pixels, columns = ky, kx, c), in the
+    /// pass's GEMM operand type.
+    fn columns(&self, x: &GTensor, gpu: &Gpu, p: Pass) -> Result<DBuf> {
         let (n, h, w, oh, ow) = conv_geom(self, x)?;
         let kkc = self.k * self.k * self.c_in;
-        let mut col = gpu.alloc(n * oh * ow * kkc, MemCategory::Workspace)?;
+        let len = n * oh * ow * kkc;
+        let mut col = gpu.alloc(len, MemCategory::Workspace)?;
         let a = [n, h, w, self.c_in, self.k, self.stride, self.pad, oh, ow].map(|v| v as i32);
-        conv_index(gpu, "im2col", &mut col, x.s(), a)?;
-        Ok(col)
+        conv_index(gpu, "im2col", &mut col, gpu.widen(x)?.s(), a)?;
+        let Some(dt) = p.half else { return Ok(col) };
+        let mut half = gpu.alloc(words(len, dt), MemCategory::Workspace)?;
+        gpu.narrow_into(&mut half.s, &col.s, len, dt)?;
+        Ok(half)
     }
 
     pub(crate) fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
         let (n, _, _, oh, ow) = conv_geom(self, &x)?;
         let rows = n * oh * ow;
         let kkc = self.k * self.k * self.c_in;
-        let mut y = act(gpu, rows * self.c_out)?;
+        let x = operand(gpu, &x, p)?;
+        let wh = half_weights(gpu, &self.w, p)?;
+        let wbuf = wh.as_ref().map_or(&self.w.w.s, |h| &h.s);
+        let mut y = out(gpu, rows * self.c_out, p)?;
         if let Some(b) = &self.b {
             let (r, c) = (rows as u64, self.c_out as i32);
             cuda_launch!(
@@ -103,17 +117,18 @@ impl GConv {
             ta: false,
             tb: true,
             accumulate: self.b.is_some(),
+            dt: p.gemm_dt(),
         };
         if self.pointwise() {
-            gpu.gemm(&s, x.s(), &self.w.w.s, &mut y.s)?;
+            gpu.gemm(&s, x.s(), wbuf, &mut y.s)?;
         } else {
-            let col = self.columns(&x, gpu)?;
-            gpu.gemm(&s, &col.s, &self.w.w.s, &mut y.s)?;
+            let col = self.columns(&x, gpu, p)?;
+            gpu.gemm(&s, &col.s, wbuf, &mut y.s)?;
         }
         if p.save {
             self.saved_x = Some(x);
         }
-        GTensor::new(&[n, oh, ow, self.c_out], y)
+        store(gpu, GTensor::new(&[n, oh, ow, self.c_out], y)?, p)
     }
 
     pub(crate) fn backward(
@@ -121,6 +136,7 @@ impl GConv {
         dy: GTensor,
         need_dx: bool,
         gpu: &Gpu,
+        p: Pass,
     ) -> Result<Option<GTensor>> {
         let x = self.saved_x.take().ok_or_else(|| missing("conv2d"))?;
         let (n, h, w, oh, ow) = conv_geom(self, &x)?;
@@ -128,12 +144,13 @@ impl GConv {
         let kkc = self.k * self.k * self.c_in;
         if let Some(b) = &mut self.b {
             let (gb, _) = b.slot(gpu)?;
-            gpu.channel_sum(&mut gb.s, dy.s(), self.c_out)?;
+            gpu.channel_sum(&mut gb.s, gpu.widen(&dy)?.s(), self.c_out)?;
         }
+        let dy = operand(gpu, &dy, p)?;
         let col = if self.pointwise() {
             None
         } else {
-            Some(self.columns(&x, gpu)?)
+            Some(self.columns(&x, gpu, p)?)
         };
         {
             let (gw, acc) = self.w.slot(gpu)?;
@@ -144,6 +161,7 @@ impl GConv {
                 ta: true,
                 tb: false,
                 accumulate: acc,
+                dt: p.gemm_dt(),
             };
             let a = col.as_ref().map_or(x.s(), |c| &c.s);
             gpu.gemm(&s, dy.s(), a, &mut gw.s)?;
@@ -159,15 +177,21 @@ impl GConv {
             ta: false,
             tb: false,
             accumulate: false,
+            dt: p.gemm_dt(),
         };
-        let mut dcol = gpu.alloc(rows * kkc, MemCategory::Workspace)?;
-        gpu.gemm(&s, dy.s(), &self.w.w.s, &mut dcol.s)?;
+        let wh = half_weights(gpu, &self.w, p)?;
+        let wbuf = wh.as_ref().map_or(&self.w.w.s, |h| &h.s);
         if self.pointwise() {
-            return Ok(Some(GTensor::new(&x.shape, dcol)?));
+            let mut dx = out(gpu, rows * kkc, p)?;
+            gpu.gemm(&s, dy.s(), wbuf, &mut dx.s)?;
+            return store(gpu, GTensor::new(&x.shape, dx)?, p).map(Some);
         }
-        let mut dx = act(gpu, x.len())?;
+        let mut dcol = gpu.alloc(rows * kkc, MemCategory::Workspace)?;
+        gpu.gemm(&s, dy.s(), wbuf, &mut dcol.s)?;
+        drop(wh);
+        let mut dx = out(gpu, x.len(), p)?;
         let a = [n, h, w, self.c_in, self.k, self.stride, self.pad, oh, ow].map(|v| v as i32);
         conv_index(gpu, "col2im", &mut dx, &dcol.s, a)?;
-        Ok(Some(GTensor::new(&x.shape, dx)?))
+        store(gpu, GTensor::new(&x.shape, dx)?, p).map(Some)
     }
 }

@@ -1,12 +1,16 @@
 //! Linear on the CUDA backend, beside the CPU op in `linear.rs`: bias broadcast by
 //! `fill_rows`, then cuBLASLt GEMMs that accumulate onto it (forward) or into the
-//! gradient slots (backward).
+//! gradient slots (backward). Under AMP the GEMM operands (input, a half copy of the
+//! weights, the output gradient) are bf16/fp16 and the results f32, narrowed on the way
+//! out; the bias gradient is summed from the widened output gradient.
 
 use crate::cuda_launch;
 use crate::engine::cuda::blas::Shape;
 use crate::engine::cuda::gpu::{GTensor, Gpu};
 use crate::engine::cuda::kernels::elementwise;
-use crate::engine::cuda::layers::{act, missing, shape_err, GParam, Pass};
+use crate::engine::cuda::layers::{
+    half_weights, missing, operand, out, shape_err, store, GParam, Pass,
+};
 use crate::error::Result;
 
 pub struct GLinear {
@@ -26,7 +30,9 @@ impl GLinear {
                 format!("input {:?} is not [n, {}]", x.shape, self.d_in),
             ));
         }
-        let mut y = act(gpu, n * self.d_out)?;
+        let x = operand(gpu, &x, p)?;
+        let wh = half_weights(gpu, &self.w, p)?;
+        let mut y = out(gpu, n * self.d_out, p)?;
         let (rows, cols) = (n as u64, self.d_out as i32);
         cuda_launch!(
             gpu,
@@ -44,12 +50,18 @@ impl GLinear {
             ta: false,
             tb: true,
             accumulate: true,
+            dt: p.gemm_dt(),
         };
-        gpu.gemm(&s, x.s(), &self.w.w.s, &mut y.s)?;
+        gpu.gemm(
+            &s,
+            x.s(),
+            wh.as_ref().map_or(&self.w.w.s, |h| &h.s),
+            &mut y.s,
+        )?;
         if p.save {
             self.saved_x = Some(x);
         }
-        GTensor::new(&[n, self.d_out], y)
+        store(gpu, GTensor::new(&[n, self.d_out], y)?, p)
     }
 
     pub(crate) fn backward(
@@ -57,9 +69,12 @@ impl GLinear {
         dy: GTensor,
         need_dx: bool,
         gpu: &Gpu,
+        p: Pass,
     ) -> Result<Option<GTensor>> {
         let x = self.saved_x.take().ok_or_else(|| missing("linear"))?;
         let n = x.shape[0];
+        let dyf = gpu.widen(&dy)?;
+        let dy = operand(gpu, &dy, p)?;
         {
             let (gw, acc) = self.w.slot(gpu)?;
             let s = Shape {
@@ -69,15 +84,18 @@ impl GLinear {
                 ta: true,
                 tb: false,
                 accumulate: acc,
+                dt: p.gemm_dt(),
             };
             gpu.gemm(&s, dy.s(), x.s(), &mut gw.s)?;
         }
         let (gb, _) = self.b.slot(gpu)?;
-        gpu.channel_sum(&mut gb.s, dy.s(), self.d_out)?;
+        gpu.channel_sum(&mut gb.s, dyf.s(), self.d_out)?;
+        drop(dyf);
         if !need_dx {
             return Ok(None);
         }
-        let mut dx = act(gpu, n * self.d_in)?;
+        let wh = half_weights(gpu, &self.w, p)?;
+        let mut dx = out(gpu, n * self.d_in, p)?;
         let s = Shape {
             m: n,
             n: self.d_in,
@@ -85,8 +103,14 @@ impl GLinear {
             ta: false,
             tb: false,
             accumulate: false,
+            dt: p.gemm_dt(),
         };
-        gpu.gemm(&s, dy.s(), &self.w.w.s, &mut dx.s)?;
-        Ok(Some(GTensor::new(&x.shape, dx)?))
+        gpu.gemm(
+            &s,
+            dy.s(),
+            wh.as_ref().map_or(&self.w.w.s, |h| &h.s),
+            &mut dx.s,
+        )?;
+        store(gpu, GTensor::new(&x.shape, dx)?, p).map(Some)
     }
 }

@@ -3,7 +3,7 @@
 use crate::cuda_launch;
 use crate::engine::cuda::gpu::{GTensor, Gpu};
 use crate::engine::cuda::kernels::elementwise;
-use crate::engine::cuda::layers::{act, shape_err};
+use crate::engine::cuda::layers::{out, shape_err, Pass};
 use crate::error::Result;
 
 fn nhwc(shape: &[usize]) -> Result<[usize; 4]> {
@@ -13,9 +13,9 @@ fn nhwc(shape: &[usize]) -> Result<[usize; 4]> {
     }
 }
 
-pub(crate) fn gap_forward(x: &GTensor, gpu: &Gpu) -> Result<GTensor> {
+pub(crate) fn gap_forward(x: &GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
     let [n, h, w, c] = nhwc(&x.shape)?;
-    let mut y = act(gpu, n * c)?;
+    let mut y = out(gpu, n * c, p)?;
     let a = [n, h * w, c].map(|v| v as i32);
     cuda_launch!(
         gpu,
@@ -31,9 +31,9 @@ pub(crate) fn gap_forward(x: &GTensor, gpu: &Gpu) -> Result<GTensor> {
 }
 
 /// The input gradient for an input of `shape` (NHWC).
-pub(crate) fn gap_backward(dy: &GTensor, shape: &[usize], gpu: &Gpu) -> Result<GTensor> {
+pub(crate) fn gap_backward(dy: &GTensor, shape: &[usize], gpu: &Gpu, p: Pass) -> Result<GTensor> {
     let [n, h, w, c] = nhwc(shape)?;
-    let mut dx = act(gpu, n * h * w * c)?;
+    let mut dx = out(gpu, n * h * w * c, p)?;
     let a = [n, h * w, c].map(|v| v as i32);
     cuda_launch!(
         gpu,

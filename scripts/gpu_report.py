@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The GPU session's report (scripts/gpu-session.sh): reports/gpu/<date>-<gpu>.md from
+the session's output folder. The device name and driver come from NVML itself (libnvidia-
+ml.so.1 through ctypes, no Python package needed), never from what a test printed.
+
+    python3 scripts/gpu_report.py --device-json             # NVML facts as one JSON line
+    python3 scripts/gpu_report.py --out-dir OUT --write OUT/report.md
+
+The step-time ratio is tune's median step time over PyTorch eager's for the same model,
+batch and precision (tune `amp = off | bf16 | tf32` against fp32, bf16 autocast and
+allow_tf32): below 1 tune is faster. The issue's target is at most 0.9. A run whose
+backend is not plain "cuda" (the CPU stand-in) is refused: its times are not a GPU's.
+"""
+import argparse
+import ctypes
+import datetime
+import glob
+import json
+import os
+import re
+import sys
+
+
+def nvml_facts():
+    """Name, driver, CUDA driver version and memory of GPU 0 from NVML, or an error."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError as e:
+        return {"error": f"NVML not loadable: {e}"}
+    if nvml.nvmlInit_v2() != 0:
+        return {"error": "nvmlInit_v2 failed"}
+    try:
+        buf = ctypes.create_string_buffer(96)
+        out = {}
+        if nvml.nvmlSystemGetDriverVersion(buf, 96) == 0:
+            out["driver"] = buf.value.decode()
+        cuda = ctypes.c_int()
+        if nvml.nvmlSystemGetCudaDriverVersion_v2(ctypes.byref(cuda)) == 0:
+            out["cuda_driver"] = f"{cuda.value // 1000}.{cuda.value % 1000 // 10}"
+        dev = ctypes.c_void_p()
+        if nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) == 0:
+            if nvml.nvmlDeviceGetName(dev, buf, 96) == 0:
+                out["name"] = buf.value.decode()
+
+            class Memory(ctypes.Structure):
+                _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                            ("used", ctypes.c_ulonglong)]
+
+            mem = Memory()
+            if nvml.nvmlDeviceGetMemoryInfo(dev, ctypes.byref(mem)) == 0:
+                out["memory_bytes"] = mem.total
+        return out
+    finally:
+        nvml.nvmlShutdown()
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def rc_lines(out_dir):
+    try:
+        with open(os.path.join(out_dir, "summary.txt")) as f:
+            return [line.strip() for line in f if line.strip()]
+    except OSError:
+        return []
+
+
+def tune_runs(out_dir):
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(out_dir, "tune-*.json"))):
+        s = load(path)
+        m = re.match(r"tune-(.+)-(off|bf16|fp16|tf32|autotune)\.json$", os.path.basename(path))
+        if s and m:
+            if s.get("backend") != "cuda":
+                sys.exit(f"{path}: backend {s.get('backend')!r} is not a GPU's; no report")
+            runs[(m.group(1), m.group(2))] = s
+    return runs
+
+
+def torch_runs(out_dir):
+    runs = {}
+    try:
+        with open(os.path.join(out_dir, "torch.jsonl")) as f:
+            for line in f:
+                r = json.loads(line)
+                runs[(r["model"], r["amp"])] = r
+    except (OSError, ValueError):
+        pass
+    return runs
+
+
+def report(out_dir):
+    dev = nvml_facts()
+    tune, torch = tune_runs(out_dir), torch_runs(out_dir)
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"# GPU session, {when}",
+        "",
+        f"- GPU: {dev.get('name', '?')} ({dev.get('memory_bytes', 0) / 2**30:.0f} GiB), "
+        f"driver {dev.get('driver', '?')}, CUDA driver {dev.get('cuda_driver', '?')} (NVML)"
+        + (f"; NVML: {dev['error']}" if "error" in dev else ""),
+        "",
+        "## Steps (exit status)",
+        "",
+    ]
+    lines += [f"- {line}" for line in rc_lines(out_dir)]
+    lines += ["", "## tune vs PyTorch eager (median step time, batch 128)", "",
+              "| model | precision | tune ms | PyTorch ms | ratio (target <= 0.9) | tune accuracy |",
+              "|---|---|---|---|---|---|"]
+    for (model, amp), s in sorted(tune.items()):
+        if amp == "autotune":
+            continue
+        t = torch.get((model, amp))
+        ratio = f"{s['step_ms_median'] / t['step_ms_median']:.2f}" if t else "no PyTorch run"
+        torch_ms = f"{t['step_ms_median']:.2f}" if t else "-"
+        acc = s.get("accuracy")
+        acc = "" if acc is None else f"{acc:.4f}"
+        lines.append(f"| {model} | {amp} | {s['step_ms_median']:.2f} | {torch_ms} | {ratio} | {acc} |")
+    lines += ["", "## AMP against f32 (same steps and seed)", ""]
+    for model in sorted({m for m, _ in tune}):
+        base = tune.get((model, "off"))
+        for amp in ("bf16", "fp16", "tf32"):
+            s = tune.get((model, amp))
+            if base and s:
+                lines.append(
+                    f"- {model} {amp}: final loss {s['final_loss']:.4f} (f32 {base['final_loss']:.4f}), "
+                    f"accuracy {s.get('accuracy')} (f32 {base.get('accuracy')}), skipped steps "
+                    f"{len(s.get('skipped_steps', []))}, activations peak "
+                    f"{s['peak_bytes'].get('activations', 0)} B (f32 {base['peak_bytes'].get('activations', 0)} B)")
+    lines += ["", "## Autotune's choices", ""]
+    for (model, amp), s in sorted(tune.items()):
+        if amp != "autotune":
+            continue
+        for c in s.get("algorithms", []):
+            lines.append(f"- {model} {c['op']} [{c['key']}]: {c['algo']} ({c['source']})")
+    return "\n".join(lines) + "\n", dev
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device-json", action="store_true")
+    ap.add_argument("--out-dir")
+    ap.add_argument("--write")
+    a = ap.parse_args()
+    if a.device_json:
+        print(json.dumps(nvml_facts()))
+        return
+    if not a.out_dir:
+        ap.error("--out-dir is required")
+    text, dev = report(a.out_dir)
+    name = re.sub(r"[^A-Za-z0-9]+", "-", dev.get("name", "gpu")).strip("-").lower()
+    target = a.write or os.path.join(
+        "reports", "gpu", f"{datetime.date.today().isoformat()}-{name}.md")
+    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    with open(target, "w") as f:
+        f.write(text)
+    print(target)
+
+
+if __name__ == "__main__":
+    main()
