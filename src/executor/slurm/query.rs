@@ -41,6 +41,8 @@ impl JobState {
     /// A pending job that no node can take now for a reason waiting will not cure on its
     /// own soon: drained or down nodes, a down partition, a request beyond its limits.
     pub fn is_stuck(&self) -> bool {
+        // squeue writes some reasons with spaces, sacct and scontrol with underscores.
+        let reason = self.reason.replace(' ', "_");
         self.state == "PENDING"
             && [
                 "ReqNodeNotAvail",
@@ -55,7 +57,7 @@ impl JobState {
                 "Nodes_required_for_job_are_DOWN",
             ]
             .iter()
-            .any(|r| self.reason.starts_with(r))
+            .any(|r| reason.starts_with(r))
     }
 }
 
@@ -232,6 +234,11 @@ mod tests {
         assert_eq!(s("FAILED"), Status::Crashed);
         assert!(st("PENDING", "ReqNodeNotAvail, UnavailableNodes:n1").is_stuck());
         assert!(!st("PENDING", "Resources").is_stuck());
+        assert!(st(
+            "PENDING",
+            "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
+        )
+        .is_stuck());
         assert!(st("COMPLETING", "").is_live());
         assert!(!st("COMPLETED", "").is_live());
     }
