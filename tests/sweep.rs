@@ -368,6 +368,7 @@ fn html_escapes_every_user_string() {
             ..Repeat::default()
         }],
         timeline: Vec::new(),
+        nodes: Vec::new(),
     };
     let report = tune::advisor::build_report(&spec, &[rec]);
     let page = html::render(&report);

@@ -77,6 +77,7 @@ pub fn trial(spec: &Spec, overrides: &[(&str, &str)], step_s: f64) -> Trial {
             error: None,
             repeats,
             timeline: Vec::new(),
+            nodes: Vec::new(),
         },
     }
 }

@@ -364,6 +364,9 @@ pub struct SweepArgs {
     /// Show the live dashboard while the sweep runs.
     #[arg(long)]
     pub tui: bool,
+    /// Where trials run, overriding the spec's `[search] executor` (docs/cluster.md).
+    #[arg(long, value_parser = ["local", "slurm"])]
+    pub executor: Option<String>,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -13,6 +13,7 @@ use serde_json::json;
 use super::cli::SweepArgs;
 use crate::advisor::{self, confirm};
 use crate::error::{Error, Result};
+use crate::executor::slurm::SlurmEnv;
 use crate::executor::trial::TrialEnv;
 use crate::report::{self, markdown, JOURNAL};
 use crate::results::build::CONFIRM_PREFIX;
@@ -20,8 +21,9 @@ use crate::results::model::RecKind;
 use crate::results::{Report, Status, TrialRecord};
 use crate::runner::live::LIVE_JSON;
 use crate::runner::sweep::{measured_steps, median_sps, Sweep, SweepObserver, SweepSetup};
+use crate::runner::Executor;
 use crate::spec::plan::{self, halving_rounds, Trial};
-use crate::spec::{Spec, Strategy};
+use crate::spec::{ExecutorKind, Spec, Strategy, Workload};
 use crate::tui;
 
 /// Where progress goes: a bar on a terminal, plain lines otherwise, JSON with `--json`,
@@ -141,12 +143,44 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
     let link = args.tui.then(tui::dash::SweepLink::default);
     let cancel = link.as_ref().map(|l| l.cancel.clone());
     let live_file = Some(out.join(LIVE_JSON));
-    let env = TrialEnv {
-        exe,
-        timeout: Duration::from_secs(spec.search.timeout_s),
-        mem_cap_bytes: mem_cap(&spec),
-        live_file: live_file.clone(),
-        cancel: cancel.clone(),
+    let kind = match args.executor.as_deref() {
+        Some(k) => ExecutorKind::parse(k).unwrap_or_default(),
+        None => spec.search.executor,
+    };
+    let slurm_env;
+    let local_env;
+    let env: &dyn Executor = match kind {
+        ExecutorKind::Slurm => {
+            if !matches!(spec.workload, Workload::Engine(_)) {
+                return Err(Error::Invalid(format!(
+                    "{}: --executor slurm runs built-in engine workloads (model = ...) only; this spec's workload is a command",
+                    args.spec.display()
+                )));
+            }
+            let dir = match &spec.slurm.shared_dir {
+                Some(d) => spec.dir().join(d),
+                None => out.join("slurm"),
+            };
+            let dir = std::path::absolute(&dir)
+                .map_err(|e| Error::Runtime(format!("cannot resolve {}: {e}", dir.display())))?;
+            slurm_env = SlurmEnv {
+                exe,
+                dir,
+                mem_cap_bytes: mem_cap(&spec),
+            };
+            slurm_env.start()?;
+            &slurm_env
+        }
+        ExecutorKind::Local => {
+            local_env = TrialEnv {
+                exe,
+                timeout: Duration::from_secs(spec.search.timeout_s),
+                mem_cap_bytes: mem_cap(&spec),
+                live_file: live_file.clone(),
+                cancel: cancel.clone(),
+            };
+            &local_env
+        }
     };
     let mut progress = Progress::new(total, args.json, args.tui);
     let setup = SweepSetup {
@@ -157,7 +191,7 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
         cancel,
         total,
     };
-    let mut sweep = Sweep::open(setup, &env, &mut progress)?;
+    let mut sweep = Sweep::open(setup, env, &mut progress)?;
     let resumed = sweep.resumed();
     if resumed > 0 && !args.json && !args.tui {
         eprintln!("resuming: {resumed} finished trial(s) in the journal are not rerun");

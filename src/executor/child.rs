@@ -28,10 +28,16 @@ use serde::Serialize;
 use crate::engine::train::{run, NoObserver, Observer, RunSummary, Workload};
 use crate::error::Error;
 use crate::knobs::Knobs;
+use crate::results::record::NodeFingerprint;
 use crate::runner::live::LiveWriter;
 
 pub const MEM_CAP_ENV: &str = "TUNE_TRIAL_MEM_CAP_BYTES";
 pub const FAULT_ENV: &str = "TUNE_TRIAL_FAULT";
+/// Set (to anything) by a cluster's batch script: the child then prints a
+/// `{"node": NodeFingerprint}` line before its result, so the record says what machine
+/// measured it. A local trial runs on the sweep's own machine, which the report's
+/// environment already describes.
+pub const NODE_ENV: &str = "TUNE_TRIAL_NODE";
 pub use crate::process::alloc::EXIT_OOM;
 pub const EXIT_DIVERGED: i32 = 3;
 
@@ -66,6 +72,9 @@ fn print_error(kind: &str, message: String) {
 /// Child side of `tune trial`: runs the workload, prints one JSON line, returns the exit code.
 pub fn child_main(knobs: crate::Result<Knobs>, workload: &Workload) -> i32 {
     crate::process::alloc::mark_trial_child();
+    if std::env::var_os(NODE_ENV).is_some() {
+        print_node();
+    }
     let cap = std::env::var(MEM_CAP_ENV)
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok());
@@ -105,6 +114,29 @@ pub fn child_main(knobs: crate::Result<Knobs>, workload: &Workload) -> i32 {
             code
         }
     }
+}
+
+/// This node's fingerprint as one JSON line (see `NODE_ENV`).
+fn print_node() {
+    let cpu = tune_probes::cpu_info();
+    let (gpus, notice) = match tune_probes::gpu_inventory() {
+        Ok(g) => (g, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    let fp = NodeFingerprint {
+        hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into()),
+        cpu_model: tune_probes::cpu_model().unwrap_or_else(|| "unknown".into()),
+        cores: cpu.logical_cores,
+        driver: gpus.first().map(|g| g.driver_version.clone()),
+        gpus: gpus.into_iter().map(|g| g.name).collect(),
+        gpu_notice: notice,
+    };
+    let text = serde_json::json!({ "node": fp }).to_string();
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
 }
 
 fn rss_bytes() -> Option<u64> {

@@ -92,7 +92,7 @@ pub fn engine_args(w: &EngineWorkload, knobs: &Knobs, steps: usize) -> Vec<Strin
 
 #[derive(Deserialize)]
 #[serde(rename_all = "snake_case")]
-enum ChildLine {
+pub(super) enum ChildLine {
     Ok(Box<RunSummary>),
     Error { kind: String, message: String },
 }
@@ -129,12 +129,35 @@ fn run_engine(env: &TrialEnv, w: &EngineWorkload, knobs: &Knobs, steps: usize) -
     }
     let line = lock(&result).take();
     match line {
-        Some(ChildLine::Ok(s)) => Outcome {
+        Some(line) => line_outcome(line),
+        None if fin.exit_code() == Some(EXIT_OOM) => {
+            Outcome::fail(Status::Oom, fin.describe("exceeded the memory cap"))
+        }
+        None => Outcome::fail(Status::Crashed, fin.describe("no result")),
+    }
+}
+
+/// The child's result line, read from `text` (a trial's whole stdout): the last line that
+/// parses wins, as when it is read live.
+pub(super) fn child_line(text: &str) -> Option<ChildLine> {
+    text.lines().rev().find_map(|l| {
+        let l = l.trim();
+        l.starts_with('{')
+            .then(|| serde_json::from_str::<ChildLine>(l).ok())
+            .flatten()
+    })
+}
+
+/// What the child's result line means for the trial.
+pub(super) fn line_outcome(line: ChildLine) -> Outcome {
+    match line {
+        ChildLine::Ok(s) => Outcome {
             status: Status::Ok,
             error: None,
             repeat: Some(crate::results::record::clean(*s)),
+            node: None,
         },
-        Some(ChildLine::Error { kind, message }) => {
+        ChildLine::Error { kind, message } => {
             let status = match kind.as_str() {
                 "diverged" => Status::Diverged,
                 "unavailable" => Status::Unsupported,
@@ -143,10 +166,6 @@ fn run_engine(env: &TrialEnv, w: &EngineWorkload, knobs: &Knobs, steps: usize) -
             };
             Outcome::fail(status, message)
         }
-        None if fin.exit_code() == Some(EXIT_OOM) => {
-            Outcome::fail(Status::Oom, fin.describe("exceeded the memory cap"))
-        }
-        None => Outcome::fail(Status::Crashed, fin.describe("no result")),
     }
 }
 
@@ -231,6 +250,7 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
                     peak_total_bytes: r.peak_total_bytes.max(sup.peak_rss_bytes),
                     ..r
                 }),
+                node: None,
             },
             Err(e) => Outcome::fail(Status::Failed, format!("`{line}`: {e}")),
         };
@@ -262,6 +282,7 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
             peak_total_bytes: sup.peak_rss_bytes,
             ..Repeat::default()
         }),
+        node: None,
     }
 }
 

@@ -331,6 +331,23 @@ pub fn render(r: &Report) -> String {
         ),
         trials_table(r)
     );
+    if r.trials.iter().any(|t| !t.nodes.is_empty()) {
+        s.push_str("<h2>Nodes</h2><table><thead><tr><th>trial</th><th>repeat</th><th>job</th><th>node</th><th>node type</th></tr></thead><tbody>");
+        for t in &r.trials {
+            for n in &t.nodes {
+                let _ = write!(
+                    s,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(&t.label),
+                    n.repeat + 1,
+                    esc(&n.job_id),
+                    esc(&n.node),
+                    esc(&crate::results::nodes::node_type(n))
+                );
+            }
+        }
+        s.push_str("</tbody></table>");
+    }
     if !r.skipped.is_empty() {
         s.push_str("<h2>Skipped combinations</h2><ul>");
         for k in &r.skipped {

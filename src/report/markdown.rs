@@ -191,6 +191,24 @@ pub fn render(r: &Report) -> String {
             );
         }
     }
+    if r.trials.iter().any(|t| !t.nodes.is_empty()) {
+        let _ = writeln!(s, "\n## Nodes\n");
+        let _ = writeln!(s, "| trial | repeat | job | node | node type |");
+        let _ = writeln!(s, "|---|---|---|---|---|");
+        for t in &r.trials {
+            for n in &t.nodes {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} |",
+                    cell(&t.label),
+                    n.repeat + 1,
+                    cell(&n.job_id),
+                    cell(&n.node),
+                    cell(&crate::results::nodes::node_type(n))
+                );
+            }
+        }
+    }
     if !r.skipped.is_empty() {
         let _ = writeln!(s, "\n## Skipped combinations\n");
         for k in &r.skipped {

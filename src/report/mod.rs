@@ -31,6 +31,8 @@ pub fn read_journal(path: &Path) -> Result<(Spec, Vec<TrialRecord>)> {
         match r {
             Record::Header { spec: s, .. } => spec = spec.or(Some(s)),
             Record::Trial(t) => trials.push(t),
+            // A job still queued or running when the journal was read: not a result yet.
+            Record::Submitted(_) => {}
         }
     }
     let spec = spec.ok_or_else(|| Error::format(path, "no header record with the spec"))?;

@@ -202,6 +202,7 @@ fn trial_report(rec: &TrialRecord, base: Option<&(Vec<f64>, f64)>) -> TrialRepor
         noise_floor: repeat_noise_floor(&rec.repeats).unwrap_or(0.0),
         not_applicable,
         devices: devices(rec),
+        nodes: rec.nodes.clone(),
     }
 }
 
@@ -318,6 +319,7 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
     if base_data.is_none() {
         notes.push("the baseline has no successful measurement: no ratios".into());
     }
+    notes.extend(super::nodes::notes(&trials, Some(base_id.as_str())));
     let backend = trials
         .iter()
         .flat_map(|t| t.repeats.first())
@@ -442,6 +444,7 @@ mod tests {
             not_applicable: BTreeMap::new(),
             devices: Vec::new(),
             rss_peak_bytes: None,
+            nodes: Vec::new(),
         }
     }
 

@@ -6,6 +6,7 @@
 pub(crate) mod build;
 pub mod finding;
 pub mod model;
+pub mod nodes;
 pub mod record;
 pub(crate) mod upgrade;
 

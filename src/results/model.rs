@@ -13,7 +13,7 @@ use crate::engine::parallel::DeviceSummary;
 use crate::error::{Error, Result};
 use crate::fsio::{read_text_limited, MAX_INPUT_BYTES};
 use crate::knobs::Knobs;
-use crate::results::record::{Repeat, Status};
+use crate::results::record::{NodeRun, Repeat, Status};
 use crate::spec::plan::Skipped;
 use crate::spec::Spec;
 
@@ -149,6 +149,9 @@ pub struct TrialReport {
     /// device 0, shows here).
     #[serde(default)]
     pub devices: Vec<DeviceSummary>,
+    /// The node of each run, when a cluster ran the sweep (`executor = "slurm"`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeRun>,
 }
 
 impl TrialReport {

@@ -129,6 +129,67 @@ pub struct TrialRecord {
     /// Device samples taken while the trial ran, `t_s` from the trial's start.
     #[serde(default)]
     pub timeline: Vec<TimelineSample>,
+    /// Where each run went when a cluster ran it (`executor = "slurm"`): one entry per
+    /// run that reached a node, in run order. Empty for local sweeps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeRun>,
+}
+
+/// The node one run of a trial ran on, and that node's environment fingerprint as the
+/// run saw it, so repeats on different machines are never silently pooled.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeRun {
+    /// Which run of the trial (0-based): repeat order.
+    pub repeat: usize,
+    /// The scheduler's job id.
+    pub job_id: String,
+    /// The node name the scheduler gave (`SLURMD_NODENAME`, else the job's node list).
+    pub node: String,
+    /// What the node said about itself; None when the run never reached its program.
+    #[serde(default)]
+    pub fingerprint: Option<NodeFingerprint>,
+}
+
+/// A node's hardware and driver, as its trial process read them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeFingerprint {
+    pub hostname: String,
+    pub cpu_model: String,
+    pub cores: usize,
+    /// GPU models NVML lists, in index order (empty when NVML is absent).
+    #[serde(default)]
+    pub gpus: Vec<String>,
+    #[serde(default)]
+    pub driver: Option<String>,
+    /// Why there are no GPU facts, when there are none.
+    #[serde(default)]
+    pub gpu_notice: Option<String>,
+}
+
+impl NodeFingerprint {
+    /// What makes two nodes' measurements comparable: the hardware and driver, not the
+    /// name.
+    pub fn node_type(&self) -> String {
+        let gpus = if self.gpus.is_empty() {
+            "no GPU".to_string()
+        } else {
+            self.gpus.join(", ")
+        };
+        match &self.driver {
+            Some(d) => format!("{} x{} / {gpus} (driver {d})", self.cpu_model, self.cores),
+            None => format!("{} x{} / {gpus}", self.cpu_model, self.cores),
+        }
+    }
+}
+
+/// A run handed to a scheduler and not yet finished: journaled when it is submitted, so
+/// a resumed sweep follows the job instead of submitting it again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submission {
+    pub id: String,
+    pub round: usize,
+    pub repeat: usize,
+    pub job_id: String,
 }
 
 /// The version of the journal's line format, written into every line; a line without
@@ -137,9 +198,13 @@ pub const RECORD_VERSION: &str = super::model::SCHEMA_VERSION;
 
 /// A journal line.
 #[derive(Clone, Debug, PartialEq)]
+// One record exists at a time (a line being written or read): boxing the header's spec
+// would save nothing worth the indirection.
+#[allow(clippy::large_enum_variant)]
 pub enum Record {
     Header { tune_version: String, spec: Spec },
     Trial(TrialRecord),
+    Submitted(Submission),
 }
 
 /// The line as written: the record, its type tag and the format version.
@@ -156,14 +221,21 @@ enum LineOut<'a> {
         #[serde(flatten)]
         trial: &'a TrialRecord,
     },
+    Submitted {
+        schema_version: &'a str,
+        #[serde(flatten)]
+        job: &'a Submission,
+    },
 }
 
 /// The line as read, once converted to the current version.
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)]
 enum LineIn {
     Header { tune_version: String, spec: Spec },
     Trial(TrialRecord),
+    Submitted(Submission),
 }
 
 impl Serialize for Record {
@@ -178,6 +250,10 @@ impl Serialize for Record {
                 schema_version: RECORD_VERSION,
                 trial,
             },
+            Record::Submitted(job) => LineOut::Submitted {
+                schema_version: RECORD_VERSION,
+                job,
+            },
         }
         .serialize(s)
     }
@@ -191,6 +267,7 @@ impl<'de> Deserialize<'de> for Record {
         Ok(match serde_json::from_value(v).map_err(D::Error::custom)? {
             LineIn::Header { tune_version, spec } => Record::Header { tune_version, spec },
             LineIn::Trial(t) => Record::Trial(t),
+            LineIn::Submitted(j) => Record::Submitted(j),
         })
     }
 }

@@ -238,6 +238,7 @@ mod tests {
             error: None,
             repeats: vec![clean(s)],
             timeline: Vec::new(),
+            nodes: Vec::new(),
         });
         let line = serde_json::to_value(&rec).unwrap();
         assert_eq!(line["schema_version"], super::super::model::SCHEMA_VERSION);

@@ -13,4 +13,4 @@ pub(crate) mod resume;
 pub(crate) mod sampling;
 pub(crate) mod sweep;
 
-pub use sweep::{Executor, Outcome, SweepObserver};
+pub use sweep::{Executor, Outcome, Run, RunEvent, SweepObserver};

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::journal::Journal;
 use crate::error::{shown, Error, Result};
-use crate::results::record::{Record, TrialRecord};
+use crate::results::record::{Record, Submission, TrialRecord};
 use crate::spec::Spec;
 
 /// The key of the spec fingerprint in a journal's trial lines.
@@ -29,15 +29,21 @@ pub fn stamped(rec: &Record, spec: &Spec) -> Result<Value> {
     Ok(v)
 }
 
-/// Journal records so far, and whether the journal has its header; an existing journal
-/// needs `--resume`.
-pub fn existing_records(
-    path: &Path,
-    spec: &Spec,
-    resume: bool,
-) -> Result<(Vec<TrialRecord>, bool)> {
+/// What an existing journal holds: finished trials, runs handed to a scheduler, and
+/// whether it has its header.
+#[derive(Default)]
+pub struct Existing {
+    pub trials: Vec<TrialRecord>,
+    /// Every submission journaled, finished or not; the runner keeps those whose trial
+    /// has no record yet.
+    pub submitted: Vec<Submission>,
+    pub has_header: bool,
+}
+
+/// Journal records so far; an existing journal needs `--resume`.
+pub fn existing_records(path: &Path, spec: &Spec, resume: bool) -> Result<Existing> {
     if !path.exists() {
-        return Ok((Vec::new(), false));
+        return Ok(Existing::default());
     }
     let dir = path.parent().unwrap_or(Path::new("."));
     if !resume {
@@ -58,6 +64,7 @@ pub fn existing_records(
     let want = spec.fingerprint();
     let mut header: Option<String> = None;
     let mut trials = Vec::new();
+    let mut submitted = Vec::new();
     for (line, v) in lines {
         let stamp = v
             .get(FINGERPRINT_KEY)
@@ -104,9 +111,14 @@ pub fn existing_records(
                 }
                 trials.push(t);
             }
+            Record::Submitted(j) => submitted.push(j),
         }
     }
-    Ok((trials, header.is_some()))
+    Ok(Existing {
+        trials,
+        submitted,
+        has_header: header.is_some(),
+    })
 }
 
 /// The first setting that differs between the journal's spec and this one, as

@@ -6,7 +6,7 @@
 //! A failing trial is a result, not an error: the sweep goes on and the record says what
 //! failed and why.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use super::resume::{existing_records, stamped};
 use super::sampling::SweepSampler;
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
-use crate::results::record::{Record, Repeat, Status, TrialRecord};
+use crate::results::record::{NodeRun, Record, Repeat, Status, Submission, TrialRecord};
 use crate::spec::plan::{select_top, Trial};
 use crate::spec::{Spec, Workload};
 use crate::stats;
@@ -28,6 +28,8 @@ pub struct Outcome {
     pub status: Status,
     pub error: Option<String>,
     pub repeat: Option<Repeat>,
+    /// The node a cluster ran it on (its `repeat` index is set by the runner).
+    pub node: Option<NodeRun>,
 }
 
 impl Outcome {
@@ -36,14 +38,64 @@ impl Outcome {
             status,
             error: Some(error.into()),
             repeat: None,
+            node: None,
         }
     }
 }
 
 /// Where trials run: one call is one run of `knobs` on the spec's workload for `steps`
 /// measured steps. Implemented by `crate::executor`.
+///
+/// An executor that runs many at once (a cluster) says so with `batches` and takes a
+/// round's runs together through `run_many`; the local executor keeps the one-at-a-time
+/// path, so a local sweep behaves exactly as it did before batching existed.
 pub trait Executor: Sync {
     fn run(&self, spec: &Spec, knobs: &Knobs, steps: usize) -> Outcome;
+
+    /// Whether the runner hands this executor whole rounds through `run_many`.
+    fn batches(&self) -> bool {
+        false
+    }
+
+    /// Runs every one of `runs`, telling `events` of each submission (so the runner can
+    /// journal it before anything else happens) and each end, in whatever order they
+    /// come. An error from `events` or from the executor stops it; what it submitted and
+    /// did not finish is then its to clean up or leave to `--resume`.
+    fn run_many(
+        &self,
+        spec: &Spec,
+        runs: &[Run],
+        events: &mut dyn FnMut(RunEvent) -> Result<()>,
+    ) -> Result<()> {
+        for (i, r) in runs.iter().enumerate() {
+            let outcome = self.run(spec, &r.knobs, r.steps);
+            events(RunEvent::Finished { run: i, outcome })?;
+        }
+        Ok(())
+    }
+}
+
+/// One run of a batch: which trial, round and repeat, and what to run.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub id: String,
+    pub label: String,
+    pub round: usize,
+    pub repeat: usize,
+    pub knobs: Knobs,
+    pub steps: usize,
+    /// The job an earlier, interrupted `tune sweep` submitted for this run (from the
+    /// journal): follow it instead of submitting again.
+    pub attach: Option<String>,
+}
+
+/// What a batching executor reports about run number `run` of the batch.
+// Events are handed over one at a time, never stored in bulk.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum RunEvent {
+    Submitted { run: usize, job_id: String },
+    Finished { run: usize, outcome: Outcome },
 }
 
 /// Whoever shows the sweep's progress (a bar, plain lines, JSON lines, nothing).
@@ -84,6 +136,9 @@ pub struct Sweep<'a> {
     total: usize,
     /// How many finished trials came from the journal.
     resumed: usize,
+    /// Journaled submissions of runs whose trial has no record yet: (id, round, repeat)
+    /// to job id.
+    submitted: HashMap<(String, usize, usize), String>,
 }
 
 /// Median of the repeats' own throughput figures: the halving score and the progress line.
@@ -116,6 +171,7 @@ fn fresh(t: &Trial, round: usize, steps: usize) -> TrialRecord {
         error: None,
         repeats: Vec::new(),
         timeline: Vec::new(),
+        nodes: Vec::new(),
     }
 }
 
@@ -128,9 +184,10 @@ impl<'a> Sweep<'a> {
         observer: &'a mut dyn SweepObserver,
     ) -> Result<Sweep<'a>> {
         let spec = setup.spec;
-        let (previous, has_header) = existing_records(&setup.journal_path, spec, setup.resume)?;
+        let existing = existing_records(&setup.journal_path, spec, setup.resume)?;
+        let previous = existing.trials;
         let mut journal = Journal::open(&setup.journal_path)?;
-        if !has_header {
+        if !existing.has_header {
             journal.append(&Record::Header {
                 tune_version: env!("CARGO_PKG_VERSION").into(),
                 spec: spec.clone(),
@@ -138,6 +195,12 @@ impl<'a> Sweep<'a> {
         }
         let done: HashSet<(String, usize)> =
             previous.iter().map(|r| (r.id.clone(), r.round)).collect();
+        let submitted = existing
+            .submitted
+            .into_iter()
+            .filter(|j| !done.contains(&(j.id.clone(), j.round)))
+            .map(|j| ((j.id, j.round, j.repeat), j.job_id))
+            .collect();
         Ok(Sweep {
             spec,
             exec,
@@ -151,6 +214,7 @@ impl<'a> Sweep<'a> {
             cancel: setup.cancel,
             position: 0,
             total: setup.total,
+            submitted,
         })
     }
 
@@ -199,6 +263,10 @@ impl<'a> Sweep<'a> {
                 candidates = select_top(&scored, keep);
             }
             let reps = if final_round { repeats } else { 1 };
+            if self.exec.batches() {
+                self.run_batch(&candidates, round, round_steps, reps)?;
+                continue;
+            }
             for t in candidates.clone() {
                 self.run(&t, round, round_steps, reps)?;
             }
@@ -234,6 +302,7 @@ impl<'a> Sweep<'a> {
             let o = self.exec.run(self.spec, &trial.knobs, steps);
             self.check_cancel(&trial.label)?;
             rec.repeats.extend(o.repeat);
+            rec.nodes.extend(o.node.map(|n| NodeRun { repeat: r, ..n }));
             if o.status != Status::Ok {
                 // Failures here are deterministic far more often than not (an unsupported
                 // knob, a crash): repeating them only costs time.
@@ -243,16 +312,107 @@ impl<'a> Sweep<'a> {
             }
         }
         rec.timeline = self.sampler.since(started_ms);
+        self.finish_trial(rec.clone())?;
+        Ok(rec)
+    }
+
+    /// Journals a finished trial and tells the observer.
+    fn finish_trial(&mut self, rec: TrialRecord) -> Result<()> {
         self.journal
             .append(&stamped(&Record::Trial(rec.clone()), self.spec)?)?;
         if let Some(p) = &self.live_file {
             live::clear(p);
         }
-        self.done.insert(key);
-        self.records.push(rec.clone());
+        self.done.insert((rec.id.clone(), rec.round));
         self.position += 1;
         self.observer.finished(&rec, self.position, self.total);
-        Ok(rec)
+        self.records.push(rec);
+        Ok(())
+    }
+
+    /// A round through a batching executor: every repeat of every trial not yet in the
+    /// journal goes to it at once; each submission is journaled as it happens, and a
+    /// trial is journaled when its last repeat ends. Unlike the local path, a failed
+    /// repeat does not stop its siblings (they were submitted together); the trial's
+    /// status is its first failure in repeat order.
+    fn run_batch(
+        &mut self,
+        trials: &[Trial],
+        round: usize,
+        steps: usize,
+        repeats: usize,
+    ) -> Result<()> {
+        let reps = repeats.max(1);
+        let mut runs = Vec::new();
+        let mut pending: Vec<(TrialRecord, Vec<Option<Outcome>>, f64)> = Vec::new();
+        for t in trials {
+            if self.done.contains(&(t.id.clone(), round)) {
+                self.position += 1;
+                continue;
+            }
+            for r in 0..reps {
+                runs.push(Run {
+                    id: t.id.clone(),
+                    label: t.label.clone(),
+                    round,
+                    repeat: r,
+                    knobs: t.knobs.clone(),
+                    steps,
+                    attach: self.submitted.get(&(t.id.clone(), round, r)).cloned(),
+                });
+            }
+            pending.push((
+                fresh(t, round, steps),
+                vec![None; reps],
+                self.sampler.now_ms(),
+            ));
+        }
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let exec = self.exec;
+        let spec = self.spec;
+        let mut on_event = |ev: RunEvent| -> Result<()> {
+            match ev {
+                RunEvent::Submitted { run, job_id } => {
+                    let r = &runs[run];
+                    if r.repeat == 0 {
+                        self.observer.started(&r.label);
+                    }
+                    let job = Submission {
+                        id: r.id.clone(),
+                        round,
+                        repeat: r.repeat,
+                        job_id,
+                    };
+                    self.journal
+                        .append(&stamped(&Record::Submitted(job), spec)?)?;
+                }
+                RunEvent::Finished { run, outcome } => {
+                    let (t, rep) = (run / reps, run % reps);
+                    let Some(slot) = pending.get_mut(t) else {
+                        return Ok(());
+                    };
+                    slot.1[rep] = Some(outcome);
+                    if slot.1.iter().all(Option::is_some) {
+                        let mut rec = slot.0.clone();
+                        for (i, o) in slot.1.iter_mut().enumerate() {
+                            let Some(o) = o.take() else { continue };
+                            rec.repeats.extend(o.repeat);
+                            rec.nodes.extend(o.node.map(|n| NodeRun { repeat: i, ..n }));
+                            if o.status != Status::Ok && rec.status == Status::Ok {
+                                rec.status = o.status;
+                                rec.error = o.error;
+                            }
+                        }
+                        rec.timeline = self.sampler.since(slot.2);
+                        self.finish_trial(rec)?;
+                    }
+                }
+            }
+            Ok(())
+        };
+        exec.run_many(spec, &runs, &mut on_event)
     }
 
     /// Tells a dashboard which trial starts now; its child fills in the steps.
@@ -314,7 +474,9 @@ impl<'a> Sweep<'a> {
         for _ in 0..self.spec.search.repeats.max(1) {
             for rec in recs.iter_mut().filter(|r| r.status == Status::Ok) {
                 let o = self.exec.run(self.spec, &rec.knobs, steps);
+                let r = rec.repeats.len();
                 rec.repeats.extend(o.repeat);
+                rec.nodes.extend(o.node.map(|n| NodeRun { repeat: r, ..n }));
                 if o.status != Status::Ok {
                     rec.status = o.status;
                     rec.error = o.error;

@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::fsio::read_text_limited;
 use crate::knobs::Knobs;
+pub use cluster::{ExecutorKind, SlurmSpec};
 
+pub mod cluster;
 pub(crate) mod metric;
 mod parse;
 pub mod plan;
@@ -36,6 +38,9 @@ pub struct Spec {
     /// gives back, in file order. Values within a knob are distinct.
     pub knobs: Vec<(String, Vec<String>)>,
     pub search: Search,
+    /// How trials are submitted when `search.executor` is `slurm` (defaults otherwise).
+    #[serde(default = "default_slurm")]
+    pub slurm: SlurmSpec,
     /// The file it was read from; relative paths in the spec are relative to its folder.
     pub path: PathBuf,
 }
@@ -138,9 +143,16 @@ pub struct Search {
     /// Per-trial resident-memory cap in MiB; a trial above it ends as `oom`.
     #[serde(default)]
     pub mem_cap_mib: Option<u64>,
+    /// Where trials run; `tune sweep --executor` overrides it.
+    #[serde(default)]
+    pub executor: ExecutorKind,
     /// The configuration every other is compared with: workload defaults, then the first
     /// value of each knob list, then `[search] baseline` overrides.
     pub baseline: Knobs,
+}
+
+fn default_slurm() -> SlurmSpec {
+    SlurmSpec::with_timeout(600)
 }
 
 impl Spec {

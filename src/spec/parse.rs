@@ -14,7 +14,9 @@ use crate::error::{shown, Error, Result};
 use crate::knobs::Knobs;
 use crate::limits::{self, Bound};
 
-const TOP_KEYS: &[&str] = &["name", "workload", "knobs", "search"];
+mod slurm;
+
+const TOP_KEYS: &[&str] = &["name", "workload", "knobs", "search", "slurm"];
 const ENGINE_KEYS: &[&str] = &[
     "model",
     "dataset",
@@ -34,6 +36,7 @@ const SEARCH_KEYS: &[&str] = &[
     "eta",
     "baseline",
     "mem_cap_mib",
+    "executor",
 ];
 
 pub(super) fn parse(text: &str, path: &Path) -> Result<Spec> {
@@ -220,11 +223,14 @@ impl Cx<'_> {
             None => Vec::new(),
         };
         let search = self.search(doc, &workload, &knobs)?;
+        self.check_executor(doc, search.executor, &workload)?;
+        let slurm = self.slurm(doc, search.timeout_s)?;
         Ok(Spec {
             name,
             workload,
             knobs,
             search,
+            slurm,
             path: self.path.to_path_buf(),
         })
     }
@@ -542,6 +548,7 @@ impl Cx<'_> {
         let repeats = count("repeats", &limits::REPEATS, 1)?;
         let timeout_s = count("timeout_s", &limits::TIMEOUT_S, 600)? as u64;
         let eta = count("eta", &limits::ETA, 3)?;
+        let executor = self.executor(t)?;
         let mem_cap_mib = match t.get("mem_cap_mib") {
             Some(v) => Some(self.count(v, "search.mem_cap_mib", &limits::MEM_CAP_MIB)? as u64),
             None => None,
@@ -594,6 +601,7 @@ impl Cx<'_> {
             timeout_s,
             eta,
             mem_cap_mib,
+            executor,
             baseline,
         })
     }

@@ -359,3 +359,53 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
         assert!(parse(&text).is_err());
     }
 }
+
+#[test]
+fn the_executor_defaults_to_local_and_the_slurm_table_is_read() {
+    let s = parse(GOOD).unwrap();
+    assert_eq!(s.search.executor, ExecutorKind::Local);
+    assert_eq!(s.slurm.time_limit_min, 2, "timeout_s = 120 is two minutes");
+    let s = parse(&format!(
+        "{ENGINE}[search]\nexecutor = \"slurm\"\ntimeout_s = 61\n[slurm]\npartition = \"gpu\"\ngres = \"gpu:a100:1\"\nmax_parallel = 8\nextra_args = [\"--qos=short\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(s.search.executor, ExecutorKind::Slurm);
+    assert_eq!(s.slurm.partition.as_deref(), Some("gpu"));
+    assert_eq!(s.slurm.max_parallel, 8);
+    assert_eq!(s.slurm.time_limit_min, 2);
+    assert_eq!(s.slurm.extra_args, ["--qos=short"]);
+}
+
+#[test]
+fn slurm_errors_point_at_the_key() {
+    assert_err(
+        &format!("{ENGINE}[search]\nexecutor = \"k8s\"\n"),
+        5,
+        12,
+        &["search.executor", "local, slurm"],
+    );
+    assert_err(
+        &format!("{ENGINE}[slurm]\nmax_parallel = 0\n"),
+        5,
+        16,
+        &["slurm.max_parallel"],
+    );
+    assert_err(
+        &format!("{ENGINE}[slurm]\npartition = \"a b\"\n"),
+        5,
+        13,
+        &["whitespace"],
+    );
+    assert_err(
+        &format!("{ENGINE}[slurm]\nqueue = \"x\"\n"),
+        5,
+        1,
+        &["unknown key 'queue' in [slurm]", "partition"],
+    );
+    assert_err(
+        "[workload.command]\nrun = \"x\"\nmetric_json_key = \"sps\"\n[search]\nexecutor = \"slurm\"\n",
+        5,
+        12,
+        &["engine workloads"],
+    );
+}

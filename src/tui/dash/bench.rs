@@ -90,6 +90,7 @@ pub fn synthetic_report(trials: usize, fail_every: usize) -> Result<Report> {
                     vec![repeat.clone(), repeat]
                 },
                 timeline: Vec::new(),
+                nodes: Vec::new(),
             }
         })
         .collect();

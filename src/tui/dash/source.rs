@@ -456,6 +456,7 @@ mod tests {
             error: (status != Status::Ok).then(|| "boom".to_string()),
             repeats: Vec::new(),
             timeline: Vec::new(),
+            nodes: Vec::new(),
         }
     }
 

@@ -1,0 +1,518 @@
+//! Sweeps on a real Slurm cluster (issue #18): a one-node cluster on this machine from
+//! Debian's packages, started by `scripts/slurm-local.sh` (as `.ci/run` does). Without
+//! Slurm the tests print why and pass; under `TUNE_REQUIRE_SLURM=1` they fail instead.
+//!
+//! Every sweep gets a name of its own, so the jobs it submitted can be told apart in
+//! `squeue --states=all` (which remembers finished jobs for an hour here) from those of
+//! earlier runs. The drained-node test drains the one node, so it runs alone: it takes
+//! `CLUSTER` for writing, every other test for reading.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+static CLUSTER: RwLock<()> = RwLock::new(());
+
+fn tune() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tune"))
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn answers() -> bool {
+    Command::new("squeue")
+        .args(["--noheader", "--states=all"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Starts the local cluster when it is not up (idempotent); false, with the reason
+/// printed, when there is no Slurm here.
+fn cluster(test: &str) -> bool {
+    if !answers() {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/slurm-local.sh");
+        let out = Command::new(&script).arg("start").output();
+        if let Ok(o) = &out {
+            if !o.status.success() {
+                eprintln!("{}", show(o));
+            }
+        }
+    }
+    if answers() {
+        return true;
+    }
+    let why = format!("{test}: skipped: Slurm does not answer (squeue failed; run scripts/slurm-local.sh start as root after apt-get install slurm-wlm munge)");
+    if std::env::var("TUNE_REQUIRE_SLURM").is_ok_and(|v| v == "1") {
+        panic!("{why}, and TUNE_REQUIRE_SLURM=1");
+    }
+    eprintln!("{why}");
+    false
+}
+
+/// A unique sweep name: job names start with `tune-<name>-`.
+fn unique(stem: &str) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    format!("{stem}-{}-{t}", std::process::id())
+}
+
+fn write_spec(dir: &Path, name: &str, knobs: &str, search: &str, slurm: &str) -> PathBuf {
+    let p = dir.join("spec.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "name = \"{name}\"\n[workload]\nmodel = \"mlp\"\ndataset = \"synthetic\"\nsteps = 6\nwarmup = 1\ndevice = \"cpu\"\nthreads = 1\n\
+             [knobs]\n{knobs}\n[search]\nstrategy = \"grid\"\nexecutor = \"slurm\"\n{search}\n[slurm]\npoll_s = 0.2\n{slurm}\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn journal(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("journal.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn lines_of(out: &Path, kind: &str) -> Vec<Value> {
+    journal(out)
+        .into_iter()
+        .filter(|v| v["type"] == kind)
+        .collect()
+}
+
+/// Job id -> (state, name) of every job slurmctld remembers whose name starts with
+/// `tune-<sweep>-`.
+fn jobs_named(sweep: &str) -> BTreeMap<String, (String, String)> {
+    let o = Command::new("squeue")
+        .args(["--noheader", "--states=all", "--format=%i|%T|%j"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.trim().split('|').collect();
+            (f.len() == 3 && f[2].starts_with(&format!("tune-{sweep}-")))
+                .then(|| (f[0].to_string(), (f[1].to_string(), f[2].to_string())))
+        })
+        .collect()
+}
+
+fn trial<'a>(rep: &'a Value, label: &str) -> &'a Value {
+    rep["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["label"] == label)
+        .unwrap_or_else(|| panic!("no trial '{label}' in {rep}"))
+}
+
+#[test]
+fn a_sweep_runs_on_the_cluster_and_is_reported() {
+    if !cluster("a_sweep_runs_on_the_cluster_and_is_reported") {
+        return;
+    }
+    let _shared = CLUSTER.read().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("e2e");
+    let spec = write_spec(
+        dir.path(),
+        &name,
+        "batch_size = [16, 32]",
+        "repeats = 2",
+        "max_parallel = 2",
+    );
+    let out = dir.path().join("out");
+    let o = tune()
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    // Every run was a job of its own, each journaled once, each known to Slurm as done.
+    let submitted = lines_of(&out, "submitted");
+    assert_eq!(submitted.len(), 4, "{submitted:?}");
+    let ids: BTreeSet<String> = submitted
+        .iter()
+        .map(|s| s["job_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 4);
+    let jobs = jobs_named(&name);
+    assert_eq!(
+        jobs.keys().cloned().collect::<BTreeSet<_>>(),
+        ids,
+        "{jobs:?}"
+    );
+    assert!(jobs.values().all(|(s, _)| s == "COMPLETED"), "{jobs:?}");
+    // The report has both trials, measured, with the node of every repeat.
+    let rep: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    for label in ["baseline", "batch_size=32"] {
+        let t = trial(&rep, label);
+        assert_eq!(t["status"], "ok", "{t}");
+        let nodes = t["nodes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no nodes in {t}"));
+        assert_eq!(nodes.len(), 2, "{t}");
+        for n in nodes {
+            assert!(ids.contains(n["job_id"].as_str().unwrap()), "{n}");
+            assert!(!n["node"].as_str().unwrap().is_empty(), "{n}");
+            assert!(
+                !n["fingerprint"]["cpu_model"].as_str().unwrap().is_empty(),
+                "{n}"
+            );
+        }
+    }
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(md.contains("Nodes"), "{md}");
+    // The report rebuilds from the journal alone, submissions and all.
+    let o = tune().arg("report").arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+}
+
+#[test]
+fn a_killed_sweep_resumes_its_jobs_without_submitting_twice() {
+    if !cluster("a_killed_sweep_resumes_its_jobs_without_submitting_twice") {
+        return;
+    }
+    let _shared = CLUSTER.read().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("resume");
+    let spec = write_spec(
+        dir.path(),
+        &name,
+        "batch_size = [16, 24, 32]",
+        "repeats = 2",
+        "max_parallel = 2",
+    );
+    let out = dir.path().join("out");
+    // Each run sleeps a second first, so jobs are still queued and running at the kill.
+    let mut child = tune()
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .env("TUNE_TRIAL_FAULT", "slow")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(60);
+    while lines_of(&out, "submitted").len() < 3 {
+        assert!(
+            Instant::now() < until,
+            "no submissions: {:?}",
+            journal(&out)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = lines_of(&out, "submitted");
+    let live: Vec<String> = jobs_named(&name)
+        .into_iter()
+        .filter(|(_, (s, _))| s == "PENDING" || s == "RUNNING")
+        .map(|(id, _)| id)
+        .collect();
+    assert!(
+        !live.is_empty(),
+        "the kill came too late to test re-attaching: {before:?}"
+    );
+
+    let o = tune()
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .arg("--resume")
+        .env("TUNE_TRIAL_FAULT", "slow")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("following"), "{err}");
+    // Every run submitted exactly once, over both sweeps; Slurm knows no other job of it.
+    let submitted = lines_of(&out, "submitted");
+    let mut runs = BTreeSet::new();
+    let mut ids = BTreeSet::new();
+    for s in &submitted {
+        assert!(
+            runs.insert((s["id"].to_string(), s["repeat"].to_string())),
+            "run submitted twice: {submitted:?}"
+        );
+        ids.insert(s["job_id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(runs.len(), 6, "{submitted:?}");
+    let jobs = jobs_named(&name);
+    assert_eq!(
+        jobs.keys().cloned().collect::<BTreeSet<_>>(),
+        ids,
+        "{jobs:?}"
+    );
+    for id in &live {
+        assert!(
+            ids.contains(id),
+            "job {id} was live at the kill and is not the journal's"
+        );
+    }
+    // Nothing lost: three trials, two measured repeats each.
+    let trials = lines_of(&out, "trial");
+    assert_eq!(trials.len(), 3, "{trials:?}");
+    for t in &trials {
+        assert_eq!(t["status"], "ok", "{t}");
+        assert_eq!(t["repeats"].as_array().unwrap().len(), 2, "{t}");
+    }
+}
+
+#[test]
+fn ctrl_c_cancels_the_jobs_it_submitted_and_says_so() {
+    if !cluster("ctrl_c_cancels_the_jobs_it_submitted_and_says_so") {
+        return;
+    }
+    let _shared = CLUSTER.read().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("sigint");
+    let spec = write_spec(
+        dir.path(),
+        &name,
+        "batch_size = [16, 32]",
+        "",
+        "max_parallel = 2",
+    );
+    let out = dir.path().join("out");
+    let child = tune()
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .env("TUNE_TRIAL_FAULT", "hang")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(60);
+    while lines_of(&out, "submitted").len() < 2 {
+        assert!(
+            Instant::now() < until,
+            "no submissions: {:?}",
+            journal(&out)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert!(!o.status.success(), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("cancelled 2 Slurm job(s)"), "{}", show(&o));
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let jobs = jobs_named(&name);
+        if jobs.len() == 2 && jobs.values().all(|(s, _)| s == "CANCELLED") {
+            break;
+        }
+        assert!(Instant::now() < until, "jobs not cancelled: {jobs:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_bad_partition_and_the_trial_limit_each_get_a_clear_status() {
+    if !cluster("a_bad_partition_and_the_trial_limit_each_get_a_clear_status") {
+        return;
+    }
+    let _shared = CLUSTER.read().unwrap_or_else(|e| e.into_inner());
+    // A partition that does not exist: sbatch refuses every job, the sweep still ends
+    // with a report saying so.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        dir.path(),
+        &unique("nopart"),
+        "batch_size = [16, 32]",
+        "",
+        "partition = \"no-such-partition\"",
+    );
+    let out = dir.path().join("out");
+    let o = tune()
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let rep: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    for label in ["baseline", "batch_size=32"] {
+        let t = trial(&rep, label);
+        assert_eq!(t["status"], "failed", "{t}");
+        let e = t["error"].as_str().unwrap();
+        assert!(
+            e.contains("Slurm refused the job") && e.contains("partition"),
+            "{e}"
+        );
+    }
+    // The spec's per-trial limit (search.timeout_s) ends a hanging trial on the node; the
+    // other trial is measured.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        dir.path(),
+        &unique("limit"),
+        "batch_size = [16, 32]",
+        "timeout_s = 3",
+        "",
+    );
+    let out = dir.path().join("out");
+    let o = tune()
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .env("TUNE_TRIAL_FAULT", "hang@batch_size=32")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let rep: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(trial(&rep, "baseline")["status"], "ok");
+    let t = trial(&rep, "batch_size=32");
+    assert_eq!(t["status"], "timeout", "{t}");
+    assert!(
+        t["error"]
+            .as_str()
+            .unwrap()
+            .contains("per-trial limit of 3 s"),
+        "{t}"
+    );
+}
+
+/// Slurm's own time limit (a minute, its smallest): the job ends as TIMEOUT, the trial
+/// as `timeout`, and the sweep goes on. The one test that takes a minute.
+#[test]
+fn a_job_slurm_times_out_is_a_timeout() {
+    if !cluster("a_job_slurm_times_out_is_a_timeout") {
+        return;
+    }
+    let _shared = CLUSTER.read().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("slurmtime");
+    let spec = write_spec(
+        dir.path(),
+        &name,
+        "batch_size = [16, 32]",
+        "timeout_s = 3600",
+        "time_limit_min = 1",
+    );
+    let out = dir.path().join("out");
+    let o = tune()
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .env("TUNE_TRIAL_FAULT", "hang@batch_size=32")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let rep: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(trial(&rep, "baseline")["status"], "ok");
+    let t = trial(&rep, "batch_size=32");
+    assert_eq!(t["status"], "timeout", "{t}");
+    let e = t["error"].as_str().unwrap();
+    assert!(
+        e.contains("time limit of 1 min") && e.contains("TIMEOUT"),
+        "{e}"
+    );
+    assert!(jobs_named(&name).values().any(|(s, _)| s == "TIMEOUT"));
+}
+
+/// Puts the node back however the test ends.
+struct Undrain(String);
+
+impl Drop for Undrain {
+    fn drop(&mut self) {
+        let _ = Command::new("scontrol")
+            .args(["update", &format!("nodename={}", self.0), "state=resume"])
+            .status();
+    }
+}
+
+#[test]
+fn a_trial_stuck_on_a_drained_node_fails_clearly_and_the_sweep_ends() {
+    if !cluster("a_trial_stuck_on_a_drained_node_fails_clearly_and_the_sweep_ends") {
+        return;
+    }
+    // Alone: a drained node holds every other test's jobs back.
+    let _alone = CLUSTER.write().unwrap_or_else(|e| e.into_inner());
+    let o = Command::new("sinfo")
+        .args(["--noheader", "-N", "-o", "%N"])
+        .output()
+        .unwrap();
+    let node = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    assert!(!node.is_empty(), "{}", show(&o));
+    let s = Command::new("scontrol")
+        .args([
+            "update",
+            &format!("nodename={node}"),
+            "state=drain",
+            "reason=tune-test",
+        ])
+        .status()
+        .unwrap();
+    assert!(s.success());
+    let _undrain = Undrain(node);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        dir.path(),
+        &unique("drained"),
+        "batch_size = [16, 32]",
+        "",
+        "pending_timeout_s = 3",
+    );
+    let out = dir.path().join("out");
+    let o = tune()
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let rep: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    for label in ["baseline", "batch_size=32"] {
+        let t = trial(&rep, label);
+        assert_eq!(t["status"], "failed", "{t}");
+        let e = t["error"].as_str().unwrap();
+        assert!(e.contains("never started"), "{e}");
+        assert!(
+            e.contains("ReqNodeNotAvail") || e.contains("DRAINED"),
+            "{e}"
+        );
+    }
+}
