@@ -8,11 +8,13 @@
 //!   stop signals;
 //! - `live`: the plain-line view and the `--json` sample stream;
 //! - `report`: report.json and summary.md;
+//! - `html`: report.html (timeline charts and findings);
 //! - `steps`: findings from the PyTorch hooks' step events (`crate::bridge`);
 //! - `session`: one watch from start to report;
 //! - `tui`: the full-screen live view (`--tui`), on the dashboard's devices widget.
 
 pub(crate) mod findings;
+pub(crate) mod html;
 pub(crate) mod live;
 pub(crate) mod model;
 // `report` and `target` stay public: `WatchReport::load` and `Target::wait` have no caller

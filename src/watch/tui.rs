@@ -210,11 +210,19 @@ impl Widget for &WatchApp {
     }
 }
 
+/// Width of the help's key column: the longest key.
+const KEY_COL: usize = 8;
+
 fn render_help(area: Rect, buf: &mut Buffer) {
     Clear.render(area, buf);
     let key = |k: &str, what: &str| {
         Line::from(vec![
-            Span::styled(format!("  {k:<8}"), Style::new().bold().fg(Color::Cyan)),
+            // The key column is as wide as the longest key plus a gap, so a key of
+            // exactly the old width ("q ctrl-c") no longer runs into its description.
+            Span::styled(
+                format!("  {k:<KEY_COL$}  "),
+                Style::new().bold().fg(Color::Cyan),
+            ),
             Span::raw(what.to_string()),
         ])
     };
@@ -418,7 +426,10 @@ mod tests {
         let press = |c| KeyEvent::new(c, KeyModifiers::NONE);
         assert_eq!(a.on_key(press(KeyCode::Char('?'))), Action::None);
         assert!(a.help);
-        assert!(frame(&a, 80, 16).contains("press again to kill it"));
+        let help = frame(&a, 80, 16);
+        assert!(help.contains("press again to kill it"), "{help}");
+        // The key and its description are apart (it read "q ctrl-cstop watching").
+        assert!(help.contains("q ctrl-c  stop watching"), "{help}");
         assert_eq!(a.on_key(press(KeyCode::Esc)), Action::None);
         assert!(!frame(&a, 80, 16).contains("press again to kill it"));
         assert_eq!(a.on_key(press(KeyCode::Char('q'))), Action::Stop);
