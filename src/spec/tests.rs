@@ -414,6 +414,10 @@ fn params_are_swept_like_knobs_and_fill_their_placeholders() {
         plan::trial_id(&Knobs::default(), &Knobs::default()),
         "baseline#8649f191"
     );
+    // A constant parameter changed between two runs of the spec makes a different
+    // baseline: its id differs, so --resume never reuses the other's measurement.
+    let other = parse(&PARAMS.replace("fast = true", "fast = false")).unwrap();
+    assert_ne!(plan::plan(&other).trials[0].id, p.trials[0].id);
     // The baseline can name a parameter's value, and the grid crosses parameters too.
     let grid = PARAMS.replace(
         "fast = true\n",
