@@ -65,8 +65,9 @@ fn html_has_charts(html: &str) {
 fn watches_render_rerender_compare_and_are_refused_by_the_gate() {
     let d = tempfile::tempdir().unwrap();
     let (big, small) = (d.path().join("big"), d.path().join("small"));
-    watch(&big, &load(300, 2.0), &[]);
-    watch(&small, &load(10, 2.0), &[]);
+    // Long enough that the medians are taken well after start-up on a loaded machine.
+    watch(&big, &load(300, 3.0), &[]);
+    watch(&small, &load(10, 3.0), &[]);
     html_has_charts(&std::fs::read_to_string(big.join("report.html")).unwrap());
 
     // `tune report` on the folder and on the file: no "missing field `spec`".
@@ -118,7 +119,7 @@ fn watches_render_rerender_compare_and_are_refused_by_the_gate() {
         rss["before"].as_f64().unwrap(),
         rss["after"].as_f64().unwrap(),
     );
-    assert!(before > 250.0 && after < 100.0, "{rss}");
+    assert!(before > 150.0 && after < 80.0, "{rss}");
     assert_eq!(rss["significant"], true, "{rss}");
     assert!(rss["ratio"].as_f64().unwrap() < 0.5, "{rss}");
     // A watch compared with itself: nothing changed.
