@@ -7,6 +7,7 @@
 //! (`cli::KnobArgs`), the spec's `[knobs]` checks, the docs table (`table_markdown`) and
 //! the advisor's PyTorch lines all read that one declaration.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -354,11 +355,16 @@ macro_rules! knob_table {
         pub struct Knobs {
             $($(#[doc = $fdoc])+ pub $fname: $fty,)+
             $($(#[doc = $ldoc])+ pub $lname: $lty,)+
+            /// A command workload's own parameters (`[params]` in a spec), by name: text put
+            /// in for `{name}` in its command line, swept like knobs. Empty for the engine,
+            /// and then left out of JSON, so ids and records of knob-only sweeps are unchanged.
+            #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+            pub params: BTreeMap<String, String>,
         }
 
         impl Default for Knobs {
             fn default() -> Self {
-                Knobs { $($fname: $fdef,)+ $($lname: $ldef,)+ }
+                Knobs { $($fname: $fdef,)+ $($lname: $ldef,)+ params: BTreeMap::new() }
             }
         }
 
@@ -593,7 +599,24 @@ impl Knobs {
         Ok(k)
     }
 
-    /// A short label naming only the knobs that differ from `base`.
+    /// A knob's value, or a user parameter's (`params`) when `name` is no knob.
+    pub fn value(&self, name: &str) -> Option<String> {
+        self.get(name).or_else(|| self.params.get(name).cloned())
+    }
+
+    /// Sets a knob, or a user parameter when `name` is no knob: the spec's reader has
+    /// already refused names that are neither.
+    pub fn set_or_param(&mut self, name: &str, value: &str) -> Result<()> {
+        if knob(name).is_some() {
+            self.set(name, value)
+        } else {
+            self.params.insert(name.to_string(), value.to_string());
+            Ok(())
+        }
+    }
+
+    /// A short label naming only the knobs (then the user parameters, by name) that
+    /// differ from `base`.
     pub fn diff_label(&self, base: &Knobs) -> String {
         let parts: Vec<String> = Self::NAMES
             .iter()
@@ -601,6 +624,12 @@ impl Knobs {
                 let (a, b) = (self.get(n)?, base.get(n)?);
                 (a != b).then(|| format!("{n}={a}"))
             })
+            .chain(
+                self.params
+                    .iter()
+                    .filter(|(n, v)| base.params.get(*n) != Some(*v))
+                    .map(|(n, v)| format!("{n}={v}")),
+            )
             .collect();
         if parts.is_empty() {
             "baseline".into()

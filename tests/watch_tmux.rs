@@ -20,7 +20,7 @@ fn script(dir: &Path, command: &str) -> String {
 }
 
 fn assert_restored(t: &Tmux, dir: &Path, exit: &str) -> String {
-    tmux::assert_restored(t, dir, exit, "BEFORE-WATCH", "q stop watching", 30)
+    tmux::assert_restored(t, dir, exit, "BEFORE-WATCH", "q stop · P cpu", 30)
 }
 
 #[test]
@@ -31,7 +31,7 @@ fn watch_tui_shows_tree_and_devices_and_returns_the_exit_code() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let cmd = format!(
-        "{TUNE} watch --tui --out {} -- sh -c 'echo says-$((40+2)); sleep 3; exit 4'",
+        "{TUNE} watch --tui --out {} -- sh -c 'echo says-$((40+2)); sleep 6; exit 4'",
         out.display()
     );
     let t = Tmux::start(dir.path(), &script(dir.path(), &cmd), 100, 30);
@@ -42,14 +42,32 @@ fn watch_tui_shows_tree_and_devices_and_returns_the_exit_code() {
         "1",
         "the view uses the alternate screen"
     );
-    for needle in [
-        "tune watch · `sh -c",
-        "Process tree",
-        "pids: ",
-        "q stop watching",
-    ] {
+    for needle in ["tune watch · `sh -c", "Process tree", "q stop · P cpu"] {
         assert!(s.contains(needle), "missing {needle:?}:\n{s}");
     }
+    // The per-process table: a row per process of the tree (sh and its sleep), with
+    // htop's keys to sort and filter. No GPU here: its columns show "-".
+    let s = t.wait_for("sleep 6", 10);
+    assert!(
+        s.contains("PID") && s.contains("COMMAND") && s.contains("CPU%▼"),
+        "{s}"
+    );
+    let row = s
+        .lines()
+        .find(|l| l.contains("sleep 6") && !l.contains("sh -c"))
+        .unwrap_or_else(|| panic!("no row for sleep:\n{s}"));
+    assert!(row.trim_end_matches('│').trim_end().ends_with('-'), "{row}");
+    let before = s.matches("sleep 6").count();
+    t.keys(&["M"]);
+    t.wait_for("RSS▼", 5);
+    // sh's command line holds "says", sleep's does not: the filter leaves sh alone.
+    t.keys(&["/", "s", "a", "y", "s", "Enter"]);
+    let s = t.wait_for("filter: says", 5);
+    assert_eq!(
+        s.matches("sleep 6").count(),
+        before - 1,
+        "the filter hides sleep:\n{s}"
+    );
     let s = t.wait_for(" cpu ", 10);
     assert!(
         !s.contains("says-42"),

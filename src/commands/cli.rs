@@ -31,7 +31,7 @@ pub enum Command {
     Train(TrainCmdArgs),
     /// Runs a sweep spec: trials in child processes, journal, report.json/html, summary.md.
     Sweep(SweepArgs),
-    /// Re-renders a report from a report.json or a sweep directory.
+    /// Re-renders a report (HTML and markdown) from a report.json, a sweep directory or a watch directory.
     Report(ReportArgs),
     /// What this machine has: CPU, GPUs (or why none), which CUDA libraries load.
     Probe(ProbeArgs),
@@ -39,6 +39,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Compares a report with a baseline report: exit 0 pass, 1 regression, 2 bad input.
     Gate(GateArgs),
+    /// What changed between two watches or two sweeps: per metric before, after, ratio and whether it is beyond noise.
+    Compare(CompareArgs),
     /// Live terminal dashboard of a running or finished sweep.
     Dash(DashArgs),
     /// Follows a process tree (a command it starts, or --pid) with the probes; writes a report.
@@ -371,7 +373,8 @@ pub struct SweepArgs {
 
 #[derive(Debug, Args, Clone)]
 pub struct ReportArgs {
-    /// A report.json, or a sweep directory (report.json or journal.jsonl inside).
+    /// A report.json (a sweep's or a watch's), or a sweep or watch directory (report.json
+    /// or journal.jsonl inside).
     pub input: PathBuf,
     /// Write the HTML report here.
     #[arg(long)]
@@ -379,6 +382,17 @@ pub struct ReportArgs {
     /// Write the markdown summary here.
     #[arg(long)]
     pub md: Option<PathBuf>,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct CompareArgs {
+    /// The earlier report: a report.json or its folder (a sweep's or a watch's).
+    pub a: PathBuf,
+    /// The later report, of the same kind as A.
+    pub b: PathBuf,
+    /// Print the changes as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args, Clone)]

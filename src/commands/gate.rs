@@ -42,6 +42,18 @@ fn load(role: &str, path: &Path) -> Result<Report> {
     } else {
         path.to_path_buf()
     };
+    // A watch has no configurations to hold against a baseline's, and one watch's
+    // samples say nothing about run-to-run noise: a verdict from two would be a guess.
+    if super::compare::is_watch(&file) {
+        return Err(Error::format(
+            file,
+            format!(
+                "the {role} report is a tune watch report: tune gate judges sweep reports \
+                 (configurations measured with repeats); use `tune compare A B` to see what \
+                 changed between two watches"
+            ),
+        ));
+    }
     Report::load(&file).map_err(|e| match e {
         Error::Io { path, source } => Error::Invalid(format!(
             "cannot read the {role} report {}: {source}",

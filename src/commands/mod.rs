@@ -1,12 +1,14 @@
 //! The only entrance: the clap definitions (`cli`) and one module per subcommand that is
 //! more than a call into its stage: `train` (progress line over the engine's observer),
 //! `sweep` (runner + executor + advisor + report), `report` (re-render), `bench`, `probe`,
-//! `gate` (loads two reports and writes the verdict of `crate::gate`) and `watch` (flags to
-//! a `crate::watch` session). `run` dispatches all nine; `trial`, `supervise` and `dash`
+//! `gate` (loads two reports and writes the verdict of `crate::gate`), `compare` (what
+//! changed between two watches or two sweeps) and `watch` (flags to a `crate::watch`
+//! session). `run` dispatches all ten; `trial`, `supervise` and `dash`
 //! go straight into their stage with plain values. Nothing below this module imports it.
 
 pub mod bench;
 pub mod cli;
+pub mod compare;
 pub mod gate;
 pub mod probe;
 pub mod report;
@@ -36,6 +38,7 @@ pub fn run(command: &Command) -> Result<i32> {
         Command::Probe(a) => probe::main(a),
         Command::Bench(a) => bench::main(a),
         Command::Gate(a) => gate::main(a),
+        Command::Compare(a) => compare::main(a),
         Command::Dash(a) => crate::tui::dash::main(a.dir.as_deref()),
         Command::Watch(a) => watch::main(a),
     }

@@ -5,6 +5,7 @@ pub(crate) mod axis;
 pub(crate) mod charts;
 mod charts_xy;
 pub mod html;
+pub mod lines;
 pub mod markdown;
 
 use std::path::{Path, PathBuf};

@@ -37,6 +37,10 @@ pub struct Spec {
     /// Knob name and its values in the spelling `Knobs::set` accepts and `Knobs::get`
     /// gives back, in file order. Values within a knob are distinct.
     pub knobs: Vec<(String, Vec<String>)>,
+    /// `[params]`: a command workload's own parameters and their values, in file order,
+    /// as written (numbers keep their spelling). Swept like knobs; each fills `{name}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<(String, Vec<String>)>,
     pub search: Search,
     /// How trials are submitted when `search.executor` is `slurm` (defaults otherwise).
     #[serde(default = "default_slurm")]
@@ -76,8 +80,8 @@ pub struct EngineWorkload {
 /// An external training command whose throughput is read from its output.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CommandWorkload {
-    /// Command template; `{knob}` is replaced by the knob's value, `{{` and `}}` are
-    /// literal braces.
+    /// Command template; `{name}` is replaced by the value of the knob or `[params]`
+    /// parameter `name`, `{{` and `}}` are literal braces.
     pub run: String,
     pub metric: Metric,
     /// Working folder as written; relative to the spec's folder (`Spec::dir`).
@@ -208,10 +212,11 @@ impl Spec {
         format!("{hash:016x}")
     }
 
-    /// The values listed for one knob.
+    /// The values listed for one knob or parameter.
     pub fn values(&self, knob: &str) -> Option<&[String]> {
         self.knobs
             .iter()
+            .chain(&self.params)
             .find(|(n, _)| n == knob)
             .map(|(_, v)| v.as_slice())
     }
@@ -226,7 +231,7 @@ impl CommandWorkload {
                 Piece::Text(t) => out.push_str(t),
                 Piece::Brace(c) => out.push(c),
                 Piece::Placeholder { name, .. } => {
-                    out.push_str(&knobs.get(name).unwrap_or_default())
+                    out.push_str(&knobs.value(name).unwrap_or_default())
                 }
                 // Rejected when the spec was parsed; kept verbatim if built by hand.
                 Piece::Unclosed(at) => out.push_str(&self.run[at..]),

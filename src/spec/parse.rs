@@ -16,7 +16,7 @@ use crate::limits::{self, Bound};
 
 mod slurm;
 
-const TOP_KEYS: &[&str] = &["name", "workload", "knobs", "search", "slurm"];
+const TOP_KEYS: &[&str] = &["name", "workload", "knobs", "params", "search", "slurm"];
 const ENGINE_KEYS: &[&str] = &[
     "model",
     "dataset",
@@ -56,6 +56,8 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Spec> {
 }
 
 type Val<'i> = Spanned<DeValue<'i>>;
+/// A `[params]` entry: name, values as written, and the name's span for errors.
+type Param = (String, Vec<String>, Range<usize>);
 type Key<'i> = Spanned<DeString<'i>>;
 
 /// Entries in file order (the map itself is sorted by key).
@@ -217,18 +219,29 @@ impl Cx<'_> {
                 "missing [workload]: give model = ... for the built-in engine or a [workload.command]",
             )
         })?;
-        let workload = self.workload(wkey, wval)?;
+        let params = match doc.get_key_value("params") {
+            Some((k, v)) => self.params(k, self.table(v, "params")?)?,
+            None => Vec::new(),
+        };
+        let workload = self.workload(wkey, wval, &params)?;
+        if let (Workload::Engine(_), Some((k, _))) = (&workload, doc.get_key_value("params")) {
+            return Err(self.err(
+                k.span(),
+                "[params] is for a [workload.command] or [workload.python]: the built-in engine's settings are knobs, listed under [knobs]",
+            ));
+        }
         let knobs = match doc.get("knobs") {
             Some(v) => self.knobs(self.table(v, "knobs")?)?,
             None => Vec::new(),
         };
-        let search = self.search(doc, &workload, &knobs)?;
+        let search = self.search(doc, &workload, &knobs, &params)?;
         self.check_executor(doc, search.executor, &workload)?;
         let slurm = self.slurm(doc, search.timeout_s)?;
         Ok(Spec {
             name,
             workload,
             knobs,
+            params: params.into_iter().map(|(n, v, _)| (n, v)).collect(),
             search,
             slurm,
             path: self.path.to_path_buf(),
@@ -260,10 +273,10 @@ impl Cx<'_> {
         }
     }
 
-    fn workload(&self, key: &Key<'_>, v: &Val<'_>) -> Result<Workload> {
+    fn workload(&self, key: &Key<'_>, v: &Val<'_>, params: &[Param]) -> Result<Workload> {
         let t = self.table(v, "workload")?;
         if let Some((k, py)) = t.get_key_value("python") {
-            return self.python(t, k, py);
+            return self.python(t, k, py, params);
         }
         let engine_keys: Vec<_> = entries(t)
             .into_iter()
@@ -279,7 +292,7 @@ impl Cx<'_> {
             )),
             (Some((_, cmd)), None) => {
                 let ct = self.table(cmd, "workload.command")?;
-                Ok(Workload::Command(self.command(ct, cmd)?))
+                Ok(Workload::Command(self.command(ct, cmd, params)?))
             }
             (None, None) => Err(self.err(
                 key.span(),
@@ -331,7 +344,7 @@ impl Cx<'_> {
         })
     }
 
-    fn command(&self, t: &DeTable<'_>, at: &Val<'_>) -> Result<CommandWorkload> {
+    fn command(&self, t: &DeTable<'_>, at: &Val<'_>, params: &[Param]) -> Result<CommandWorkload> {
         self.check_keys(t, COMMAND_KEYS, "[workload.command]")?;
         let run_v = t.get("run").ok_or_else(|| {
             self.err(
@@ -340,30 +353,7 @@ impl Cx<'_> {
             )
         })?;
         let run = self.string(run_v, "workload.command.run")?;
-        let raw = self.text.get(run_v.span()).unwrap_or("");
-        for piece in template_pieces(&run) {
-            let (name, at_byte) = match piece {
-                Piece::Placeholder { name, at } => (name, at),
-                Piece::Unclosed(at) => {
-                    return Err(self.err(
-                        self.locate(run_v, raw, &run[at..]),
-                        "unclosed '{' in workload.command.run (write {{ for a literal brace)",
-                    ))
-                }
-                _ => continue,
-            };
-            if !Knobs::NAMES.contains(&name) {
-                let needle = &run[at_byte..at_byte + name.len() + 2];
-                return Err(self.err(
-                    self.locate(run_v, raw, needle),
-                    format!(
-                        "placeholder {{{}}} is not a knob: known knobs are {} (write {{{{ for a literal brace)",
-                        shown(name),
-                        Knobs::NAMES.join(", ")
-                    ),
-                ));
-            }
-        }
+        self.placeholders(run_v, &run, "workload.command.run", params)?;
         let metric = match (t.get("metric_regex"), t.get("metric_json_key")) {
             (Some(_), Some(j)) => {
                 return Err(self.err(
@@ -398,6 +388,131 @@ impl Cx<'_> {
         Ok(CommandWorkload { run, metric, cwd })
     }
 
+    /// Every `{name}` in a command template names a knob or a `[params]` entry, and every
+    /// parameter is used (an unused one would only make identical trials).
+    fn placeholders(&self, run_v: &Val<'_>, run: &str, what: &str, params: &[Param]) -> Result<()> {
+        let raw = self.text.get(run_v.span()).unwrap_or("");
+        let mut used = Vec::new();
+        for piece in template_pieces(run) {
+            let (name, at_byte) = match piece {
+                Piece::Placeholder { name, at } => (name, at),
+                Piece::Unclosed(at) => {
+                    return Err(self.err(
+                        self.locate(run_v, raw, &run[at..]),
+                        format!("unclosed '{{' in {what} (write {{{{ for a literal brace)"),
+                    ))
+                }
+                _ => continue,
+            };
+            used.push(name);
+            if !Knobs::NAMES.contains(&name) && !params.iter().any(|p| p.0 == name) {
+                let needle = &run[at_byte..at_byte + name.len() + 2];
+                let declared: Vec<&str> = params.iter().map(|p| p.0.as_str()).collect();
+                return Err(self.err(
+                    self.locate(run_v, raw, needle),
+                    format!(
+                        "placeholder {{{}}} is neither a knob nor a parameter: declare it under [params] \
+                         (e.g. {} = [\"a\", \"b\"]); parameters declared: {}; knobs: {} (write {{{{ for a literal brace)",
+                        shown(name),
+                        shown(name),
+                        if declared.is_empty() { "none".into() } else { declared.join(", ") },
+                        Knobs::NAMES.join(", ")
+                    ),
+                ));
+            }
+        }
+        if let Some(p) = params.iter().find(|p| !used.contains(&p.0.as_str())) {
+            return Err(self.err(
+                p.2.clone(),
+                format!(
+                    "parameter {} is declared under [params] but {what} has no {{{}}}: every trial would run the same command",
+                    p.0, p.0
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `[params]`: a command's own parameters, `name = [values]` or `name = value`.
+    /// Values keep their source spelling (`1e-3` stays `1e-3`), since they are pasted
+    /// into a command line.
+    fn params(&self, key: &Key<'_>, t: &DeTable<'_>) -> Result<Vec<Param>> {
+        let mut out: Vec<Param> = Vec::new();
+        for (k, v) in entries(t) {
+            let name = k.get_ref().to_string();
+            let ident = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ident {
+                return Err(self.err(
+                    k.span(),
+                    format!(
+                        "parameter name '{}' is not a plain name: use letters, digits and '_', not starting with a digit",
+                        shown(&name)
+                    ),
+                ));
+            }
+            if Knobs::NAMES.contains(&name.as_str()) {
+                return Err(self.err(
+                    k.span(),
+                    format!("parameter {name} is a knob: list it under [knobs], where its values are checked"),
+                ));
+            }
+            let items: Vec<&Val<'_>> = match v.get_ref() {
+                DeValue::Array(a) => a.iter().collect(),
+                _ => vec![v],
+            };
+            if items.is_empty() {
+                return Err(self.err(
+                    v.span(),
+                    format!("parameter {name} has no values: list at least one"),
+                ));
+            }
+            let mut values: Vec<String> = Vec::new();
+            for item in items {
+                let value = match item.get_ref() {
+                    DeValue::String(s) => s.to_string(),
+                    DeValue::Integer(_) | DeValue::Float(_) | DeValue::Boolean(_) => self
+                        .text
+                        .get(item.span())
+                        .unwrap_or_default()
+                        .trim()
+                        .to_string(),
+                    _ => {
+                        return Err(self.wrong_type(
+                            item,
+                            &format!("parameter {name}"),
+                            "a string, number or boolean",
+                        ))
+                    }
+                };
+                if value.contains(['\n', '\r', '\0']) {
+                    return Err(self.err(
+                        item.span(),
+                        format!("parameter {name}: a value cannot hold a line break or NUL"),
+                    ));
+                }
+                if values.contains(&value) {
+                    return Err(self.err(
+                        item.span(),
+                        format!("parameter {name} lists '{}' twice", shown(&value)),
+                    ));
+                }
+                values.push(value);
+            }
+            out.push((name, values, k.span()));
+        }
+        if out.is_empty() {
+            return Err(self.err(
+                key.span(),
+                "[params] is empty: declare name = [values] or remove it",
+            ));
+        }
+        Ok(out)
+    }
+
     /// A workload's `cwd`, which must exist: trials run the command in this folder, and a
     /// missing one would fail every trial later as "cannot start sh".
     fn cwd(&self, t: &DeTable<'_>, what: &str) -> Result<Option<PathBuf>> {
@@ -420,7 +535,13 @@ impl Cx<'_> {
 
     /// `[workload.python]`: an unmodified PyTorch script, measured and tuned through the
     /// hooks (`crate::bridge`); `{knob}` placeholders still work.
-    fn python(&self, w: &DeTable<'_>, key: &Key<'_>, v: &Val<'_>) -> Result<Workload> {
+    fn python(
+        &self,
+        w: &DeTable<'_>,
+        key: &Key<'_>,
+        v: &Val<'_>,
+        params: &[Param],
+    ) -> Result<Workload> {
         if let Some((k, _)) = entries(w)
             .into_iter()
             .find(|(k, _)| k.get_ref() != "python")
@@ -441,8 +562,10 @@ impl Cx<'_> {
                 "missing workload.python.run, e.g. run = \"python train.py --epochs 1\"",
             )
         })?;
+        let run = self.string(run_v, "workload.python.run")?;
+        self.placeholders(run_v, &run, "workload.python.run", params)?;
         Ok(Workload::Command(CommandWorkload {
-            run: self.string(run_v, "workload.python.run")?,
+            run,
             metric: Metric::Hooks,
             cwd: self.cwd(t, "workload.python.cwd")?,
         }))
@@ -518,6 +641,7 @@ impl Cx<'_> {
         doc: &DeTable<'_>,
         workload: &Workload,
         knobs: &[(String, Vec<String>)],
+        params: &[Param],
     ) -> Result<Search> {
         let empty = DeTable::new();
         let t = match doc.get("search") {
@@ -566,9 +690,38 @@ impl Cx<'_> {
                     .map_err(|e| Error::Invalid(e.to_string()))?;
             }
         }
+        for (name, values, _) in params {
+            if let Some(first) = values.first() {
+                baseline.params.insert(name.clone(), first.clone());
+            }
+        }
         let overrides = t.get("baseline");
         if let Some(bv) = overrides {
             for (k, v) in entries(self.table(bv, "search.baseline")?) {
+                if let Some((name, listed, _)) = params.iter().find(|p| p.0 == k.get_ref().as_ref())
+                {
+                    let value = match v.get_ref() {
+                        DeValue::String(s) => s.to_string(),
+                        _ => self
+                            .text
+                            .get(v.span())
+                            .unwrap_or_default()
+                            .trim()
+                            .to_string(),
+                    };
+                    if !listed.contains(&value) {
+                        return Err(self.err(
+                            v.span(),
+                            format!(
+                                "baseline {name} = {} is not one of the values listed in [params]: {}",
+                                shown(&value),
+                                listed.join(", ")
+                            ),
+                        ));
+                    }
+                    baseline.params.insert(name.clone(), value);
+                    continue;
+                }
                 let name = self.knob_name(k)?;
                 let value = self.knob_value(&name, v)?;
                 if let Some((_, listed)) = knobs.iter().find(|(n, _)| *n == name) {

@@ -34,17 +34,21 @@ pub struct Plan {
 }
 
 /// FNV-1a over `name=value;` for every knob in `Knobs::NAMES` order (a knob of
-/// `Knobs::LATER` only when it is not at its default). Spelled out rather than
+/// `Knobs::LATER` only when it is not at its default), then over the user parameters
+/// (`Knobs::params`, by name) when there are any. Spelled out rather than
 /// `std::hash` because ids are stored in journals and must not change between compiler
 /// versions, nor when a knob is added.
 pub fn knobs_hash(k: &Knobs) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let defaults = Knobs::default();
-    for name in Knobs::NAMES {
+    let knobs = Knobs::NAMES.iter().filter_map(|name| {
         let value = k.get(name).unwrap_or_default();
-        if Knobs::LATER.contains(name) && defaults.get(name).as_ref() == Some(&value) {
-            continue;
-        }
+        let later_default =
+            Knobs::LATER.contains(name) && defaults.get(name).as_ref() == Some(&value);
+        (!later_default).then_some((*name, value))
+    });
+    let params = k.params.iter().map(|(n, v)| (n.as_str(), v.clone()));
+    for (name, value) in knobs.chain(params) {
         for b in name
             .bytes()
             .chain(std::iter::once(b'='))
@@ -70,9 +74,11 @@ pub fn trial_id(knobs: &Knobs, baseline: &Knobs) -> String {
 /// executor with `halving_rounds` and `select_top`.
 pub fn plan(spec: &Spec) -> Plan {
     let base = &spec.search.baseline;
+    // User parameters are swept exactly like knobs, after them.
+    let axes: Vec<(String, Vec<String>)> = spec.knobs.iter().chain(&spec.params).cloned().collect();
     let candidates = match spec.search.strategy {
-        Strategy::Grid | Strategy::Halving => grid(base, &spec.knobs),
-        Strategy::OneAtATime => one_at_a_time(base, &spec.knobs),
+        Strategy::Grid | Strategy::Halving => grid(base, &axes),
+        Strategy::OneAtATime => one_at_a_time(base, &axes),
     };
     let mut out = Plan::default();
     let mut seen = HashSet::new();
@@ -101,7 +107,7 @@ fn with(base: &Knobs, name: &str, value: &str) -> Knobs {
     let mut k = base.clone();
     // Values were checked with `Knobs::set` when the spec was parsed; a failure here
     // would leave the knob at its baseline value, which dedup then drops.
-    let _ = k.set(name, value);
+    let _ = k.set_or_param(name, value);
     k
 }
 

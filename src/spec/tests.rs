@@ -167,7 +167,10 @@ fn unknown_top_level_key() {
         &format!("{ENGINE}[serach]\nrepeats = 2\n"),
         4,
         2,
-        &["unknown key 'serach'", "name, workload, knobs, search"],
+        &[
+            "unknown key 'serach'",
+            "name, workload, knobs, params, search",
+        ],
     );
 }
 
@@ -317,7 +320,11 @@ fn command_errors() {
         "[workload.command]\nrun = \"python t.py --w {workers}\"\nmetric_json_key = \"k\"\n",
         2,
         24,
-        &["placeholder {workers} is not a knob", "num_workers"],
+        &[
+            "placeholder {workers} is neither a knob nor a parameter",
+            "[params]",
+            "num_workers",
+        ],
     );
     assert_err(
         "[workload.command]\nrun = \"python t.py\"\nmetric_regex = 'samples/s: [0-9.]+'\n",
@@ -407,5 +414,135 @@ fn slurm_errors_point_at_the_key() {
         5,
         12,
         &["engine workloads"],
+    );
+}
+
+const PARAMS: &str = r#"[workload.command]
+run = "python train.py --lr {lr} --model {model} --workers {num_workers} --fast={fast}"
+metric_json_key = "samples_per_s"
+[knobs]
+num_workers = [0, 2]
+[params]
+lr = [0.1, 1e-3]
+model = ["resnet18", "vit-tiny"]
+fast = true
+"#;
+
+#[test]
+fn params_are_swept_like_knobs_and_fill_their_placeholders() {
+    let s = parse(PARAMS).unwrap();
+    assert_eq!(
+        s.params,
+        [
+            (
+                "lr".to_string(),
+                vec!["0.1".to_string(), "1e-3".to_string()]
+            ),
+            ("model".into(), vec!["resnet18".into(), "vit-tiny".into()]),
+            ("fast".into(), vec!["true".into()]),
+        ]
+    );
+    assert_eq!(s.search.baseline.params["lr"], "0.1");
+    let p = plan::plan(&s);
+    let labels: Vec<&str> = p.trials.iter().map(|t| t.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        ["baseline", "num_workers=2", "lr=1e-3", "model=vit-tiny"]
+    );
+    let Workload::Command(c) = &s.workload else {
+        panic!("{:?}", s.workload)
+    };
+    assert_eq!(
+        c.render(&p.trials[2].knobs),
+        "python train.py --lr 1e-3 --model resnet18 --workers 0 --fast=true"
+    );
+    // A parameter's value is part of the trial's id, so a journal never confuses two.
+    let ids: std::collections::HashSet<&str> = p.trials.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids.len(), 4);
+    // A knob-only trial keeps the id it had before parameters existed.
+    assert_eq!(
+        plan::trial_id(&Knobs::default(), &Knobs::default()),
+        "baseline#8649f191"
+    );
+    // A constant parameter changed between two runs of the spec makes a different
+    // baseline: its id differs, so --resume never reuses the other's measurement.
+    let other = parse(&PARAMS.replace("fast = true", "fast = false")).unwrap();
+    assert_ne!(plan::plan(&other).trials[0].id, p.trials[0].id);
+    // The baseline can name a parameter's value, and the grid crosses parameters too.
+    let grid = PARAMS.replace(
+        "fast = true\n",
+        "fast = true\n[search]\nstrategy = \"grid\"\nbaseline = { lr = 1e-3 }\n",
+    );
+    let s = parse(&grid).unwrap();
+    assert_eq!(s.search.baseline.params["lr"], "1e-3");
+    let p = plan::plan(&s);
+    assert_eq!(p.trials.len(), 8);
+    assert!(p
+        .trials
+        .iter()
+        .any(|t| t.label == "num_workers=2 lr=0.1 model=vit-tiny"));
+    // Round trip through JSON (journal headers and report.json carry the spec).
+    let j = serde_json::to_string(&s).unwrap();
+    assert_eq!(serde_json::from_str::<Spec>(&j).unwrap(), s);
+    let k = serde_json::to_string(&p.trials[1].knobs).unwrap();
+    assert_eq!(Knobs::from_json(&k).unwrap(), p.trials[1].knobs);
+}
+
+#[test]
+fn params_errors() {
+    // An undeclared placeholder, at its position, naming what is declared.
+    assert_err(
+        &PARAMS.replace("--fast={fast}", "--fast={fast} --seed {seed}"),
+        2,
+        95,
+        &["placeholder {seed}", "parameters declared: lr, model, fast"],
+    );
+    assert_err(
+        &PARAMS.replace("fast = true", "fast = true\nextra = 1"),
+        10,
+        1,
+        &[
+            "parameter extra is declared under [params]",
+            "has no {extra}",
+        ],
+    );
+    assert_err(
+        &PARAMS.replace("fast = true", "amp = [\"bf16\"]"),
+        9,
+        1,
+        &["parameter amp is a knob", "[knobs]"],
+    );
+    assert_err(
+        &PARAMS.replace("lr = [0.1, 1e-3]", "lr = [0.1, 0.1]"),
+        7,
+        12,
+        &["parameter lr lists '0.1' twice"],
+    );
+    assert_err(
+        &PARAMS.replace("fast = true", "fast = { a = 1 }"),
+        9,
+        8,
+        &["parameter fast: expected a string, number or boolean"],
+    );
+    assert_err(
+        &PARAMS.replace("lr = [0.1, 1e-3]", "lr = []"),
+        7,
+        6,
+        &["parameter lr has no values"],
+    );
+    assert_err(
+        &PARAMS.replace(
+            "fast = true\n",
+            "fast = true\n[search]\nbaseline = { lr = 0.5 }\n",
+        ),
+        11,
+        19,
+        &["baseline lr = 0.5 is not one of the values listed in [params]: 0.1, 1e-3"],
+    );
+    assert_err(
+        &format!("{ENGINE}[params]\nlr = [0.1]\n"),
+        ENGINE.lines().count() + 1,
+        2,
+        &["[params] is for a [workload.command]"],
     );
 }

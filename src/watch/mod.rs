@@ -8,13 +8,17 @@
 //!   stop signals;
 //! - `live`: the plain-line view and the `--json` sample stream;
 //! - `report`: report.json and summary.md;
+//! - `html`: report.html (timeline charts and findings);
 //! - `steps`: findings from the PyTorch hooks' step events (`crate::bridge`);
 //! - `session`: one watch from start to report;
-//! - `tui`: the full-screen live view (`--tui`), on the dashboard's devices widget.
+//! - `tui`: the full-screen live view (`--tui`), on the dashboard's devices widget;
+//! - `procs`: its per-process table (htop keys).
 
 pub(crate) mod findings;
+pub(crate) mod html;
 pub(crate) mod live;
 pub(crate) mod model;
+pub(crate) mod procs;
 // `report` and `target` stay public: `WatchReport::load` and `Target::wait` have no caller
 // in the crate yet, and pub(crate) would flag them as dead code.
 pub mod report;

@@ -13,7 +13,6 @@ use super::findings::WatchFinding;
 use super::live::fmt_bytes;
 use super::model::{DeviceId, DeviceMetrics};
 use crate::error::{Error, Result};
-use crate::fsio::atomic_write;
 use crate::report::markdown::{cell, code};
 use crate::results::model::{Environment, TimelineSample, SCHEMA_VERSION};
 
@@ -252,12 +251,25 @@ impl WatchReport {
             .map_err(|e| Error::format(path, format!("invalid watch report: {e}")))
     }
 
-    /// Writes report.json and summary.md into `dir`, each atomically.
-    pub fn write(&self, dir: &Path) -> Result<[PathBuf; 2]> {
-        let paths = [dir.join("report.json"), dir.join("summary.md")];
-        atomic_write(&paths[0], self.to_json()?.as_bytes())?;
-        atomic_write(&paths[1], self.markdown().as_bytes())?;
+    /// Writes report.json, report.html and summary.md into `dir` as one set (all or
+    /// nothing, as a sweep's).
+    pub fn write(&self, dir: &Path) -> Result<[PathBuf; 3]> {
+        use crate::report::{write_set, REPORT_HTML, REPORT_JSON, SUMMARY_MD};
+        let paths = [
+            dir.join(REPORT_JSON),
+            dir.join(REPORT_HTML),
+            dir.join(SUMMARY_MD),
+        ];
+        write_set(&[
+            (paths[0].clone(), self.to_json()?.into_bytes()),
+            (paths[1].clone(), self.html().into_bytes()),
+            (paths[2].clone(), self.markdown().into_bytes()),
+        ])?;
         Ok(paths)
+    }
+
+    pub fn html(&self) -> String {
+        super::html::render_html(self)
     }
 
     pub fn markdown(&self) -> String {

@@ -234,6 +234,7 @@ pub fn run(opts: &Options) -> Result<i32> {
             s.app.push_samples(&fresh);
             if !fresh.is_empty() {
                 s.app.members = members.pids().into_iter().collect();
+                s.app.refresh_procs();
             }
             s.app.elapsed_s = started.elapsed().as_secs_f64();
             if let Err(e) = s.draw(!fresh.is_empty() || keys > 0) {

@@ -18,8 +18,12 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style, Stylize};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Clear, Paragraph, Widget, Wrap};
+use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Table, Widget, Wrap};
+use std::collections::BTreeMap;
+
+use super::procs::{self, ProcTable, SortBy};
 use tune_probes::host::metric as host;
+use tune_probes::nvml::metric as gpu;
 use tune_probes::{Sample, Source};
 
 use crate::error::{Error, Result};
@@ -33,7 +37,7 @@ use crate::tui::widgets::devices::{DeviceHistory, DeviceSeries, DevicesView};
 pub const MIN_WIDTH: u16 = 50;
 pub const MIN_HEIGHT: u16 = 12;
 
-pub const KEYS: &str = "q stop watching · ? help";
+pub const KEYS: &str = "q stop · P cpu · M mem · > sort · / filter · ? help";
 
 /// Redraw at least this often, for the elapsed time and the sparklines.
 const FRAME: Duration = Duration::from_millis(250);
@@ -63,6 +67,10 @@ pub struct WatchApp {
     /// A line replacing the keys in the footer (e.g. "waiting for the command").
     pub status: Option<String>,
     pub help: bool,
+    /// The per-process table (htop-like), refreshed with the members.
+    pub procs: ProcTable,
+    /// NVML's latest per-process (memory bytes, SM %), by pid.
+    gpu_procs: BTreeMap<u32, (Option<f64>, Option<f64>)>,
 }
 
 /// What a key asks of the watch loop.
@@ -89,6 +97,11 @@ impl WatchApp {
     pub fn push_samples(&mut self, samples: &[Sample]) {
         for s in samples {
             self.history.push_sample(s);
+            if let (Source::GpuProcess, Some(pid)) = (s.source, s.pid) {
+                let get = |m: &str| s.metrics.get(m).copied().filter(|v| v.is_finite());
+                self.gpu_procs
+                    .insert(pid, (get(gpu::PROC_USED_BYTES), get(gpu::PROC_SM_PCT)));
+            }
             if s.source == Source::Tree {
                 let get = |m: &str| s.metrics.get(m).copied().filter(|v| v.is_finite());
                 self.tree = TreeNow {
@@ -103,13 +116,24 @@ impl WatchApp {
         }
     }
 
+    /// Reads the members' processes for the table.
+    pub fn refresh_procs(&mut self) {
+        self.procs
+            .refresh(&self.members, &self.gpu_procs, Instant::now());
+    }
+
     pub fn on_key(&mut self, key: KeyEvent) -> Action {
         if key.kind != KeyEventKind::Press {
             return Action::None;
         }
+        if key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL) {
+            return Action::Stop;
+        }
+        if !self.help && self.procs.on_key(key.code) == procs::Key::Taken {
+            return Action::None;
+        }
         match key.code {
-            KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => Action::Stop,
-            KeyCode::Char('q') => Action::Stop,
+            KeyCode::Char('q') | KeyCode::F(10) => Action::Stop,
             KeyCode::Char('?') => {
                 self.help = !self.help;
                 Action::None
@@ -139,7 +163,8 @@ impl Widget for &WatchApp {
             too_small(area, buf, "tune watch --tui", MIN_WIDTH, MIN_HEIGHT);
             return;
         }
-        let tree_rows = 2 + u16::from(self.log.is_some());
+        let shown = self.procs.visible().len().max(1) as u16;
+        let tree_rows = (3 + shown + u16::from(self.log.is_some())).min((area.height - 4) / 2);
         let [header, tree, devices, footer] = Layout::vertical([
             Constraint::Length(1),
             Constraint::Length(tree_rows + 2),
@@ -156,26 +181,23 @@ impl Widget for &WatchApp {
 
         let t = &self.tree;
         let procs = t.procs.map(|n| format!("{n:.0}"));
-        let mut lines = vec![
-            Line::from(format!(
-                "{} process(es) · cpu {} (100% = one core) · rss {}",
-                or_dash(procs),
-                or_dash(t.cpu_pct.map(|c| format!("{c:.0}%"))),
-                or_dash(t.rss_bytes.map(|b| bytes(b.max(0.0) as u64))),
-            )),
-            Line::from(if self.members.is_empty() {
-                "pids: –".to_string()
-            } else {
-                let pids: Vec<String> = self.members.iter().map(u32::to_string).collect();
-                format!("pids: {}", pids.join(" "))
-            }),
-        ];
+        let mut lines = vec![Line::from(format!(
+            "{} process(es) · cpu {} (100% = one core) · rss {}",
+            or_dash(procs),
+            or_dash(t.cpu_pct.map(|c| format!("{c:.0}%"))),
+            or_dash(t.rss_bytes.map(|b| bytes(b.max(0.0) as u64))),
+        ))];
         if let Some(log) = &self.log {
             lines.push(Line::from(format!("output: {log}")).dim());
         }
-        Paragraph::new(lines)
-            .block(panel(" Process tree "))
-            .render(tree, buf);
+        let block = panel(" Process tree ");
+        let inner = block.inner(tree);
+        block.render(tree, buf);
+        let n = lines.len() as u16;
+        let [top, table] =
+            Layout::vertical([Constraint::Length(n), Constraint::Min(0)]).areas(inner);
+        Paragraph::new(lines).render(top, buf);
+        render_procs(&self.procs, table, buf);
 
         let block = panel(format!(" Devices ({}) ", self.devices.len()));
         let inner = block.inner(devices);
@@ -210,11 +232,62 @@ impl Widget for &WatchApp {
     }
 }
 
+/// Width of the help's key column: the longest key.
+const KEY_COL: usize = 8;
+
+/// The per-process table: the sort column's header is marked and highlighted.
+fn render_procs(t: &ProcTable, area: Rect, buf: &mut Buffer) {
+    let dash = || "-".to_string();
+    let header = Row::new(SortBy::ALL.map(|c| {
+        if c == t.sort {
+            Cell::from(format!("{}▼", c.header())).style(Style::new().bold().reversed())
+        } else {
+            Cell::from(c.header()).style(Style::new().bold())
+        }
+    }));
+    let rows: Vec<Row> = t
+        .visible()
+        .into_iter()
+        .map(|r| {
+            Row::new([
+                r.pid.to_string(),
+                r.command.clone(),
+                r.cpu_pct.map_or_else(dash, |c| format!("{c:.0}")),
+                r.rss_bytes.map_or_else(dash, bytes),
+                r.gpu_mem_bytes
+                    .map_or_else(dash, |b| bytes(b.max(0.0) as u64)),
+                r.gpu_util_pct.map_or_else(dash, |u| format!("{u:.0}")),
+            ])
+        })
+        .collect();
+    let widths = [
+        Constraint::Length(8),
+        Constraint::Min(12),
+        Constraint::Length(6),
+        Constraint::Length(10),
+        Constraint::Length(10),
+        Constraint::Length(6),
+    ];
+    let [body, foot] = Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(area);
+    Table::new(rows, widths).header(header).render(body, buf);
+    if t.editing || !t.filter.is_empty() {
+        let cursor = if t.editing { "_" } else { "" };
+        let line =
+            Line::from(format!("filter: {}{cursor} (esc clears)", t.filter)).fg(Color::Yellow);
+        buf.set_line(foot.x, foot.y, &line, foot.width);
+    }
+}
+
 fn render_help(area: Rect, buf: &mut Buffer) {
     Clear.render(area, buf);
     let key = |k: &str, what: &str| {
         Line::from(vec![
-            Span::styled(format!("  {k:<8}"), Style::new().bold().fg(Color::Cyan)),
+            // The key column is as wide as the longest key plus a gap, so a key of
+            // exactly the old width ("q ctrl-c") no longer runs into its description.
+            Span::styled(
+                format!("  {k:<KEY_COL$}  "),
+                Style::new().bold().fg(Color::Cyan),
+            ),
             Span::raw(what.to_string()),
         ])
     };
@@ -226,10 +299,26 @@ fn render_help(area: Rect, buf: &mut Buffer) {
              --tui) and the watch ends when it exits; press again to kill it. An \
              attached --pid process is left running",
         ),
+        key("F10", "stop watching, as q"),
+        key(
+            "P / M",
+            "sort the process table by CPU / by resident memory",
+        ),
+        key(
+            "> F6",
+            "sort by the next column (pid, command, CPU, RSS, GPU memory, GPU%)",
+        ),
+        key(
+            "/",
+            "filter the processes by command or pid; enter keeps it, esc clears it",
+        ),
         key("?", "this help"),
         key("esc", "close this help"),
         Line::from(""),
-        Line::from("The report (report.json, summary.md) is written when the watch ends."),
+        Line::from("GPU columns show \"-\" where NVML gives no per-process figures."),
+        Line::from(
+            "The report (report.json, report.html, summary.md) is written when the watch ends.",
+        ),
     ];
     Paragraph::new(lines)
         .wrap(Wrap { trim: false })
@@ -371,7 +460,9 @@ mod tests {
             "tune watch · `sh -c sleep 3` (pid 42) · 1.5 s",
             "Process tree",
             "2 process(es) · cpu 180% (100% = one core) · rss 3.0 MiB",
-            "pids: 42 43",
+            "PID",
+            "COMMAND",
+            "CPU%▼",
             "Devices (1)",
             " cpu",
             "44%",
@@ -413,12 +504,94 @@ mod tests {
     }
 
     #[test]
+    fn the_process_table_sorts_with_htop_keys_and_shows_dashes_for_absent_gpu_figures() {
+        use crate::watch::procs::ProcRow;
+        let mut a = app();
+        a.push_samples(&[tree(0.0), {
+            let mut s = Sample::new(0.0, Source::GpuProcess)
+                .with_device(0)
+                .with_pid(43);
+            s.set("used_bytes", 2.0 * GIB);
+            s.set("sm_pct", 77.0);
+            s
+        }]);
+        assert_eq!(a.gpu_procs.get(&43), Some(&(Some(2.0 * GIB), Some(77.0))));
+        a.procs.rows = vec![
+            ProcRow {
+                pid: 42,
+                command: "python train.py".into(),
+                cpu_pct: Some(95.0),
+                rss_bytes: Some(100 * 1048576),
+                ..ProcRow::default()
+            },
+            ProcRow {
+                pid: 43,
+                command: "python worker".into(),
+                cpu_pct: Some(3.0),
+                rss_bytes: Some(900 * 1048576),
+                gpu_mem_bytes: Some(2.0 * GIB),
+                gpu_util_pct: Some(77.0),
+            },
+        ];
+        let text = frame(&a, 100, 24);
+        let line = |pid: &str| {
+            text.lines()
+                .find(|l| l.contains(&format!("│{pid}")) || l.contains(&format!(" {pid} ")))
+                .unwrap_or_else(|| panic!("no row {pid}:\n{text}"))
+                .to_string()
+        };
+        assert!(
+            line("42").contains("python train.py") && line("42").contains("95"),
+            "{text}"
+        );
+        // No NVML figure for 42: a dash, not zero; 43 has both.
+        assert!(
+            line("42").trim_end_matches('│').trim_end().ends_with('-'),
+            "{text}"
+        );
+        assert!(
+            line("43").contains("2.0 GiB") && line("43").contains("77"),
+            "{text}"
+        );
+        let order = |t: &str| t.find("python train.py").unwrap() < t.find("python worker").unwrap();
+        assert!(order(&text), "CPU order:\n{text}");
+        let press = |c| KeyEvent::new(c, KeyModifiers::NONE);
+        assert_eq!(a.on_key(press(KeyCode::Char('M'))), Action::None);
+        let text = frame(&a, 100, 24);
+        assert!(
+            !order(&text) && text.contains("RSS▼"),
+            "memory order:\n{text}"
+        );
+        a.on_key(press(KeyCode::Char('/')));
+        assert_eq!(
+            a.on_key(press(KeyCode::Char('q'))),
+            Action::None,
+            "q is text in the filter"
+        );
+        a.on_key(press(KeyCode::Backspace));
+        for c in "train".chars() {
+            a.on_key(press(KeyCode::Char(c)));
+        }
+        a.on_key(press(KeyCode::Enter));
+        let text = frame(&a, 100, 24);
+        assert!(
+            text.contains("python train.py") && !text.contains("python worker"),
+            "{text}"
+        );
+        assert!(text.contains("filter: train"), "{text}");
+        assert_eq!(a.on_key(press(KeyCode::F(10))), Action::Stop);
+    }
+
+    #[test]
     fn keys_help_and_small_terminal() {
         let mut a = app();
         let press = |c| KeyEvent::new(c, KeyModifiers::NONE);
         assert_eq!(a.on_key(press(KeyCode::Char('?'))), Action::None);
         assert!(a.help);
-        assert!(frame(&a, 80, 16).contains("press again to kill it"));
+        let help = frame(&a, 80, 16);
+        assert!(help.contains("press again to kill it"), "{help}");
+        // The key and its description are apart (it read "q ctrl-cstop watching").
+        assert!(help.contains("q ctrl-c  stop watching"), "{help}");
         assert_eq!(a.on_key(press(KeyCode::Esc)), Action::None);
         assert!(!frame(&a, 80, 16).contains("press again to kill it"));
         assert_eq!(a.on_key(press(KeyCode::Char('q'))), Action::Stop);
