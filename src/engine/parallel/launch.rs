@@ -24,6 +24,8 @@ pub struct Launch {
     pub local_rank: usize,
     /// Host name or address of rank 0, which listens on `port`.
     pub master: String,
+    /// `TUNE_DIST_PORT`, else `MASTER_PORT`, else `MASTER_PORT + 1` under torchrun,
+    /// whose agent holds `MASTER_PORT` itself.
     pub port: u16,
     /// `torchrun` or `srun`: which variables said so.
     pub launcher: &'static str,
@@ -95,9 +97,22 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>>
             },
         },
     };
-    let port = match get("MASTER_PORT") {
+    let master_port = match get("MASTER_PORT") {
         Some(p) => num::<u16>("MASTER_PORT", &p)?,
         None => DEFAULT_PORT,
+    };
+    // torchrun's agent already listens on MASTER_PORT with its own store (the workers
+    // see TORCHELASTIC_USE_AGENT_STORE=True), so tune's rendezvous takes the next port.
+    let agent_store = get("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v == "True");
+    let port = match get("TUNE_DIST_PORT") {
+        Some(p) => num::<u16>("TUNE_DIST_PORT", &p)?,
+        None if agent_store => master_port.checked_add(1).ok_or_else(|| {
+            Error::Invalid(format!(
+                "MASTER_PORT={master_port} under torchrun: tune's rendezvous uses \
+                 MASTER_PORT + 1, which does not exist; set TUNE_DIST_PORT"
+            ))
+        })?,
+        None => master_port,
     };
     let timeout = match get("TUNE_DIST_TIMEOUT") {
         Some(t) => {
@@ -182,6 +197,16 @@ mod tests {
         .unwrap();
         assert_eq!((l.rank, l.world, l.local_rank, l.port), (1, 2, 1, 1234));
         assert_eq!((l.master.as_str(), l.launcher), ("10.0.0.1", "torchrun"));
+        let l = vars(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "1234"),
+            ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(l.port, 1235);
         assert_eq!(vars(&[]).unwrap(), None);
     }
 

@@ -215,7 +215,10 @@ enum Answer {
         rings: Vec<SocketAddr>,
         threads: Vec<usize>,
     },
-    Error(String),
+    Error {
+        msg: String,
+        bad_input: bool,
+    },
 }
 
 /// A line from a rank to rank 0 after the rendezvous.
@@ -440,12 +443,15 @@ fn root(
     master: &str,
 ) -> Result<Rendezvous> {
     let listener = TcpListener::bind(("0.0.0.0", l.port)).map_err(io_err(format!(
-        "rendezvous: rank 0 cannot listen on port {} (MASTER_PORT)",
+        "rendezvous: rank 0 cannot listen on port {} (MASTER_PORT, or TUNE_DIST_PORT)",
         l.port
     )))?;
     let mut peers: Vec<Option<(BufReader<TcpStream>, Hello)>> =
         (1..l.world).map(|_| None).collect();
     let mut problems = Vec::new();
+    // Settings that disagree are the user's input (exit 2); a rank that never came or
+    // spoke nonsense is the run's failure.
+    let mut bad_input = true;
     let mut arrived = 0;
     while arrived + 1 < l.world {
         let Some(s) =
@@ -457,6 +463,7 @@ fn root(
                 .filter(|(_, p)| p.is_none())
                 .map(|(i, _)| (i + 1).to_string())
                 .collect();
+            bad_input = false;
             problems.push(format!(
                 "rank(s) {} never joined rank 0 at {master} within {:.0} s (TUNE_DIST_TIMEOUT)",
                 missing.join(", "),
@@ -469,6 +476,7 @@ fn root(
         let h: Hello = match read_line(&mut r, "a connecting rank") {
             Ok(h) => h,
             Err(e) => {
+                bad_input = false;
                 problems.push(e.to_string());
                 break;
             }
@@ -495,7 +503,13 @@ fn root(
             Some(Some(_)) => {
                 problems.push(format!("two processes say they are rank {}", h.rank));
                 // Still answer this one below.
-                let _ = write_line(r.get_mut(), &Answer::Error(String::new()));
+                let _ = write_line(
+                    r.get_mut(),
+                    &Answer::Error {
+                        msg: String::new(),
+                        bad_input: true,
+                    },
+                );
             }
             None => problems.push(format!(
                 "a process says it is rank {} of a world of {}",
@@ -520,9 +534,17 @@ fn root(
     if !problems.is_empty() {
         let msg = format!("distributed rendezvous failed: {}", problems.join("; "));
         for (r, _) in peers.iter_mut().flatten() {
-            let _ = write_line(r.get_mut(), &Answer::Error(msg.clone()));
+            let answer = Answer::Error {
+                msg: msg.clone(),
+                bad_input,
+            };
+            let _ = write_line(r.get_mut(), &answer);
         }
-        return Err(Error::Invalid(msg));
+        return Err(if bad_input {
+            Error::Invalid(msg)
+        } else {
+            Error::Runtime(msg)
+        });
     }
     let mut rings = vec![my_addr];
     let mut all_threads = vec![threads];
@@ -595,11 +617,12 @@ fn member(
         },
     )?;
     match read_line::<Answer>(&mut r, "rank 0")? {
-        Answer::Error(m) if m.is_empty() => Err(Error::Invalid(format!(
+        Answer::Error { msg, .. } if msg.is_empty() => Err(Error::Invalid(format!(
             "distributed rendezvous failed: another process is also rank {}",
             l.rank
         ))),
-        Answer::Error(m) => Err(Error::Invalid(m)),
+        Answer::Error { msg, bad_input } if bad_input => Err(Error::Invalid(msg)),
+        Answer::Error { msg, .. } => Err(Error::Runtime(msg)),
         Answer::Ok { rings, threads } if rings.len() == l.world && threads.len() == l.world => {
             let s = r.into_inner();
             s.set_read_timeout(Some(l.timeout))
