@@ -4,6 +4,8 @@
 //! mismatched settings, a missing rank and a contradictory launch are refused on every
 //! rank; and, where PyTorch is installed, real torchrun launches it.
 
+// Only its torch finder is needed here.
+#[allow(dead_code)]
 #[path = "pytorch/support.rs"]
 mod support;
 
