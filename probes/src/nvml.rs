@@ -93,6 +93,13 @@ pub struct GpuInfo {
     pub driver_version: String,
     /// e.g. "13.0": the highest CUDA version the driver supports.
     pub cuda_driver_version: String,
+    /// CUDA compute capability (major, minor), when NVML says.
+    #[serde(default)]
+    pub compute_capability: Option<(u32, u32)>,
+    /// Peer-to-peer read access from this GPU to each other GPU, by NVML index:
+    /// "ok", or NVML's reason it is not.
+    #[serde(default)]
+    pub peer_access: BTreeMap<u32, String>,
 }
 
 /// Every GPU NVML sees. Fails with [`ProbeError::NvmlUnavailable`] (carrying
@@ -117,7 +124,28 @@ pub fn gpu_inventory() -> Result<Vec<GpuInfo>, ProbeError> {
             let d = nvml
                 .device_by_index(index)
                 .map_err(call("device_by_index"))?;
+            let compute_capability = d
+                .cuda_compute_capability()
+                .ok()
+                .and_then(|c| Some((u32::try_from(c.major).ok()?, u32::try_from(c.minor).ok()?)));
+            let mut peer_access = BTreeMap::new();
+            for other in (0..count).filter(|&o| o != index) {
+                let status = nvml.device_by_index(other).and_then(|o| {
+                    d.p2p_status(
+                        &o,
+                        nvml_wrapper::enum_wrappers::device::P2pCapabilitiesIndex::Read,
+                    )
+                });
+                let text = match status {
+                    Ok(nvml_wrapper::enum_wrappers::device::P2pStatus::Ok) => "ok".to_string(),
+                    Ok(s) => format!("{s:?}"),
+                    Err(e) => format!("unknown ({e})"),
+                };
+                peer_access.insert(other, text);
+            }
             Ok(GpuInfo {
+                compute_capability,
+                peer_access,
                 index,
                 name: d.name().map_err(call("name"))?,
                 uuid: d.uuid().map_err(call("uuid"))?,

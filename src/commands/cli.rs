@@ -284,6 +284,7 @@ impl TrainArgs {
             },
             autotune_cache: self.autotune_cache.clone(),
             inject_overflow_at: None,
+            launch: None,
         }
     }
 }

@@ -11,10 +11,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::commands::cli::TrainCmdArgs;
+use crate::engine::parallel::launch::{self, Launch};
 use crate::engine::probe::RunProbes;
+use crate::engine::train::DeviceChoice;
 use crate::engine::train::{run, Observer, RunSummary, StepEvent, Workload};
-use crate::error::Result;
-use crate::knobs::Knobs;
+use crate::error::{Error, Result};
+use crate::knobs::{Knobs, Parallel};
 use crate::watch::report::RunSampled;
 
 /// Draws the progress line: step, loss, samples/s over the last steps.
@@ -72,11 +74,62 @@ pub fn run_sampled(
     Ok((s, Some(RunSampled::of(&snap, tree.pids()))))
 }
 
+/// Under torchrun or srun with more than one process: this process is one DDP rank.
+/// `devices` defaults to the world size; anything else that contradicts the launch is
+/// refused here, before any rank waits for the others.
+fn join_launch(cmd: &TrainCmdArgs, w: &mut Workload, k: &mut Knobs) -> Result<Option<Launch>> {
+    let Some(l) = launch::from_env()?.filter(|l| l.world > 1) else {
+        return Ok(None);
+    };
+    let given = cmd.run.knobs.given();
+    if !given.contains(&"devices") {
+        k.devices = l.world;
+        k.validate()?;
+    }
+    if k.parallel != Parallel::Ddp || k.devices != l.world {
+        return Err(Error::Invalid(format!(
+            "{} started {} processes (WORLD_SIZE {}): each is one DDP rank, so run \
+             `tune train --parallel ddp` (devices = {}, or leave --devices out); got \
+             --parallel {} --devices {}",
+            l.launcher, l.world, l.world, l.world, k.parallel, k.devices
+        )));
+    }
+    match w.device {
+        DeviceChoice::Cpu => {}
+        DeviceChoice::Auto => w.device = DeviceChoice::Cpu,
+        DeviceChoice::Cuda => {
+            return Err(Error::Invalid(format!(
+                "--device cuda under {}: multi-process DDP over NCCL is not built yet; \
+                 multi-process DDP runs on the CPU backend (--device cpu)",
+                l.launcher
+            )))
+        }
+    }
+    if cmd.sample_interval.is_some() {
+        return Err(Error::Invalid(format!(
+            "--sample-interval under {} with {} processes: sampling a multi-process run \
+             is not supported; sample one process with `tune watch --pid`",
+            l.launcher, l.world
+        )));
+    }
+    w.launch = Some(l.clone());
+    Ok(Some(l))
+}
+
 pub fn main(cmd: &TrainCmdArgs) -> Result<i32> {
     let args = &cmd.run;
     args.check()?;
-    let knobs = args.knobs.knobs()?;
-    let w = args.workload();
+    let mut knobs = args.knobs.knobs()?;
+    let mut w = args.workload();
+    let launch = join_launch(cmd, &mut w, &mut knobs)?;
+    let w = w;
+    let knobs = knobs;
+    if launch.as_ref().is_some_and(|l| l.rank > 0) {
+        // Rank 0 prints the job's summary (every rank's steps); the others stay quiet,
+        // as torchrun's workers usually are, and speak only through errors.
+        run(&w, &knobs, &mut crate::engine::NoObserver)?;
+        return Ok(0);
+    }
     let interval = cmd.sample_interval.map(Duration::from_millis);
     if args.json {
         let (s, probes) = run_sampled(&w, &knobs, &mut crate::engine::NoObserver, interval)?;

@@ -78,6 +78,10 @@ pub struct Workload {
     /// backward, as a real fp16 overflow would.
     #[serde(skip)]
     pub inject_overflow_at: Option<usize>,
+    /// This process's rank in a multi-process DDP job (torchrun/srun's environment,
+    /// read by `tune train`); `None` for one process.
+    #[serde(skip)]
+    pub launch: Option<crate::engine::parallel::launch::Launch>,
 }
 
 impl Workload {
@@ -97,6 +101,7 @@ impl Workload {
             scaler: ScalerConfig::default(),
             autotune_cache: None,
             inject_overflow_at: None,
+            launch: None,
         }
     }
 }

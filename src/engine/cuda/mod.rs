@@ -10,6 +10,7 @@ pub mod kernels;
 pub mod layers;
 pub mod libs;
 pub mod train;
+pub mod versions;
 
 use crate::error::Error;
 

@@ -1,6 +1,7 @@
 //! Collectives between devices, behind one trait so the reducer and SyncBatchNorm do not
-//! care what carries the bytes: an in-process ring for the CPU backend's virtual devices
-//! now, NCCL (cudarc's `nccl::Comm`) on GPUs later.
+//! care what carries the bytes: a ring whose links are channels between the CPU
+//! backend's virtual devices in one process, or TCP connections between processes
+//! (`tcp.rs`, multi-process DDP under torchrun or srun); NCCL on GPUs later.
 //!
 //! The contract an implementation keeps (NCCL's): every rank of a communicator calls the
 //! same collectives, with the same lengths, in the same order; a call returns when the
@@ -18,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::engine::parallel::summary::DeviceClock;
+use crate::engine::parallel::tcp::TcpLink;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
 
@@ -50,7 +52,7 @@ pub trait Collective: Send + Sync {
     fn all_reduce_f64(&self, v: &mut [f64], op: ReduceOp) -> Result<()>;
 }
 
-enum Chunk {
+pub(crate) enum Chunk {
     F32(Vec<f32>),
     F64(Vec<f64>),
 }
@@ -99,7 +101,20 @@ impl Elem for f64 {
     }
 }
 
-/// One rank of an in-process ring: it sends to rank+1 and receives from rank-1.
+/// How a rank reaches its ring neighbours. Both kinds deliver messages in order and never
+/// block the sender, so the ring algorithm cannot deadlock on a full buffer.
+enum Link {
+    /// Channels between threads of one process.
+    Chan {
+        next: Sender<Chunk>,
+        // Receivers are not `Sync`; only one thread uses a ring at a time anyway.
+        prev: Mutex<Receiver<Chunk>>,
+    },
+    /// TCP connections to the neighbours' processes.
+    Tcp(TcpLink),
+}
+
+/// One rank of a ring: it sends to rank+1 and receives from rank-1.
 ///
 /// All-reduce is the bandwidth-optimal ring algorithm (reduce-scatter, then all-gather):
 /// each rank moves 2(N-1)/N of the buffer, whatever N. The fully reduced value of each
@@ -108,9 +123,7 @@ impl Elem for f64 {
 pub struct Ring {
     rank: usize,
     world: usize,
-    next: Sender<Chunk>,
-    // Receivers are not `Sync`; only one thread uses a ring at a time anyway.
-    prev: Mutex<Receiver<Chunk>>,
+    link: Link,
     /// Message buffers received and done with, reused for sending: buffers travel round
     /// the ring instead of being allocated (and page-faulted in) for every message.
     spare: Mutex<Vec<Chunk>>,
@@ -131,11 +144,25 @@ pub fn ring(world: usize) -> Vec<Ring> {
         .map(|(rank, (next, prev))| Ring {
             rank,
             world,
-            next,
-            prev: Mutex::new(prev),
+            link: Link::Chan {
+                next,
+                prev: Mutex::new(prev),
+            },
             spare: Mutex::new(Vec::new()),
         })
         .collect()
+}
+
+impl Ring {
+    /// This process's rank of a ring whose neighbours are other processes.
+    pub(crate) fn tcp(rank: usize, world: usize, link: TcpLink) -> Ring {
+        Ring {
+            rank,
+            world,
+            link: Link::Tcp(link),
+            spare: Mutex::new(Vec::new()),
+        }
+    }
 }
 
 /// Chunk k of a buffer of `len` split into `n` near-equal parts.
@@ -163,7 +190,10 @@ impl Ring {
             .unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(v);
-        self.next.send(T::pack(buf)).map_err(|_| self.stopped())
+        match &self.link {
+            Link::Chan { next, .. } => next.send(T::pack(buf)).map_err(|_| self.stopped()),
+            Link::Tcp(t) => t.send(T::pack(buf)),
+        }
     }
 
     fn recycle<T: Elem>(&self, v: Vec<T>) {
@@ -175,9 +205,12 @@ impl Ring {
     }
 
     fn recv<T: Elem>(&self, len: usize) -> Result<Vec<T>> {
-        let msg = {
-            let rx = self.prev.lock().map_err(|_| self.stopped())?;
-            rx.recv().map_err(|_| self.stopped())?
+        let msg = match &self.link {
+            Link::Chan { prev, .. } => {
+                let rx = prev.lock().map_err(|_| self.stopped())?;
+                rx.recv().map_err(|_| self.stopped())?
+            }
+            Link::Tcp(t) => t.recv()?,
         };
         match T::unpack(msg) {
             Some(v) if v.len() == len => Ok(v),
@@ -260,7 +293,10 @@ impl Collective for Ring {
         self.world
     }
     fn name(&self) -> &'static str {
-        "in-process ring"
+        match self.link {
+            Link::Chan { .. } => "in-process ring",
+            Link::Tcp(_) => "TCP ring",
+        }
     }
     fn all_reduce(&self, t: &mut Tensor, op: ReduceOp) -> Result<()> {
         self.all_reduce_f32(t.f32_mut()?, op)

@@ -13,7 +13,9 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::device::{Device, MemCategory};
+use std::net::TcpStream;
+
+use crate::engine::device::{Device, MemCategory, MemSnapshot};
 use crate::engine::nn::layer::{Ctx, Layer};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
@@ -21,6 +23,7 @@ use crate::engine::optim::Optimizer;
 use crate::engine::parallel::bucket::{comm_loop, BucketSpan, ParamLayout, Reducer};
 use crate::engine::parallel::collective::{ring, Collective, Ring, Timed};
 use crate::engine::parallel::summary::{ClockReading, DeviceClock, DeviceStep};
+use crate::engine::parallel::tcp::{forward_reports, send_done, send_report, Joined, Role};
 use crate::engine::parallel::{
     collect, join_all, optim_config, param_digest, pool, Feed, Options, Outcome, RankTrace, Span,
     StepReport, Trace,
@@ -53,6 +56,12 @@ struct RankEnd {
     has_bn: bool,
 }
 
+/// Who this process's ranks are: all of them, or one of a multi-process job.
+pub(super) enum Group {
+    Local,
+    Dist(Box<Joined>),
+}
+
 pub(super) fn run(
     w: &Workload,
     k: &Knobs,
@@ -60,24 +69,38 @@ pub(super) fn run(
     feed: &Feed,
     devs: &[Arc<Device>],
     opts: Options,
+    group: Group,
 ) -> Result<(Outcome, Trace)> {
     let n = devs.len();
-    let per_rank = k.batch_size / n;
+    let (world, first, rings, threads, role) = match group {
+        Group::Local => (
+            n,
+            0,
+            ring(n).into_iter().zip(ring(n)).collect::<Vec<_>>(),
+            devs.iter().map(|d| d.threads).collect::<Vec<_>>(),
+            None,
+        ),
+        Group::Dist(j) => (
+            j.world,
+            j.rank,
+            vec![(j.grad, j.sync)],
+            j.threads,
+            Some(j.role),
+        ),
+    };
+    let per_rank = k.batch_size / world;
     let mut sources = Vec::with_capacity(n);
     for r in 0..n {
-        sources.push(feed.source(w, k, r, n, per_rank)?);
+        sources.push(feed.source(w, k, first + r, world, per_rank)?);
     }
     let t0 = Instant::now();
     let (tx, rx) = channel();
-    let threads: Vec<usize> = devs.iter().map(|d| d.threads).collect();
     let (collected, ends) = std::thread::scope(|s| {
         let mut handles = Vec::with_capacity(n);
-        for (((rank, source), (grad_ring, sync_ring)), dev) in sources
-            .into_iter()
-            .enumerate()
-            .zip(ring(n).into_iter().zip(ring(n)))
-            .zip(devs)
+        for (((i, source), (grad_ring, sync_ring)), dev) in
+            sources.into_iter().enumerate().zip(rings).zip(devs)
         {
+            let rank = first + i;
             let r = Rank {
                 w,
                 k,
@@ -98,8 +121,47 @@ pub(super) fn run(
                     .map_err(|e| Error::Runtime(format!("cannot start rank {rank}: {e}"))),
             );
         }
-        drop(tx);
-        let collected = collect(rx, n, &threads, true, w, obs);
+        let (collected, tail) = match role {
+            None => {
+                drop(tx);
+                (collect(rx, n, &threads, true, w, obs), Tail::Local)
+            }
+            Some(Role::Root(streams)) => {
+                let mut readers = Vec::with_capacity(streams.len());
+                let mut spawn_err = None;
+                for (i, st) in streams.into_iter().enumerate() {
+                    let tx = tx.clone();
+                    match std::thread::Builder::new()
+                        .name(format!("tune-ddp-reports{}", i + 1))
+                        .spawn_scoped(s, move || forward_reports(st, i + 1, tx))
+                    {
+                        Ok(h) => readers.push(h),
+                        Err(e) => {
+                            spawn_err = Some(Error::Runtime(format!("cannot start a reader: {e}")))
+                        }
+                    }
+                }
+                drop(tx);
+                let c = collect(rx, world, &threads, true, w, obs);
+                let mems = join_all(readers);
+                (c, Tail::Root(spawn_err.map_or(mems, Err)))
+            }
+            Some(Role::Member(mut stream)) => {
+                drop(tx);
+                // Every report goes to rank 0; this rank keeps its own for its summary.
+                let (ltx, lrx) = channel();
+                let mut sent = Ok(());
+                for rep in rx {
+                    if sent.is_ok() {
+                        sent = send_report(&mut stream, &rep);
+                    }
+                    let _ = ltx.send(rep);
+                }
+                drop(ltx);
+                let c = collect(lrx, 1, &threads, true, w, obs);
+                (c, Tail::Member(sent.map(|_| stream)))
+            }
+        };
         let mut hs = Vec::with_capacity(n);
         let mut spawn_err = None;
         for h in handles {
@@ -109,12 +171,22 @@ pub(super) fn run(
             }
         }
         let ends = join_all(hs);
-        match spawn_err {
-            Some(e) => (collected, Err(e)),
-            None => (collected, ends),
-        }
+        let ends = match spawn_err {
+            Some(e) => Err(e),
+            None => ends,
+        };
+        (collected, ends.map(|e| (e, tail)))
     });
-    let mut ends = ends?;
+    let (mut ends, tail) = ends?;
+    let mut remote_mem = Vec::new();
+    match tail {
+        Tail::Local => {}
+        Tail::Root(mems) => remote_mem = mems?,
+        Tail::Member(stream) => {
+            let mut stream = stream?;
+            send_done(&mut stream, first, &devs[0].mem().snapshot())?;
+        }
+    }
     if let Some(m) = &collected.mismatch {
         return Err(Error::Runtime(m.clone()));
     }
@@ -130,28 +202,42 @@ pub(super) fn run(
             .map(|e| std::mem::take(&mut e.trace))
             .collect(),
     };
-    let first = ends
+    let first_end = ends
         .into_iter()
         .next()
         .ok_or_else(|| Error::Runtime("ddp: no rank finished".into()))?;
     if let Some(b) = trace.bucket_lens.first() {
         obs.on_note(&format!(
-            "ddp: {n} ranks, {} gradient bucket(s) of cap {} MiB (first {:.2} MiB), {} ring \
+            "ddp: {world} ranks, {} gradient bucket(s) of cap {} MiB (first {:.2} MiB), {} \
              all-reduce",
             trace.bucket_lens.len(),
             k.bucket_mb,
             (*b * 4) as f64 / (1 << 20) as f64,
-            "in-process"
+            if first == 0 && n == world {
+                "in-process ring"
+            } else {
+                "TCP ring"
+            }
         ));
     }
     Ok((
         Outcome {
-            model: first.model,
+            model: first_end.model,
             collected,
             has_batch_norm: has_bn,
+            remote_mem,
         },
         trace,
     ))
+}
+
+/// What the collecting thread holds once the ranks are done.
+enum Tail {
+    Local,
+    /// Rank 0 of a multi-process job: the other ranks' memory at their end.
+    Root(Result<Vec<MemSnapshot>>),
+    /// Another rank: its connection to rank 0, to say it finished.
+    Member(Result<TcpStream>),
 }
 
 fn rank_main(r: Rank<'_>) -> Result<RankEnd> {

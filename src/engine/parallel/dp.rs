@@ -130,6 +130,7 @@ pub(super) fn run(
             model,
             collected,
             has_batch_norm: has_bn,
+            remote_mem: Vec::new(),
         },
         Trace::default(),
     ))

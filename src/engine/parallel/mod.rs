@@ -13,7 +13,11 @@
 //! - `ddp.rs`: every device is a rank with its own replica, data shard and optimizer,
 //!   running the loop in its own thread; gradients are averaged in buckets (`bucket.rs`)
 //!   that all-reduce on a communication thread while backward goes on.
-//! - `collective.rs`: the `Collective` trait (in-process ring now, NCCL on GPUs later).
+//! - `collective.rs`: the `Collective` trait (a ring over channels or TCP; NCCL later).
+//! - `launch.rs`, `tcp.rs`: multi-process DDP as torchrun and srun launch it: the
+//!   environment, the rendezvous on `MASTER_ADDR:MASTER_PORT`, the ring's TCP links.
+//!   Each process is one rank of the same DDP strategy; rank 0 gathers every rank's
+//!   step reports and builds the summary one process with N devices would.
 //! - `sync_bn.rs`: SyncBatchNorm statistics over the global batch.
 //! - `summary.rs`: the per-device summary and imbalance figures.
 //!
@@ -24,8 +28,10 @@ pub mod bucket;
 pub mod collective;
 mod ddp;
 mod dp;
+pub mod launch;
 pub mod summary;
 pub mod sync_bn;
+mod tcp;
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::Receiver;
@@ -140,10 +146,34 @@ pub fn run_traced(
         ));
     }
     let started = Instant::now();
-    let n = k.devices;
+    let dist = w.launch.as_ref().filter(|l| l.world > 1);
+    if let Some(l) = dist {
+        if k.parallel != Parallel::Ddp || k.devices != l.world {
+            return Err(Error::Invalid(format!(
+                "{} started {} processes (WORLD_SIZE {}): each is one DDP rank, so this \
+                 needs parallel = ddp and devices = {} (got parallel = {}, devices = {})",
+                l.launcher, l.world, l.world, l.world, k.parallel, k.devices
+            )));
+        }
+    }
+    // Devices this process runs: all of them, or its one rank.
+    let n = if dist.is_some() { 1 } else { k.devices };
     let per = (w.threads / n).max(1);
     let mut not_applicable = caps::admit(Backend::Cpu, k, Layout::Multi, obs)?;
-    if w.threads < n {
+    let group = match dist {
+        Some(l) => {
+            let j = tcp::join(l, w.threads, settings(w, k))?;
+            obs.on_note(&format!(
+                "ddp: rank {} of {} ({}, rendezvous at {}:{})",
+                l.rank, l.world, l.launcher, l.master, l.port
+            ));
+            ddp::Group::Dist(Box::new(j))
+        }
+        None => ddp::Group::Local,
+    };
+    if dist.is_some() {
+        // One rank per process: its threads are its own.
+    } else if w.threads < n {
         obs.on_note(&format!(
             "{n} devices on {} compute threads: devices share cores, so their busy times \
              include waiting for a core",
@@ -157,9 +187,10 @@ pub fn run_traced(
         ));
     }
     let feed = Feed::open(w, k)?;
-    let devs: Vec<Arc<Device>> = (0..n).map(|i| Device::cpu(i, per)).collect();
+    let first = dist.map_or(0, |l| l.rank);
+    let devs: Vec<Arc<Device>> = (0..n).map(|i| Device::cpu(first + i, per)).collect();
     let (out, trace) = match k.parallel {
-        Parallel::Ddp => ddp::run(w, k, obs, &feed, &devs, opts)?,
+        Parallel::Ddp => ddp::run(w, k, obs, &feed, &devs, opts, group)?,
         Parallel::Dp | Parallel::Single => dp::run(w, k, obs, &feed, &devs)?,
     };
     if k.sync_bn && !out.has_batch_norm {
@@ -167,7 +198,8 @@ pub fn run_traced(
         not_applicable.insert("sync_bn".into(), why.clone());
         obs.on_note(&format!("sync_bn: not applicable ({why})"));
     }
-    let snaps: Vec<MemSnapshot> = devs.iter().map(|d| d.mem().snapshot()).collect();
+    let mut snaps: Vec<MemSnapshot> = devs.iter().map(|d| d.mem().snapshot()).collect();
+    snaps.extend(out.remote_mem);
     let mut model = out.model;
     let accuracy = match (&feed.test, w.eval) {
         (Some(test), true) => {
@@ -194,7 +226,12 @@ pub fn run_traced(
         grad_between: c.grad_between,
         started,
     };
-    let (devices, imbalance) = summarize(&c.totals, &snaps, m.after_warmup(w.warmup).iter().sum());
+    // A rank other than 0 summarises only its own device.
+    let totals = match dist {
+        Some(l) if l.rank > 0 => c.totals.get(l.rank..=l.rank).unwrap_or(&[]),
+        _ => &c.totals[..],
+    };
+    let (devices, imbalance) = summarize(totals, &snaps, m.after_warmup(w.warmup).iter().sum());
     let top = snaps
         .iter()
         .max_by_key(|s| s.total_peak)
@@ -335,6 +372,24 @@ pub(crate) struct Outcome {
     pub model: Model,
     pub collected: Collected,
     pub has_batch_norm: bool,
+    /// Rank 0 of a multi-process job: the other ranks' memory, rank 1 first.
+    pub remote_mem: Vec<MemSnapshot>,
+}
+
+/// What every rank of a multi-process job must agree on: the workload and the knobs
+/// (not the compute threads nor paths, which may differ per node), and tune's version.
+fn settings(w: &Workload, k: &Knobs) -> serde_json::Value {
+    let mut wl = serde_json::to_value(w).unwrap_or_default();
+    if let Some(o) = wl.as_object_mut() {
+        for local in ["threads", "cache_dir", "autotune_cache"] {
+            o.remove(local);
+        }
+    }
+    serde_json::json!({
+        "tune": env!("CARGO_PKG_VERSION"),
+        "workload": wl,
+        "knobs": serde_json::to_value(k).unwrap_or_default(),
+    })
 }
 
 /// Receives step reports until every reporter has hung up; each step is emitted once

@@ -65,7 +65,7 @@ impl DeviceClock {
 }
 
 /// What one device did during one step.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeviceStep {
     pub index: usize,
     /// Working: compute, and the copies the device's own thread makes.
