@@ -10,6 +10,7 @@ pub mod cli;
 pub mod gate;
 pub mod probe;
 pub mod report;
+pub(crate) mod summary;
 pub mod sweep;
 pub mod train;
 pub mod watch;

@@ -11,6 +11,7 @@ use crate::engine::parallel::DeviceSummary;
 use crate::engine::train::Phases;
 use crate::knobs::Knobs;
 use crate::results::record::{Repeat, Status, TrialRecord};
+use crate::runner::sampling::FOREIGN_CPU_PCT;
 use crate::spec::plan::{self, knobs_hash};
 use crate::spec::Spec;
 use crate::stats::{self, Bootstrap, Throughput};
@@ -202,7 +203,21 @@ fn trial_report(rec: &TrialRecord, base: Option<&(Vec<f64>, f64)>) -> TrialRepor
         noise_floor: repeat_noise_floor(&rec.repeats).unwrap_or(0.0),
         not_applicable,
         devices: devices(rec),
+        foreign_cpu_pct: foreign_cpu(rec),
     }
+}
+
+/// Median over the trial's samples of other processes' share of all cores; the median
+/// because the sampler finds a new trial process up to a second late, and its CPU counts
+/// as foreign until then.
+fn foreign_cpu(rec: &TrialRecord) -> Option<f64> {
+    let v: Vec<f64> = rec
+        .timeline
+        .iter()
+        .filter(|s| s.device == "host" && s.metric == FOREIGN_CPU_PCT && s.value.is_finite())
+        .map(|s| s.value)
+        .collect();
+    (!v.is_empty()).then(|| stats::median(&v))
 }
 
 /// Trials' samples laid end to end in plan order, with each trial's span.
@@ -442,6 +457,7 @@ mod tests {
             not_applicable: BTreeMap::new(),
             devices: Vec::new(),
             rss_peak_bytes: None,
+            foreign_cpu_pct: None,
         }
     }
 

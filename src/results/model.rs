@@ -149,6 +149,11 @@ pub struct TrialReport {
     /// device 0, shows here).
     #[serde(default)]
     pub devices: Vec<DeviceSummary>,
+    /// Share of all cores (percent) that processes outside the sweep kept busy while the
+    /// trial ran, median over its samples: contention its figures include. None when not
+    /// sampled.
+    #[serde(default)]
+    pub foreign_cpu_pct: Option<f64>,
 }
 
 impl TrialReport {
