@@ -20,6 +20,16 @@ pub fn print(r: &Report) {
     print!("{}", render(r, console::colors_enabled()));
 }
 
+/// Report text as at most one screenful: control characters escaped, cut past
+/// `MAX_LINE` characters (a report's labels can be megabytes; the files keep them whole).
+fn line(text: &str) -> String {
+    const MAX_LINE: usize = 1000;
+    match text.char_indices().nth(MAX_LINE) {
+        Some((cut, _)) => format!("{}… ({} bytes)", inert(&text[..cut]), text.len()),
+        None => inert(text),
+    }
+}
+
 fn paint(style: Style, colour: bool, text: &str) -> String {
     style.force_styling(colour).apply_to(text).to_string()
 }
@@ -99,13 +109,13 @@ pub fn render(r: &Report, colour: bool) -> String {
     } else {
         Style::new().bold()
     };
-    let _ = writeln!(s, "{}", paint(head, colour, &inert(&story.headline)));
+    let _ = writeln!(s, "{}", paint(head, colour, &line(&story.headline)));
     let _ = writeln!(s, "measured noise:");
     for n in &story.noise {
-        let _ = writeln!(s, "  - {}", inert(n));
+        let _ = writeln!(s, "  - {}", line(n));
     }
     for n in &r.notes {
-        let _ = writeln!(s, "note: {}", inert(n));
+        let _ = writeln!(s, "note: {}", line(n));
     }
     for (rec, v) in r.recommendations.iter().zip(&story.recs) {
         let kind = match rec.kind {
@@ -115,24 +125,29 @@ pub fn render(r: &Report, colour: bool) -> String {
         let flag = if rec.tune_flag.is_empty() {
             String::new()
         } else {
-            format!(": {}", inert(&rec.tune_flag))
+            format!(": {}", line(&rec.tune_flag))
         };
-        let _ = writeln!(s, "{kind}: {}{flag}", inert(&rec.finding.title));
+        let _ = writeln!(s, "{kind}: {}{flag}", line(&rec.finding.title));
         let verdict = if v.unconfirmed() {
             Style::new().red()
         } else {
             Style::new().dim()
         };
-        let _ = writeln!(s, "  {}", paint(verdict, colour, &inert(&v.line())));
+        let _ = writeln!(s, "  {}", paint(verdict, colour, &line(&v.line())));
     }
     if !story.empty.is_empty() {
         let _ = writeln!(s, "no recommended change stands:");
         for why in &story.empty {
-            let _ = writeln!(s, "  - {}", inert(why));
+            let _ = writeln!(s, "  - {}", line(why));
         }
     }
     if let Some(c) = &r.confirmation {
-        let _ = writeln!(s, "confirmation ({}): {}", c.verdict, inert(&c.summary));
+        let _ = writeln!(
+            s,
+            "confirmation ({}): {}",
+            line(&c.verdict),
+            line(&c.summary)
+        );
     }
     s
 }

@@ -5,13 +5,12 @@ use std::collections::BTreeMap;
 
 use super::model::{
     Ci, Environment, NoiseFloor, Ratio, Report, TimelineSample, TrialReport, TrialSpan,
-    SCHEMA_VERSION,
+    FOREIGN_CPU_PCT, SCHEMA_VERSION,
 };
 use crate::engine::parallel::DeviceSummary;
 use crate::engine::train::Phases;
 use crate::knobs::Knobs;
 use crate::results::record::{Repeat, Status, TrialRecord};
-use crate::runner::sampling::FOREIGN_CPU_PCT;
 use crate::spec::plan::{self, knobs_hash};
 use crate::spec::Spec;
 use crate::stats::{self, Bootstrap, Throughput};

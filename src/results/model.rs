@@ -21,6 +21,11 @@ use crate::spec::Spec;
 /// `DeviceSummary` (1.x files are converted on read, `upgrade`).
 pub const SCHEMA_VERSION: &str = "2.0";
 
+/// Timeline metric on `host`, derived per tick by the sweep's sampler: the share of all
+/// cores (0..=100) busy outside the sweep's process tree, i.e. other processes competing
+/// with the trial for the machine.
+pub const FOREIGN_CPU_PCT: &str = "foreign_cpu_pct";
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// "MAJOR.MINOR"; readers refuse a newer major.

@@ -13,7 +13,7 @@ use tune_probes::{
     Timeline, DEFAULT_CAPACITY,
 };
 
-use crate::results::model::TimelineSample;
+use crate::results::model::{TimelineSample, FOREIGN_CPU_PCT};
 
 pub const SAMPLE_MS_ENV: &str = "TUNE_SAMPLE_MS";
 const DEFAULT_MS: u64 = 200;
@@ -29,10 +29,6 @@ const KEPT: &[(Source, &str)] = &[
     (Source::Gpu, "mem_total_bytes"),
     (Source::Gpu, "power_w"),
 ];
-
-/// Derived per tick on `host`: the share of all cores (0..=100) busy outside the sweep's
-/// process tree, i.e. other processes competing with the trial for the machine.
-pub const FOREIGN_CPU_PCT: &str = "foreign_cpu_pct";
 
 pub struct SweepSampler {
     timeline: SharedTimeline,
