@@ -18,6 +18,12 @@ pub fn build_report(spec: &Spec, records: &[TrialRecord]) -> Report {
     if let Some(note) = drift_note(&report) {
         report.notes.push(note);
     }
+    // report.json says what every rendering says: a change whose confirmation failed is
+    // unconfirmed there too.
+    let verdicts = super::verdict::story(&report).recs;
+    for (rec, v) in report.recommendations.iter_mut().zip(verdicts) {
+        rec.confidence = v.confidence;
+    }
     report
 }
 

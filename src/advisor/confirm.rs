@@ -14,11 +14,25 @@ use crate::results::record::Status;
 /// (the first rule to claim a knob wins), the rules combined, and the prediction. None
 /// when there is nothing measured to combine.
 pub fn combination(report: &Report) -> Option<(Knobs, Vec<String>, Option<Ratio>)> {
+    let (knobs, picked, predicted) = combine(report);
+    let rules = picked
+        .iter()
+        .map(|&i| report.recommendations[i].rule.clone())
+        .collect();
+    (knobs != report.spec.search.baseline).then_some((knobs, rules, predicted))
+}
+
+/// Indices of the recommendations the confirmation combines (and so judges).
+pub fn combined(report: &Report) -> Vec<usize> {
+    combine(report).1
+}
+
+fn combine(report: &Report) -> (Knobs, Vec<usize>, Option<Ratio>) {
     let mut knobs = report.spec.search.baseline.clone();
     let mut claimed: Vec<&str> = Vec::new();
-    let mut rules = Vec::new();
+    let mut picked = Vec::new();
     let mut predicted: Option<Ratio> = None;
-    for rec in &report.recommendations {
+    for (i, rec) in report.recommendations.iter().enumerate() {
         let Some(gain) = rec.expected_gain else {
             continue;
         };
@@ -34,7 +48,7 @@ pub fn combination(report: &Report) -> Option<(Knobs, Vec<String>, Option<Ratio>
         }
         knobs = next;
         claimed.extend(rec.change.keys().map(String::as_str));
-        rules.push(rec.rule.clone());
+        picked.push(i);
         predicted = Some(match predicted {
             None => gain,
             Some(p) => Ratio {
@@ -45,7 +59,7 @@ pub fn combination(report: &Report) -> Option<(Knobs, Vec<String>, Option<Ratio>
             },
         });
     }
-    (knobs != report.spec.search.baseline).then_some((knobs, rules, predicted))
+    (knobs, picked, predicted)
 }
 
 /// The confirmation section of a report. `measured(knobs)` gives the confirmation run of

@@ -13,7 +13,7 @@ use crate::results::model::{Recommendation, TrialReport};
 use crate::results::Finding;
 
 /// Knobs where `t` differs from the baseline, with `t`'s values.
-fn changed(t: &TrialReport, base: &Knobs) -> BTreeMap<String, String> {
+pub(crate) fn changed(t: &TrialReport, base: &Knobs) -> BTreeMap<String, String> {
     Knobs::NAMES
         .iter()
         .filter_map(|n| {

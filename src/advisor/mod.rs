@@ -20,12 +20,14 @@ pub(crate) mod faster;
 pub(crate) mod h2d;
 pub(crate) mod memory;
 pub(crate) mod utilization;
+pub mod verdict;
 pub(crate) mod zero_grad;
 
 #[cfg(test)]
 pub(crate) mod testkit;
 
 pub use build::build_report;
+pub use verdict::{story, RecVerdict, Story};
 
 use crate::knobs::Knobs;
 use crate::results::build::steady_times;

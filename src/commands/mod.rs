@@ -12,6 +12,7 @@ pub mod compare;
 pub mod gate;
 pub mod probe;
 pub mod report;
+pub(crate) mod summary;
 pub mod sweep;
 pub mod train;
 pub mod watch;

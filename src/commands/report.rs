@@ -56,6 +56,7 @@ pub fn main(args: &ReportArgs) -> Result<i32> {
     files.push((html_path, html::render(&report).into_bytes()));
     files.push((md_path, markdown::render(&report).into_bytes()));
     write_set(&files)?;
+    super::summary::print(&report);
     for (p, _) in &files {
         println!("{}", p.display());
     }

@@ -15,9 +15,8 @@ use crate::advisor::{self, confirm};
 use crate::error::{Error, Result};
 use crate::executor::slurm::SlurmEnv;
 use crate::executor::trial::TrialEnv;
-use crate::report::{self, markdown, JOURNAL};
+use crate::report::{self, JOURNAL};
 use crate::results::build::CONFIRM_PREFIX;
-use crate::results::model::RecKind;
 use crate::results::{Report, Status, TrialRecord};
 use crate::runner::live::LIVE_JSON;
 use crate::runner::sweep::{measured_steps, median_sps, Sweep, SweepObserver, SweepSetup};
@@ -238,7 +237,7 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
             json!({"report": paths[0], "html": paths[1], "summary": paths[2], "ok": ok, "trials": report.trials.len()})
         );
     } else {
-        print_table(&report);
+        super::summary::print(&report);
         for p in &paths {
             println!("{}", p.display());
         }
@@ -283,45 +282,4 @@ fn execute(
     let report = advisor::build_report(spec, sweep.records());
     let paths = report::write_all(out, &report)?;
     Ok((report, paths))
-}
-
-fn print_table(r: &Report) {
-    let w = r
-        .trials
-        .iter()
-        .map(|t| t.label.chars().count())
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    println!(
-        "{:<w$}  {:<11}  {:>28}  {:>26}  {:>8}",
-        "trial", "status", "samples/s [95% CI]", "vs baseline [95% CI]", "peak MiB"
-    );
-    for t in &r.trials {
-        let is_base = r.baseline.as_deref() == Some(t.id.as_str());
-        println!(
-            "{:<w$}  {:<11}  {:>28}  {:>26}  {:>8}",
-            crate::error::shown(&t.label),
-            t.status.as_str(),
-            markdown::throughput_cell(t),
-            markdown::ratio_cell(t, is_base),
-            t.peak_mib().map_or("–".into(), |m| format!("{m:.1}")),
-        );
-    }
-    for n in &r.notes {
-        println!("note: {}", crate::error::inert(n));
-    }
-    for rec in &r.recommendations {
-        let gain = rec
-            .expected_gain
-            .map_or(String::new(), |g| format!(" ({})", advisor::fmt_ratio(&g)));
-        let kind = match rec.kind {
-            RecKind::Change => "recommend",
-            RecKind::Warning => "warning",
-        };
-        println!("{kind}: {}{gain}: {}", rec.finding.title, rec.tune_flag);
-    }
-    if let Some(c) = &r.confirmation {
-        println!("confirmation ({}): {}", c.verdict, c.summary);
-    }
 }

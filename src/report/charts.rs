@@ -119,15 +119,16 @@ struct Row<'a> {
 
 /// Horizontal bars of median samples/s per configuration, with the 95% interval as an
 /// error bar and the baseline's median as a vertical rule. The confirmation run, when
-/// there is one, is the last row.
-pub fn throughput(r: &Report) -> String {
+/// there is one, is the last row. `fastest` (green) is the trial the report calls
+/// fastest: significantly faster than the baseline, or none.
+pub fn throughput(r: &Report, fastest: Option<&str>) -> String {
     let mut rows: Vec<Row> = r
         .trials
         .iter()
         .map(|t| Row {
             label: truncate(&t.label, 40),
             trial: t,
-            fill: if r.best.as_deref() == Some(t.id.as_str()) {
+            fill: if fastest == Some(t.id.as_str()) {
                 BEST
             } else {
                 BAR

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::charts;
 use super::markdown::{ratio_cell, throughput_cell};
-use crate::advisor::{fmt_ratio, mib};
+use crate::advisor::{fmt_ratio, mib, story, Story};
 use crate::results::model::{RecKind, Report};
 use crate::results::record::Status;
 
@@ -36,6 +36,9 @@ td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\
 .bad{color:#b00}.muted{color:#777}.ok{color:#2e7d32}\
 code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em;background:#f5f5f5;padding:1px 3px;border-radius:3px;word-break:break-word}\
 .headline{font-size:1.05em;background:#f2f7f2;border-left:4px solid #59a14f;padding:.6em 1em;margin:1em 0}\
+.headline.flat{background:#f5f5f5;border-left-color:#999}\
+#noise{font-size:.92em;background:#fffbea;border-left:4px solid #e0b400;padding:.3em 1em;margin:0 0 1em}#noise ul{margin:.2em 0;padding-left:1.2em}\
+#no-recommendations{background:#f5f5f5;padding:.3em 1em;margin:.5em 0}\
 .kind{display:inline-block;font-size:.75em;font-weight:600;text-transform:uppercase;padding:1px 6px;border-radius:3px}\
 .kind.change{background:#e3efe3;color:#2e7d32}.kind.warning{background:#fbe9e7;color:#b00}\
 tr.rec td{border-bottom:none}tr.how td{border-top:none;background:#fcfcfc;padding-bottom:8px}\
@@ -49,62 +52,62 @@ fn figure(id: &str, svg: String, caption: &str) -> String {
     )
 }
 
-fn headline(r: &Report) -> String {
-    let mut parts = Vec::new();
-    if let Some(best) = r.best.as_deref().and_then(|id| r.trial(id)) {
-        let thr = best.samples_per_s.map_or("–".into(), |c| {
-            format!("{:.1} samples/s [{:.1}, {:.1}]", c.median, c.lo, c.hi)
-        });
-        let vs = match best.ratio_vs_baseline {
-            Some(x) if r.baseline.as_deref() != Some(best.id.as_str()) => {
-                format!(", {} the baseline", fmt_ratio(&x))
-            }
-            _ => String::new(),
-        };
-        parts.push(format!(
-            "Fastest: <b>{}</b> at {}{}.",
-            esc(&best.label),
-            esc(&thr),
-            esc(&vs)
-        ));
-    }
+fn headline(r: &Report, story: &Story) -> String {
+    let class = if story.fastest.is_some() {
+        "headline"
+    } else {
+        "headline flat"
+    };
     let changes = r
         .recommendations
         .iter()
         .filter(|x| x.kind == RecKind::Change)
         .count();
+    let unconfirmed = story.recs.iter().filter(|v| v.unconfirmed()).count();
     let warnings = r.recommendations.len() - changes;
-    parts.push(format!(
-        "{changes} recommendation{}{}.",
-        if changes == 1 { "" } else { "s" },
-        if warnings > 0 {
-            format!(
-                ", {warnings} warning{}",
-                if warnings == 1 { "" } else { "s" }
-            )
-        } else {
-            String::new()
-        }
-    ));
-    if let Some(c) = &r.confirmation {
-        parts.push(format!("Confirmation: {}.", esc(&c.summary)));
+    let mut count = format!(
+        "{changes} recommendation{}",
+        if changes == 1 { "" } else { "s" }
+    );
+    if unconfirmed > 0 {
+        let _ = write!(count, " ({unconfirmed} unconfirmed)");
     }
-    format!("<p class=\"headline\">{}</p>", parts.join(" "))
+    if warnings > 0 {
+        let _ = write!(
+            count,
+            ", {warnings} warning{}",
+            if warnings == 1 { "" } else { "s" }
+        );
+    }
+    let mut s = format!(
+        "<p class=\"{class}\" id=\"headline\">{} {}.</p><div id=\"noise\"><b>Measured noise</b><ul>",
+        esc(&story.headline),
+        esc(&count)
+    );
+    for n in &story.noise {
+        let _ = write!(s, "<li>{}</li>", esc(n));
+    }
+    s.push_str("</ul></div>");
+    s
 }
 
-fn recommendations(r: &Report) -> String {
-    if r.recommendations.is_empty() {
-        return "<p class=\"muted\">No recommendations: no rule found measured evidence in this sweep.</p>".into();
+fn recommendations(r: &Report, story: &Story) -> String {
+    let mut s = String::new();
+    if !story.empty.is_empty() {
+        s.push_str("<div id=\"no-recommendations\"><p>No recommended change stands:</p><ul>");
+        for why in &story.empty {
+            let _ = write!(s, "<li>{}</li>", esc(why));
+        }
+        s.push_str("</ul></div>");
     }
-    let mut s = String::from(
-        "<table id=\"recommendations\"><colgroup><col style=\"width:26%\"><col><col style=\"width:14%\">\
-         <col style=\"width:9%\"></colgroup><tr><th>recommendation</th><th>evidence</th>\
-         <th>expected gain [95% CI]</th><th>confidence</th></tr>",
+    if r.recommendations.is_empty() {
+        return s;
+    }
+    s.push_str(
+        "<table id=\"recommendations\"><colgroup><col style=\"width:26%\"><col><col style=\"width:30%\">\
+         </colgroup><tr><th>recommendation</th><th>evidence</th><th>verdict</th></tr>",
     );
-    for rec in &r.recommendations {
-        let gain = rec
-            .expected_gain
-            .map_or("not measured".into(), |g| fmt_ratio(&g));
+    for (rec, v) in r.recommendations.iter().zip(&story.recs) {
         let (kind, class) = match rec.kind {
             RecKind::Change => ("change", "change"),
             RecKind::Warning => ("warning", "warning"),
@@ -112,12 +115,12 @@ fn recommendations(r: &Report) -> String {
         let _ = write!(
             s,
             "<tr class=\"rec\"><td><span class=\"kind {class}\">{kind}</span> <b>{}</b></td><td>{}</td>\
-             <td class=\"n\">{}</td><td>{}</td></tr>\
-             <tr class=\"how\"><td colspan=\"4\">tune: <code>{}</code> &nbsp; PyTorch: <code>{}</code></td></tr>",
+             <td class=\"verdict{}\">{}</td></tr>\
+             <tr class=\"how\"><td colspan=\"3\">tune: <code>{}</code> &nbsp; PyTorch: <code>{}</code></td></tr>",
             esc(&rec.finding.title),
             esc(&rec.finding.evidence),
-            esc(&gain),
-            esc(&rec.confidence),
+            if v.unconfirmed() { " bad" } else { "" },
+            esc(&v.line()),
             esc(&rec.tune_flag),
             esc(&rec.pytorch)
         );
@@ -162,7 +165,7 @@ fn confirmation(r: &Report) -> String {
     )
 }
 
-fn trials_table(r: &Report) -> String {
+fn trials_table(r: &Report, story: &Story) -> String {
     let mut s = String::from(
         "<table><tr><th>trial</th><th>status</th><th>samples/s [95% CI]</th><th>vs baseline [95% CI]</th>\
          <th>peak MiB</th><th>accuracy</th><th>final loss</th><th>repeats</th><th>notes</th></tr>",
@@ -181,13 +184,16 @@ fn trials_table(r: &Report) -> String {
         if let Some(e) = &t.error {
             notes.insert(0, e.clone());
         }
+        if let Some(flag) = story.load_flag(&t.id) {
+            notes.insert(0, format!("⚠ {flag}"));
+        }
         let _ = write!(
             s,
             "<tr><td title=\"{}\">{}{}</td><td class=\"{}\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
             esc(&t.id),
             esc(&t.label),
-            if r.best.as_deref() == Some(t.id.as_str()) { " <b>(best)</b>" } else { "" },
+            if story.fastest.as_deref() == Some(t.id.as_str()) { " <b>(best)</b>" } else { "" },
             if t.status == Status::Ok { "" } else { "bad" },
             esc(t.status.as_str()),
             esc(&throughput_cell(t)),
@@ -270,6 +276,7 @@ pub const CHARTS: [&str; 6] = [
 ];
 
 pub fn render(r: &Report) -> String {
+    let story = story(r);
     let mut s = String::new();
     let title = format!("tune sweep: {}", r.spec.name);
     let _ = write!(
@@ -280,7 +287,7 @@ pub fn render(r: &Report) -> String {
          <title>{}</title><style>{STYLE}</style></head><body><main><h1>{}</h1>{}",
         esc(&title),
         esc(&title),
-        headline(r)
+        headline(r, &story)
     );
     for n in &r.notes {
         let _ = write!(s, "<p class=\"bad\">{}</p>", esc(n));
@@ -294,12 +301,12 @@ pub fn render(r: &Report) -> String {
          <h2>Devices</h2>{}{}\
          <h2>Loss curves</h2>{}\
          <h2>Trials</h2>{}",
-        recommendations(r),
+        recommendations(r, &story),
         confirmation(r),
         figure(
             CHARTS[0],
-            charts::throughput(r),
-            "Median samples/s over steady-state steps with the 95% bootstrap interval; green: fastest, \
+            charts::throughput(r, story.fastest.as_deref()),
+            "Median samples/s over steady-state steps with the 95% bootstrap interval; green: significantly faster than the baseline (the headline's fastest), \
              purple: the confirmation runs (after the sweep), grey rule: the baseline."
         ),
         figure(
@@ -329,7 +336,7 @@ pub fn render(r: &Report) -> String {
             charts::loss(r),
             "Training loss per step of each configuration's first repeat."
         ),
-        trials_table(r)
+        trials_table(r, &story)
     );
     if r.trials.iter().any(|t| !t.nodes.is_empty()) {
         s.push_str("<h2>Nodes</h2><table><thead><tr><th>trial</th><th>repeat</th><th>job</th><th>node</th><th>node type</th></tr></thead><tbody>");

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::advisor::fmt_ratio;
+use crate::advisor::story;
 use crate::results::model::{RecKind, Report, TrialReport};
 use crate::results::record::Status;
 
@@ -92,6 +92,7 @@ pub fn ratio_cell(t: &TrialReport, is_baseline: bool) -> String {
 }
 
 pub fn render(r: &Report) -> String {
+    let story = story(r);
     let mut s = String::new();
     let _ = writeln!(s, "# tune sweep: {}\n", cell(&r.spec.name));
     let e = &r.environment;
@@ -104,6 +105,12 @@ pub fn render(r: &Report) -> String {
         cell(&e.backend),
         cell(&e.tune_version)
     );
+    let _ = writeln!(s, "**{}**\n", cell(&story.headline));
+    let _ = writeln!(s, "Measured noise:\n");
+    for n in &story.noise {
+        let _ = writeln!(s, "- {}", cell(n));
+    }
+    let _ = writeln!(s);
     for n in &r.notes {
         let _ = writeln!(s, "> Note: {}\n", cell(n));
     }
@@ -114,17 +121,21 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(s, "|---|---|---:|---:|---:|---:|");
     for t in &r.trials {
         let is_base = r.baseline.as_deref() == Some(t.id.as_str());
-        let best = if r.best.as_deref() == Some(t.id.as_str()) {
+        let best = if story.fastest.as_deref() == Some(t.id.as_str()) {
             " **(best)**"
         } else {
             ""
         };
+        let load = story
+            .load_of(&t.id)
+            .map_or(String::new(), |l| format!(" ⚠ under load ({l:.0}% CPU)"));
         let _ = writeln!(
             s,
-            "| {}{} | {} | {} | {} | {} | {} |",
+            "| {}{} | {}{} | {} | {} | {} | {} |",
             cell(&t.label),
             best,
             t.status.as_str(),
+            load,
             throughput_cell(t),
             ratio_cell(t, is_base),
             t.peak_mib().map_or("–".into(), |m| format!("{m:.1}")),
@@ -135,27 +146,30 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(
         s,
         "\nRatios are throughput relative to the baseline; (n.s.) marks an interval that \
-         includes 1, i.e. no effect shown."
+         includes 1, i.e. no effect shown; ⚠ marks a trial measured while other processes \
+         used the machine."
     );
+    let _ = writeln!(s, "\n## Recommendations ({})\n", r.recommendations.len());
+    if !story.empty.is_empty() {
+        let _ = writeln!(s, "No recommended change stands:\n");
+        for why in &story.empty {
+            let _ = writeln!(s, "- {}", cell(why));
+        }
+        let _ = writeln!(s);
+    }
     if !r.recommendations.is_empty() {
-        let _ = writeln!(s, "\n## Recommendations\n");
-        let _ = writeln!(
-            s,
-            "| | recommendation | expected gain [95% CI] | confidence | tune | PyTorch |"
-        );
-        let _ = writeln!(s, "|---|---|---:|---|---|---|");
-        for rec in &r.recommendations {
+        let _ = writeln!(s, "| | recommendation | verdict | tune | PyTorch |");
+        let _ = writeln!(s, "|---|---|---|---|---|");
+        for (rec, v) in r.recommendations.iter().zip(&story.recs) {
             let kind = match rec.kind {
                 RecKind::Change => "change",
                 RecKind::Warning => "**warning**",
             };
             let _ = writeln!(
                 s,
-                "| {kind} | {} | {} | {} | {} | {} |",
+                "| {kind} | {} | {} | {} | {} |",
                 cell(&rec.finding.title),
-                rec.expected_gain
-                    .map_or("not measured".into(), |g| fmt_ratio(&g)),
-                cell(&rec.confidence),
+                cell(&v.line()),
                 code(&rec.tune_flag),
                 code(&rec.pytorch),
             );

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::model::{
     Ci, Environment, NoiseFloor, Ratio, Report, TimelineSample, TrialReport, TrialSpan,
-    SCHEMA_VERSION,
+    FOREIGN_CPU_PCT, SCHEMA_VERSION,
 };
 use crate::engine::parallel::DeviceSummary;
 use crate::engine::train::Phases;
@@ -203,7 +203,21 @@ fn trial_report(rec: &TrialRecord, base: Option<&(Vec<f64>, f64)>) -> TrialRepor
         not_applicable,
         devices: devices(rec),
         nodes: rec.nodes.clone(),
+        foreign_cpu_pct: foreign_cpu(rec),
     }
+}
+
+/// Median over the trial's samples of other processes' share of all cores; the median
+/// because the sampler finds a new trial process up to a second late, and its CPU counts
+/// as foreign until then.
+fn foreign_cpu(rec: &TrialRecord) -> Option<f64> {
+    let v: Vec<f64> = rec
+        .timeline
+        .iter()
+        .filter(|s| s.device == "host" && s.metric == FOREIGN_CPU_PCT && s.value.is_finite())
+        .map(|s| s.value)
+        .collect();
+    (!v.is_empty()).then(|| stats::median(&v))
 }
 
 /// Trials' samples laid end to end in plan order, with each trial's span.
@@ -445,6 +459,7 @@ mod tests {
             devices: Vec::new(),
             rss_peak_bytes: None,
             nodes: Vec::new(),
+            foreign_cpu_pct: None,
         }
     }
 

@@ -21,6 +21,11 @@ use crate::spec::Spec;
 /// `DeviceSummary` (1.x files are converted on read, `upgrade`).
 pub const SCHEMA_VERSION: &str = "2.0";
 
+/// Timeline metric on `host`, derived per tick by the sweep's sampler: the share of all
+/// cores (0..=100) busy outside the sweep's process tree, i.e. other processes competing
+/// with the trial for the machine.
+pub const FOREIGN_CPU_PCT: &str = "foreign_cpu_pct";
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// "MAJOR.MINOR"; readers refuse a newer major.
@@ -152,6 +157,11 @@ pub struct TrialReport {
     /// The node of each run, when a cluster ran the sweep (`executor = "slurm"`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeRun>,
+    /// Share of all cores (percent) that processes outside the sweep kept busy while the
+    /// trial ran, median over its samples: contention its figures include. None when not
+    /// sampled.
+    #[serde(default)]
+    pub foreign_cpu_pct: Option<f64>,
 }
 
 impl TrialReport {

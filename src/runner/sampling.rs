@@ -13,7 +13,7 @@ use tune_probes::{
     Timeline, DEFAULT_CAPACITY,
 };
 
-use crate::results::model::TimelineSample;
+use crate::results::model::{TimelineSample, FOREIGN_CPU_PCT};
 
 pub const SAMPLE_MS_ENV: &str = "TUNE_SAMPLE_MS";
 const DEFAULT_MS: u64 = 200;
@@ -94,6 +94,29 @@ impl SweepSampler {
 /// `host` and `gpu:N`.
 pub fn convert(samples: &[Sample], start_ms: f64) -> Vec<TimelineSample> {
     let mut out = Vec::new();
+    // One tick's host, tree and per-core samples share a time; per core count so that
+    // the tree's CPU (100 = one core) can be taken out of the host's (100 = all cores).
+    let mut ticks: std::collections::BTreeMap<u64, (Option<f64>, Option<f64>, usize)> =
+        std::collections::BTreeMap::new();
+    for s in samples {
+        let tick = ticks.entry(s.t_ms.to_bits()).or_default();
+        match s.source {
+            Source::Host => tick.0 = s.metrics.get("cpu_util_pct").copied(),
+            Source::Tree => tick.1 = s.metrics.get("cpu_pct").copied(),
+            Source::Core => tick.2 += 1,
+            _ => {}
+        }
+    }
+    for (t, (host, tree, cores)) in ticks {
+        if let (Some(host), Some(tree), true) = (host, tree, cores > 0) {
+            out.push(TimelineSample {
+                t_s: (f64::from_bits(t) - start_ms) / 1e3,
+                device: "host".into(),
+                metric: FOREIGN_CPU_PCT.into(),
+                value: (host - tree / cores as f64).clamp(0.0, 100.0),
+            });
+        }
+    }
     for s in samples {
         let device = match (s.source, s.device) {
             (Source::Host | Source::Tree, _) => "host".to_string(),
@@ -133,5 +156,28 @@ mod tests {
         assert_eq!(rows[0].metric, "cpu_pct");
         assert!((rows[0].t_s - 0.5).abs() < 1e-12);
         assert_eq!(rows[1].device, "gpu:1");
+    }
+
+    #[test]
+    fn foreign_load_is_the_host_minus_the_sweeps_tree() {
+        // Two cores, the host 75% busy, the sweep's tree using one full core (50% of
+        // the host): the other 25% is someone else's.
+        let mut host = Sample::new(2000.0, Source::Host);
+        host.set("cpu_util_pct", 75.0);
+        let mut tree = Sample::new(2000.0, Source::Tree).with_pid(7);
+        tree.set("cpu_pct", 100.0);
+        let cores: Vec<Sample> = (0..2)
+            .map(|n| Sample::new(2000.0, Source::Core).with_device(n))
+            .collect();
+        let mut all = vec![host, tree];
+        all.extend(cores);
+        let rows = convert(&all, 1000.0);
+        let f: Vec<_> = rows
+            .iter()
+            .filter(|r| r.metric == FOREIGN_CPU_PCT)
+            .collect();
+        assert_eq!(f.len(), 1, "{rows:?}");
+        assert!((f[0].value - 25.0).abs() < 1e-9, "{f:?}");
+        assert!((f[0].t_s - 1.0).abs() < 1e-12);
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
+use crate::advisor::Story;
 use crate::report::markdown::{ratio_cell, throughput_cell};
 use crate::results::model::{Report, TrialReport};
 use crate::results::record::Status;
@@ -109,6 +110,8 @@ pub struct RowView {
     pub baseline: bool,
     pub best: bool,
     pub significant: bool,
+    /// Other processes' CPU share while it ran, when high enough to flag.
+    pub loaded: Option<f64>,
     sps: Option<f64>,
     ratio_value: Option<f64>,
     peak_bytes: Option<u64>,
@@ -116,7 +119,7 @@ pub struct RowView {
 }
 
 impl RowView {
-    fn new(r: &Report, t: &TrialReport, plan_index: usize) -> RowView {
+    fn new(r: &Report, story: &Story, t: &TrialReport, plan_index: usize) -> RowView {
         let baseline = r.baseline.as_deref() == Some(t.id.as_str());
         RowView {
             id: t.id.clone(),
@@ -126,7 +129,8 @@ impl RowView {
             ratio: ratio_cell(t, baseline),
             peak: t.peak_mib().map_or("–".into(), |m| format!("{m:.1}")),
             baseline,
-            best: r.best.as_deref() == Some(t.id.as_str()),
+            best: story.fastest.as_deref() == Some(t.id.as_str()),
+            loaded: story.load_of(&t.id),
             significant: t.ratio_vs_baseline.is_some_and(|x| x.significant),
             sps: t.samples_per_s.map(|c| c.median),
             ratio_value: t.ratio_vs_baseline.map(|x| x.ratio),
@@ -160,6 +164,8 @@ pub struct App {
     pub source: String,
     pub mode: Mode,
     pub report: Option<Arc<Report>>,
+    /// What the report says (headline, noise, verdicts), computed once per update.
+    pub story: Option<Story>,
     /// Trial runs journaled so far, and planned in all (halving rounds count apart).
     pub runs_done: usize,
     pub runs_planned: Option<usize>,
@@ -195,6 +201,7 @@ impl App {
             source: source.into(),
             mode: Mode::Live,
             report: None,
+            story: None,
             runs_done: 0,
             runs_planned: None,
             rows: Vec::new(),
@@ -234,12 +241,14 @@ impl App {
         planned: Option<usize>,
     ) {
         let keep = self.selected_row().map(|r| r.id.clone());
+        let story = crate::advisor::story(&report);
         self.rows = report
             .trials
             .iter()
             .enumerate()
-            .map(|(i, t)| RowView::new(&report, t, i))
+            .map(|(i, t)| RowView::new(&report, &story, t, i))
             .collect();
+        self.story = Some(story);
         self.name = report.spec.name.clone();
         self.report = Some(report);
         self.mode = mode;

@@ -84,12 +84,14 @@ fn current_trial_panel_shows_knobs_progress_phases_and_throughput() {
         let line = s.lines().find(|l| l.contains(phase)).unwrap();
         assert!(line.contains(share), "{line}");
     }
-    // Without a running trial, the panel says so and names the best so far.
+    // Without a running trial, the panel says so and gives the headline so far.
     let mut idle = synthetic_app(10, 4).unwrap();
     idle.live = None;
     let s = screen(&idle, 120, 40);
     assert!(s.contains("no trial running right now"), "{s}");
-    assert!(s.contains("best so far: "), "{s}");
+    assert!(s.contains("so far: "), "{s}");
+    let head = &idle.story.as_ref().unwrap().headline;
+    assert!(s.contains(&head[..30]), "{head}\n{s}");
 }
 
 #[test]
@@ -296,7 +298,10 @@ fn tab_moves_between_panels_and_enter_opens_a_recommendation() {
     assert_eq!(app.overlay, Overlay::Recommendation(1));
     let s = screen(&app, 100, 32);
     assert!(s.contains("synthetic recommendation 1"), "{s}");
-    assert!(s.contains("expected gain: 1.100x [1.050, 1.150]"), "{s}");
+    assert!(
+        s.contains("verdict: medium · expect 1.10× [1.05, 1.15]"),
+        "{s}"
+    );
     assert!(s.contains("PyTorch: DataLoader(num_workers=2)"), "{s}");
     key(&mut app, KeyCode::Enter);
     assert_eq!(app.overlay, Overlay::None);

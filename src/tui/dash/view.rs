@@ -10,6 +10,7 @@ use ratatui::widgets::{
 };
 
 use super::app::{App, Mode, Overlay, Panel, SweepState};
+use crate::advisor::RecVerdict;
 use crate::engine::train::Phases;
 use crate::knobs::Knobs;
 use crate::results::model::{Recommendation, TrialReport};
@@ -123,7 +124,12 @@ impl Widget for &App {
         // `max` then `min`, not `clamp`: at the smallest sizes the cap is below 6.
         let top_h = dev_need.max(trial_need).max(6).min(pct(body.height, 40));
         let recs = self.recommendations_len() as u16;
-        let rec_h = (recs.max(1) + 2).clamp(3, 8).min(body.height / 4);
+        let why = match (&self.story, self.mode) {
+            (Some(s), Mode::Finished) => s.empty.len() as u16,
+            _ => 0,
+        };
+        let rec_h = (recs + why).max(1) + 2;
+        let rec_h = rec_h.clamp(3, 8 + why).min(body.height / 3);
         let [top, results, recs_area] = Layout::vertical([
             Constraint::Length(top_h),
             Constraint::Min(5),
@@ -147,8 +153,9 @@ impl Widget for &App {
             }
             Overlay::Recommendation(i) => {
                 let rec = self.report.as_ref().and_then(|r| r.recommendations.get(*i));
-                if let Some(r) = rec {
-                    render_recommendation(r, centered(body, 80, 70), buf);
+                let v = self.story.as_ref().and_then(|s| s.recs.get(*i));
+                if let (Some(r), Some(v)) = (rec, v) {
+                    render_recommendation(r, v, centered(body, 80, 70), buf);
                 }
             }
         }
@@ -256,7 +263,13 @@ impl App {
                     Phases::NAMES.iter().filter(|n| p.get(n) > 0.0).count() as u16 + 1
                 })
             }
-            None => 2,
+            // The headline and the measured noise, a line or two each once wrapped.
+            None => {
+                2 + self
+                    .story
+                    .as_ref()
+                    .map_or(0, |s| 2 * (1 + s.noise.len() as u16))
+            }
         }
     }
 
@@ -264,11 +277,12 @@ impl App {
         let block = panel("Current trial", false);
         let inner = block.inner(area);
         block.render(area, buf);
-        let lines = match &self.live {
-            Some(l) => self.live_lines(l, inner.width),
-            None => self.idle_lines(),
-        };
-        Paragraph::new(lines).render(inner, buf);
+        match &self.live {
+            Some(l) => Paragraph::new(self.live_lines(l, inner.width)).render(inner, buf),
+            None => Paragraph::new(self.idle_lines())
+                .wrap(Wrap { trim: false })
+                .render(inner, buf),
+        }
     }
 
     fn live_lines(&self, l: &LiveTrial, width: u16) -> Vec<Line<'static>> {
@@ -333,24 +347,24 @@ impl App {
             _ => "no trial running right now (between trials, or the sweep stopped)".into(),
         };
         let mut lines = vec![Line::from(first)];
-        let best = self
-            .report
-            .as_ref()
-            .and_then(|r| r.best.as_deref().and_then(|b| r.trial(b)));
-        if let Some(b) = best {
-            let ratio = b
-                .ratio_vs_baseline
-                .map_or(String::new(), |r| format!(", {:.3}x the baseline", r.ratio));
+        if let Some(story) = &self.story {
             let what = if self.mode == Mode::Finished {
-                "best: "
+                ""
             } else {
-                "best so far: "
+                "so far: "
+            };
+            let style = if story.fastest.is_some() {
+                Style::new().bold().fg(Color::Green)
+            } else {
+                Style::new().bold()
             };
             lines.push(Line::from(vec![
                 Span::raw(what),
-                Span::styled(b.label.clone(), Style::new().bold()),
-                Span::raw(format!(" ({}{ratio})", throughput_short(b))),
+                Span::styled(story.headline.clone(), style),
             ]));
+            for n in &story.noise {
+                lines.push(Line::from(n.clone()).dim());
+            }
         }
         lines
     }
@@ -383,7 +397,11 @@ impl App {
         .style(Style::new().bold().underlined());
         let rows = self.order.iter().map(|&i| {
             let r = &self.rows[i];
-            let mark = if r.best { "★ " } else { "" };
+            let mark = match (r.best, r.loaded) {
+                (true, _) => "★ ",
+                (false, Some(_)) => "⚠ ",
+                _ => "",
+            };
             let ratio_style = if r.significant {
                 Style::new().bold()
             } else {
@@ -427,6 +445,19 @@ impl App {
             .report
             .as_ref()
             .map_or(&[][..], |r| &r.recommendations[..]);
+        // While the sweep runs, "why none" would be premature.
+        let empty = match (&self.story, self.mode) {
+            (Some(s), Mode::Finished) => &s.empty[..],
+            _ => &[][..],
+        };
+        if recs.is_empty() && !empty.is_empty() {
+            let lines: Vec<Line> = empty.iter().map(|w| Line::from(w.clone())).collect();
+            Paragraph::new(lines)
+                .wrap(Wrap { trim: false })
+                .block(block)
+                .render(area, buf);
+            return;
+        }
         if recs.is_empty() {
             let text = match (self.mode, &self.sweep) {
                 (Mode::Finished, _) => "none in this report",
@@ -436,22 +467,35 @@ impl App {
             Paragraph::new(text).dim().block(block).render(area, buf);
             return;
         }
-        let inner_h = usize::from(block.inner(area).height.max(1));
+        // Why none of them stands (all unconfirmed) comes first, then the list.
+        let mut lines: Vec<Line> = empty
+            .iter()
+            .map(|w| Line::styled(w.clone(), Style::new().fg(Color::Red)))
+            .collect();
+        let inner_h = usize::from(block.inner(area).height.max(1))
+            .saturating_sub(lines.len())
+            .max(1);
         let first = self.rec_selected.saturating_sub(inner_h - 1);
-        let lines: Vec<Line> = recs
+        let listed: Vec<Line> = recs
             .iter()
             .enumerate()
             .skip(first)
             .take(inner_h)
             .map(|(i, r)| {
-                let gain = r
-                    .expected_gain
-                    .map_or(String::new(), |g| format!(" · expect {:.2}x", g.ratio));
+                let v = self.story.as_ref().and_then(|s| s.recs.get(i));
+                let verdict = v.map_or(String::new(), |v| v.line());
+                let style = if v.is_some_and(|v| v.unconfirmed()) {
+                    Style::new().fg(Color::Red)
+                } else {
+                    Style::new()
+                };
                 let line = Line::from(vec![
                     Span::raw(if i == self.rec_selected { "▶ " } else { "  " }),
                     Span::styled(r.finding.title.clone(), Style::new().bold()),
-                    Span::raw(format!(" · {}{gain} · ", r.confidence)),
+                    Span::raw(" · "),
                     Span::styled(r.tune_flag.clone(), Style::new().fg(Color::Cyan)),
+                    Span::raw(" · "),
+                    Span::styled(verdict, style),
                 ]);
                 if focused && i == self.rec_selected {
                     line.reversed()
@@ -460,14 +504,9 @@ impl App {
                 }
             })
             .collect();
+        lines.extend(listed);
         Paragraph::new(lines).block(block).render(area, buf);
     }
-}
-
-fn throughput_short(t: &TrialReport) -> String {
-    t.samples_per_s.map_or("no measurement".into(), |c| {
-        format!("{:.1} samples/s", c.median)
-    })
 }
 
 pub(crate) fn popup<'a>(title: impl Into<Line<'a>>) -> Block<'a> {
@@ -600,23 +639,11 @@ fn render_trial_detail(app: &App, t: &TrialReport, area: Rect, buf: &mut Buffer)
         .render(area, buf);
 }
 
-fn render_recommendation(r: &Recommendation, area: Rect, buf: &mut Buffer) {
+fn render_recommendation(r: &Recommendation, v: &RecVerdict, area: Rect, buf: &mut Buffer) {
     Clear.render(area, buf);
-    let gain = r.expected_gain.map_or("not estimated".into(), |g| {
-        format!(
-            "{:.3}x [{:.3}, {:.3}]{}",
-            g.ratio,
-            g.lo,
-            g.hi,
-            if g.significant { "" } else { " (n.s.)" }
-        )
-    });
     let lines = vec![
         Line::from(r.finding.title.clone().bold()),
-        Line::from(format!(
-            "confidence: {} · expected gain: {gain}",
-            r.confidence
-        )),
+        Line::from(format!("verdict: {}", v.line())),
         Line::from(""),
         Line::from(format!("evidence: {}", r.finding.evidence)),
         Line::from(""),

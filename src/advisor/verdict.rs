@@ -1,0 +1,424 @@
+//! What a report says, decided here once: the headline, the noise it was measured
+//! under, each recommendation's verdict with its confirmation, and why nothing was
+//! recommended. report.html, summary.md, the terminal and `tune dash` print these
+//! sentences as they are, so no face can tell a different story (a confirmation that
+//! failed beside "confidence high", "fastest" for a configuration within noise).
+
+use super::{confirm, faster, fmt_ratio, Ctx};
+use crate::results::model::{RecKind, Report, TrialReport};
+use crate::results::record::Status;
+
+/// A trial is flagged as measured under load when other processes kept more than this
+/// share of all cores (percent, median over its samples) busy while it ran.
+pub const LOADED_PCT: f64 = 10.0;
+
+/// The confidence of a recommendation whose confirmation did not hold up.
+pub const UNCONFIRMED: &str = "unconfirmed";
+
+/// Everything a face shows beyond the tables, in the words it shows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Story {
+    /// One sentence: the configuration significantly faster than the baseline, or that
+    /// nothing measured beat it beyond noise (with the noise floor).
+    pub headline: String,
+    /// The trial the headline calls fastest; the only one any face marks as best.
+    pub fastest: Option<String>,
+    /// What the measurements can resolve, shown at the top: the noise floor, the
+    /// baseline's re-run, other processes' load.
+    pub noise: Vec<String>,
+    /// Trials (plan and confirmation) measured while other processes used the machine,
+    /// with that load in percent of all cores.
+    pub loaded: Vec<(String, f64)>,
+    /// One per recommendation, in the report's order.
+    pub recs: Vec<RecVerdict>,
+    /// Why no recommended change stands, one sentence per reason; empty when one does.
+    pub empty: Vec<String>,
+}
+
+/// One recommendation's verdict.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecVerdict {
+    /// "high", "medium", "low" or "unconfirmed".
+    pub confidence: String,
+    /// "expect 1.04× [1.01, 1.07]", "predicted ..." once unconfirmed, or "gain not measured".
+    pub gain: String,
+    /// What the confirmation run said about this change, when it was part of it.
+    pub confirmation: Option<String>,
+}
+
+impl RecVerdict {
+    /// The verdict as one line, the same in every face.
+    pub fn line(&self) -> String {
+        let mut s = format!("{} · {}", self.confidence, self.gain);
+        if let Some(c) = &self.confirmation {
+            s.push_str(" · ");
+            s.push_str(c);
+        }
+        s
+    }
+
+    pub fn unconfirmed(&self) -> bool {
+        self.confidence == UNCONFIRMED
+    }
+}
+
+impl Story {
+    /// The loaded-machine load of trial `id`, when it was flagged.
+    pub fn load_of(&self, id: &str) -> Option<f64> {
+        self.loaded.iter().find(|(i, _)| i == id).map(|(_, l)| *l)
+    }
+
+    /// The flag a face puts beside a loaded trial.
+    pub fn load_flag(&self, id: &str) -> Option<String> {
+        self.load_of(id)
+            .map(|l| format!("measured under load: other processes used {l:.0}% of the CPU"))
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn noise_floor_words(r: &Report) -> String {
+    match &r.noise_floor {
+        Some(n) => format!("noise floor {}", pct(n.median)),
+        None => "noise floor unknown: no trial has two successful repeats".into(),
+    }
+}
+
+/// Ok plan trials measured significantly faster than the baseline, fastest first.
+fn significant_wins(r: &Report) -> Vec<&TrialReport> {
+    let mut wins: Vec<&TrialReport> = r
+        .trials
+        .iter()
+        .filter(|t| r.baseline.as_deref() != Some(t.id.as_str()) && t.status == Status::Ok)
+        .filter(|t| {
+            t.ratio_vs_baseline
+                .is_some_and(|x| x.significant && x.ratio > 1.0)
+        })
+        .collect();
+    wins.sort_by(|a, b| {
+        let ra = a.ratio_vs_baseline.map_or(0.0, |x| x.ratio);
+        let rb = b.ratio_vs_baseline.map_or(0.0, |x| x.ratio);
+        rb.total_cmp(&ra)
+    });
+    wins
+}
+
+fn headline(r: &Report, wins: &[&TrialReport]) -> String {
+    let base = Ctx::new(r).base;
+    if r.trials.iter().all(|t| t.status != Status::Ok) {
+        return "No trial completed: nothing was measured.".into();
+    }
+    if base.is_none() {
+        return "The baseline has no successful measurement, so no configuration can be compared \
+                with it."
+            .into();
+    }
+    if let Some(t) = wins.first() {
+        let thr = t.samples_per_s.map_or("–".into(), |c| {
+            format!("{:.1} [{:.1}, {:.1}] samples/s", c.median, c.lo, c.hi)
+        });
+        let ratio = t.ratio_vs_baseline.map_or("–".into(), |x| fmt_ratio(&x));
+        return format!(
+            "Fastest: {} at {thr}, {ratio} the baseline's throughput (95% interval clear of 1; {}).",
+            t.label,
+            noise_floor_words(r)
+        );
+    }
+    // The configuration that measured fastest, if it is not the baseline itself.
+    let top = r
+        .trials
+        .iter()
+        .filter(|t| t.status == Status::Ok && r.baseline.as_deref() != Some(t.id.as_str()))
+        .filter_map(|t| Some((t, t.ratio_vs_baseline?)))
+        .max_by(|a, b| a.1.ratio.total_cmp(&b.1.ratio));
+    let within = match top {
+        Some((t, x)) if x.ratio > 1.0 => format!(
+            "; the highest, {} at {}, is within noise",
+            t.label,
+            fmt_ratio(&x)
+        ),
+        _ => "; the baseline measured fastest".into(),
+    };
+    format!(
+        "Nothing measured beat the baseline beyond noise ({}){within}.",
+        noise_floor_words(r)
+    )
+}
+
+/// Median over the trial's samples of the share of all cores other processes used.
+pub fn foreign_load(t: &TrialReport) -> Option<f64> {
+    t.foreign_cpu_pct
+}
+
+fn noise_lines(r: &Report, loaded: &[(String, String, f64)]) -> Vec<String> {
+    let mut out = Vec::new();
+    out.push(match &r.noise_floor {
+        Some(n) => format!(
+            "Noise floor: identical repeats differed by {} (median over {} trials with {}+ \
+             repeats; worst {}); smaller differences cannot be told from noise on this machine.",
+            pct(n.median),
+            n.trials,
+            n.repeats,
+            pct(n.max)
+        ),
+        None => "Noise floor: unknown, no trial has two successful repeats; run with repeats = 2 \
+                 or more to measure it."
+            .into(),
+    });
+    let cx = Ctx::new(r);
+    if let (Some(base), Some(rerun)) = (
+        cx.base,
+        r.confirmation
+            .as_ref()
+            .and_then(|c| c.baseline_rerun.as_ref()),
+    ) {
+        if let (Some(a), Some(b), Some(x)) = (
+            base.samples_per_s,
+            rerun.samples_per_s,
+            cx.ratio(base, rerun),
+        ) {
+            out.push(format!(
+                "Baseline re-run: {:.1} samples/s in the sweep, {:.1} when re-run after it ({}{}).",
+                a.median,
+                b.median,
+                fmt_ratio(&x),
+                if x.significant {
+                    ": the machine's speed drifted while the sweep ran"
+                } else {
+                    ", within noise"
+                }
+            ));
+        }
+    }
+    let all: Vec<&TrialReport> = all_trials(r).collect();
+    let loads: Vec<f64> = all.iter().filter_map(|t| foreign_load(t)).collect();
+    if loads.is_empty() {
+        out.push(
+            "Other processes' load: not recorded (device sampling was off, or the report \
+             predates it)."
+                .into(),
+        );
+    } else {
+        let median = crate::stats::median(&loads);
+        let (worst, worst_load) = all
+            .iter()
+            .filter_map(|t| Some((t.label.as_str(), foreign_load(t)?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or(("–", 0.0));
+        out.push(if loaded.is_empty() {
+            format!(
+                "Other processes' load: {median:.0}% of the CPU (median over the trials, at most \
+                 {worst_load:.0}%), below the {LOADED_PCT:.0}% at which a trial is flagged."
+            )
+        } else {
+            format!(
+                "Other processes' load: {median:.0}% of the CPU (median over the trials, up to \
+                 {worst_load:.0}% during {worst}); {} of {} trials were measured while other \
+                 processes used more than {LOADED_PCT:.0}% of the CPU and are flagged: their \
+                 figures include that contention.",
+                loaded.len(),
+                loads.len()
+            )
+        });
+    }
+    if !r.environment.gpus.is_empty() {
+        out.push(
+            "GPU: other processes' share of the GPUs is not separated from the sweep's in this \
+             report."
+                .into(),
+        );
+    }
+    out
+}
+
+/// Plan trials, then the confirmation's baseline re-run and combination.
+fn all_trials(r: &Report) -> impl Iterator<Item = &TrialReport> {
+    let confirm = r
+        .confirmation
+        .iter()
+        .flat_map(|c| c.baseline_rerun.iter().chain(c.trial.iter()));
+    r.trials.iter().chain(confirm)
+}
+
+fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
+    let combined = confirm::combined(r);
+    let c = r.confirmation.as_ref();
+    r.recommendations
+        .iter()
+        .enumerate()
+        .map(|(i, rec)| {
+            let in_confirmation = c.filter(|_| combined.contains(&i));
+            let failed = in_confirmation
+                .is_some_and(|c| matches!(c.verdict.as_str(), "not_confirmed" | "failed"));
+            let gain = match rec.expected_gain {
+                Some(g) if failed => format!("predicted {}", fmt_ratio(&g)),
+                Some(g) => format!("expect {}", fmt_ratio(&g)),
+                None => "gain not measured".into(),
+            };
+            let confirmation = in_confirmation.map(|c| {
+                let what = match c.verdict.as_str() {
+                    "matches" | "better" => "confirmed",
+                    "worse" => "partly confirmed",
+                    "not_confirmed" => "not confirmed",
+                    "failed" => "confirmation failed",
+                    _ => "not yet confirmed",
+                };
+                format!("{what}: {}", c.summary)
+            });
+            RecVerdict {
+                confidence: if failed {
+                    UNCONFIRMED.into()
+                } else {
+                    rec.confidence.clone()
+                },
+                gain,
+                confirmation,
+            }
+        })
+        .collect()
+}
+
+fn empty_reasons(r: &Report, wins: &[&TrialReport], recs: &[RecVerdict]) -> Vec<String> {
+    let changes: Vec<usize> = r
+        .recommendations
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.kind == RecKind::Change)
+        .map(|(i, _)| i)
+        .collect();
+    if changes.iter().any(|&i| !recs[i].unconfirmed()) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    if !changes.is_empty() {
+        let summary = r
+            .confirmation
+            .as_ref()
+            .map_or(String::new(), |c| format!(": {}", c.summary));
+        out.push(format!(
+            "Not confirmed: the {} recommended change{} did not hold up when measured again \
+             beside the baseline{summary}.",
+            changes.len(),
+            if changes.len() == 1 { "" } else { "s" }
+        ));
+        return out;
+    }
+    if Ctx::new(r).base.is_none() {
+        out.push(
+            "Nothing to compare: the baseline has no successful measurement, so no change can \
+             be shown to help."
+                .into(),
+        );
+        return out;
+    }
+    if wins.is_empty() {
+        out.push(format!(
+            "Nothing significant: no configuration measured faster than the baseline with a 95% \
+             interval clear of 1 ({}).",
+            noise_floor_words(r)
+        ));
+    }
+    let cx = Ctx::new(r);
+    for t in wins {
+        let ratio = t.ratio_vs_baseline.map_or("–".into(), |x| fmt_ratio(&x));
+        let parity = cx.parity(t);
+        let knobs = faster::changed(t, cx.base_knobs());
+        let covered = r.recommendations.iter().any(|x| {
+            knobs.keys().any(|k| {
+                x.change.contains_key(k)
+                    || x.tune_flag.contains(&format!("--{}", k.replace('_', "-")))
+            })
+        });
+        out.push(if !parity.allows() {
+            format!(
+                "Significant but not learning the same: {} measured {ratio} the baseline, but {}.",
+                t.label,
+                parity.describe()
+            )
+        } else if covered {
+            format!(
+                "Significant but explained by no rule: {} measured {ratio} the baseline, but a \
+                 warning above covers its knobs.",
+                t.label
+            )
+        } else {
+            format!(
+                "Significant but explained by no rule: {} measured {ratio} the baseline and no \
+                 rule applies to it.",
+                t.label
+            )
+        });
+    }
+    out
+}
+
+/// The story of `r`: computed once per rendering, from the report alone.
+pub fn story(r: &Report) -> Story {
+    let wins = significant_wins(r);
+    let loaded_full: Vec<(String, String, f64)> = all_trials(r)
+        .filter_map(|t| {
+            let l = foreign_load(t)?;
+            (l > LOADED_PCT).then(|| (t.id.clone(), t.label.clone(), l))
+        })
+        .collect();
+    let recs = rec_verdicts(r);
+    Story {
+        headline: headline(r, &wins),
+        fastest: wins.first().map(|t| t.id.clone()),
+        noise: noise_lines(r, &loaded_full),
+        loaded: loaded_full.into_iter().map(|(id, _, l)| (id, l)).collect(),
+        empty: empty_reasons(r, &wins, &recs),
+        recs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit::{report, spec, trial};
+    use super::*;
+
+    #[test]
+    fn a_significant_win_that_learns_less_is_explained_not_silent() {
+        let s = spec("num_workers = [0, 2]", "");
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010),
+                trial(&s, &[("num_workers", "2")], 0.008).accuracy(Some(0.5)),
+            ],
+        );
+        assert!(r.recommendations.is_empty());
+        let st = story(&r);
+        // Significantly faster: the headline may name it, but the empty list says why
+        // it is not recommended.
+        assert!(st.headline.starts_with("Fastest: num_workers=2"), "{st:?}");
+        assert_eq!(st.empty.len(), 1, "{st:?}");
+        assert!(
+            st.empty[0].starts_with("Significant but not learning the same: num_workers=2"),
+            "{st:?}"
+        );
+        assert!(st.empty[0].contains("accuracy fell"), "{st:?}");
+    }
+
+    #[test]
+    fn within_noise_is_never_fastest() {
+        let s = spec("num_workers = [0, 2]", "");
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010),
+                trial(&s, &[("num_workers", "2")], 0.00999),
+            ],
+        );
+        let st = story(&r);
+        assert!(st.fastest.is_none(), "{st:?}");
+        assert!(
+            st.headline
+                .starts_with("Nothing measured beat the baseline beyond noise (noise floor "),
+            "{st:?}"
+        );
+        assert!(st.empty[0].starts_with("Nothing significant"), "{st:?}");
+    }
+}
