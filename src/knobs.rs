@@ -247,6 +247,13 @@ const CPU_CUDA: Applies = Applies {
     command: true,
     python: false,
 };
+/// DataLoader and layout knobs with no counterpart in tune's engine (its loader threads
+/// live for the whole run, its tensors are NCHW): PyTorch scripts only.
+const PYTHON_ONLY: Applies = Applies {
+    backends: &[],
+    command: true,
+    python: true,
+};
 const CPU_ONLY: Applies = Applies {
     backends: &["cpu"],
     command: true,
@@ -328,6 +335,35 @@ pub fn torch_line(name: &str, value: &str, backend: &str) -> String {
         Some(k) => k.torch_line(value, backend),
         None => format!("# set {name} = {value}"),
     }
+}
+
+/// The PyTorch change for several knobs at once: one statement per knob, joined by `; `,
+/// except that the DataLoader's arguments go into one `DataLoader(...)` call.
+pub fn torch_lines<'a>(
+    changes: impl IntoIterator<Item = (&'a str, &'a str)>,
+    backend: &str,
+) -> String {
+    const DL: &str = "DataLoader(dataset, ";
+    let (mut args, mut comments, mut lines) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, value) in changes {
+        let line = torch_line(name, value, backend);
+        match line.strip_prefix(DL).and_then(|r| r.split_once(')')) {
+            Some((a, rest)) => {
+                args.push(a.to_string());
+                comments.extend(rest.trim().strip_prefix('#').map(|c| c.trim().to_string()));
+            }
+            None => lines.push(line),
+        }
+    }
+    if !args.is_empty() {
+        // Last: a trailing comment would swallow anything after it.
+        let mut dl = format!("{DL}{})", args.join(", "));
+        if !comments.is_empty() {
+            dl.push_str(&format!("  # {}", comments.join("; ")));
+        }
+        lines.push(dl);
+    }
+    lines.join("; ")
 }
 
 /// Declares the knobs. Each entry: one `///` doc line, `field: Type = default`, then the
@@ -414,7 +450,7 @@ knob_table! {
             why: "each loader thread holds its own prefetched batches",
         }),
         EVERYWHERE,
-        Torch::Line("DataLoader(dataset, num_workers={value}, persistent_workers=True)");
+        Torch::Line("DataLoader(dataset, num_workers={value})");
 
         /// Page-locked staging for host-to-device copies (not applicable on the CPU backend).
         pin_memory: bool = false,
@@ -450,7 +486,8 @@ knob_table! {
         /// Mixed precision: half-precision storage, f32 accumulation.
         amp: Amp = Amp::Off,
         Values::Words(Amp::ALLOWED),
-        CPU_ONLY,
+        // The PyTorch hooks wrap the model's forward in autocast (GradScaler for fp16).
+        Applies { backends: &["cpu"], command: true, python: true },
         Torch::PerValue(&[
             ("off", "# full precision (no autocast)"),
             ("bf16", "with torch.autocast(\"{device}\", dtype=torch.bfloat16): loss = model(x)"),
@@ -512,6 +549,31 @@ knob_table! {
         Values::Switch,
         CPU_ONLY,
         Torch::Line("model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)");
+
+        /// Keep DataLoader worker processes alive between epochs (needs num_workers > 0).
+        persistent_workers: bool = false,
+        Values::Switch,
+        PYTHON_ONLY,
+        Torch::Line("DataLoader(dataset, persistent_workers={value})");
+
+        /// Batches each DataLoader worker loads ahead (needs num_workers > 0).
+        prefetch_factor: usize = 2,
+        Values::Count(&Bound {
+            min: 1,
+            max: 64,
+            why: "each prefetched batch is held in memory per worker",
+        }),
+        PYTHON_ONLY,
+        Torch::Line("DataLoader(dataset, prefetch_factor={value})");
+
+        /// NHWC memory layout for the model's 4-D weights and input batches.
+        channels_last: bool = false,
+        Values::Switch,
+        PYTHON_ONLY,
+        Torch::Line(
+            "model = model.to(memory_format=torch.channels_last); \
+             x = x.to(memory_format=torch.channels_last)"
+        );
     }
 }
 
@@ -641,6 +703,24 @@ mod tests {
         assert_eq!(
             k.diff_label(&Knobs::default()),
             "num_workers=2 checkpoint=every:2 amp=bf16"
+        );
+    }
+
+    #[test]
+    fn dataloader_arguments_merge_into_one_call() {
+        let line = torch_lines(
+            [
+                ("batch_size", "128"),
+                ("zero_grad", "none"),
+                ("num_workers", "4"),
+                ("persistent_workers", "true"),
+            ],
+            "cpu",
+        );
+        assert_eq!(
+            line,
+            "optimizer.zero_grad(set_to_none=True); DataLoader(dataset, batch_size=128, \
+             num_workers=4, persistent_workers=True)  # and scale the learning rate"
         );
     }
 
