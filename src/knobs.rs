@@ -254,6 +254,13 @@ const CPU_CUDA: Applies = Applies {
     command: true,
     python: false,
 };
+/// DataLoader and layout knobs with no counterpart in tune's engine (its loader threads
+/// live for the whole run, its tensors are NCHW): PyTorch scripts only.
+const PYTHON_ONLY: Applies = Applies {
+    backends: &[],
+    command: true,
+    python: true,
+};
 const CPU_ONLY: Applies = Applies {
     backends: &["cpu"],
     command: true,
@@ -335,6 +342,35 @@ pub fn torch_line(name: &str, value: &str, backend: &str) -> String {
         Some(k) => k.torch_line(value, backend),
         None => format!("# set {name} = {value}"),
     }
+}
+
+/// The PyTorch change for several knobs at once: one statement per knob, joined by `; `,
+/// except that the DataLoader's arguments go into one `DataLoader(...)` call.
+pub fn torch_lines<'a>(
+    changes: impl IntoIterator<Item = (&'a str, &'a str)>,
+    backend: &str,
+) -> String {
+    const DL: &str = "DataLoader(dataset, ";
+    let (mut args, mut comments, mut lines) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, value) in changes {
+        let line = torch_line(name, value, backend);
+        match line.strip_prefix(DL).and_then(|r| r.split_once(')')) {
+            Some((a, rest)) => {
+                args.push(a.to_string());
+                comments.extend(rest.trim().strip_prefix('#').map(|c| c.trim().to_string()));
+            }
+            None => lines.push(line),
+        }
+    }
+    if !args.is_empty() {
+        // Last: a trailing comment would swallow anything after it.
+        let mut dl = format!("{DL}{})", args.join(", "));
+        if !comments.is_empty() {
+            dl.push_str(&format!("  # {}", comments.join("; ")));
+        }
+        lines.push(dl);
+    }
+    lines.join("; ")
 }
 
 /// Declares the knobs. Each entry: one `///` doc line, `field: Type = default`, then the
@@ -426,7 +462,7 @@ knob_table! {
             why: "each loader thread holds its own prefetched batches",
         }),
         EVERYWHERE,
-        Torch::Line("DataLoader(dataset, num_workers={value}, persistent_workers=True)");
+        Torch::Line("DataLoader(dataset, num_workers={value})");
 
         /// Page-locked staging for host-to-device copies (not applicable on the CPU backend).
         pin_memory: bool = false,
@@ -463,7 +499,8 @@ knob_table! {
         /// TF32 tensor cores (CUDA only; the CPU backend runs f32 and records it).
         amp: Amp = Amp::Off,
         Values::Words(Amp::ALLOWED),
-        CPU_CUDA,
+        // The PyTorch hooks wrap the model's forward in autocast (GradScaler for fp16).
+        EVERYWHERE,
         Torch::PerValue(&[
             ("off", "# full precision (no autocast)"),
             ("bf16", "with torch.autocast(\"{device}\", dtype=torch.bfloat16): loss = model(x)"),
@@ -529,6 +566,31 @@ knob_table! {
         Values::Switch,
         CPU_ONLY,
         Torch::Line("model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)");
+
+        /// Keep DataLoader worker processes alive between epochs (needs num_workers > 0).
+        persistent_workers: bool = false,
+        Values::Switch,
+        PYTHON_ONLY,
+        Torch::Line("DataLoader(dataset, persistent_workers={value})");
+
+        /// Batches each DataLoader worker loads ahead (needs num_workers > 0).
+        prefetch_factor: usize = 2,
+        Values::Count(&Bound {
+            min: 1,
+            max: 64,
+            why: "each prefetched batch is held in memory per worker",
+        }),
+        PYTHON_ONLY,
+        Torch::Line("DataLoader(dataset, prefetch_factor={value})");
+
+        /// NHWC memory layout for the model's 4-D weights and input batches.
+        channels_last: bool = false,
+        Values::Switch,
+        PYTHON_ONLY,
+        Torch::Line(
+            "model = model.to(memory_format=torch.channels_last); \
+             x = x.to(memory_format=torch.channels_last)"
+        );
     }
 }
 
@@ -649,90 +711,4 @@ pub fn unknown_knob(name: &str) -> Error {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parse_and_display_round_trip() {
-        for s in ["off", "sqrt", "every:3"] {
-            assert_eq!(s.parse::<Checkpoint>().unwrap().to_string(), s);
-        }
-        assert!("every:0".parse::<Checkpoint>().is_err());
-        let e = "fp8".parse::<Amp>().unwrap_err().to_string();
-        assert!(e.contains("off, bf16, fp16"), "{e}");
-    }
-
-    #[test]
-    fn set_get_round_trip_and_unknown_knob() {
-        let mut k = Knobs::default();
-        for (n, v) in [
-            ("amp", "bf16"),
-            ("num_workers", "2"),
-            ("checkpoint", "every:2"),
-        ] {
-            k.set(n, v).unwrap();
-            assert_eq!(k.get(n).unwrap(), v);
-        }
-        assert!(k
-            .set("warp_speed", "9")
-            .unwrap_err()
-            .to_string()
-            .contains("unknown knob"));
-        assert_eq!(
-            k.diff_label(&Knobs::default()),
-            "num_workers=2 checkpoint=every:2 amp=bf16"
-        );
-    }
-
-    #[test]
-    fn serde_uses_the_flag_spelling() {
-        let k = Knobs {
-            zero_grad: ZeroGrad::None,
-            ..Knobs::default()
-        };
-        let j = serde_json::to_string(&k).unwrap();
-        assert!(j.contains("\"zero_grad\":\"none\""), "{j}");
-        let back: Knobs = serde_json::from_str(&j).unwrap();
-        assert_eq!(back, k);
-    }
-
-    #[test]
-    fn validate_rejects_zero_bucket_and_sync_bn_without_ddp() {
-        let k = Knobs {
-            bucket_mb: 0,
-            ..Knobs::default()
-        };
-        assert!(k
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("bucket_mb 0"));
-        let k = Knobs {
-            sync_bn: true,
-            parallel: Parallel::Dp,
-            devices: 2,
-            ..Knobs::default()
-        };
-        assert!(k
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("parallel = ddp"));
-        let k = Knobs {
-            sync_bn: true,
-            parallel: Parallel::Ddp,
-            devices: 2,
-            ..Knobs::default()
-        };
-        k.validate().unwrap();
-    }
-
-    #[test]
-    fn validate_rejects_zero_batch() {
-        let k = Knobs {
-            batch_size: 0,
-            ..Knobs::default()
-        };
-        assert!(k.validate().unwrap_err().to_string().contains("batch_size"));
-    }
-}
+mod tests;

@@ -318,7 +318,7 @@ fn the_hooks_get_the_python_knobs_in_json_form() {
     let got = serde_json::Value::Object(m);
     assert_eq!(
         got,
-        serde_json::json!({"num_workers": 2, "pin_memory": true, "zero_grad": "none", "autotune": true})
+        serde_json::json!({"num_workers": 2, "pin_memory": true, "zero_grad": "none", "amp": "bf16", "autotune": true})
     );
     for t in TABLE {
         assert_eq!(

@@ -140,7 +140,8 @@ fn python_sweep_injects_knobs_recommends_the_winner_and_confirms() {
     // Phases come from the hooks: the baseline waits for data, two workers much less.
     let wait = |t: &Value| t["phase_share"]["data_wait"].as_f64().unwrap_or(0.0);
     assert!(
-        wait(base) > 0.10 && wait(w2) < wait(base) / 2.0,
+        // Above the data-wait rule's 5% (about 20% quiet; 8-10% was seen at load 11).
+        wait(base) > 0.05 && wait(w2) < wait(base) / 2.0,
         "{base}\n{w2}"
     );
     assert!(

@@ -72,7 +72,9 @@ fn a_starved_script_gets_a_data_wait_finding_and_two_workers_do_not() {
     let p = &r["python"];
     assert!(p["steady_steps"].as_u64().unwrap() >= 30, "{p}");
     let share = p["phase_share"]["data_wait"].as_f64().unwrap();
-    assert!(share > 0.10, "{p}\n{}", show(&o));
+    // Above the data-wait rule's 5% (DESIGN.md, Advisor). The script's share is about 20%
+    // on a quiet machine; compute slows more than the loader under load (9% at load 11).
+    assert!(share > 0.05, "{p}\n{}", show(&o));
     let f = data_wait_findings(&r);
     assert_eq!(f.len(), 1, "{r}");
     let pct = format!("{:.1}%", share * 100.0);

@@ -55,11 +55,10 @@ fn recommend(cx: &Ctx, t: &TrialReport, earlier: &[Recommendation]) -> Option<Re
             .filter(|f| !f.is_empty())
             .collect::<Vec<_>>()
             .join(" "),
-        pytorch: change
-            .iter()
-            .map(|(k, v)| crate::knobs::torch_line(k, v, cx.backend()))
-            .collect::<Vec<_>>()
-            .join("; "),
+        pytorch: crate::knobs::torch_lines(
+            change.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            cx.backend(),
+        ),
     };
     Some(Recommendation {
         rule: "faster".into(),

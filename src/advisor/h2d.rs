@@ -8,7 +8,13 @@ use crate::results::record::Status;
 /// Copies above this share of a step are worth overlapping.
 pub const SHARE: f64 = 0.05;
 
-const PYTORCH: &str = "DataLoader(dataset, pin_memory=True); x = x.to(\"cuda\", non_blocking=True)";
+/// The knob table's pin_memory line, and the copy that makes use of it.
+fn pytorch() -> String {
+    format!(
+        "{}; x = x.to(\"cuda\", non_blocking=True)",
+        crate::knobs::torch_line("pin_memory", "true", "cuda")
+    )
+}
 
 pub fn check(cx: &Ctx) -> Vec<Recommendation> {
     let Some(base) = cx.base else {
@@ -42,7 +48,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 title: "Pin host memory for device copies".into(),
                 evidence,
                 tune_flag: "--pin-memory".into(),
-                pytorch: PYTORCH.into(),
+                pytorch: pytorch(),
             },
         )];
     }
@@ -54,7 +60,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
         title: "Try pinned memory for host-to-device copies".into(),
         evidence: vec![seen, "pin_memory was not measured in this sweep".into()],
         tune_flag: "--pin-memory".into(),
-        pytorch: PYTORCH.into(),
+        pytorch: pytorch(),
     })]
 }
 

@@ -28,6 +28,9 @@ pub struct Step {
     pub backward: f64,
     #[serde(default)]
     pub optimizer: f64,
+    /// torchrun's `RANK` of the process that took the step; none outside torchrun.
+    #[serde(default)]
+    pub rank: Option<u32>,
 }
 
 /// A knob tune applied where the script passed another value explicitly.
@@ -40,13 +43,20 @@ pub struct Override {
     pub applied: serde_json::Value,
 }
 
-/// Everything one child reported.
+/// Everything one child (and the processes it started) reported.
 #[derive(Clone, Debug, Default)]
 pub struct Events {
     /// The torch version, once the hooks were installed.
     pub torch: Option<String>,
+    /// The job's steps: rank 0's under torchrun, else every step reported.
     pub steps: Vec<Step>,
+    /// Under torchrun, each rank's steps.
+    pub ranks: BTreeMap<u32, Vec<Step>>,
     pub overrides: Vec<Override>,
+    /// Knobs that could not act in this job, with the reason (one per knob).
+    pub not_applicable: BTreeMap<String, String>,
+    /// What the hooks said at run time (also printed on the job's stderr).
+    pub notices: Vec<String>,
     /// Hook failures the module reported (the script ran on without hooks).
     pub errors: Vec<String>,
     /// Lines that were not events (counted, never trusted).
@@ -68,13 +78,27 @@ enum Line {
     Error {
         message: String,
     },
+    NotApplicable {
+        knob: String,
+        why: String,
+    },
+    Notice {
+        message: String,
+    },
 }
 
 impl Events {
     pub fn push_line(&mut self, line: &str) {
         match serde_json::from_str::<Line>(line) {
             Ok(Line::Hello { torch }) => self.torch = Some(torch),
-            Ok(Line::Step(s)) if s.dur.is_finite() && s.dur > 0.0 => self.steps.push(s),
+            Ok(Line::Step(s)) if s.dur.is_finite() && s.dur > 0.0 => {
+                if let Some(r) = s.rank {
+                    self.ranks.entry(r).or_default().push(s.clone());
+                }
+                if s.rank.unwrap_or(0) == 0 {
+                    self.steps.push(s);
+                }
+            }
             Ok(Line::Override {
                 knob,
                 script,
@@ -85,6 +109,10 @@ impl Events {
                 applied,
             }),
             Ok(Line::Error { message }) => self.errors.push(message),
+            Ok(Line::NotApplicable { knob, why }) => {
+                self.not_applicable.insert(knob, why);
+            }
+            Ok(Line::Notice { message }) => self.notices.push(message),
             _ => self.malformed += 1,
         }
     }
@@ -92,59 +120,98 @@ impl Events {
     /// Steps after warm-up: the first tenth (at least one when there are five or more)
     /// carries start-up costs (worker processes, allocator, caches).
     pub fn steady(&self) -> &[Step] {
-        let n = self.steps.len();
-        let skip = if n >= 5 { (n / 10).max(1) } else { 0 };
-        &self.steps[skip..]
+        steady(&self.steps)
     }
 
     /// Mean time per phase over the steady steps.
     pub fn phases_mean(&self) -> Phases {
-        let s = self.steady();
-        let n = s.len().max(1) as f64;
-        let sum = |f: fn(&Step) -> f64| s.iter().map(f).sum::<f64>() / n;
-        Phases {
-            data_wait: sum(|x| x.data_wait),
-            h2d: sum(|x| x.h2d),
-            zero_grad: sum(|x| x.zero_grad),
-            forward: sum(|x| x.forward),
-            backward: sum(|x| x.backward),
-            optimizer: sum(|x| x.optimizer),
-            ..Phases::default()
-        }
+        phases_mean(self.steady())
     }
 
     pub fn summary(&self) -> Option<StepSummary> {
-        let s = self.steady();
-        if s.is_empty() {
-            return None;
-        }
-        let total: f64 = s.iter().map(|x| x.dur).sum();
-        let p = self.phases_mean();
-        let n = s.len() as f64;
-        let share = |v: f64| v * n / total;
-        let phase_share: BTreeMap<String, f64> = [
-            ("data_wait", p.data_wait),
-            ("h2d", p.h2d),
-            ("zero_grad", p.zero_grad),
-            ("forward", p.forward),
-            ("backward", p.backward),
-            ("optimizer", p.optimizer),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), share(v)))
-        .collect();
-        let samples: u64 = s.iter().map(|x| x.batch).sum();
-        let durs: Vec<f64> = s.iter().map(|x| x.dur).collect();
-        Some(StepSummary {
-            torch: self.torch.clone(),
-            steps: self.steps.len(),
-            steady_steps: s.len(),
-            median_step_ms: median(&durs) * 1e3,
-            samples_per_s: (samples > 0).then(|| samples as f64 / total),
-            phase_share,
-            overrides: self.overrides.clone(),
-        })
+        let mut s = summarize(&self.steps)?;
+        s.torch = self.torch.clone();
+        s.overrides = self.overrides.clone();
+        s.not_applicable = self.not_applicable.clone();
+        s.notices = self.notices.clone();
+        s.ranks = self
+            .ranks
+            .iter()
+            .filter_map(|(r, steps)| {
+                let x = summarize(steps)?;
+                let outside: Vec<f64> = steady(steps).iter().map(|s| s.dur - s.backward).collect();
+                Some(RankSummary {
+                    rank: *r,
+                    steps: x.steps,
+                    steady_steps: x.steady_steps,
+                    median_step_ms: x.median_step_ms,
+                    outside_backward_ms: median(&outside) * 1e3,
+                    samples_per_s: x.samples_per_s,
+                    phase_share: x.phase_share,
+                })
+            })
+            .collect();
+        Some(s)
     }
+}
+
+/// Steps after warm-up: the first tenth (at least one when there are five or more)
+/// carries start-up costs (worker processes, allocator, caches).
+fn steady(steps: &[Step]) -> &[Step] {
+    let n = steps.len();
+    let skip = if n >= 5 { (n / 10).max(1) } else { 0 };
+    &steps[skip..]
+}
+
+fn phases_mean(s: &[Step]) -> Phases {
+    let n = s.len().max(1) as f64;
+    let sum = |f: fn(&Step) -> f64| s.iter().map(f).sum::<f64>() / n;
+    Phases {
+        data_wait: sum(|x| x.data_wait),
+        h2d: sum(|x| x.h2d),
+        zero_grad: sum(|x| x.zero_grad),
+        forward: sum(|x| x.forward),
+        backward: sum(|x| x.backward),
+        optimizer: sum(|x| x.optimizer),
+        ..Phases::default()
+    }
+}
+
+/// Step count, median step, throughput and phase shares of one stream of steps.
+fn summarize(steps: &[Step]) -> Option<StepSummary> {
+    let s = steady(steps);
+    if s.is_empty() {
+        return None;
+    }
+    let total: f64 = s.iter().map(|x| x.dur).sum();
+    let p = phases_mean(s);
+    let n = s.len() as f64;
+    let share = |v: f64| v * n / total;
+    let phase_share: BTreeMap<String, f64> = [
+        ("data_wait", p.data_wait),
+        ("h2d", p.h2d),
+        ("zero_grad", p.zero_grad),
+        ("forward", p.forward),
+        ("backward", p.backward),
+        ("optimizer", p.optimizer),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), share(v)))
+    .collect();
+    let samples: u64 = s.iter().map(|x| x.batch).sum();
+    let durs: Vec<f64> = s.iter().map(|x| x.dur).collect();
+    Some(StepSummary {
+        torch: None,
+        steps: steps.len(),
+        steady_steps: s.len(),
+        median_step_ms: median(&durs) * 1e3,
+        samples_per_s: (samples > 0).then(|| samples as f64 / total),
+        phase_share,
+        overrides: Vec::new(),
+        not_applicable: BTreeMap::new(),
+        notices: Vec::new(),
+        ranks: Vec::new(),
+    })
 }
 
 /// What the hooks measured, for a report.
@@ -161,6 +228,29 @@ pub struct StepSummary {
     pub phase_share: BTreeMap<String, f64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overrides: Vec<Override>,
+    /// Knobs that could not act in this job, with the reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub not_applicable: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
+    /// Under torchrun, each rank's figures (the ones above are rank 0's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankSummary>,
+}
+
+/// One torchrun rank's steps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankSummary {
+    pub rank: u32,
+    pub steps: usize,
+    pub steady_steps: usize,
+    pub median_step_ms: f64,
+    /// Median time per step outside `backward`: the rank's own work. Under DDP every
+    /// rank's step lasts as long as the slowest one's, because the others wait for its
+    /// gradients inside backward's all-reduce; this is where a straggler shows.
+    pub outside_backward_ms: f64,
+    pub samples_per_s: Option<f64>,
+    pub phase_share: BTreeMap<String, f64>,
 }
 
 #[cfg(test)]

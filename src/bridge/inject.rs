@@ -65,6 +65,13 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
             ),
         );
     }
+    // Knobs the hooks applied but that could not act in this job (cudnn.benchmark
+    // without CUDA, prefetch_factor without workers), in the hooks' words.
+    for (knob, why) in &events.not_applicable {
+        not_applicable
+            .entry(knob.clone())
+            .or_insert_with(|| why.clone());
+    }
     let def = Knobs::default();
     for (name, _) in &spec.knobs {
         if !injected(name) && knobs.get(name) != def.get(name) {

@@ -3,8 +3,10 @@
 //! The module (`tune_hook.py`, with a `sitecustomize.py` that activates it) is compiled
 //! into the binary and written to the cache on use; the child finds it through
 //! `PYTHONPATH`, so the user installs nothing and changes nothing. It writes one JSON line
-//! per training step to a pipe tune hands it (`TUNE_BRIDGE_FD`); `events` reads and
-//! summarises those lines. `TUNE_BRIDGE=0` turns it off.
+//! per training step to a pipe tune hands it (`TUNE_BRIDGE_FD`, identified by
+//! `TUNE_BRIDGE_INO`); processes the job starts (torchrun's ranks) reopen that pipe, so
+//! their steps arrive tagged with their rank. `events` reads and summarises those lines.
+//! `TUNE_BRIDGE=0` turns it off.
 
 mod attach;
 mod events;
@@ -19,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 pub use attach::{classify, StackSampler, StackSummary};
-pub use events::{Events, Override, Step, StepSummary};
+pub use events::{Events, Override, RankSummary, Step, StepSummary};
 pub use inject::{injected, knob_values, repeat};
 
 use crate::error::{Error, Result};
@@ -77,6 +79,11 @@ impl Link {
         let (rd, wr) = std::io::pipe()
             .map_err(|e| Error::Runtime(format!("bridge: cannot create a pipe: {e}")))?;
         let fd = wr.as_raw_fd();
+        // The pipe's identity: a process that did not inherit the descriptor (torchrun
+        // closes it for its ranks) may hold another file under the same number.
+        let ino = std::fs::metadata(format!("/proc/self/fd/{fd}"))
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+            .map_err(|e| Error::Runtime(format!("bridge: cannot read the pipe's inode: {e}")))?;
         let mut path = std::ffi::OsString::from(dir.as_os_str());
         if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
             path.push(":");
@@ -84,6 +91,8 @@ impl Link {
         }
         cmd.env("PYTHONPATH", path)
             .env("TUNE_BRIDGE_FD", fd.to_string())
+            .env("TUNE_BRIDGE_INO", ino.to_string())
+            .env_remove("TUNE_BRIDGE_HOLDER")
             .env(
                 "TUNE_BRIDGE_KNOBS",
                 serde_json::Value::Object(knobs.clone()).to_string(),

@@ -3,27 +3,50 @@ PYTHONPATH (through sitecustomize) by `tune watch` and `[workload.python]` sweep
 
 Nothing happens until the script imports torch. Then it hooks DataLoader iteration,
 backward, Optimizer.step/zero_grad and host-to-device copies, and writes one JSON line
-per training step (bounded by Optimizer.step) to the file descriptor in TUNE_BRIDGE_FD.
-It applies the knobs in TUNE_BRIDGE_KNOBS (a JSON object) and reports every knob the
-script sets explicitly to another value. Any failure disables the hooks, never the
-script.
+per training step (bounded by Optimizer.step) to the pipe named by TUNE_BRIDGE_FD.
+It applies the knobs in TUNE_BRIDGE_KNOBS (a JSON object), reports every knob the
+script sets explicitly to another value ("override") and every knob that cannot act in
+this job ("not_applicable"). Any failure disables the hooks, never the script.
+
+Processes started by the script (torchrun's ranks, mp.spawn workers) find the same pipe:
+launchers close inherited descriptors, so a child that lacks it reopens it through
+/proc/<holder>/fd/<n> of the nearest ancestor that has it (TUNE_BRIDGE_HOLDER).
 """
 
 import json
 import os
+import stat
 import sys
 import threading
 import time
 
 _now = time.perf_counter
 _lock = threading.Lock()
+_tl = threading.local()
 _out = None
 _pid = os.getpid()
+_rank = None
 _knobs = {}
-_sync = None  # torch.cuda.synchronize when the job uses CUDA, for honest GPU times
-_depth = {"backward": 0, "data": 0}
+# PyTorch's own defaults, which are tune's (src/knobs.rs): a knob at its default needs no
+# "not applicable" note when the job cannot use it.
+_DEFAULTS = {"persistent_workers": False, "prefetch_factor": 2, "pin_memory": False}
+# torch.cuda.synchronize at phase boundaries: only on request (TUNE_BRIDGE_SYNC=1), since it
+# removes the overlap of CPU and GPU work that the job has without tune.
+_sync = None
+_depth = {"backward": 0}
 _acc = {"data_wait": 0.0, "h2d": 0.0, "backward": 0.0, "optimizer": 0.0, "zero_grad": 0.0}
-_state = {"step": 0, "t0": None, "batch": 0, "overrides": set()}
+_state = {
+    "step": 0,
+    "t0": None,
+    "batch": 0,
+    "said": set(),
+    "stepped": False,
+    "scaler": None,  # tune's GradScaler (amp = fp16, when the script has none)
+    "script_scaler": False,
+    "optimizers": [],
+    "conv_weights": False,
+    "cl_undo": False,
+}
 
 
 def _emit(obj):
@@ -43,12 +66,28 @@ def _add(phase, dt):
         _acc[phase] += dt
 
 
+def _once(key):
+    if key in _state["said"]:
+        return False
+    _state["said"].add(key)
+    return True
+
+
 def _override(knob, script_value, applied):
-    key = (knob, repr(script_value))
-    if key in _state["overrides"]:
-        return
-    _state["overrides"].add(key)
-    _emit({"ev": "override", "knob": knob, "script": script_value, "applied": applied})
+    if _once(("override", knob, repr(script_value))):
+        _emit({"ev": "override", "knob": knob, "script": script_value, "applied": applied})
+
+
+def _not_applicable(knob, why):
+    if _once(("na", knob)):
+        _emit({"ev": "not_applicable", "knob": knob, "why": why})
+
+
+def _notice(message):
+    """One line at run time on the job's stderr, and in tune's report."""
+    if os.getpid() == _pid and _once(("notice", message)):
+        sys.stderr.write("tune: %s\n" % message)
+        _emit({"ev": "notice", "message": message})
 
 
 def _batch_size(batch):
@@ -66,45 +105,43 @@ def _batch_size(batch):
     return 0
 
 
-def _install(torch):
-    global _sync
+def _install_dataloader(torch):
     from torch.utils.data import dataloader as dl
-
-    # --- DataLoader: knobs in, time waiting for batches out ---
-    orig_init = dl.DataLoader.__init__
     import inspect
 
-    params = list(inspect.signature(orig_init).parameters)[1:]
-    dl_knobs = {
-        "num_workers": "num_workers",
-        "pin_memory": "pin_memory",
-        "persistent_workers": "persistent_workers",
-        "prefetch_factor": "prefetch_factor",
-    }
+    orig_init = dl.DataLoader.__init__
+    sig = inspect.signature(orig_init)
+    dl_knobs = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
 
     def init(self, *args, **kwargs):
-        for knob, arg in dl_knobs.items():
+        try:
+            bound = sig.bind(self, *args, **kwargs)
+        except TypeError:
+            return orig_init(self, *args, **kwargs)  # let DataLoader name the mistake
+        given = dict(bound.arguments)
+        given.pop(next(iter(sig.parameters)), None)
+        extra = given.pop("kwargs", {}) if "kwargs" in sig.parameters else {}
+        for knob in dl_knobs:
             if knob not in _knobs:
                 continue
             want = _knobs[knob]
-            given = None
-            if arg in kwargs:
-                given = kwargs[arg]
-            elif arg in params and params.index(arg) < len(args):
-                i = params.index(arg)
-                given = args[i]
-                args = args[:i] + args[i + 1:]
-            if given is not None and given != want:
-                _override(knob, given, want)
-            kwargs[arg] = want
-        if kwargs.get("num_workers", 0) == 0:
-            # These are only valid with workers.
-            kwargs.pop("prefetch_factor", None)
-            if kwargs.get("persistent_workers"):
-                kwargs["persistent_workers"] = False
-        return orig_init(self, *args, **kwargs)
+            if knob in given and given[knob] is not None and given[knob] != want:
+                _override(knob, given[knob], want)
+            given[knob] = want
+        if not given.get("num_workers"):
+            # Valid only with worker processes: this DataLoader loads on the main process.
+            for knob in ("prefetch_factor", "persistent_workers"):
+                if knob in _knobs and _knobs[knob] != _DEFAULTS[knob]:
+                    _not_applicable(
+                        knob, "needs num_workers > 0; this DataLoader loads in the main process"
+                    )
+            given.pop("prefetch_factor", None)
+            if given.get("persistent_workers"):
+                given["persistent_workers"] = False
+        given.update(extra)
+        return orig_init(self, **given)
 
-    if _knobs:
+    if any(k in _knobs for k in dl_knobs):
         dl.DataLoader.__init__ = init
 
     orig_next = dl._BaseDataLoaderIter.__next__
@@ -120,14 +157,39 @@ def _install(torch):
 
     dl._BaseDataLoaderIter.__next__ = next_
 
-    # --- backward (Tensor.backward calls torch.autograd.backward: count once) ---
-    def timed_backward(orig):
+
+def _scaler_for(loss):
+    """tune's GradScaler under amp = fp16, made on the first backward, unless the script
+    scales its loss itself."""
+    if _knobs.get("amp") != "fp16" or _state["script_scaler"]:
+        return None
+    if _state["scaler"] is None:
+        _tl.ours = True
+        try:
+            _state["scaler"] = _torch.amp.GradScaler(loss.device.type)
+        finally:
+            _tl.ours = False
+    return _state["scaler"]
+
+
+def _install_backward(torch):
+    # Tensor.backward calls torch.autograd.backward: time (and scale) once.
+    def timed(orig, is_method):
         def wrapper(*args, **kwargs):
             if _depth["backward"]:
                 return orig(*args, **kwargs)
             _depth["backward"] += 1
             t = _now()
             try:
+                if args and not kwargs.get("create_graph"):
+                    loss = args[0]
+                    plain = len(args) == 1 and kwargs.get(
+                        "gradient" if is_method else "grad_tensors"
+                    ) is None
+                    if plain and isinstance(loss, torch.Tensor) and loss.numel() == 1:
+                        scaler = _scaler_for(loss)
+                        if scaler is not None:
+                            args = (scaler.scale(loss),)
                 return orig(*args, **kwargs)
             finally:
                 if _sync is not None:
@@ -137,10 +199,28 @@ def _install(torch):
 
         return wrapper
 
-    torch.Tensor.backward = timed_backward(torch.Tensor.backward)
-    torch.autograd.backward = timed_backward(torch.autograd.backward)
+    torch.Tensor.backward = timed(torch.Tensor.backward, True)
+    torch.autograd.backward = timed(torch.autograd.backward, False)
 
-    # --- host-to-device copies ---
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def clip_grad_norm_(*args, **kwargs):
+        # Clipping must see true gradients: the GradScaler recipe unscales first.
+        sc = _state["scaler"]
+        if sc is not None and sc._scale is not None and len(_state["optimizers"]) == 1:
+            opt = _state["optimizers"][0]()
+            if opt is not None:
+                try:
+                    sc.unscale_(opt)
+                except RuntimeError:
+                    pass  # already unscaled this step
+        return clip(*args, **kwargs)
+
+    if _knobs.get("amp") == "fp16":
+        torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
+
+
+def _install_copies(torch):
     orig_to = torch.Tensor.to
     orig_cuda = torch.Tensor.cuda
 
@@ -154,18 +234,18 @@ def _install(torch):
         return out
 
     def cuda(self, *args, **kwargs):
-        global _sync
         t = _now()
         out = orig_cuda(self, *args, **kwargs)
         _add("h2d", _now() - t)
-        if _sync is None:
-            _sync = torch.cuda.synchronize
         return out
 
     torch.Tensor.to = to
     torch.Tensor.cuda = cuda
 
-    # --- optimizer: zero_grad (knob in, time out) and step (the step boundary) ---
+
+def _install_optimizer(torch):
+    import weakref
+
     opt = torch.optim.Optimizer
     orig_zero = opt.zero_grad
 
@@ -185,9 +265,20 @@ def _install(torch):
 
     opt.zero_grad = zero_grad
 
+    orig_init = opt.__init__
+
+    def init(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        _state["optimizers"].append(weakref.ref(self))
+        if _knobs.get("amp") == "fp16":
+            self.step = _scaled_step(self, self.step)
+
+    opt.__init__ = init
+
     step_start = {}
 
     def pre(optimizer, args, kwargs):
+        _state["stepped"] = True
         step_start[id(optimizer)] = _now()
 
     def post(optimizer, args, kwargs):
@@ -206,30 +297,259 @@ def _install(torch):
     register_optimizer_step_pre_hook(pre)
     register_optimizer_step_post_hook(post)
 
-    # --- backend knobs ---
-    if "autotune" in _knobs:
-        torch.backends.cudnn.benchmark = bool(_knobs["autotune"])
-    if "allow_tf32" in _knobs:
-        torch.backends.cuda.matmul.allow_tf32 = bool(_knobs["allow_tf32"])
-        torch.backends.cudnn.allow_tf32 = bool(_knobs["allow_tf32"])
 
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        _sync = torch.cuda.synchronize
-    _emit({"ev": "hello", "pid": _pid, "torch": torch.__version__, "knobs": _knobs})
+def _scaled_step(opt, step):
+    """optimizer.step() under amp = fp16 as GradScaler's recipe has it: unscale, skip the
+    step on inf/nan, update the scale. The script keeps calling optimizer.step()."""
+
+    def scaled(*args, **kwargs):
+        sc = _state["scaler"]
+        # No scaled backward yet (GradScaler then has no scale to unscale by), a closure,
+        # or GradScaler's own call of optimizer.step(): the plain step.
+        if sc is None or sc._scale is None or getattr(_tl, "in_step", False) or args or kwargs:
+            return step(*args, **kwargs)
+        _state["stepped"] = False
+        _tl.in_step = True
+        try:
+            out = sc.step(opt)
+            sc.update()
+        finally:
+            _tl.in_step = False
+        if not _state["stepped"]:
+            # Skipped for an inf/nan gradient: still one training step of the job.
+            _step_end(_now())
+        return out
+
+    return scaled
+
+
+def _install_backends(torch):
+    """cudnn.benchmark (tune's autotune) and TF32 (amp = "tf32"): set once, and a script
+    that sets them itself is reported and overruled."""
+    cudnn = type(torch.backends.cudnn)
+    orig_bench = cudnn.__dict__.get("benchmark")
+    if "autotune" in _knobs:
+        want = bool(_knobs["autotune"])
+        torch._C._set_cudnn_benchmark(want)
+        if orig_bench is not None:
+
+            class Benchmark:
+                def __get__(self, obj, objtype=None):
+                    return torch._C._get_cudnn_benchmark()
+
+                def __set__(self, obj, val):
+                    if bool(val) != want:
+                        _override("autotune", bool(val), want)
+
+            cudnn.benchmark = Benchmark()
+
+    amp = _knobs.get("amp")
+    if amp is None:
+        return
+    tf32 = amp == "tf32"
+    torch._C._set_cublas_allow_tf32(tf32)
+    if tf32:
+        torch._C._set_cudnn_allow_tf32(True)
+    matmul = type(torch.backends.cuda.matmul)
+    orig_setattr = matmul.__setattr__
+
+    def setattr_(self, name, value):
+        if name == "allow_tf32" and bool(value) != tf32:
+            _override("amp", "tf32" if value else "off (allow_tf32=False)", amp)
+            return None
+        return orig_setattr(self, name, value)
+
+    matmul.__setattr__ = setattr_
+    orig_prec = torch.set_float32_matmul_precision
+
+    def set_precision(precision):
+        if (precision != "highest") != tf32:
+            _override("amp", "set_float32_matmul_precision(%r)" % precision, amp)
+            return None
+        return orig_prec(precision)
+
+    torch.set_float32_matmul_precision = set_precision
+
+
+def _autocast_dtype(torch, amp):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+
+
+def _install_autocast(torch):
+    """A script's own autocast (`with torch.autocast(...)`, the decorator, the
+    torch.cuda.amp/torch.cpu.amp spellings) takes tune's setting, reported once."""
+    amp = _knobs.get("amp")
+    if amp is None:
+        return
+    ac = torch.amp.autocast_mode.autocast
+    orig_enter = ac.__enter__
+    dtype = _autocast_dtype(torch, amp)
+
+    def enter(self):
+        # A region the script turns autocast off in (a loss kept in float32) stays off.
+        if self._enabled and not getattr(_tl, "ours", False) and self.fast_dtype != dtype:
+            seen = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
+                self.fast_dtype, str(self.fast_dtype)
+            )
+            _override("amp", "torch.autocast(%s)" % seen, amp)
+            if dtype is None:
+                self._enabled = False
+            else:
+                self.fast_dtype = dtype
+        return orig_enter(self)
+
+    ac.__enter__ = enter
+
+    gs = torch.amp.GradScaler
+    orig_gs_init = gs.__init__
+
+    def gs_init(self, *args, **kwargs):
+        orig_gs_init(self, *args, **kwargs)
+        if not getattr(_tl, "ours", False) and self.is_enabled():
+            _state["script_scaler"] = True
+
+    gs.__init__ = gs_init
+
+
+def _device_of(torch, module, args):
+    for p in module.parameters():
+        return p.device.type
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a.device.type
+    return getattr(_tl, "device", "cpu")
+
+
+def _install_module_call(torch):
+    """Autocast around the model's forward and channels_last for its weights and input
+    batches, at the outermost nn.Module call: the model called by the training loop
+    (and the loss module, as PyTorch's autocast recipe has it). Nested module calls
+    run inside it and pay one attribute read."""
+    amp = _knobs.get("amp")
+    dtype = _autocast_dtype(torch, amp)
+    cl = _knobs.get("channels_last")
+    if dtype is None and cl is None:
+        return
+    import weakref
+
+    nhwc = torch.channels_last
+    seen = weakref.WeakSet()
+    orig_call = torch.nn.Module.__call__
+
+    def layout(module):
+        if module in seen:
+            return
+        seen.add(module)
+        w4 = [p for p in module.parameters() if p.dim() == 4]
+        if not w4:
+            return
+        _state["conv_weights"] = True
+        script_cl = any(w.is_contiguous(memory_format=nhwc) and not w.is_contiguous() for w in w4)
+        if cl and not script_cl:
+            module.to(memory_format=nhwc)
+        elif not cl and script_cl:
+            _override("channels_last", True, False)
+            _state["cl_undo"] = True
+            module.to(memory_format=torch.contiguous_format)
+
+    def batch(x):
+        if not (isinstance(x, torch.Tensor) and x.dim() == 4 and x.is_floating_point()):
+            return x
+        if cl:
+            return x.contiguous(memory_format=nhwc)
+        if not x.is_contiguous():
+            if x.is_contiguous(memory_format=nhwc):
+                _override("channels_last", True, False)
+            return x.contiguous()
+        return x
+
+    def call(self, *args, **kwargs):
+        if getattr(_tl, "inside", False) or os.getpid() != _pid:
+            return orig_call(self, *args, **kwargs)
+        _tl.inside = True
+        try:
+            if cl is not None:
+                layout(self)
+                args = tuple(batch(a) for a in args)
+            if dtype is None:
+                return orig_call(self, *args, **kwargs)
+            dev = _device_of(torch, self, args)
+            _tl.device = dev
+            _tl.ours = True
+            try:
+                ctx = torch.autocast(dev, dtype=dtype)
+                ctx.__enter__()
+            finally:
+                _tl.ours = False
+            try:
+                return orig_call(self, *args, **kwargs)
+            finally:
+                ctx.__exit__(None, None, None)
+        finally:
+            _tl.inside = False
+
+    torch.nn.Module.__call__ = call
+
+
+def _install_dp(torch):
+    dp = torch.nn.DataParallel
+    orig_init = dp.__init__
+
+    def init(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        n = len(getattr(self, "device_ids", None) or [])
+        if not torch.cuda.is_available():
+            _notice(
+                "nn.DataParallel without CUDA runs the module on one device: per-device DP "
+                "phases cannot be measured (no GPU)"
+            )
+        elif n > 1:
+            _notice(
+                "nn.DataParallel over %d GPUs: the hooks time the whole step; per-device load "
+                "comes from NVML utilization, not per-replica phases" % n
+            )
+
+    dp.__init__ = init
+
+
+def _first_step_checks():
+    """Knobs that cannot act in this job, known once one step has run."""
+    torch = _torch
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    if not cuda:
+        if _knobs.get("autotune"):
+            _not_applicable("autotune", "the job does not use CUDA: cudnn.benchmark changes nothing")
+        if _knobs.get("amp") == "tf32":
+            _not_applicable("amp", "the job does not use CUDA: TF32 is a GPU matmul mode")
+        if _knobs.get("pin_memory"):
+            _not_applicable("pin_memory", "the job does not use CUDA: there is no copy to pin for")
+    elif _sync is None:
+        _notice(
+            "the job uses CUDA: phase times are CPU-side (launch) times; set "
+            "TUNE_BRIDGE_SYNC=1 to synchronize at phase boundaries (exact, but costs overlap)"
+        )
+    if _knobs.get("channels_last") and not _state["conv_weights"]:
+        _not_applicable("channels_last", "the model has no 4-D (convolution) weights")
 
 
 def _step_end(t):
+    global _sync
     s = _state
     if s["t0"] is None:
         # The first step's start is unknown (setup, imports): it only opens the clock.
         s["t0"] = t
         for k in _acc:
             _acc[k] = 0.0
+        if os.environ.get("TUNE_BRIDGE_SYNC") == "1" and _torch.cuda.is_initialized():
+            _sync = _torch.cuda.synchronize
+        _first_step_checks()
         return
     dur = t - s["t0"]
     s["t0"] = t
     s["step"] += 1
     ev = {"ev": "step", "step": s["step"], "t": t, "dur": dur, "batch": s["batch"]}
+    if _rank is not None:
+        ev["rank"] = _rank
     other = dur
     for k in _acc:
         ev[k] = _acc[k]
@@ -238,6 +558,27 @@ def _step_end(t):
     # Forward, loss and the script's own Python: everything between the hooks.
     ev["forward"] = max(other, 0.0)
     _emit(ev)
+
+
+_torch = None
+
+
+def _install(torch):
+    global _torch
+    _torch = torch
+    _install_dataloader(torch)
+    _install_backward(torch)
+    _install_copies(torch)
+    _install_optimizer(torch)
+    _install_backends(torch)
+    _install_autocast(torch)
+    _install_module_call(torch)
+    _install_dp(torch)
+    hello = {"ev": "hello", "pid": _pid, "torch": torch.__version__, "knobs": _knobs}
+    if _rank is not None:
+        hello["rank"] = _rank
+        hello["world"] = os.environ.get("WORLD_SIZE")
+    _emit(hello)
 
 
 class _TorchFinder:
@@ -269,19 +610,56 @@ class _TorchFinder:
         return spec
 
 
-def activate():
-    global _out, _knobs
-    fd = os.environ.get("TUNE_BRIDGE_FD")
-    if not fd:
-        return
+def _is_pipe(fd, ino):
     try:
-        _out = int(fd)
-        os.fstat(_out)
-    except (ValueError, OSError):
-        _out = None
+        st = os.fstat(fd)
+    except OSError:
+        return False
+    return stat.S_ISFIFO(st.st_mode) and (ino is None or st.st_ino == ino)
+
+
+def _open_pipe():
+    """The event pipe: inherited, or reopened through the holder's /proc entry."""
+    try:
+        fd = int(os.environ["TUNE_BRIDGE_FD"])
+    except (KeyError, ValueError):
+        return None
+    try:
+        ino = int(os.environ["TUNE_BRIDGE_INO"])
+    except (KeyError, ValueError):
+        ino = None
+    if _is_pipe(fd, ino):
+        return fd
+    holder = os.environ.get("TUNE_BRIDGE_HOLDER")
+    if not holder or ino is None:
+        return None
+    try:
+        # Non-blocking: with tune gone (no reader) the open fails instead of waiting.
+        new = os.open("/proc/%s/fd/%d" % (holder, fd), os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if not _is_pipe(new, ino):
+        os.close(new)
+        return None
+    os.set_blocking(new, True)
+    os.set_inheritable(new, True)
+    return new
+
+
+def activate():
+    global _out, _knobs, _rank
+    _out = _open_pipe()
+    if _out is None:
         return
-    # Children of this process (DataLoader workers, subprocesses) must not report as it.
-    os.environ.pop("TUNE_BRIDGE_FD", None)
+    # This process's children (a launcher's ranks) reopen the pipe from here.
+    os.environ["TUNE_BRIDGE_FD"] = str(_out)
+    os.environ["TUNE_BRIDGE_HOLDER"] = str(_pid)
+    _rank = os.environ.get("RANK")
+    if _rank is not None:
+        try:
+            _rank = int(_rank)
+        except ValueError:
+            _rank = None
     try:
         _knobs = json.loads(os.environ.get("TUNE_BRIDGE_KNOBS", "{}"))
     except ValueError:

@@ -30,6 +30,7 @@ pub enum Layout {
 }
 
 /// One knob's row in a backend's table.
+#[derive(Clone, Copy)]
 pub struct Capability {
     pub knob: &'static str,
     pub support: fn(&Knobs, Layout) -> Support,
@@ -125,6 +126,58 @@ fn cuda_parallel(k: &Knobs, l: Layout) -> Support {
     dp_on_one_device(k, l)
 }
 
+/// Knobs for PyTorch scripts only (the knob table's `PYTHON_ONLY` rows): the engine runs,
+/// and records that the setting means nothing to it, on every backend.
+fn python_only(k: &Knobs, _: Layout, knob: &str, why: &str) -> Support {
+    if k.get(knob) == Knobs::default().get(knob) {
+        Support::Supported
+    } else {
+        Support::NotApplicable(why.into())
+    }
+}
+
+fn persistent_workers(k: &Knobs, l: Layout) -> Support {
+    python_only(
+        k,
+        l,
+        "persistent_workers",
+        "tune's engine keeps its loader threads for the whole run already",
+    )
+}
+
+fn prefetch_factor(k: &Knobs, l: Layout) -> Support {
+    python_only(
+        k,
+        l,
+        "prefetch_factor",
+        "tune's engine loader has its own fixed prefetch depth; this knob is for PyTorch's DataLoader",
+    )
+}
+
+fn channels_last(k: &Knobs, l: Layout) -> Support {
+    python_only(
+        k,
+        l,
+        "channels_last",
+        "tune's engine keeps activations in NCHW; this knob is for PyTorch models",
+    )
+}
+
+const PYTHON_ONLY: [Capability; 3] = [
+    Capability {
+        knob: "persistent_workers",
+        support: persistent_workers,
+    },
+    Capability {
+        knob: "prefetch_factor",
+        support: prefetch_factor,
+    },
+    Capability {
+        knob: "channels_last",
+        support: channels_last,
+    },
+];
+
 const CPU: &[Capability] = &[
     Capability {
         knob: "pin_memory",
@@ -146,6 +199,9 @@ const CPU: &[Capability] = &[
         knob: "bucket_mb",
         support: bucket_mb,
     },
+    PYTHON_ONLY[0],
+    PYTHON_ONLY[1],
+    PYTHON_ONLY[2],
 ];
 
 const CUDA: &[Capability] = &[
@@ -165,6 +221,9 @@ const CUDA: &[Capability] = &[
         knob: "bucket_mb",
         support: bucket_mb,
     },
+    PYTHON_ONLY[0],
+    PYTHON_ONLY[1],
+    PYTHON_ONLY[2],
 ];
 
 /// The backend's table; a knob it does not list is supported.

@@ -39,7 +39,10 @@ fn values(k: &Knob) -> String {
 }
 
 fn applies(k: &Knob) -> String {
-    let mut parts = vec![format!("engine ({})", k.applies.backends.join(", "))];
+    let mut parts = Vec::new();
+    if !k.applies.backends.is_empty() {
+        parts.push(format!("engine ({})", k.applies.backends.join(", ")));
+    }
     if k.applies.command {
         parts.push("command".into());
     }

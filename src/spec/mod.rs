@@ -197,9 +197,20 @@ impl Spec {
     /// strategy, limits and knob lists are left out: changing them (more repeats, a longer
     /// timeout, another knob value) continues the same experiment.
     pub fn fingerprint(&self) -> String {
+        // Knobs added after journals were first fingerprinted count only when set off
+        // their default, so an older journal still resumes.
+        let mut baseline = serde_json::to_value(&self.search.baseline).unwrap_or_default();
+        if let Some(m) = baseline.as_object_mut() {
+            let def = crate::knobs::Knobs::default();
+            for n in ["persistent_workers", "prefetch_factor", "channels_last"] {
+                if self.search.baseline.get(n) == def.get(n) {
+                    m.remove(n);
+                }
+            }
+        }
         let canon = serde_json::json!({
             "workload": self.workload,
-            "baseline": self.search.baseline,
+            "baseline": baseline,
         });
         // FNV-1a: stable across Rust versions and platforms, unlike std's hashers, so a
         // journal written by one build resumes under another.

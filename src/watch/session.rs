@@ -277,6 +277,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         for e in &ev.errors {
             notes.push(format!("the PyTorch hooks failed and were off: {e}"));
         }
+        notes.extend(ev.notices.iter().map(|n| format!("PyTorch hooks: {n}")));
         ev.summary()
     });
     let stacks = stacks.map(crate::bridge::StackSampler::stop);
@@ -376,6 +377,22 @@ fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {
                 .map_or(String::new(), |x| format!(", {x:.1} samples/s")),
             shares.join(", ")
         );
+        for k in &p.ranks {
+            let shares: Vec<String> = k
+                .phase_share
+                .iter()
+                .filter(|(_, v)| **v >= 0.005)
+                .map(|(k, v)| format!("{k} {:.1}%", v * 100.0))
+                .collect();
+            eprintln!(
+                "  rank {}: {} steps (median {:.1} ms, {:.1} ms outside backward): {}",
+                k.rank,
+                k.steps,
+                k.median_step_ms,
+                k.outside_backward_ms,
+                shares.join(", ")
+            );
+        }
     }
     if let Some(st) = r.stacks.as_ref().filter(|s| s.samples > 0) {
         let shares: Vec<String> = st

@@ -9,6 +9,14 @@ use crate::results::Finding;
 /// Host-to-device copies above this share of a step are worth pinning memory for.
 pub const H2D_SHARE: f64 = 0.10;
 
+/// The knob table's lines for loading in persistent worker processes.
+fn workers_line() -> String {
+    crate::knobs::torch_lines(
+        [("num_workers", "N"), ("persistent_workers", "true")],
+        "cpu",
+    )
+}
+
 pub fn findings(s: &StepSummary) -> Vec<WatchFinding> {
     let mut out = Vec::new();
     let of_steps = format!(
@@ -29,8 +37,9 @@ pub fn findings(s: &StepSummary) -> Vec<WatchFinding> {
                 ),
             },
             hint: format!(
-                "load batches in worker processes: DataLoader(dataset, num_workers=N, \
-                 persistent_workers=True); removing all of the wait would give at most {:.2}x",
+                "load batches in worker processes: {}; removing all of the wait would give \
+                 at most {:.2}x",
+                workers_line(),
                 1.0 / (1.0 - wait).max(1e-6)
             ),
         });
@@ -47,11 +56,68 @@ pub fn findings(s: &StepSummary) -> Vec<WatchFinding> {
                     fmt_pct(h2d)
                 ),
             },
-            hint: "DataLoader(dataset, pin_memory=True); x = x.to(\"cuda\", non_blocking=True)"
-                .into(),
+            hint: format!(
+                "{}; x = x.to(\"cuda\", non_blocking=True)",
+                crate::knobs::torch_line("pin_memory", "true", "cuda")
+            ),
         });
     }
+    out.extend(rank_imbalance(s));
     out
+}
+
+/// A rank whose own work (outside backward) exceeds the fastest rank's by more than this
+/// share of the step is a straggler worth a finding.
+pub const RANK_SPREAD: f64 = 0.20;
+
+/// torchrun ranks: one rank doing more work per step than the others. Under DDP every
+/// rank's step lasts as long as the slowest one's (the others wait in backward's
+/// all-reduce), so the step times agree and the spread shows outside backward.
+fn rank_imbalance(s: &StepSummary) -> Vec<WatchFinding> {
+    let cmp = |a: &&crate::bridge::RankSummary, b: &&crate::bridge::RankSummary| {
+        a.outside_backward_ms.total_cmp(&b.outside_backward_ms)
+    };
+    let (Some(slow), Some(fast)) = (s.ranks.iter().max_by(cmp), s.ranks.iter().min_by(cmp)) else {
+        return Vec::new();
+    };
+    let step_ms = slow.median_step_ms.max(fast.median_step_ms);
+    let spread = slow.outside_backward_ms - fast.outside_backward_ms;
+    if s.ranks.len() < 2 || step_ms <= 0.0 || spread <= RANK_SPREAD * step_ms {
+        return Vec::new();
+    }
+    let per_rank: Vec<String> = s
+        .ranks
+        .iter()
+        .map(|r| {
+            format!(
+                "rank {}: step {:.1} ms, {:.1} ms outside backward",
+                r.rank, r.median_step_ms, r.outside_backward_ms
+            )
+        })
+        .collect();
+    vec![WatchFinding {
+        kind: FindingKind::Imbalance,
+        device: format!("rank{}", slow.rank),
+        finding: Finding {
+            title: format!("rank {} is slower than the other ranks", slow.rank),
+            evidence: format!(
+                "rank {} spends {:.1} ms more per step outside backward than rank {} ({} of \
+                 the step; {}), measured by tune's PyTorch hooks; the other ranks wait for it \
+                 in the gradient all-reduce",
+                slow.rank,
+                spread,
+                fast.rank,
+                fmt_pct(spread / step_ms),
+                per_rank.join("; ")
+            ),
+        },
+        hint: format!(
+            "find what rank {} does more of per step (its data loading, its own Python \
+                 between the hooks, a busier host or device); removing it would shorten every \
+                 rank's step by up to {:.1} ms",
+            slow.rank, spread
+        ),
+    }]
 }
 
 /// Findings from `--pid` stack samples: the share of samples in each phase.
@@ -71,8 +137,6 @@ pub fn stack_findings(s: &StackSummary) -> Vec<WatchFinding> {
                 s.samples
             ),
         },
-        hint: "load batches in worker processes: DataLoader(dataset, num_workers=N, \
-               persistent_workers=True)"
-            .into(),
+        hint: format!("load batches in worker processes: {}", workers_line()),
     }]
 }

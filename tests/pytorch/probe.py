@@ -1,0 +1,93 @@
+"""An ordinary small PyTorch CPU training script that also writes down, per run, what it
+observed from the inside: the autocast state in its model's forward, the memory layout
+of its conv weights and input batch there, the gradient its loss received (the loss
+scale under GradScaler), its DataLoader's settings and the backend flags. The tests
+compare those observations with the knobs tune injected (TUNE_BRIDGE_KNOBS).
+
+It knows nothing of tune's hooks. With --own it sets every one of those knobs itself,
+as a tuned script would, so the tests can see tune detect and report each override.
+"""
+
+import argparse
+import json
+import os
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+seen = {}
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        seen["autocast"] = torch.is_autocast_enabled("cpu")
+        seen["autocast_dtype"] = str(torch.get_autocast_dtype("cpu")).replace("torch.", "")
+        seen["input_nhwc"] = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+        w = self.conv.weight
+        seen["weight_nhwc"] = w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous()
+        h = torch.relu(self.conv(x)).mean((2, 3))
+        out = self.head(h)
+        seen["out_dtype"] = str(out.dtype).replace("torch.", "")
+        return out
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--record", required=True)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--own", action="store_true")
+    args = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    data = TensorDataset(torch.randn(16 * args.steps, 3, 16, 16), torch.randint(0, 2, (16 * args.steps,)))
+    extra = {}
+    if args.own:
+        extra = {"prefetch_factor": 3, "persistent_workers": True}
+        torch.backends.cudnn.benchmark = True
+    loader = DataLoader(data, batch_size=16, num_workers=args.workers, **extra)
+    net = Net()
+    if args.own:
+        net = net.to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    loss_fn = nn.CrossEntropyLoss()
+    losses = []
+    for x, y in loader:
+        if args.own:
+            x = x.contiguous(memory_format=torch.channels_last)
+        opt.zero_grad()
+        if args.own:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = loss_fn(net(x), y)
+        else:
+            loss = loss_fn(net(x), y)
+        loss.register_hook(lambda g: seen.__setitem__("loss_grad", float(g)))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    rec = {
+        "knobs": json.loads(os.environ.get("TUNE_BRIDGE_KNOBS", "{}")),
+        "seen": seen,
+        "loader": {
+            "num_workers": loader.num_workers,
+            "persistent_workers": loader.persistent_workers,
+            "prefetch_factor": loader.prefetch_factor,
+        },
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "weights_finite": all(bool(torch.isfinite(q).all()) for q in net.parameters()),
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+    }
+    with open(args.record, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+//! Knobs injected into an unmodified PyTorch script (`[workload.python]`, PyPI's torch on
+//! CPU): each trial's autocast (bf16, fp16 with GradScaler), channels_last, DataLoader
+//! persistent_workers/prefetch_factor and cudnn.benchmark are what the script observes
+//! from the inside (tests/pytorch/probe.py writes it down), and a script that sets them
+//! itself is reported under `not_applicable`, never silently ignored.
+
+#[path = "pytorch/support.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn show(o: &std::process::Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs a sweep of probe.py (with `args`) over `knobs` (TOML lines); returns the report
+/// and the probe's records, one per trial run.
+fn sweep(py: &Path, dir: &Path, args: &str, knobs: &str) -> (Value, Vec<Value>) {
+    let record = dir.join("record.jsonl");
+    let spec = dir.join("spec.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"probe\"\n[workload.python]\nrun = \"{} {} --record {} {args}\"\n\
+             [knobs]\n{knobs}\n[search]\nstrategy = \"one-at-a-time\"\nrepeats = 1\ntimeout_s = 120\n",
+            py.display(),
+            support::script("probe.py").display(),
+            record.display(),
+        ),
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .env("TUNE_CACHE_DIR", dir.join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let records = std::fs::read_to_string(&record)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (r, records)
+}
+
+#[test]
+fn each_injected_knob_is_what_the_script_observes() {
+    let _serial = support::serial();
+    let Some(py) = support::python("each_injected_knob_is_what_the_script_observes") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (r, records) = sweep(
+        &py,
+        d.path(),
+        "--workers 1",
+        "amp = [\"off\", \"bf16\", \"fp16\"]\nchannels_last = [false, true]\n\
+         persistent_workers = [false, true]\nprefetch_factor = [2, 4]\nautotune = [false, true]",
+    );
+    // The baseline and one trial per other value, at least.
+    assert!(records.len() >= 6, "{records:?}");
+    let mut seen_values = std::collections::BTreeSet::new();
+    for rec in &records {
+        let k = &rec["knobs"];
+        let s = &rec["seen"];
+        // Every trial gets every named knob, the baseline's values included.
+        for name in [
+            "amp",
+            "channels_last",
+            "persistent_workers",
+            "prefetch_factor",
+            "autotune",
+        ] {
+            assert!(!k[name].is_null(), "{name} not injected: {rec}");
+            seen_values.insert(format!("{name}={}", k[name]));
+        }
+        match k["amp"].as_str().unwrap() {
+            "off" => {
+                assert_eq!(s["autocast"], false, "{rec}");
+                assert_eq!(s["out_dtype"], "float32", "{rec}");
+                assert_eq!(s["loss_grad"], 1.0, "{rec}");
+            }
+            "bf16" => {
+                assert_eq!(s["autocast"], true, "{rec}");
+                assert_eq!(s["autocast_dtype"], "bfloat16", "{rec}");
+                assert_eq!(s["out_dtype"], "bfloat16", "{rec}");
+                assert_eq!(s["loss_grad"], 1.0, "{rec}");
+            }
+            "fp16" => {
+                assert_eq!(s["autocast"], true, "{rec}");
+                assert_eq!(s["autocast_dtype"], "float16", "{rec}");
+                assert_eq!(s["out_dtype"], "float16", "{rec}");
+                // tune's GradScaler scaled the loss (2^16 to start), and unscaled the
+                // gradients before each step: the model still learns, in finite numbers.
+                assert_eq!(s["loss_grad"], 65536.0, "{rec}");
+                assert_eq!(rec["weights_finite"], true, "{rec}");
+                assert!(
+                    rec["last_loss"].as_f64().unwrap() < rec["first_loss"].as_f64().unwrap(),
+                    "{rec}"
+                );
+            }
+            other => panic!("amp {other}"),
+        }
+        let cl = k["channels_last"].as_bool().unwrap();
+        assert_eq!(s["weight_nhwc"], cl, "{rec}");
+        assert_eq!(s["input_nhwc"], cl, "{rec}");
+        let l = &rec["loader"];
+        assert_eq!(l["persistent_workers"], k["persistent_workers"], "{rec}");
+        assert_eq!(l["prefetch_factor"], k["prefetch_factor"], "{rec}");
+        assert_eq!(rec["cudnn_benchmark"], k["autotune"], "{rec}");
+    }
+    for v in [
+        "amp=\"bf16\"",
+        "amp=\"fp16\"",
+        "channels_last=true",
+        "persistent_workers=true",
+        "prefetch_factor=4",
+        "autotune=true",
+    ] {
+        assert!(seen_values.contains(v), "no trial ran {v}: {seen_values:?}");
+    }
+    // cudnn.benchmark was set, but a CPU job has no cuDNN: the trial says so.
+    let trials = r["trials"].as_array().unwrap();
+    let at = trials
+        .iter()
+        .find(|t| t["knobs"]["autotune"] == true)
+        .unwrap();
+    assert!(
+        at["not_applicable"]["autotune"]
+            .as_str()
+            .unwrap_or("")
+            .contains("does not use CUDA"),
+        "{at}"
+    );
+    for t in trials {
+        assert_eq!(t["status"], "ok", "{t}");
+    }
+}
+
+#[test]
+fn knobs_the_script_sets_itself_are_reported_and_overruled() {
+    let _serial = support::serial();
+    let Some(py) = support::python("knobs_the_script_sets_itself_are_reported_and_overruled")
+    else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    // --own: the script passes prefetch_factor=3 and persistent_workers=True to its
+    // DataLoader, sets cudnn.benchmark, converts its model and batches to channels_last
+    // and runs its forward under its own bf16 autocast. The sweep's baseline says
+    // otherwise for each.
+    let (r, records) = sweep(
+        &py,
+        d.path(),
+        "--workers 1 --own",
+        "amp = [\"off\", \"fp16\"]\nchannels_last = [false]\npersistent_workers = [false]\n\
+         prefetch_factor = [2]\nautotune = [false]",
+    );
+    let trials = r["trials"].as_array().unwrap();
+    let base = trials.iter().find(|t| t["label"] == "baseline").unwrap();
+    let na = &base["not_applicable"];
+    for knob in [
+        "amp",
+        "channels_last",
+        "persistent_workers",
+        "prefetch_factor",
+        "autotune",
+    ] {
+        assert!(
+            na[knob].as_str().unwrap_or("").contains("explicitly"),
+            "{knob}: {base}"
+        );
+    }
+    // And tune's values are the ones that ran.
+    let rec = records.iter().find(|x| x["knobs"]["amp"] == "off").unwrap();
+    assert_eq!(rec["seen"]["autocast"], false, "{rec}");
+    assert_eq!(rec["seen"]["weight_nhwc"], false, "{rec}");
+    assert_eq!(rec["seen"]["input_nhwc"], false, "{rec}");
+    assert_eq!(rec["loader"]["prefetch_factor"], 2, "{rec}");
+    assert_eq!(rec["loader"]["persistent_workers"], false, "{rec}");
+    assert_eq!(rec["cudnn_benchmark"], false, "{rec}");
+    // The script's bf16 autocast became tune's fp16 in the fp16 trial.
+    let rec = records
+        .iter()
+        .find(|x| x["knobs"]["amp"] == "fp16")
+        .unwrap();
+    assert_eq!(rec["seen"]["autocast_dtype"], "float16", "{rec}");
+    assert_eq!(rec["seen"]["loss_grad"], 65536.0, "{rec}");
+}
