@@ -24,6 +24,35 @@ fn steady(rec: &TrialRecord) -> (Vec<f64>, f64) {
     steady_times(&rec.repeats)
 }
 
+/// The node type a cluster sweep's ratios are taken on: the type most of the baseline's
+/// runs had (ties to the first by name). None for a local sweep, where every repeat ran
+/// on this machine.
+fn reference_type(baseline: Option<&TrialRecord>) -> Option<String> {
+    let mut count: BTreeMap<String, usize> = BTreeMap::new();
+    for n in baseline?.nodes.iter().filter(|n| n.fingerprint.is_some()) {
+        *count.entry(super::nodes::node_type(n)).or_default() += 1;
+    }
+    let most = count.values().copied().max()?;
+    count.into_iter().find(|(_, c)| *c == most).map(|(t, _)| t)
+}
+
+/// Like `steady`, over the repeats that ran on node type `ty` only: repeats measured on
+/// other hardware are not the same measurement, so ratios never mix them. A record
+/// without node information (a local sweep) keeps every repeat. An `ok` record has one
+/// repeat per run, so `NodeRun::repeat` indexes `repeats`.
+fn steady_on(rec: &TrialRecord, ty: Option<&str>) -> (Vec<f64>, f64) {
+    let Some(ty) = ty.filter(|_| rec.nodes.iter().any(|n| n.fingerprint.is_some())) else {
+        return steady(rec);
+    };
+    let kept: Vec<Repeat> = rec
+        .nodes
+        .iter()
+        .filter(|n| n.fingerprint.is_some() && super::nodes::node_type(n) == ty)
+        .filter_map(|n| rec.repeats.get(n.repeat).cloned())
+        .collect();
+    steady_times(&kept)
+}
+
 /// The steps of one repeat that count: warm-up and slow leading steps dropped.
 pub fn steady_slice(r: &Repeat) -> &[f64] {
     &r.step_times[stats::steady_state(&r.step_times, r.warmup)..]
@@ -147,8 +176,13 @@ fn phase_share(rec: &TrialRecord, steady_times: &[f64]) -> BTreeMap<String, f64>
     out
 }
 
-fn trial_report(rec: &TrialRecord, base: Option<&(Vec<f64>, f64)>) -> TrialReport {
+fn trial_report(
+    rec: &TrialRecord,
+    base: Option<&(Vec<f64>, f64)>,
+    ref_type: Option<&str>,
+) -> TrialReport {
     let (times, sps) = steady(rec);
+    let (same_times, same_sps) = steady_on(rec, ref_type);
     let boot = Bootstrap::with_seed(knobs_hash(&rec.knobs));
     let thr = (rec.status == Status::Ok)
         .then(|| Throughput::from_step_times(&times, sps, &boot))
@@ -161,8 +195,8 @@ fn trial_report(rec: &TrialRecord, base: Option<&(Vec<f64>, f64)>) -> TrialRepor
         })
     });
     let ratio_vs_baseline = match (samples_per_s, base) {
-        (Some(_), Some((bt, bsps))) if !bt.is_empty() => {
-            let e = stats::ratio_ci(bt, *bsps, &times, sps, &boot);
+        (Some(_), Some((bt, bsps))) if !bt.is_empty() && !same_times.is_empty() => {
+            let e = stats::ratio_ci(bt, *bsps, &same_times, same_sps, &boot);
             Some(Ratio {
                 ratio: finite(e.ratio).unwrap_or(f64::NAN),
                 lo: finite(e.lo).unwrap_or(e.ratio),
@@ -282,6 +316,7 @@ pub struct Confirmations {
     confirm: Vec<TrialRecord>,
     baseline: Knobs,
     base_data: Option<(Vec<f64>, f64)>,
+    ref_type: Option<String>,
 }
 
 impl Confirmations {
@@ -293,10 +328,10 @@ impl Confirmations {
             .iter()
             .rev()
             .find(|r| r.knobs == self.baseline && r.status == Status::Ok)
-            .map(steady);
+            .map(|r| steady_on(r, self.ref_type.as_deref()));
         let against = rerun.as_ref().or(self.base_data.as_ref());
         let rec = self.confirm.iter().rev().find(|r| &r.knobs == knobs)?;
-        Some(trial_report(rec, against))
+        Some(trial_report(rec, against, self.ref_type.as_deref()))
     }
 }
 
@@ -309,13 +344,14 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
         .partition(|r| r.id.starts_with(CONFIRM_PREFIX));
     let recs = latest(spec, &records);
     let base_id = plan::trial_id(&spec.search.baseline, &spec.search.baseline);
-    let base_data = recs
+    let base_rec = recs
         .iter()
-        .find(|r| r.id == base_id && r.status == Status::Ok)
-        .map(steady);
+        .find(|r| r.id == base_id && r.status == Status::Ok);
+    let ref_type = reference_type(base_rec);
+    let base_data = base_rec.map(|r| steady_on(r, ref_type.as_deref()));
     let trials: Vec<TrialReport> = recs
         .iter()
-        .map(|r| trial_report(r, base_data.as_ref()))
+        .map(|r| trial_report(r, base_data.as_ref(), ref_type.as_deref()))
         .collect();
     let best = trials
         .iter()
@@ -334,6 +370,19 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
         notes.push("the baseline has no successful measurement: no ratios".into());
     }
     notes.extend(super::nodes::notes(&trials, Some(base_id.as_str())));
+    if let Some(ty) = &ref_type {
+        let mixed = recs.iter().any(|r| {
+            r.nodes
+                .iter()
+                .any(|n| n.fingerprint.is_some() && &super::nodes::node_type(n) != ty)
+        });
+        if mixed {
+            notes.push(format!(
+                "ratios use only the repeats measured on the baseline's node type ({ty}); \
+                 a configuration with none there has no ratio"
+            ));
+        }
+    }
     let backend = trials
         .iter()
         .flat_map(|t| t.repeats.first())
@@ -364,6 +413,7 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
             confirm,
             baseline: spec.search.baseline.clone(),
             base_data,
+            ref_type,
         },
     }
 }
@@ -483,5 +533,65 @@ mod tests {
             (s.median - 0.04).abs() < 1e-12 && (s.max - 0.2).abs() < 1e-12,
             "{s:?}"
         );
+    }
+
+    /// A cluster record: one repeat per (median step, node type) pair, in run order.
+    fn on_nodes(runs: &[(f64, &str)]) -> TrialRecord {
+        use crate::results::record::{NodeFingerprint, NodeRun};
+        TrialRecord {
+            id: "t".into(),
+            label: "t".into(),
+            knobs: Knobs::default(),
+            round: 0,
+            steps: 3,
+            status: Status::Ok,
+            error: None,
+            repeats: runs.iter().map(|&(m, _)| repeat(m)).collect(),
+            timeline: Vec::new(),
+            nodes: runs
+                .iter()
+                .enumerate()
+                .map(|(i, &(_, cpu))| NodeRun {
+                    repeat: i,
+                    job_id: format!("{i}"),
+                    node: format!("n{i}"),
+                    fingerprint: Some(NodeFingerprint {
+                        hostname: format!("n{i}"),
+                        cpu_model: cpu.into(),
+                        cores: 2,
+                        ..NodeFingerprint::default()
+                    }),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn cluster_ratios_use_only_repeats_on_the_baselines_node_type() {
+        // The baseline ran twice on "fast" nodes (1 s steps) and once on a "slow" one; the
+        // trial once on "fast" at the same speed and twice on "slow" at 3 s. Pooled, the
+        // trial would look about 2x slower; on one node type it is the same speed.
+        let base = on_nodes(&[(1.0, "fast"), (1.0, "fast"), (2.0, "slow")]);
+        let t = on_nodes(&[(1.0, "fast"), (3.0, "slow"), (3.0, "slow")]);
+        let ty = reference_type(Some(&base));
+        assert_eq!(
+            ty.as_deref().map(|t| t.contains("fast")),
+            Some(true),
+            "{ty:?}"
+        );
+        let bd = steady_on(&base, ty.as_deref());
+        let r = trial_report(&t, Some(&bd), ty.as_deref());
+        let ratio = r
+            .ratio_vs_baseline
+            .expect("a ratio on the shared node type");
+        assert!((ratio.ratio - 1.0).abs() < 1e-9, "{ratio:?}");
+        // A trial with no repeat on the baseline's node type has no ratio at all.
+        let elsewhere = on_nodes(&[(1.0, "slow")]);
+        let r = trial_report(&elsewhere, Some(&bd), ty.as_deref());
+        assert!(r.ratio_vs_baseline.is_none(), "{:?}", r.ratio_vs_baseline);
+        // A local record (no node information) keeps every repeat.
+        let mut local = t.clone();
+        local.nodes.clear();
+        assert_eq!(steady_on(&local, ty.as_deref()).0.len(), 9);
     }
 }

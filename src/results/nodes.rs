@@ -1,6 +1,6 @@
 //! Which node measured what, on a cluster sweep: the report's node notes. Repeats on
-//! different hardware are not the same measurement; the statistics still pool a trial's
-//! repeats, so the report says where that happened instead of hiding it.
+//! different hardware are not the same measurement: ratios against the baseline use only
+//! the baseline's node type (`build::steady_on`), and these notes say where types mixed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
