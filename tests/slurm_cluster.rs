@@ -319,12 +319,23 @@ fn ctrl_c_cancels_the_jobs_it_submitted_and_says_so() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // `tune dash` follows a Slurm sweep through the same live file as a local one.
+    let live: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("live.json")).unwrap()).unwrap();
+    assert!(
+        ["batch_size=32", "baseline"].contains(&live["label"].as_str().unwrap_or("")),
+        "{live}"
+    );
     // SAFETY: kill(2) on our own child, not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let o = child.wait_with_output().unwrap();
     assert!(!o.status.success(), "{}", show(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("cancelled 2 Slurm job(s)"), "{}", show(&o));
+    assert!(
+        !out.join("live.json").exists(),
+        "live.json left after the sweep ended"
+    );
     let until = Instant::now() + Duration::from_secs(30);
     loop {
         let jobs = jobs_named(&name);

@@ -298,7 +298,14 @@ impl<'a> Sweep<'a> {
         let mut rec = fresh(trial, round, steps);
         let started_ms = self.sampler.now_ms();
         for r in 0..repeats.max(1) {
-            self.show_live(trial, round, r + 1, repeats.max(1));
+            self.show_live(
+                &trial.id,
+                &trial.label,
+                &trial.knobs,
+                round,
+                r + 1,
+                repeats.max(1),
+            );
             let o = self.exec.run(self.spec, &trial.knobs, steps);
             self.check_cancel(&trial.label)?;
             rec.repeats.extend(o.repeat);
@@ -379,6 +386,9 @@ impl<'a> Sweep<'a> {
                     if r.repeat == 0 {
                         self.observer.started(&r.label);
                     }
+                    // A dashboard follows the latest submission; the journal lists the
+                    // others, and the job's own process does not write the live file.
+                    self.show_live(&r.id, &r.label, &r.knobs, round, r.repeat + 1, reps);
                     let job = Submission {
                         id: r.id.clone(),
                         round,
@@ -412,19 +422,32 @@ impl<'a> Sweep<'a> {
             }
             Ok(())
         };
-        exec.run_many(spec, &runs, &mut on_event)
+        let res = exec.run_many(spec, &runs, &mut on_event);
+        // Nothing of this batch runs any more, whether it ended or was interrupted.
+        if let Some(p) = &self.live_file {
+            live::clear(p);
+        }
+        res
     }
 
     /// Tells a dashboard which trial starts now; its child fills in the steps.
-    fn show_live(&self, trial: &Trial, round: usize, repeat: usize, repeats: usize) {
+    fn show_live(
+        &self,
+        id: &str,
+        label: &str,
+        knobs: &Knobs,
+        round: usize,
+        repeat: usize,
+        repeats: usize,
+    ) {
         let Some(path) = &self.live_file else {
             return;
         };
         let now = live::unix_ms();
         let state = LiveTrial {
-            id: trial.id.clone(),
-            label: trial.label.clone(),
-            knobs: trial.knobs.clone(),
+            id: id.to_string(),
+            label: label.to_string(),
+            knobs: knobs.clone(),
             round,
             repeat,
             repeats,
