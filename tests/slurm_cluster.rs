@@ -191,6 +191,78 @@ fn a_sweep_runs_on_the_cluster_and_is_reported() {
 }
 
 #[test]
+fn a_ddp_trial_runs_one_rank_per_srun_task() {
+    if !cluster("a_ddp_trial_runs_one_rank_per_srun_task") {
+        return;
+    }
+    let _shared = CLUSTER.read().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("ddp");
+    let spec = write_spec(
+        dir.path(),
+        &name,
+        "parallel = [\"ddp\"]\ndevices = [2]",
+        "",
+        "",
+    );
+    let out = dir.path().join("out");
+    let o = tune()
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let rep: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let t = trial(&rep, "baseline");
+    assert_eq!(t["status"], "ok", "{t}");
+    let r = &t["repeats"][0];
+    // Each srun task was one rank: rank 1 trained one device, not a job of its own.
+    let rank1 = std::fs::read_dir(out.join("slurm"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".rank1.out"))
+        .expect("rank 1's output");
+    let text = std::fs::read_to_string(rank1.path()).unwrap();
+    let ok: Value = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|v| v.get("ok").cloned())
+        .unwrap_or_else(|| panic!("no summary from rank 1: {text}"));
+    assert_eq!(ok["devices"].as_array().map(Vec::len), Some(1), "{ok}");
+    // Rank 0's losses are the job's: the same bits as one process with two devices.
+    let steps = r["steps"].as_u64().unwrap().to_string();
+    let warmup = r["warmup"].as_u64().unwrap().to_string();
+    let one = tune()
+        .args([
+            "train",
+            "--model",
+            "mlp",
+            "--dataset",
+            "synthetic",
+            "--device",
+            "cpu",
+        ])
+        .args([
+            "--threads",
+            "1",
+            "--parallel",
+            "ddp",
+            "--devices",
+            "2",
+            "--json",
+        ])
+        .args(["--steps", &steps, "--warmup", &warmup])
+        .output()
+        .unwrap();
+    assert!(one.status.success(), "{}", show(&one));
+    let one: Value = serde_json::from_slice(&one.stdout).unwrap();
+    assert_eq!(r["losses"], one["losses"], "srun ranks vs one process");
+}
+
+#[test]
 fn a_killed_sweep_resumes_its_jobs_without_submitting_twice() {
     if !cluster("a_killed_sweep_resumes_its_jobs_without_submitting_twice") {
         return;

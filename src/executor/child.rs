@@ -91,6 +91,33 @@ pub fn child_main(knobs: crate::Result<Knobs>, workload: &Workload) -> i32 {
     if let Some(code) = inject_fault(&knobs, cap) {
         return code;
     }
+    // Under `srun` (a Slurm trial with devices > 1) each task is one DDP rank, as under
+    // `tune train`; without this every task would train the whole job on its own.
+    let joined;
+    let workload = match crate::engine::parallel::launch::from_env() {
+        Ok(Some(l)) if l.world > 1 => {
+            if knobs.parallel != crate::knobs::Parallel::Ddp || knobs.devices != l.world {
+                print_error(
+                    "invalid",
+                    format!(
+                        "{} started {} processes: each is one DDP rank, so the trial needs \
+                         parallel = ddp and devices = {}; got parallel = {}, devices = {}",
+                        l.launcher, l.world, l.world, knobs.parallel, knobs.devices
+                    ),
+                );
+                return 2;
+            }
+            let mut w = workload.clone();
+            w.launch = Some(l);
+            joined = w;
+            &joined
+        }
+        Ok(_) => workload,
+        Err(e) => {
+            print_error("invalid", e.to_string());
+            return 2;
+        }
+    };
     // Progress for a dashboard, when the sweep asked for it (see `live`).
     let mut live = LiveWriter::from_env(workload.warmup);
     let mut quiet = NoObserver;

@@ -96,7 +96,7 @@ impl SlurmEnv {
         );
         std::fs::write(&files.script, text)
             .map_err(|e| format!("cannot write {}: {e}", files.script.display()))?;
-        sbatch(&sbatch_args(w, &spec.slurm, &files))
+        sbatch(&sbatch_args(&run.knobs, &spec.slurm, &files))
             .map_err(|e| format!("Slurm refused the job ({e})"))
     }
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::executor::child::{MEM_CAP_ENV, NODE_ENV};
 use crate::executor::trial::engine_args;
+use crate::knobs::{Knobs, Parallel};
 use crate::runner::live::LIVE_ENV;
 use crate::runner::Run;
 use crate::spec::{EngineWorkload, SlurmSpec};
@@ -65,9 +66,19 @@ pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// Whether the run is started through `srun` (one task per device on each node).
-pub fn uses_srun(w: &EngineWorkload, slurm: &SlurmSpec) -> bool {
-    w.devices > 1 || slurm.nodes > 1
+/// Tasks per node: a DDP trial is one process per device, as torchrun would start it
+/// (each task joins the rendezvous as one rank); single and DP trials are one process.
+pub fn tasks_per_node(knobs: &Knobs) -> usize {
+    if knobs.parallel == Parallel::Ddp {
+        knobs.devices.max(1)
+    } else {
+        1
+    }
+}
+
+/// Whether the run is started through `srun` (one task per rank on each node).
+pub fn uses_srun(knobs: &Knobs, slurm: &SlurmSpec) -> bool {
+    tasks_per_node(knobs) > 1 || slurm.nodes > 1
 }
 
 /// The batch script for `run`.
@@ -101,7 +112,7 @@ pub fn batch_script(
     // The per-trial limit in seconds, as a local trial has it; Slurm's own limit is whole
     // minutes and ends the job as TIMEOUT if this one does not come first.
     let limited = format!("timeout -k 5 {timeout_s} {trial}");
-    if uses_srun(w, slurm) {
+    if uses_srun(&run.knobs, slurm) {
         s.push_str(concat!(
             "MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n",
             "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))\n",
@@ -133,7 +144,7 @@ pub fn batch_script(
 }
 
 /// `sbatch`'s arguments for `run` (the script path last).
-pub fn sbatch_args(w: &EngineWorkload, slurm: &SlurmSpec, files: &RunFiles) -> Vec<String> {
+pub fn sbatch_args(knobs: &Knobs, slurm: &SlurmSpec, files: &RunFiles) -> Vec<String> {
     let mut a = vec![
         "--parsable".to_string(),
         format!("--job-name={}", files.name),
@@ -142,8 +153,8 @@ pub fn sbatch_args(w: &EngineWorkload, slurm: &SlurmSpec, files: &RunFiles) -> V
         format!("--time={}", slurm.time_limit_min),
         format!("--nodes={}", slurm.nodes),
     ];
-    if uses_srun(w, slurm) {
-        a.push(format!("--ntasks-per-node={}", w.devices.max(1)));
+    if uses_srun(knobs, slurm) {
+        a.push(format!("--ntasks-per-node={}", tasks_per_node(knobs)));
     }
     let opt = |a: &mut Vec<String>, flag: &str, v: &Option<String>| {
         if let Some(v) = v {
@@ -167,7 +178,6 @@ pub fn sbatch_args(w: &EngineWorkload, slurm: &SlurmSpec, files: &RunFiles) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::knobs::Knobs;
 
     fn workload(devices: usize) -> EngineWorkload {
         EngineWorkload {
@@ -215,7 +225,7 @@ mod tests {
         );
         assert!(s.contains("export TUNE_TRIAL_MEM_CAP_BYTES=64"), "{s}");
         assert!(!s.contains("srun"), "{s}");
-        let a = sbatch_args(&workload(1), &slurm, &files).join(" ");
+        let a = sbatch_args(&run().knobs, &slurm, &files).join(" ");
         assert!(a.contains("--time=2 --nodes=1"), "{a}");
         assert!(
             a.ends_with("/shared/tune-my_sweep-num_workers_2_abcd_1234-r0-1.sh"),
@@ -224,13 +234,16 @@ mod tests {
     }
 
     #[test]
-    fn several_devices_go_through_srun_with_a_rendezvous() {
+    fn ddp_ranks_go_through_srun_with_a_rendezvous_and_dp_stays_one_process() {
         let slurm = SlurmSpec::with_timeout(60);
-        let files = RunFiles::new(Path::new("/shared"), "s", &run());
+        let mut r = run();
+        r.knobs.parallel = Parallel::Ddp;
+        r.knobs.devices = 2;
+        let files = RunFiles::new(Path::new("/shared"), "s", &r);
         let s = batch_script(
             Path::new("/bin/tune"),
             &workload(2),
-            &run(),
+            &r,
             &slurm,
             60,
             None,
@@ -238,8 +251,23 @@ mod tests {
         );
         assert!(s.contains("export MASTER_ADDR MASTER_PORT"), "{s}");
         assert!(s.contains("srun --kill-on-bad-exit=1"), "{s}");
-        let a = sbatch_args(&workload(2), &slurm, &files).join(" ");
+        let a = sbatch_args(&r.knobs, &slurm, &files).join(" ");
         assert!(a.contains("--ntasks-per-node=2"), "{a}");
+        // DataParallel is one process driving its devices.
+        r.knobs.parallel = Parallel::Dp;
+        let s = batch_script(
+            Path::new("/bin/tune"),
+            &workload(2),
+            &r,
+            &slurm,
+            60,
+            None,
+            &files,
+        );
+        assert!(!s.contains("srun"), "{s}");
+        assert!(!sbatch_args(&r.knobs, &slurm, &files)
+            .join(" ")
+            .contains("ntasks"));
     }
 
     #[test]
