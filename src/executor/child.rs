@@ -38,6 +38,11 @@ pub const FAULT_ENV: &str = "TUNE_TRIAL_FAULT";
 /// measured it. A local trial runs on the sweep's own machine, which the report's
 /// environment already describes.
 pub const NODE_ENV: &str = "TUNE_TRIAL_NODE";
+/// Set by a Slurm batch script that starts one `tune trial` per DDP rank through `srun`:
+/// only then does a trial read the launch variables. A local sweep started inside an
+/// allocation (`salloc -n 4`) inherits SLURM_NTASKS, and its trials must not take
+/// themselves for ranks.
+pub const RANKS_ENV: &str = "TUNE_TRIAL_RANKS";
 pub use crate::process::alloc::EXIT_OOM;
 pub const EXIT_DIVERGED: i32 = 3;
 
@@ -94,7 +99,11 @@ pub fn child_main(knobs: crate::Result<Knobs>, workload: &Workload) -> i32 {
     // Under `srun` (a Slurm trial with devices > 1) each task is one DDP rank, as under
     // `tune train`; without this every task would train the whole job on its own.
     let joined;
-    let workload = match crate::engine::parallel::launch::from_env() {
+    let launch = match std::env::var_os(RANKS_ENV) {
+        Some(_) => crate::engine::parallel::launch::from_env(),
+        None => Ok(None),
+    };
+    let workload = match launch {
         Ok(Some(l)) if l.world > 1 => {
             if knobs.parallel != crate::knobs::Parallel::Ddp || knobs.devices != l.world {
                 print_error(

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::executor::child::{MEM_CAP_ENV, NODE_ENV};
+use crate::executor::child::{MEM_CAP_ENV, NODE_ENV, RANKS_ENV};
 use crate::executor::trial::engine_args;
 use crate::knobs::{Knobs, Parallel};
 use crate::runner::live::LIVE_ENV;
@@ -118,6 +118,7 @@ pub fn batch_script(
             "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))\n",
             "export MASTER_ADDR MASTER_PORT\n",
         ));
+        s.push_str(&format!("export {RANKS_ENV}=1\n"));
         // Each task's own stdout; rank 0's holds the result line.
         let per_task = files
             .stdout
