@@ -5,11 +5,16 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::axis::Span;
+use super::chart_key::{legend, Key, Placer};
 use super::charts::{
-    anchored, color, note, svg, text_style, tick, truncate, BAR, BEST, GRID, INK, MUTED, WIDTH,
+    anchored, color, note, svg, text_style, tick, BAR, BEST, GRID, INK, MUTED, WIDTH,
 };
+use super::html::esc;
 use crate::results::model::{Report, TrialReport};
 use crate::results::record::Status;
+
+/// Longest name drawn beside its point; longer ones are numbered.
+const MAX_LABEL: usize = 32;
 
 /// Loss per step of each configuration's first repeat.
 pub fn loss(r: &Report) -> String {
@@ -41,7 +46,7 @@ pub fn loss(r: &Report) -> String {
         .fold(0.0, f64::max)
         .max(1e-6);
     let (xs, ys) = (Span::new(0.0, steps), Span::upto(top, 1.05));
-    svg("loss", WIDTH, 340, |root| {
+    let chart = svg("loss", WIDTH, 340, |root| {
         let mut chart = ChartBuilder::on(root)
             .margin(10)
             .x_label_area_size(40)
@@ -57,27 +62,62 @@ pub fn loss(r: &Report) -> String {
             .label_style(text_style(&INK))
             .axis_desc_style(text_style(&MUTED))
             .draw()?;
-        for (i, (t, pts)) in curves.iter().enumerate() {
-            let c = color(i);
-            chart
-                .draw_series(LineSeries::new(
-                    pts.iter().map(|&(x, y)| (xs.put(x), ys.put(y))),
-                    c.stroke_width(2),
-                ))?
-                .label(truncate(&t.label, 40))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2))
-                });
+        let every = (curves.iter().map(|c| c.1.len()).max().unwrap_or(1) / 8).max(1);
+        for (i, (_, pts)) in curves.iter().enumerate() {
+            let (c, (dash, gap)) = (color(i), DASHES[i % DASHES.len()]);
+            let line = pts.iter().map(|&(x, y)| (xs.put(x), ys.put(y)));
+            if gap == 0 {
+                chart.draw_series(LineSeries::new(line, c.stroke_width(2)))?;
+            } else {
+                chart.draw_series(DashedLineSeries::new(line, dash, gap, c.stroke_width(2)))?;
+            }
+            // Markers at steps offset per series: coinciding curves still show each one.
+            let offset = i * every / curves.len().max(1);
+            let marks = pts
+                .iter()
+                .skip(offset)
+                .step_by(every)
+                .map(|&(x, y)| (xs.put(x), ys.put(y)));
+            match i % 3 {
+                0 => chart.draw_series(marks.map(|p| Circle::new(p, 4, c.filled())))?,
+                1 => chart.draw_series(marks.map(|p| TriangleMarker::new(p, 5, c.filled())))?,
+                _ => chart.draw_series(marks.map(|p| Cross::new(p, 4, c.stroke_width(2))))?,
+            };
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(GRID)
-            .label_font(text_style(&INK))
-            .draw()?;
         Ok(())
-    })
+    });
+    let keys: Vec<Key> = curves
+        .iter()
+        .enumerate()
+        .map(|(i, (t, pts))| {
+            let same = curves[..i]
+                .iter()
+                .find(|(_, q)| same_curve(pts, q))
+                .map(|(o, _)| format!("coincides with {}", o.label))
+                .unwrap_or_default();
+            Key {
+                name: t.label.clone(),
+                color: color(i),
+                dash: DASH_CSS[i % DASHES.len()],
+                marker: ["●", "▲", "✕"][i % 3],
+                note: same,
+            }
+        })
+        .collect();
+    chart + &legend(&keys)
+}
+
+/// Dash and gap lengths of each series' line, in turn (0 gap: solid).
+const DASHES: [(u32, u32); 4] = [(0, 0), (8, 4), (2, 3), (14, 4)];
+/// The same patterns as SVG stroke-dasharray, for the legend.
+const DASH_CSS: [&str; 4] = ["", "8 4", "2 3", "14 4"];
+
+/// Whether two loss curves are the same to within rounding.
+fn same_curve(a: &[(f64, f64)], b: &[(f64, f64)]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(p, q)| p.0 == q.0 && (p.1 - q.1).abs() <= 1e-6 * p.1.abs().max(1.0))
 }
 
 /// The configurations no other beats on both throughput and peak memory, by memory.
@@ -125,7 +165,15 @@ pub fn pareto(r: &Report) -> String {
     let at = |p: &(&TrialReport, f64, f64, f64, f64)| {
         (xs.put(p.1), ys.put(p.2), ys.put(p.3), ys.put(p.4))
     };
-    svg("pareto", WIDTH, 400, |root| {
+    // Configurations whose name is drawn as a number, listed under the chart.
+    let mut numbered: Vec<usize> = Vec::new();
+    // A command workload's memory is the sampled RSS of its process tree.
+    let x_desc = if r.environment.backend == "command" {
+        "peak resident memory of the process tree (MiB)"
+    } else {
+        "peak memory tracked by the engine (MiB)"
+    };
+    let chart = svg("pareto", WIDTH, 400, |root| {
         let mut chart = ChartBuilder::on(root)
             .margin(10)
             .margin_right(40)
@@ -138,7 +186,7 @@ pub fn pareto(r: &Report) -> String {
             .bold_line_style(GRID)
             .x_label_formatter(&|v| tick(*v))
             .y_label_formatter(&|v| tick(*v))
-            .x_desc("peak memory tracked by the engine (MiB)")
+            .x_desc(x_desc)
             .y_desc("samples/s")
             .label_style(text_style(&INK))
             .axis_desc_style(text_style(&MUTED))
@@ -153,7 +201,9 @@ pub fn pareto(r: &Report) -> String {
                 .collect::<Vec<_>>(),
             BEST.stroke_width(2),
         )))?;
-        let mut placed: Vec<(i32, i32, i32)> = Vec::new();
+        // Marks first, so that labels are placed around all of them.
+        let mut marks = Vec::new();
+        let mut spots = Vec::new();
         for (i, p) in pts.iter().enumerate() {
             let on_front = front.contains(&i);
             let (x, mid, lo, hi) = at(p);
@@ -171,36 +221,62 @@ pub fn pareto(r: &Report) -> String {
                 BAR.stroke_width(2)
             };
             chart.draw_series(std::iter::once(Circle::new((x, mid), 5, style)))?;
-            let at = chart.backend_coord(&(x, mid));
-            let label = truncate(&p.0.label, 28);
-            // Nearby points would print their labels on top of each other: move a label
-            // down a line until it is clear of those already placed.
-            // A bounded number of moves: thousands of coinciding points must not make
-            // this quadratic per label.
-            let (x, mut y) = (at.0 + 8, at.1 - 8);
-            let w = 7 * label.chars().count() as i32;
-            for _ in 0..40 {
-                if !placed
-                    .iter()
-                    .any(|&(px, py, pw)| (py - y).abs() < 13 && x < px + pw && px < x + w)
-                {
-                    break;
+            let c = chart.backend_coord(&(x, mid));
+            let (top, bottom) = (
+                chart.backend_coord(&(x, hi)).1,
+                chart.backend_coord(&(x, lo)).1,
+            );
+            marks.push((c.0 - 6, c.1 - 6, c.0 + 7, c.1 + 7));
+            marks.push((c.0 - 4, top - 1, c.0 + 5, bottom + 1));
+            spots.push(c);
+        }
+        let (xr, yr) = chart.plotting_area().get_pixel_range();
+        let mut placer = Placer::new((xr.start, yr.start, xr.end, yr.end), marks);
+        for (i, p) in pts.iter().enumerate() {
+            let ink = if front.contains(&i) { &INK } else { &MUTED };
+            let name = p.0.label.as_str();
+            // A long name would cover half the plot: it gets a number, and its full text
+            // goes in the key under the chart; so does a label with no free spot.
+            let spot = (name.chars().count() <= MAX_LABEL)
+                .then(|| placer.place(spots[i], name.chars().count()))
+                .flatten();
+            let (text, corner) = match spot {
+                Some(c) => (name.to_string(), Some(c)),
+                None => {
+                    numbered.push(i);
+                    let n = (numbered.len()).to_string();
+                    let c = placer.place(spots[i], n.chars().count());
+                    (n, c)
                 }
-                y += 13;
+            };
+            if let Some((l, t)) = corner {
+                root.draw(&Text::new(
+                    text,
+                    (l, t + 1),
+                    anchored(ink, HPos::Left, VPos::Top),
+                ))?;
             }
-            placed.push((x, y, w));
-            root.draw(&Text::new(
-                label,
-                (x, y),
-                anchored(
-                    if on_front { &INK } else { &MUTED },
-                    HPos::Left,
-                    VPos::Bottom,
-                ),
-            ))?;
         }
         Ok(())
-    })
+    });
+    if numbered.is_empty() {
+        return chart;
+    }
+    let mut key = String::from(
+        "<table class=\"chart-key\"><thead><tr><th>#</th><th>configuration</th><th>peak MiB</th><th>samples/s</th></tr></thead><tbody>",
+    );
+    for (n, &i) in numbered.iter().enumerate() {
+        let p = &pts[i];
+        key.push_str(&format!(
+            "<tr><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td></tr>",
+            n + 1,
+            esc(&p.0.label),
+            p.1,
+            p.2
+        ));
+    }
+    key.push_str("</tbody></table>");
+    chart + &key
 }
 
 #[cfg(test)]
