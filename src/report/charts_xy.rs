@@ -283,6 +283,93 @@ pub fn pareto(r: &Report) -> String {
 mod tests {
     use super::*;
 
+    /// Each `<text>` of an SVG as an estimated box (left, top, right, bottom) and its text;
+    /// rotated axis titles are left out.
+    fn text_boxes(svg: &str) -> Vec<(f64, f64, f64, f64, String)> {
+        let attr = |tag: &str, name: &str| -> Option<String> {
+            let at = tag.find(&format!("{name}=\""))? + name.len() + 2;
+            Some(tag[at..].split('"').next()?.to_string())
+        };
+        let mut out = Vec::new();
+        for part in svg.split("<text").skip(1) {
+            let (tag, rest) = part.split_once('>').unwrap();
+            if tag.contains("transform") {
+                continue;
+            }
+            let text = ["&lt;", "&gt;", "&quot;", "&#39;", "&amp;"]
+                .iter()
+                .zip(["<", ">", "\"", "'", "&"])
+                .fold(
+                    rest.split("</text>").next().unwrap().trim().to_string(),
+                    |t, (e, c)| t.replace(e, c),
+                );
+            let num = |n: &str| {
+                attr(tag, n)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or_else(|| panic!("{n} in {tag}"))
+            };
+            let (x, y, size) = (num("x"), num("y"), num("font-size"));
+            let w = text.chars().count() as f64 * size * 0.6;
+            let left = match attr(tag, "text-anchor").as_deref() {
+                Some("middle") => x - w / 2.0,
+                Some("end") => x - w,
+                _ => x,
+            };
+            let dy = attr(tag, "dy").unwrap_or_default();
+            let top = if dy.contains("0.76em") {
+                y
+            } else if dy.contains("0.5ex") {
+                y - size / 2.0
+            } else {
+                y - size
+            };
+            out.push((left, top, left + w, top + size, text));
+        }
+        out
+    }
+
+    #[test]
+    fn pareto_labels_never_overlap_and_stay_on_the_canvas() {
+        use crate::advisor::testkit::{report, spec, trial};
+        let s = spec("num_workers = [0, 1, 2]", "strategy = \"grid\"");
+        let trials = (0..14)
+            .map(|i| {
+                let w = i.to_string();
+                // Clusters of near-equal points, the case that made labels collide.
+                trial(
+                    &s,
+                    &[("num_workers", w.as_str())],
+                    0.01 + 0.0002 * (i % 5) as f64,
+                )
+                .peak_mib(100 + (i / 5) as u64)
+            })
+            .collect();
+        let mut r = report(&s, trials);
+        for (i, t) in r.trials.iter_mut().enumerate() {
+            t.label = match i % 3 {
+                0 => format!("w={i}"),
+                1 => format!("num_workers={i} <b>&amp;</b>"),
+                _ => format!("a_very_long_configuration_name_{i}_that_cannot_fit_beside_a_point"),
+            };
+        }
+        let html = pareto(&r);
+        let svg = &html[..html.find("</svg>").unwrap()];
+        let boxes = text_boxes(svg);
+        assert!(boxes.len() > 14, "{svg}");
+        for (i, a) in boxes.iter().enumerate() {
+            assert!(
+                a.0 >= 0.0 && a.1 >= 0.0 && a.2 <= WIDTH as f64 && a.3 <= 400.0,
+                "{a:?} off the canvas"
+            );
+            for b in &boxes[i + 1..] {
+                let clear = a.2 <= b.0 || b.2 <= a.0 || a.3 <= b.1 || b.3 <= a.1;
+                assert!(clear, "{a:?} overlaps {b:?}");
+            }
+        }
+        // Long names are keyed under the chart in full.
+        assert!(html.contains("chart-key") && html.contains("that_cannot_fit_beside_a_point"));
+    }
+
     #[test]
     fn pareto_front_keeps_only_undominated_points() {
         // (memory, throughput)
