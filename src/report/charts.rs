@@ -12,6 +12,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::axis::Span;
+use super::chart_key::{legend, Key, CHAR_W};
 pub use super::charts_xy::{loss, pareto};
 use crate::results::model::{Report, TrialReport};
 
@@ -399,10 +400,10 @@ pub fn device_timeline(r: &Report) -> String {
         .max(1e-3);
     let xs = Span::upto(t_end, 1.0);
     let panel = 230u32;
-    svg("device-timeline", WIDTH, 2 * panel + 30, |root| {
+    let mut names: Vec<String> = util.keys().cloned().collect();
+    names.extend(mem.keys().cloned());
+    let chart = svg("device-timeline", WIDTH, 2 * panel + 30, |root| {
         let (top, bottom) = root.split_vertically(panel + 15);
-        let mut names: Vec<String> = util.keys().cloned().collect();
-        names.extend(mem.keys().cloned());
         let util_panel = Panel {
             ys: Span::new(0.0, 100.0),
             y_desc: "utilization (%)",
@@ -429,7 +430,31 @@ pub fn device_timeline(r: &Report) -> String {
             limit: cap,
         };
         line_panel(&bottom, r, xs, &mem_panel, &names)
-    })
+    });
+    let keys: Vec<Key> = names
+        .iter()
+        .enumerate()
+        .map(|(j, n)| Key {
+            name: n.clone(),
+            color: color(j),
+            dash: "",
+            marker: "",
+            note: String::new(),
+        })
+        .collect();
+    // Bands too narrow for their name show its number; the full names are listed here.
+    let mut bands = String::new();
+    for (i, s) in r.trial_spans.iter().enumerate() {
+        bands.push_str(&format!(
+            "<li><b>{}</b> {}</li>",
+            i + 1,
+            super::html::esc(&s.label)
+        ));
+    }
+    if !bands.is_empty() {
+        bands = format!("<ol class=\"chart-bands\">{bands}</ol>");
+    }
+    chart + &legend(&keys) + &bands
 }
 
 /// One panel of the device timeline.
@@ -474,10 +499,16 @@ fn line_panel(area: &Area, r: &Report, xs: Span, p: &Panel, all_names: &[String]
         }
         let left = local(chart.backend_coord(&(start, y_max)));
         let right = local(chart.backend_coord(&(end, y_max)));
-        let room = ((right.0 - left.0) / 7).max(0) as usize;
-        if room >= 3 {
+        let room = ((right.0 - left.0 - 4) / CHAR_W).max(0) as usize;
+        let full = format!("{} {}", i + 1, s.label);
+        let text = if full.chars().count() <= room {
+            full
+        } else {
+            (i + 1).to_string()
+        };
+        if text.chars().count() <= room {
             area.draw(&Text::new(
-                truncate(&s.label, room),
+                text,
                 (left.0 + 3, left.1 - 4),
                 anchored(&MUTED, HPos::Left, VPos::Bottom),
             ))?;
@@ -499,22 +530,10 @@ fn line_panel(area: &Area, r: &Report, xs: Span, p: &Panel, all_names: &[String]
     for (name, pts) in series {
         let j = all_names.iter().position(|n| n == name).unwrap_or(0);
         let c = color(j);
-        chart
-            .draw_series(LineSeries::new(
-                pts.iter().map(|&(t, v)| (xs.put(t), ys.put(v))),
-                c.stroke_width(2),
-            ))?
-            .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
-    }
-    if !series.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(GRID)
-            .label_font(text_style(&INK))
-            .draw()?;
+        chart.draw_series(LineSeries::new(
+            pts.iter().map(|&(t, v)| (xs.put(t), ys.put(v))),
+            c.stroke_width(2),
+        ))?;
     }
     Ok(())
 }

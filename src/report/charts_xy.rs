@@ -5,11 +5,16 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::axis::Span;
+use super::chart_key::{legend, Key, Placer};
 use super::charts::{
-    anchored, color, note, svg, text_style, tick, truncate, BAR, BEST, GRID, INK, MUTED, WIDTH,
+    anchored, color, note, svg, text_style, tick, BAR, BEST, GRID, INK, MUTED, WIDTH,
 };
+use super::html::esc;
 use crate::results::model::{Report, TrialReport};
 use crate::results::record::Status;
+
+/// Longest name drawn beside its point; longer ones are numbered.
+const MAX_LABEL: usize = 32;
 
 /// Loss per step of each configuration's first repeat.
 pub fn loss(r: &Report) -> String {
@@ -41,7 +46,7 @@ pub fn loss(r: &Report) -> String {
         .fold(0.0, f64::max)
         .max(1e-6);
     let (xs, ys) = (Span::new(0.0, steps), Span::upto(top, 1.05));
-    svg("loss", WIDTH, 340, |root| {
+    let chart = svg("loss", WIDTH, 340, |root| {
         let mut chart = ChartBuilder::on(root)
             .margin(10)
             .x_label_area_size(40)
@@ -57,27 +62,62 @@ pub fn loss(r: &Report) -> String {
             .label_style(text_style(&INK))
             .axis_desc_style(text_style(&MUTED))
             .draw()?;
-        for (i, (t, pts)) in curves.iter().enumerate() {
-            let c = color(i);
-            chart
-                .draw_series(LineSeries::new(
-                    pts.iter().map(|&(x, y)| (xs.put(x), ys.put(y))),
-                    c.stroke_width(2),
-                ))?
-                .label(truncate(&t.label, 40))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2))
-                });
+        let every = (curves.iter().map(|c| c.1.len()).max().unwrap_or(1) / 8).max(1);
+        for (i, (_, pts)) in curves.iter().enumerate() {
+            let (c, (dash, gap)) = (color(i), DASHES[i % DASHES.len()]);
+            let line = pts.iter().map(|&(x, y)| (xs.put(x), ys.put(y)));
+            if gap == 0 {
+                chart.draw_series(LineSeries::new(line, c.stroke_width(2)))?;
+            } else {
+                chart.draw_series(DashedLineSeries::new(line, dash, gap, c.stroke_width(2)))?;
+            }
+            // Markers at steps offset per series: coinciding curves still show each one.
+            let offset = i * every / curves.len().max(1);
+            let marks = pts
+                .iter()
+                .skip(offset)
+                .step_by(every)
+                .map(|&(x, y)| (xs.put(x), ys.put(y)));
+            match i % 3 {
+                0 => chart.draw_series(marks.map(|p| Circle::new(p, 4, c.filled())))?,
+                1 => chart.draw_series(marks.map(|p| TriangleMarker::new(p, 5, c.filled())))?,
+                _ => chart.draw_series(marks.map(|p| Cross::new(p, 4, c.stroke_width(2))))?,
+            };
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(GRID)
-            .label_font(text_style(&INK))
-            .draw()?;
         Ok(())
-    })
+    });
+    let keys: Vec<Key> = curves
+        .iter()
+        .enumerate()
+        .map(|(i, (t, pts))| {
+            let same = curves[..i]
+                .iter()
+                .find(|(_, q)| same_curve(pts, q))
+                .map(|(o, _)| format!("coincides with {}", o.label))
+                .unwrap_or_default();
+            Key {
+                name: t.label.clone(),
+                color: color(i),
+                dash: DASH_CSS[i % DASHES.len()],
+                marker: ["●", "▲", "✕"][i % 3],
+                note: same,
+            }
+        })
+        .collect();
+    chart + &legend(&keys)
+}
+
+/// Dash and gap lengths of each series' line, in turn (0 gap: solid).
+const DASHES: [(u32, u32); 4] = [(0, 0), (8, 4), (2, 3), (14, 4)];
+/// The same patterns as SVG stroke-dasharray, for the legend.
+const DASH_CSS: [&str; 4] = ["", "8 4", "2 3", "14 4"];
+
+/// Whether two loss curves are the same to within rounding.
+fn same_curve(a: &[(f64, f64)], b: &[(f64, f64)]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(p, q)| p.0 == q.0 && (p.1 - q.1).abs() <= 1e-6 * p.1.abs().max(1.0))
 }
 
 /// The configurations no other beats on both throughput and peak memory, by memory.
@@ -125,7 +165,15 @@ pub fn pareto(r: &Report) -> String {
     let at = |p: &(&TrialReport, f64, f64, f64, f64)| {
         (xs.put(p.1), ys.put(p.2), ys.put(p.3), ys.put(p.4))
     };
-    svg("pareto", WIDTH, 400, |root| {
+    // Configurations whose name is drawn as a number, listed under the chart.
+    let mut numbered: Vec<usize> = Vec::new();
+    // A command workload's memory is the sampled RSS of its process tree.
+    let x_desc = if r.environment.backend == "command" {
+        "peak resident memory of the process tree (MiB)"
+    } else {
+        "peak memory tracked by the engine (MiB)"
+    };
+    let chart = svg("pareto", WIDTH, 400, |root| {
         let mut chart = ChartBuilder::on(root)
             .margin(10)
             .margin_right(40)
@@ -138,7 +186,7 @@ pub fn pareto(r: &Report) -> String {
             .bold_line_style(GRID)
             .x_label_formatter(&|v| tick(*v))
             .y_label_formatter(&|v| tick(*v))
-            .x_desc("peak memory tracked by the engine (MiB)")
+            .x_desc(x_desc)
             .y_desc("samples/s")
             .label_style(text_style(&INK))
             .axis_desc_style(text_style(&MUTED))
@@ -153,7 +201,9 @@ pub fn pareto(r: &Report) -> String {
                 .collect::<Vec<_>>(),
             BEST.stroke_width(2),
         )))?;
-        let mut placed: Vec<(i32, i32, i32)> = Vec::new();
+        // Marks first, so that labels are placed around all of them.
+        let mut marks = Vec::new();
+        let mut spots = Vec::new();
         for (i, p) in pts.iter().enumerate() {
             let on_front = front.contains(&i);
             let (x, mid, lo, hi) = at(p);
@@ -171,41 +221,154 @@ pub fn pareto(r: &Report) -> String {
                 BAR.stroke_width(2)
             };
             chart.draw_series(std::iter::once(Circle::new((x, mid), 5, style)))?;
-            let at = chart.backend_coord(&(x, mid));
-            let label = truncate(&p.0.label, 28);
-            // Nearby points would print their labels on top of each other: move a label
-            // down a line until it is clear of those already placed.
-            // A bounded number of moves: thousands of coinciding points must not make
-            // this quadratic per label.
-            let (x, mut y) = (at.0 + 8, at.1 - 8);
-            let w = 7 * label.chars().count() as i32;
-            for _ in 0..40 {
-                if !placed
-                    .iter()
-                    .any(|&(px, py, pw)| (py - y).abs() < 13 && x < px + pw && px < x + w)
-                {
-                    break;
+            let c = chart.backend_coord(&(x, mid));
+            let (top, bottom) = (
+                chart.backend_coord(&(x, hi)).1,
+                chart.backend_coord(&(x, lo)).1,
+            );
+            marks.push((c.0 - 6, c.1 - 6, c.0 + 7, c.1 + 7));
+            marks.push((c.0 - 4, top - 1, c.0 + 5, bottom + 1));
+            spots.push(c);
+        }
+        let (xr, yr) = chart.plotting_area().get_pixel_range();
+        let mut placer = Placer::new((xr.start, yr.start, xr.end, yr.end), marks);
+        for (i, p) in pts.iter().enumerate() {
+            let ink = if front.contains(&i) { &INK } else { &MUTED };
+            let name = p.0.label.as_str();
+            // A long name would cover half the plot: it gets a number, and its full text
+            // goes in the key under the chart; so does a label with no free spot.
+            let spot = (name.chars().count() <= MAX_LABEL)
+                .then(|| placer.place(spots[i], name.chars().count()))
+                .flatten();
+            let (text, corner) = match spot {
+                Some(c) => (name.to_string(), Some(c)),
+                None => {
+                    numbered.push(i);
+                    let n = (numbered.len()).to_string();
+                    let c = placer.place(spots[i], n.chars().count());
+                    (n, c)
                 }
-                y += 13;
+            };
+            if let Some((l, t)) = corner {
+                root.draw(&Text::new(
+                    text,
+                    (l, t + 1),
+                    anchored(ink, HPos::Left, VPos::Top),
+                ))?;
             }
-            placed.push((x, y, w));
-            root.draw(&Text::new(
-                label,
-                (x, y),
-                anchored(
-                    if on_front { &INK } else { &MUTED },
-                    HPos::Left,
-                    VPos::Bottom,
-                ),
-            ))?;
         }
         Ok(())
-    })
+    });
+    if numbered.is_empty() {
+        return chart;
+    }
+    let mut key = String::from(
+        "<table class=\"chart-key\"><thead><tr><th>#</th><th>configuration</th><th>peak MiB</th><th>samples/s</th></tr></thead><tbody>",
+    );
+    for (n, &i) in numbered.iter().enumerate() {
+        let p = &pts[i];
+        key.push_str(&format!(
+            "<tr><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td></tr>",
+            n + 1,
+            esc(&p.0.label),
+            p.1,
+            p.2
+        ));
+    }
+    key.push_str("</tbody></table>");
+    chart + &key
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each `<text>` of an SVG as an estimated box (left, top, right, bottom) and its text;
+    /// rotated axis titles are left out.
+    fn text_boxes(svg: &str) -> Vec<(f64, f64, f64, f64, String)> {
+        let attr = |tag: &str, name: &str| -> Option<String> {
+            let at = tag.find(&format!("{name}=\""))? + name.len() + 2;
+            Some(tag[at..].split('"').next()?.to_string())
+        };
+        let mut out = Vec::new();
+        for part in svg.split("<text").skip(1) {
+            let (tag, rest) = part.split_once('>').unwrap();
+            if tag.contains("transform") {
+                continue;
+            }
+            let text = ["&lt;", "&gt;", "&quot;", "&#39;", "&amp;"]
+                .iter()
+                .zip(["<", ">", "\"", "'", "&"])
+                .fold(
+                    rest.split("</text>").next().unwrap().trim().to_string(),
+                    |t, (e, c)| t.replace(e, c),
+                );
+            let num = |n: &str| {
+                attr(tag, n)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or_else(|| panic!("{n} in {tag}"))
+            };
+            let (x, y, size) = (num("x"), num("y"), num("font-size"));
+            let w = text.chars().count() as f64 * size * 0.6;
+            let left = match attr(tag, "text-anchor").as_deref() {
+                Some("middle") => x - w / 2.0,
+                Some("end") => x - w,
+                _ => x,
+            };
+            let dy = attr(tag, "dy").unwrap_or_default();
+            let top = if dy.contains("0.76em") {
+                y
+            } else if dy.contains("0.5ex") {
+                y - size / 2.0
+            } else {
+                y - size
+            };
+            out.push((left, top, left + w, top + size, text));
+        }
+        out
+    }
+
+    #[test]
+    fn pareto_labels_never_overlap_and_stay_on_the_canvas() {
+        use crate::advisor::testkit::{report, spec, trial};
+        let s = spec("num_workers = [0, 1, 2]", "strategy = \"grid\"");
+        let trials = (0..14)
+            .map(|i| {
+                let w = i.to_string();
+                // Clusters of near-equal points, the case that made labels collide.
+                trial(
+                    &s,
+                    &[("num_workers", w.as_str())],
+                    0.01 + 0.0002 * (i % 5) as f64,
+                )
+                .peak_mib(100 + (i / 5) as u64)
+            })
+            .collect();
+        let mut r = report(&s, trials);
+        for (i, t) in r.trials.iter_mut().enumerate() {
+            t.label = match i % 3 {
+                0 => format!("w={i}"),
+                1 => format!("num_workers={i} <b>&amp;</b>"),
+                _ => format!("a_very_long_configuration_name_{i}_that_cannot_fit_beside_a_point"),
+            };
+        }
+        let html = pareto(&r);
+        let svg = &html[..html.find("</svg>").unwrap()];
+        let boxes = text_boxes(svg);
+        assert!(boxes.len() > 14, "{svg}");
+        for (i, a) in boxes.iter().enumerate() {
+            assert!(
+                a.0 >= 0.0 && a.1 >= 0.0 && a.2 <= WIDTH as f64 && a.3 <= 400.0,
+                "{a:?} off the canvas"
+            );
+            for b in &boxes[i + 1..] {
+                let clear = a.2 <= b.0 || b.2 <= a.0 || a.3 <= b.1 || b.3 <= a.1;
+                assert!(clear, "{a:?} overlaps {b:?}");
+            }
+        }
+        // Long names are keyed under the chart in full.
+        assert!(html.contains("chart-key") && html.contains("that_cannot_fit_beside_a_point"));
+    }
 
     #[test]
     fn pareto_front_keeps_only_undominated_points() {

@@ -43,7 +43,11 @@ code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em;background
 .kind.change{background:#e3efe3;color:#2e7d32}.kind.warning{background:#fbe9e7;color:#b00}\
 tr.rec td{border-bottom:none}tr.how td{border-top:none;background:#fcfcfc;padding-bottom:8px}\
 figure{margin:.4em 0 1em}figure svg{max-width:100%;height:auto;display:block}\
-figcaption{color:#777;font-size:.88em;margin-top:.2em}";
+figcaption{color:#777;font-size:.88em;margin-top:.2em}\
+.chart-legend{list-style:none;display:flex;flex-wrap:wrap;gap:2px 18px;padding:0;margin:.3em 0;font-size:.85em}\
+figure .chart-legend svg{display:inline-block;width:28px;height:10px;margin-right:4px}\
+.chart-bands{display:flex;flex-wrap:wrap;gap:2px 16px;padding:0;margin:.3em 0;font-size:.85em;color:#555;list-style:none}\
+table.chart-key{width:auto;font-size:.85em}";
 
 fn figure(id: &str, svg: String, caption: &str) -> String {
     format!(

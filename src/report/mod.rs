@@ -2,6 +2,7 @@
 //! as markdown, the report files written as one set, and a sweep journal read back.
 
 pub(crate) mod axis;
+mod chart_key;
 pub(crate) mod charts;
 mod charts_xy;
 pub mod html;
