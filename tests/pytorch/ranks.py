@@ -39,6 +39,9 @@ def main():
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+    # Both ranks leave together: destroying gloo's group while the peer still has work
+    # in flight aborted rank 0 once ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
         print("rank 0 done, LOCAL_RANK", os.environ.get("LOCAL_RANK"))
