@@ -580,15 +580,7 @@ fn run_inner(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSumma
     }
     let opt = Optimizer::new(OptimConfig::of(w.optimizer, w.lr)?)?;
     let algos = if k.autotune {
-        let file = w
-            .autotune_cache
-            .clone()
-            .unwrap_or_else(|| w.cache_dir.join("autotune.json"));
-        let (a, note) = Algos::tuned(&format!("cpu:{}t", w.threads), Some(file))?;
-        if let Some(n) = note {
-            obs.on_note(&n);
-        }
-        a
+        Algos::for_workload(w, &format!("cpu:{}t", w.threads), obs)?
     } else {
         Algos::heuristic()
     };

@@ -538,14 +538,7 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     let descs = zoo::describe(w.model, classes);
     let glayers = layers::from_desc(&descs, init, &gpu)?;
     let algos = if k.autotune {
-        let file = w
-            .autotune_cache
-            .clone()
-            .unwrap_or_else(|| w.cache_dir.join("autotune.json"));
-        let (a, note) = Algos::tuned(&format!("cuda:{}", gpu.name), Some(file))?;
-        if let Some(n) = note {
-            obs.on_note(&n);
-        }
+        let a = Algos::for_workload(w, &format!("cuda:{}", gpu.name), obs)?;
         gpu.blas.autotune_with(Arc::clone(&a))?;
         Some(a)
     } else {
