@@ -64,27 +64,27 @@ fn dash_on_a_finished_sweep_keys_resize_and_quit() {
     let cmd = format!("{TUNE} dash {}", out.display());
     let t = Tmux::start(dir.path(), &script(dir.path(), "", &cmd), 120, 40);
 
-    let s = t.wait_for("Results (3)", 20);
+    t.wait_all(
+        &[
+            "Results (3)",
+            "tmuxdash",
+            "finished",
+            "Devices",
+            "Current trial",
+            "no trial running: the sweep is finished",
+            "baseline",
+            "zero_grad=none",
+            "crashed",
+            "Recommendations",
+            "q quit · tab panel · ↑↓/j/k move · s sort · enter details · ? help",
+        ],
+        20,
+    );
     assert_eq!(
         t.format("#{alternate_on}"),
         "1",
         "the dashboard uses the alternate screen"
     );
-    for needle in [
-        "tmuxdash",
-        "finished",
-        "Devices",
-        "Current trial",
-        "no trial running: the sweep is finished",
-        "baseline",
-        "zero_grad=none",
-        "crashed",
-        "Recommendations",
-        "q quit · tab panel · ↑↓/j/k move · s sort · enter details · ? help",
-    ] {
-        assert!(s.contains(needle), "missing {needle:?}:\n{s}");
-    }
-
     t.keys(&["?"]);
     t.wait_for(
         "sort the results: plan, samples/s, ratio, memory, status",
@@ -102,18 +102,16 @@ fn dash_on_a_finished_sweep_keys_resize_and_quit() {
     t.keys(&["s", "s", "s"]);
     t.wait_for("sorted by status, failures first", 10);
     t.keys(&["g", "Enter"]);
-    let s = t.wait_for("Trial details", 10);
-    assert!(s.contains("status: crashed"), "{s}");
-    assert!(
-        s.contains("injected fault: panic"),
-        "the child's panic text:\n{s}"
+    // The details pane and the child's panic text in it.
+    t.wait_all(
+        &["Trial details", "status: crashed", "injected fault: panic"],
+        10,
     );
     t.keys(&["Escape"]);
     t.wait("the details to close", 10, |s| !s.contains("Trial details"));
 
     t.resize(50, 12);
-    let s = t.wait_for("terminal too small", 10);
-    assert!(s.contains("50x12 here"), "{s}");
+    t.wait_all(&["terminal too small", "50x12 here"], 10);
     t.resize(120, 40);
     t.wait_for("Results (3)", 10);
 
@@ -170,11 +168,9 @@ fn sweep_tui_runs_the_sweep_under_the_dashboard() {
         120,
         40,
     );
-    let s = t.wait_for("sweep running", 20);
-    assert!(s.contains("tuisweep"), "{s}");
+    t.wait_all(&["sweep running", "tuisweep"], 20);
     t.wait_for("trial 1/3 · repeat 1/1", 20);
-    let s = t.wait_for("sweep finished: 3 trial(s)", 60);
-    assert!(s.contains("Results (3)"), "{s}");
+    t.wait_all(&["sweep finished: 3 trial(s)", "Results (3)"], 60);
     t.keys(&["q"]);
     let s = assert_restored(&t, dir.path(), "EXIT=0");
     // The usual table and paths follow once the dashboard is gone.

@@ -36,22 +36,23 @@ fn watch_tui_shows_tree_and_devices_and_returns_the_exit_code() {
     );
     let t = Tmux::start(dir.path(), &script(dir.path(), &cmd), 100, 30);
     // The host CPU is always a device here (no GPU on this machine: NVML's notice).
-    let s = t.wait_for("Devices (", 15);
+    t.wait_all(
+        &[
+            "Devices (",
+            "tune watch · `sh -c",
+            "Process tree",
+            "q stop · P cpu",
+        ],
+        15,
+    );
     assert_eq!(
         t.format("#{alternate_on}"),
         "1",
         "the view uses the alternate screen"
     );
-    for needle in ["tune watch · `sh -c", "Process tree", "q stop · P cpu"] {
-        assert!(s.contains(needle), "missing {needle:?}:\n{s}");
-    }
     // The per-process table: a row per process of the tree (sh and its sleep), with
     // htop's keys to sort and filter. No GPU here: its columns show "-".
-    let s = t.wait_for("sleep 6", 10);
-    assert!(
-        s.contains("PID") && s.contains("COMMAND") && s.contains("CPU%▼"),
-        "{s}"
-    );
+    let s = t.wait_all(&["sleep 6", "PID", "COMMAND", "CPU%▼"], 10);
     let row = s
         .lines()
         .find(|l| l.contains("sleep 6") && !l.contains("sh -c"))

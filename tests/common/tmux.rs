@@ -109,6 +109,25 @@ impl Tmux {
         self.wait(&format!("{needle:?}"), timeout_s, |s| s.contains(needle))
     }
 
+    /// Polls until every needle is on one screen. A full-screen view is drawn in pieces,
+    /// so one needle on screen does not mean the rest of the frame is there yet (CI once
+    /// read a frame whose results table had its title but no rows).
+    pub fn wait_all(&self, needles: &[&str], timeout_s: u64) -> String {
+        let end = Instant::now() + Duration::from_secs(timeout_s);
+        loop {
+            let s = self.screen();
+            let missing: Vec<&&str> = needles.iter().filter(|n| !s.contains(**n)).collect();
+            if missing.is_empty() {
+                return s;
+            }
+            assert!(
+                Instant::now() < end,
+                "timed out waiting for {missing:?}; screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn resize(&self, w: u16, h: u16) {
         self.run(&[
             "resize-window",
