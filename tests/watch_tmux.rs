@@ -52,7 +52,12 @@ fn watch_tui_shows_tree_and_devices_and_returns_the_exit_code() {
     );
     // The per-process table: a row per process of the tree (sh and its sleep), with
     // htop's keys to sort and filter. No GPU here: its columns show "-".
-    let s = t.wait_all(&["sleep 6", "PID", "COMMAND", "CPU%▼"], 10);
+    // sh's own row names "sleep 6" in its command line: wait for sleep's row.
+    let s = t.wait("a row for sleep", 10, |s| {
+        ["PID", "COMMAND", "CPU%▼"].iter().all(|n| s.contains(n))
+            && s.lines()
+                .any(|l| l.contains("sleep 6") && !l.contains("sh -c"))
+    });
     let row = s
         .lines()
         .find(|l| l.contains("sleep 6") && !l.contains("sh -c"))
