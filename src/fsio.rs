@@ -106,6 +106,16 @@ pub fn atomic_write(path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
     sync_dir(parent_dir(path))
 }
 
+/// Writes `text` to stdout and carries on if nobody reads it any more (`tune sweep |
+/// head`): a sweep and a watch own children and files that must still be finished,
+/// where `println!` would panic on the closed pipe.
+pub fn print_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

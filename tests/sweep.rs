@@ -427,3 +427,36 @@ fn halving_screens_short_then_runs_survivors_longer() {
     let r = report_json(&out);
     assert_eq!(r["trials"].as_array().unwrap().len(), 4);
 }
+
+/// `tune sweep ... | head -0`: nobody reads stdout any more, and the sweep still
+/// finishes its trials and writes its files, with no panic (println! would panic on the
+/// closed pipe), in both output modes.
+#[test]
+fn a_closed_stdout_does_not_stop_or_crash_a_sweep() {
+    for json in [false, true] {
+        let d = tempfile::tempdir().unwrap();
+        let spec = write_spec(
+            d.path(),
+            "closedout",
+            "zero_grad = [\"memset\", \"none\"]",
+            "repeats = 1\ntimeout_s = 60",
+        );
+        let out = d.path().join("out");
+        let mut c = tune();
+        c.arg("sweep").arg(&spec).arg("--out").arg(&out);
+        if json {
+            c.arg("--json");
+        }
+        let mut child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "json {json}: {err}");
+        assert!(!err.contains("panicked"), "json {json}: {err}");
+        assert!(out.join("report.json").exists(), "json {json}");
+    }
+}

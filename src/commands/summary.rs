@@ -17,7 +17,7 @@ use crate::results::Status;
 
 /// Prints `r` to stdout, coloured when stdout takes colour.
 pub fn print(r: &Report) {
-    print!("{}", render(r, console::colors_enabled()));
+    crate::fsio::print_out(&render(r, console::colors_enabled()));
 }
 
 /// Report text as at most one screenful: control characters escaped, cut past

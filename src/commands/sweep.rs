@@ -85,7 +85,7 @@ impl SweepObserver for Progress {
                 "samples_per_s": sps,
                 "repeats": rec.repeats.len(),
             });
-            println!("{line}");
+            crate::fsio::print_out(&format!("{line}\n"));
             return;
         }
         let text = match (rec.status, sps) {
@@ -232,14 +232,14 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
         .filter(|t| t.status == Status::Ok)
         .count();
     if args.json {
-        println!(
-            "{}",
+        crate::fsio::print_out(&format!(
+            "{}\n",
             json!({"report": paths[0], "html": paths[1], "summary": paths[2], "ok": ok, "trials": report.trials.len()})
-        );
+        ));
     } else {
         super::summary::print(&report);
         for p in &paths {
-            println!("{}", p.display());
+            crate::fsio::print_out(&format!("{}\n", p.display()));
         }
     }
     Ok(if ok == 0 { 1 } else { 0 })
