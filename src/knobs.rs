@@ -526,10 +526,10 @@ knob_table! {
             ("ddp", "model = DistributedDataParallel(model)  # launch with torchrun"),
         ]);
 
-        /// Devices (virtual devices on the CPU backend).
+        /// Devices (virtual devices on the CPU backend; GPUs under ddp on the CUDA backend).
         devices: usize = 1,
         Values::Count(&limits::DEVICES),
-        CPU_ONLY,
+        CPU_CUDA,
         Torch::Line("torchrun --nproc_per_node={value} train.py");
 
         /// Micro-batch size (the global batch under dp and ddp).
@@ -558,7 +558,7 @@ knob_table! {
             max: 65_536,
             why: "MiB per DDP gradient bucket",
         }),
-        CPU_ONLY,
+        CPU_CUDA,
         Torch::Line("DistributedDataParallel(model, bucket_cap_mb={value})");
 
         /// SyncBatchNorm under DDP: batch statistics over the global batch.

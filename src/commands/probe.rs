@@ -45,9 +45,9 @@ fn knob_lines(cc: Option<(u32, u32)>, cudnn: bool, nccl: bool) -> Vec<String> {
         format!(
             "parallel=ddp: {}",
             if nccl {
-                "NCCL loads, but the CUDA backend has no DP/DDP yet (refused)"
+                "NCCL all-reduce on a communication stream, one thread per GPU (parallel=dp on GPUs: not implemented)"
             } else {
-                "no NCCL: multi-GPU DDP cannot run"
+                "no NCCL: DDP on GPUs cannot run"
             }
         ),
     ]

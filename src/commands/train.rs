@@ -124,6 +124,7 @@ pub fn main(cmd: &TrainCmdArgs) -> Result<i32> {
     let launch = join_launch(cmd, &mut w, &mut knobs)?;
     let w = w;
     let knobs = knobs;
+    crate::engine::cuda::libs::reexec_for_nccl(w.device, &knobs)?;
     if launch.as_ref().is_some_and(|l| l.rank > 0) {
         // Rank 0 prints the job's summary (every rank's steps); the others stay quiet,
         // as torchrun's workers usually are, and speak only through errors.

@@ -97,7 +97,9 @@ fn bucket_mb(k: &Knobs, _: Layout) -> Support {
 }
 
 fn cuda_amp(k: &Knobs, l: Layout) -> Support {
-    if l == Layout::Multi && k.amp != Amp::Off {
+    // DDP averages gradients before the scaler's check, so every rank sees the same
+    // overflow and skips the same steps: AMP needs nothing more under DDP.
+    if l == Layout::Multi && k.amp != Amp::Off && k.parallel != Parallel::Ddp {
         return Support::NotImplemented(format!(
             "amp = {} with parallel = {} on the CUDA backend: mixed precision is not implemented for multi-GPU runs yet",
             k.amp, k.parallel
@@ -117,13 +119,25 @@ fn cuda_autotune(k: &Knobs, l: Layout) -> Support {
 }
 
 fn cuda_parallel(k: &Knobs, l: Layout) -> Support {
-    if l == Layout::Multi {
-        return Support::NotImplemented(format!(
-            "parallel = {} on the CUDA backend: multi-GPU training is not implemented yet",
-            k.parallel
-        ));
+    if l == Layout::Multi && k.parallel == Parallel::Dp {
+        return Support::NotImplemented(
+            "parallel = dp on the CUDA backend: DataParallel over GPUs is not implemented \
+             yet (parallel = ddp is)"
+                .into(),
+        );
     }
     dp_on_one_device(k, l)
+}
+
+fn cuda_sync_bn(k: &Knobs, _: Layout) -> Support {
+    if k.sync_bn {
+        return Support::NotImplemented(
+            "sync_bn on the CUDA backend: SyncBatchNorm over NCCL is not implemented yet; \
+             run without sync_bn, or on the CPU backend"
+                .into(),
+        );
+    }
+    Support::Supported
 }
 
 /// Knobs for PyTorch scripts only (the knob table's `PYTHON_ONLY` rows): the engine runs,
@@ -220,6 +234,10 @@ const CUDA: &[Capability] = &[
     Capability {
         knob: "bucket_mb",
         support: bucket_mb,
+    },
+    Capability {
+        knob: "sync_bn",
+        support: cuda_sync_bn,
     },
     PYTHON_ONLY[0],
     PYTHON_ONLY[1],
@@ -331,11 +349,11 @@ mod tests {
             (
                 DeviceChoice::Cuda,
                 Knobs {
-                    parallel: Parallel::Ddp,
+                    parallel: Parallel::Dp,
                     devices: 2,
                     ..Knobs::default()
                 },
-                "multi-GPU training is not implemented yet",
+                "DataParallel over GPUs is not implemented yet",
             ),
         ];
         for (device, k, want) in cases {

@@ -93,6 +93,10 @@ pub fn child_main(knobs: crate::Result<Knobs>, workload: &Workload) -> i32 {
             return 2;
         }
     };
+    if let Err(e) = crate::engine::cuda::libs::reexec_for_nccl(workload.device, &knobs) {
+        print_error("unavailable", e.to_string());
+        return 2;
+    }
     if let Some(code) = inject_fault(&knobs, cap) {
         return code;
     }

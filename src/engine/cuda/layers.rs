@@ -497,6 +497,28 @@ impl GLayer {
         }
     }
 
+    /// Buffers (BN running statistics) in the CPU model's visit order: what DDP's
+    /// `broadcast_buffers` sends from rank 0.
+    pub fn visit_buffers(&mut self, f: &mut dyn FnMut(&mut DBuf)) {
+        match self {
+            GLayer::BatchNorm(l) => {
+                f(&mut l.run_mean);
+                f(&mut l.run_var);
+            }
+            GLayer::Block {
+                main,
+                shortcut,
+                out,
+            } => {
+                for l in main.iter_mut().chain(shortcut.iter_mut()) {
+                    l.visit_buffers(f);
+                }
+                out.visit_buffers(f);
+            }
+            _ => {}
+        }
+    }
+
     pub fn has_params(&mut self) -> bool {
         let mut has = false;
         self.visit_params(&mut |_| has = true);

@@ -114,6 +114,89 @@ pub fn require(libs: &[Lib]) -> Result<()> {
     Ok(())
 }
 
+/// The variable `tune train` sets when it re-runs itself with tune's private NCCL link on
+/// `LD_LIBRARY_PATH`, so that it never does so twice.
+pub const NCCL_REEXEC_ENV: &str = "TUNE_NCCL_REEXEC";
+
+/// Makes sure cudarc can load NCCL, or says in one line why not and what to do.
+/// cudarc loads it only as `libnccl.so` (never `libnccl.so.2`) through the loader's
+/// search path, which is fixed when the process starts: see [`nccl_search_dir`].
+pub fn require_nccl() -> Result<()> {
+    // SAFETY: as in `Lib::present`: a dlopen and close of NCCL, no symbol called.
+    if unsafe { cudarc::nccl::sys::is_culib_present() } {
+        return Ok(());
+    }
+    let why = match crate::engine::cuda::versions::nccl() {
+        Ok(f) => format!(
+            "libnccl.so.2 is here, but cudarc loads NCCL only as libnccl.so: put {} on \
+             LD_LIBRARY_PATH before tune starts (`tune train` does this itself)",
+            f.path
+                .parent()
+                .map_or_else(String::new, |p| p.display().to_string())
+        ),
+        Err(e) => e,
+    };
+    Err(Error::Unavailable(format!(
+        "CUDA backend: parallel = ddp needs NCCL, which does not load: {why}"
+    )))
+}
+
+/// The folder to put first on `LD_LIBRARY_PATH` so that cudarc finds NCCL, when cudarc
+/// cannot load it now but tune found `libnccl.so.2` (its private `libnccl.so` link's
+/// folder). `None` when NCCL already loads or is nowhere to be found.
+pub fn nccl_search_dir() -> Option<std::path::PathBuf> {
+    // SAFETY: as in `require_nccl`.
+    if unsafe { cudarc::nccl::sys::is_culib_present() } {
+        return None;
+    }
+    let f = crate::engine::cuda::versions::nccl().ok()?;
+    f.path.parent().map(std::path::Path::to_path_buf)
+}
+
+/// A DDP run on the CUDA backend whose NCCL cudarc cannot load yet: runs this same
+/// command again (same pid, `exec`) with tune's private NCCL folder first on
+/// `LD_LIBRARY_PATH`, since the loader reads that variable only when a process starts.
+/// Returns when nothing needs doing (no GPU run, no DDP, NCCL loads, no NCCL found, or
+/// already re-run: the run's own check then says what is missing), or with the error
+/// `exec` gave.
+pub fn reexec_for_nccl(
+    device: crate::engine::train::DeviceChoice,
+    k: &crate::knobs::Knobs,
+) -> Result<()> {
+    use crate::engine::train::DeviceChoice;
+    use std::os::unix::process::CommandExt;
+    let gpu = match device {
+        DeviceChoice::Cuda => true,
+        DeviceChoice::Auto => crate::engine::cuda::usable().is_ok(),
+        DeviceChoice::Cpu => false,
+    };
+    if !gpu
+        || k.parallel != crate::knobs::Parallel::Ddp
+        || std::env::var_os(NCCL_REEXEC_ENV).is_some()
+    {
+        return Ok(());
+    }
+    let Some(dir) = nccl_search_dir() else {
+        return Ok(());
+    };
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::Runtime(format!("cannot find the tune executable: {e}")))?;
+    let mut path = vec![dir];
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        path.extend(std::env::split_paths(&old));
+    }
+    let path = std::env::join_paths(path)
+        .map_err(|e| Error::Runtime(format!("LD_LIBRARY_PATH for NCCL: {e}")))?;
+    let err = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env("LD_LIBRARY_PATH", path)
+        .env(NCCL_REEXEC_ENV, "1")
+        .exec();
+    Err(Error::Runtime(format!(
+        "cannot re-run tune with NCCL on LD_LIBRARY_PATH: {err}"
+    )))
+}
+
 /// Everything a training run on the CUDA backend needs.
 pub const TRAINING: [Lib; 3] = [Lib::Driver, Lib::Nvrtc, Lib::CublasLt];
 

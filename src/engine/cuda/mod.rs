@@ -5,6 +5,7 @@
 //! cudarc's panic. Kernels are NVRTC-compiled from `kernels.cu`; GEMM is cuBLASLt.
 
 pub mod blas;
+pub mod ddp;
 pub mod gpu;
 pub mod kernels;
 pub mod layers;

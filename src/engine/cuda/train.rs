@@ -282,10 +282,10 @@ fn input(gpu: &Gpu, up: &mut Uploader, b: &Batch) -> Result<(GTensor, CudaSlice<
 }
 
 /// The CUDA backend of the step loop.
-struct GpuExec {
-    gpu: Arc<Gpu>,
+pub(super) struct GpuExec {
+    pub(super) gpu: Arc<Gpu>,
     ctx: GCtx,
-    dev: Arc<Device>,
+    pub(super) dev: Arc<Device>,
     opt: GOptim,
     /// [loss scale, found_inf, growth tracker, optimizer steps] (see kernels.cu): scale 1
     /// and never a skip without a loss scaler.
@@ -297,6 +297,35 @@ struct GpuExec {
 }
 
 impl GpuExec {
+    /// The executor of one GPU for `w` under `k`; `scale` is the loss scaler's start (1
+    /// without one).
+    pub(super) fn new(
+        gpu: &Arc<Gpu>,
+        dev: &Arc<Device>,
+        w: &Workload,
+        k: &Knobs,
+        scale: f32,
+    ) -> Result<GpuExec> {
+        Ok(GpuExec {
+            ctx: GCtx {
+                gpu: Arc::clone(gpu),
+                pass: Pass {
+                    train: true,
+                    save: true,
+                    recompute: false,
+                    half: amp::half_dtype(k.amp),
+                },
+            },
+            gpu: Arc::clone(gpu),
+            dev: Arc::clone(dev),
+            opt: GOptim::new(OptimConfig::of(w.optimizer, w.lr)?),
+            amp_state: amp_state(gpu, scale)?,
+            skipped: gpu.zeros(1, MemCategory::Workspace)?,
+            scaler: w.scaler,
+            up: Uploader::new(k.pin_memory),
+        })
+    }
+
     fn each_grad(
         &mut self,
         model: &mut Model<GLayer>,
@@ -505,12 +534,10 @@ impl Exec for GpuExec {
 
 /// Trains `w` under `k` on GPU 0.
 pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
-    let layout = if parallel::is_multi_device(k) {
-        Layout::Multi
-    } else {
-        Layout::Single
-    };
-    let not_applicable = caps::admit(Backend::Cuda, k, layout, obs)?;
+    if parallel::is_multi_device(k) {
+        return super::ddp::run(w, k, obs);
+    }
+    let not_applicable = caps::admit(Backend::Cuda, k, Layout::Single, obs)?;
     let started = Instant::now();
     let dev = Device::cuda(0);
     let tf32 = k.amp == Amp::Tf32;
@@ -527,16 +554,11 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     obs.on_devices(std::slice::from_ref(&dev));
     let [h, wd, c] = w.model.input();
     let (mut source, test, classes, norm) = open_source(w, k, ImageShape { h, w: wd, c })?;
-    let cfg = OptimConfig::of(w.optimizer, w.lr)?;
     let mut scaler = w
         .scaler
         .active_for(k.amp)
         .then(|| GradScaler::new(w.scaler));
-    // The description and its seeded initial values, the CPU model's bit for bit.
-    let init = Initial::of(w.model, classes, w.seed)?;
-    let params = init.params.iter().map(|p| p.values.len()).sum();
-    let descs = zoo::describe(w.model, classes);
-    let glayers = layers::from_desc(&descs, init, &gpu)?;
+    let (mut model, params, descs) = build_model(w, classes, &gpu)?;
     let algos = if k.autotune {
         let a = Algos::for_workload(w, &format!("cuda:{}", gpu.name), obs)?;
         gpu.blas.autotune_with(Arc::clone(&a))?;
@@ -544,25 +566,13 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     } else {
         None
     };
-    let mut model = Model::new(&w.model.to_string(), glayers, w.model.input(), classes);
-    let mut exec = GpuExec {
-        ctx: GCtx {
-            gpu: Arc::clone(&gpu),
-            pass: Pass {
-                train: true,
-                save: true,
-                recompute: false,
-                half: amp::half_dtype(k.amp),
-            },
-        },
-        gpu: Arc::clone(&gpu),
-        dev: Arc::clone(&dev),
-        opt: GOptim::new(cfg),
-        amp_state: amp_state(&gpu, scaler.as_ref().map_or(1.0, GradScaler::scale))?,
-        skipped: gpu.zeros(1, MemCategory::Workspace)?,
-        scaler: w.scaler,
-        up: Uploader::new(k.pin_memory),
-    };
+    let mut exec = GpuExec::new(
+        &gpu,
+        &dev,
+        w,
+        k,
+        scaler.as_ref().map_or(1.0, GradScaler::scale),
+    )?;
     dev.mem().reset_peaks();
     let trained = step::train(
         &mut exec,
@@ -626,7 +636,22 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     })
 }
 
-fn has_conv(descs: &[LayerDesc]) -> bool {
+/// The model on `gpu` from its description and seeded initial values (the CPU model's
+/// bit for bit), with its parameter count.
+pub(super) fn build_model(
+    w: &Workload,
+    classes: usize,
+    gpu: &Arc<Gpu>,
+) -> Result<(Model<GLayer>, usize, Vec<LayerDesc>)> {
+    let init = Initial::of(w.model, classes, w.seed)?;
+    let params = init.params.iter().map(|p| p.values.len()).sum();
+    let descs = zoo::describe(w.model, classes);
+    let glayers = layers::from_desc(&descs, init, gpu)?;
+    let model = Model::new(&w.model.to_string(), glayers, w.model.input(), classes);
+    Ok((model, params, descs))
+}
+
+pub(super) fn has_conv(descs: &[LayerDesc]) -> bool {
     descs.iter().any(|d| match d {
         LayerDesc::Conv2d { .. } => true,
         LayerDesc::BasicBlock {
@@ -640,7 +665,7 @@ fn has_conv(descs: &[LayerDesc]) -> bool {
 
 /// Which conv2d path ran, for the trial record. Always im2col + cuBLASLt in this build;
 /// whether cuDNN could have been used is said, so a record never implies cuDNN ran.
-fn conv_path() -> AlgoChoice {
+pub(super) fn conv_path() -> AlgoChoice {
     let cudnn = tune_probes::culibs::probe_cuda_libs()
         .into_iter()
         .find(|l| l.name == "cudnn")

@@ -270,7 +270,7 @@ enum FeedKind {
 }
 
 impl Feed {
-    fn open(w: &Workload, k: &Knobs) -> Result<Feed> {
+    pub(crate) fn open(w: &Workload, k: &Knobs) -> Result<Feed> {
         let [h, wd, c] = w.model.input();
         let want = ImageShape { h, w: wd, c };
         let norm = data::default_normalize(want);
@@ -294,7 +294,7 @@ impl Feed {
 
     /// Batches of `batch` samples for `rank` of `world`: a DistributedSampler shard of
     /// the dataset, or this rank's rows of the synthetic batch.
-    fn source(
+    pub(crate) fn source(
         &self,
         w: &Workload,
         k: &Knobs,

@@ -1,0 +1,586 @@
+//! DistributedDataParallel on GPUs over NCCL: one thread per GPU in this process, each a
+//! rank with its own replica, optimizer and `DistributedSampler` shard, running the one
+//! step loop (`step::train_with`) with the [`NcclDdp`] strategy, as the CPU backend's
+//! ranks run it with theirs (`parallel::ddp`).
+//!
+//! As in PyTorch: rank 0's parameters are broadcast when the replicas are built, buffers
+//! (BN running statistics) before every step (`broadcast_buffers`), and gradients are
+//! averaged in buckets of `bucket_mb` filled in reverse layer order. A layer's gradients
+//! are copied into their bucket on a communication stream as soon as backward has
+//! computed them (the stream waits on an event of the compute stream), and a full bucket
+//! is all-reduced there while backward goes on; before the optimizer the compute stream
+//! waits for the communication stream and copies the averages back. With gradient
+//! accumulation only the last micro-batch synchronises (`no_sync` for the others).
+//!
+//! Multi-process NCCL (torchrun/srun with `--device cuda`) is not built: rank 0 would
+//! have to send the NCCL unique id over the rendezvous; `tune train` refuses it.
+
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaEvent, CudaStream};
+use cudarc::nccl::safe::{group_end, group_start, Comm, Id, ReduceOp};
+
+use crate::engine::amp::GradScaler;
+use crate::engine::caps::{self, Layout};
+use crate::engine::cuda::gpu::{cuda_err, DBuf, Gpu};
+use crate::engine::cuda::layers::GLayer;
+use crate::engine::cuda::libs;
+use crate::engine::cuda::train::{build_model, GpuClock, GpuExec};
+use crate::engine::data::{Dataset, Normalize};
+use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
+use crate::engine::nn::model::Model;
+use crate::engine::parallel::summary::{summarize, DeviceStep};
+use crate::engine::parallel::{collect, Feed, StepReport};
+use crate::engine::step::{self, Clock, Phase, Strategy};
+use crate::engine::train::{
+    Measured, NoObserver, Observer, RunSummary, Source, StepEvent, Workload,
+};
+use crate::error::{Error, Result};
+use crate::knobs::{Amp, Knobs};
+
+fn nccl_err(what: &str, e: impl std::fmt::Debug) -> Error {
+    Error::Runtime(format!("NCCL: {what}: {e:?}"))
+}
+
+/// One bucket: a flat f32 buffer over the gradients of whole top-level layers.
+struct Bucket {
+    buf: DBuf,
+    /// (layer index, offset of its first gradient), in the order the layers fill it.
+    layers: Vec<(usize, usize)>,
+    /// Layers still to report this step.
+    pending: usize,
+}
+
+/// Buckets of at most `cap` bytes (a layer larger than the cap gets its own), filled
+/// from the last layer back as backward produces gradients; layers without parameters
+/// belong to none.
+fn plan_buckets(
+    model: &mut Model<GLayer>,
+    cap: usize,
+    gpu: &Gpu,
+) -> Result<(Vec<Bucket>, Vec<Option<usize>>)> {
+    let cap_elems = (cap / 4).max(1);
+    let mut owner = vec![None; model.layers.len()];
+    let mut plans: Vec<(Vec<(usize, usize)>, usize)> = Vec::new();
+    for i in (0..model.layers.len()).rev() {
+        let mut n = 0;
+        model.layers[i].visit_params(&mut |p| n += p.w.len());
+        if n == 0 {
+            continue;
+        }
+        let open = plans.last().is_some_and(|(_, len)| *len < cap_elems);
+        if !open {
+            plans.push((Vec::new(), 0));
+        }
+        let b = plans.len() - 1;
+        let (layers, len) = &mut plans[b];
+        layers.push((i, *len));
+        *len += n;
+        owner[i] = Some(b);
+    }
+    let mut buckets = Vec::with_capacity(plans.len());
+    for (layers, len) in plans {
+        buckets.push(Bucket {
+            buf: gpu.zeros(len, MemCategory::Workspace)?,
+            pending: layers.len(),
+            layers,
+        });
+    }
+    Ok((buckets, owner))
+}
+
+/// Events of one step, read after its host sync.
+#[derive(Default)]
+struct StepMarks {
+    start: Option<CudaEvent>,
+    backward_end: Option<CudaEvent>,
+    spans: Vec<(CudaEvent, CudaEvent)>,
+}
+
+/// The DDP strategy of one GPU rank.
+struct NcclDdp<'a> {
+    rank: usize,
+    gpu: &'a Arc<Gpu>,
+    comm: &'a Comm,
+    cs: Arc<CudaStream>,
+    buckets: Vec<Bucket>,
+    owner: Vec<Option<usize>>,
+    has_buffers: bool,
+    reports: &'a Sender<StepReport>,
+    verify: bool,
+    at: StepMarks,
+}
+
+fn timing_event(s: &CudaStream) -> Result<CudaEvent> {
+    s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(|e| cuda_err("event", e))
+}
+
+impl NcclDdp<'_> {
+    /// Rank 0's buffers to every rank, in place, ordered after the compute stream's
+    /// work and before its next.
+    fn broadcast_buffers(&mut self, model: &mut Model<GLayer>) -> Result<()> {
+        self.cs
+            .join(&self.gpu.stream)
+            .map_err(|e| cuda_err("stream wait", e))?;
+        group_start().map_err(|e| nccl_err("group start", e))?;
+        let mut res = Ok(());
+        for l in &mut model.layers {
+            l.visit_buffers(&mut |b| {
+                if res.is_ok() {
+                    res = self
+                        .comm
+                        .broadcast_in_place(&mut b.s, 0)
+                        .map(|_| ())
+                        .map_err(|e| nccl_err("broadcast of buffers", e));
+                }
+            });
+        }
+        group_end().map_err(|e| nccl_err("group end", e))?;
+        res?;
+        self.gpu
+            .stream
+            .join(&self.cs)
+            .map_err(|e| cuda_err("stream wait", e))
+    }
+
+    fn launch(&mut self, b: usize) -> Result<()> {
+        let start = timing_event(&self.cs)?;
+        self.comm
+            .all_reduce_in_place(&mut self.buckets[b].buf.s, &ReduceOp::Avg)
+            .map_err(|e| nccl_err("all-reduce", e))?;
+        let end = timing_event(&self.cs)?;
+        self.at.spans.push((start, end));
+        Ok(())
+    }
+
+    /// Seconds from the step's start event to `e`.
+    fn since_start(&self, e: &CudaEvent) -> Result<f64> {
+        match &self.at.start {
+            Some(s) => Ok(f64::from(s.elapsed_ms(e).map_err(|e| cuda_err("event time", e))?) / 1e3),
+            None => Ok(0.0),
+        }
+    }
+}
+
+impl Strategy<GpuExec> for NcclDdp<'_> {
+    fn begin_step(&mut self, model: &mut Model<GLayer>, clock: &mut GpuClock) -> Result<()> {
+        self.at.start = Some(timing_event(&self.gpu.stream)?);
+        if self.has_buffers {
+            let m = clock.mark()?;
+            self.broadcast_buffers(model)?;
+            clock.add(Phase::Comm, m)?;
+        }
+        Ok(())
+    }
+
+    fn grads_ready(&mut self, last: bool, i: usize, layer: &mut GLayer) -> Result<()> {
+        let Some(b) = self.owner.get(i).copied().flatten().filter(|_| last) else {
+            return Ok(());
+        };
+        // The communication stream copies this layer's gradients only once backward
+        // has written them: the wait NCCL's stream makes in PyTorch's reducer.
+        let ready = timing_event(&self.gpu.stream)?;
+        self.cs
+            .wait(&ready)
+            .map_err(|e| cuda_err("stream wait", e))?;
+        self.at.backward_end = Some(ready);
+        let bucket = &mut self.buckets[b];
+        let mut off = bucket
+            .layers
+            .iter()
+            .find(|(l, _)| *l == i)
+            .map(|(_, o)| *o)
+            .ok_or_else(|| Error::Runtime(format!("ddp: layer {i} is not in bucket {b}")))?;
+        let mut res = Ok(());
+        let cs = &self.cs;
+        layer.visit_params(&mut |p| {
+            if res.is_err() {
+                return;
+            }
+            let n = p.w.len();
+            res = match &p.g {
+                Some(g) => cs
+                    .memcpy_dtod(&g.s, &mut bucket.buf.s.slice_mut(off..off + n))
+                    .map_err(|e| cuda_err("gradient into its bucket", e)),
+                None => Err(Error::Runtime(format!(
+                    "ddp: {} has no gradient after backward",
+                    p.name
+                ))),
+            };
+            off += n;
+        });
+        res?;
+        bucket.pending = bucket.pending.saturating_sub(1);
+        if bucket.pending == 0 {
+            self.launch(b)?;
+        }
+        Ok(())
+    }
+
+    fn before_update(
+        &mut self,
+        model: &mut Model<GLayer>,
+        _step: usize,
+        clock: &mut GpuClock,
+    ) -> Result<()> {
+        if let Some((b, _)) = self.buckets.iter().enumerate().find(|(_, b)| b.pending > 0) {
+            return Err(Error::Runtime(format!(
+                "ddp: bucket {b} was never filled this step ({} layer(s) reported no \
+                 gradient)",
+                self.buckets[b].pending
+            )));
+        }
+        let m = clock.mark()?;
+        self.gpu
+            .stream
+            .join(&self.cs)
+            .map_err(|e| cuda_err("stream wait", e))?;
+        for bucket in &mut self.buckets {
+            for &(i, mut off) in &bucket.layers {
+                let mut res = Ok(());
+                let (stream, buf) = (&self.gpu.stream, &bucket.buf);
+                model.layers[i].visit_params(&mut |p| {
+                    let n = p.w.len();
+                    if let (Some(g), true) = (&mut p.g, res.is_ok()) {
+                        res = stream
+                            .memcpy_dtod(&buf.s.slice(off..off + n), &mut g.s)
+                            .map_err(|e| cuda_err("averaged gradient back", e));
+                    }
+                    off += n;
+                });
+                res?;
+            }
+            bucket.pending = bucket.layers.len();
+        }
+        clock.add(Phase::Comm, m)
+    }
+
+    fn end_step(
+        &mut self,
+        model: &mut Model<GLayer>,
+        ev: &StepEvent,
+        _: &mut dyn Observer,
+    ) -> Result<()> {
+        // After the step's host sync: every event below has completed.
+        let bw_end = match &self.at.backward_end {
+            Some(e) => self.since_start(e)?,
+            None => 0.0,
+        };
+        let mut dev = DeviceStep {
+            index: self.rank,
+            busy_s: ev.phases.zero_grad
+                + ev.phases.forward
+                + ev.phases.backward
+                + ev.phases.optimizer,
+            comm_s: ev.phases.comm,
+            ..DeviceStep::default()
+        };
+        for (a, b) in &self.at.spans {
+            let (s, e) = (self.since_start(a)?, self.since_start(b)?);
+            dev.allreduce_s += (e - s).max(0.0);
+            dev.allreduce_overlapped_s += (e.min(bw_end) - s).max(0.0);
+        }
+        self.at = StepMarks::default();
+        let digest = if self.verify {
+            Some(digest(self.gpu, model)?)
+        } else {
+            None
+        };
+        self.reports
+            .send(StepReport {
+                rank: self.rank,
+                step: ev.step,
+                loss: ev.loss,
+                samples: ev.samples,
+                step_s: ev.step_s,
+                phases: ev.phases,
+                mem_after: ev.mem_after.clone(),
+                devices: vec![dev],
+                digest,
+            })
+            .map_err(|_| Error::Runtime("ddp: the launcher stopped listening".into()))
+    }
+}
+
+/// FNV-1a over every parameter's bits, as `parallel::param_digest` on the CPU.
+fn digest(gpu: &Gpu, model: &mut Model<GLayer>) -> Result<u64> {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut res = Ok(());
+    model.visit_params(&mut |p| {
+        if res.is_err() {
+            return;
+        }
+        match gpu.download(&p.w.s) {
+            Ok(v) => {
+                for x in v {
+                    h ^= u64::from(x.to_bits());
+                    h = h.wrapping_mul(0x0000_0100_0000_01b3);
+                }
+            }
+            Err(e) => res = Err(e),
+        }
+    });
+    res.map(|()| h)
+}
+
+/// Everything one rank's thread owns.
+struct Rank<'a> {
+    w: &'a Workload,
+    k: &'a Knobs,
+    rank: usize,
+    world: usize,
+    gpu: Arc<Gpu>,
+    dev: Arc<Device>,
+    id: Id,
+    classes: usize,
+    source: Source,
+    reports: Sender<StepReport>,
+    verify: bool,
+    /// Rank 0 evaluates the trained replica.
+    eval: Option<(Arc<dyn Dataset>, Normalize)>,
+}
+
+struct RankEnd {
+    params: usize,
+    accuracy: Option<f64>,
+    snap: MemSnapshot,
+    buckets: Vec<usize>,
+}
+
+fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
+    let Rank {
+        w,
+        k,
+        rank,
+        world,
+        gpu,
+        dev,
+        id,
+        classes,
+        mut source,
+        reports,
+        verify,
+        eval,
+    } = r;
+    gpu.ctx
+        .bind_to_thread()
+        .map_err(|e| cuda_err("context", e))?;
+    let cs = gpu
+        .ctx
+        .new_stream()
+        .map_err(|e| cuda_err("communication stream", e))?;
+    // Blocks until every rank has joined, as ncclCommInitRank does.
+    let comm = Comm::from_rank(Arc::clone(&cs), rank, world, id)
+        .map_err(|e| nccl_err(&format!("rank {rank} joining {world}"), e))?;
+    let (mut model, params, _) = build_model(w, classes, &gpu)?;
+    // DDP's constructor: rank 0's parameters everywhere.
+    cs.join(&gpu.stream)
+        .map_err(|e| cuda_err("stream wait", e))?;
+    group_start().map_err(|e| nccl_err("group start", e))?;
+    let mut res = Ok(());
+    model.visit_params(&mut |p| {
+        if res.is_ok() {
+            res = comm
+                .broadcast_in_place(&mut p.w.s, 0)
+                .map(|_| ())
+                .map_err(|e| nccl_err("broadcast of parameters", e));
+        }
+    });
+    group_end().map_err(|e| nccl_err("group end", e))?;
+    res?;
+    gpu.stream
+        .join(&cs)
+        .map_err(|e| cuda_err("stream wait", e))?;
+    let mut has_buffers = false;
+    for l in &mut model.layers {
+        l.visit_buffers(&mut |_| has_buffers = true);
+    }
+    let mut scaler = w
+        .scaler
+        .active_for(k.amp)
+        .then(|| GradScaler::new(w.scaler));
+    let mut exec = GpuExec::new(
+        &gpu,
+        &dev,
+        w,
+        k,
+        scaler.as_ref().map_or(1.0, GradScaler::scale),
+    )?;
+    let (buckets, owner) = plan_buckets(&mut model, k.bucket_mb.saturating_mul(1 << 20), &gpu)?;
+    let bucket_lens = buckets.iter().map(|b| b.buf.len()).collect();
+    let mut ddp = NcclDdp {
+        rank,
+        gpu: &gpu,
+        comm: &comm,
+        cs: Arc::clone(&cs),
+        buckets,
+        owner,
+        has_buffers,
+        reports: &reports,
+        verify,
+        at: StepMarks::default(),
+    };
+    dev.mem().reset_peaks();
+    step::train_with(
+        &mut exec,
+        &mut ddp,
+        &mut model,
+        &mut source,
+        w,
+        k,
+        &mut scaler,
+        &mut NoObserver,
+        Instant::now(),
+    )?;
+    drop(ddp);
+    drop(reports);
+    let snap = dev.mem().snapshot();
+    let accuracy = match eval {
+        Some((test, norm)) => Some(step::evaluate(&mut exec, &mut model, test, &norm)?),
+        None => None,
+    };
+    Ok(RankEnd {
+        params,
+        accuracy,
+        snap,
+        buckets: bucket_lens,
+    })
+}
+
+/// Trains `w` under `k` with `parallel = ddp` on `k.devices` GPUs of this machine.
+pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
+    run_verified(w, k, obs, false)
+}
+
+/// `run`; with `verify`, every rank's parameters are digested after every step and the
+/// run fails if two ranks differ in a single bit.
+pub fn run_verified(
+    w: &Workload,
+    k: &Knobs,
+    obs: &mut dyn Observer,
+    verify: bool,
+) -> Result<RunSummary> {
+    let not_applicable = caps::admit(Backend::Cuda, k, Layout::Multi, obs)?;
+    if let Some(l) = w.launch.as_ref().filter(|l| l.world > 1) {
+        return Err(Error::Unavailable(format!(
+            "--device cuda under {}: multi-process DDP over NCCL is not built yet; run one \
+             process with --devices N, or the CPU backend",
+            l.launcher
+        )));
+    }
+    libs::require(&libs::TRAINING)?;
+    libs::require_nccl()?;
+    let started = Instant::now();
+    let world = k.devices;
+    let tf32 = k.amp == Amp::Tf32;
+    let mut gpus = Vec::with_capacity(world);
+    let mut devs = Vec::with_capacity(world);
+    for r in 0..world {
+        let dev = Device::cuda(r);
+        gpus.push(Arc::new(Gpu::open(
+            r,
+            &w.cache_dir,
+            tf32,
+            Arc::clone(dev.mem()),
+        )?));
+        devs.push(dev);
+    }
+    let version = cudarc::nccl::result::get_nccl_version()
+        .map(|v| crate::engine::cuda::versions::decode_version(v.max(0) as u64))
+        .unwrap_or_else(|_| "?".into());
+    obs.on_note(&format!(
+        "CUDA backend: DDP over NCCL {version} on {world} GPU(s) ({}), one thread per GPU",
+        gpus.iter()
+            .map(|g| g.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    obs.on_devices(&devs);
+    let feed = Feed::open(w, k)?;
+    let per_rank = k.batch_size / world;
+    let id = Id::new().map_err(|e| nccl_err("unique id", e))?;
+    let (tx, rx) = channel();
+    let mut ranks = Vec::with_capacity(world);
+    for (r, (gpu, dev)) in gpus.iter().zip(&devs).enumerate() {
+        ranks.push(Rank {
+            w,
+            k,
+            rank: r,
+            world,
+            gpu: Arc::clone(gpu),
+            dev: Arc::clone(dev),
+            id,
+            classes: feed.classes,
+            source: feed.source(w, k, r, world, per_rank)?,
+            reports: tx.clone(),
+            verify,
+            eval: match (&feed.test, w.eval, r) {
+                (Some(t), true, 0) => Some((Arc::clone(t), feed.norm.clone())),
+                _ => None,
+            },
+        });
+    }
+    drop(tx);
+    let threads = vec![1; world];
+    let (collected, ends) = std::thread::scope(|s| {
+        let mut hs = Vec::with_capacity(world);
+        let mut spawn_err = None;
+        for r in ranks {
+            let i = r.rank;
+            match std::thread::Builder::new()
+                .name(format!("tune-gpu-rank{i}"))
+                .spawn_scoped(s, move || rank_main(r))
+            {
+                Ok(h) => hs.push(h),
+                Err(e) => spawn_err = Some(Error::Runtime(format!("cannot start rank {i}: {e}"))),
+            }
+        }
+        let c = collect(rx, world, &threads, true, w, obs);
+        let ends = crate::engine::parallel::join_all(hs);
+        (c, spawn_err.map_or(ends, Err))
+    });
+    let ends = ends?;
+    if let Some(m) = &collected.mismatch {
+        return Err(Error::Runtime(m.clone()));
+    }
+    let first = ends
+        .first()
+        .ok_or_else(|| Error::Runtime("ddp: no rank finished".into()))?;
+    if let Some(b) = first.buckets.first() {
+        obs.on_note(&format!(
+            "ddp: {world} ranks, {} gradient bucket(s) of cap {} MiB (first {:.2} MiB), NCCL \
+             all-reduce on a communication stream",
+            first.buckets.len(),
+            k.bucket_mb,
+            (*b * 4) as f64 / (1 << 20) as f64
+        ));
+    }
+    let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.snap.clone()).collect();
+    let m = Measured {
+        step_times: collected.step_times,
+        losses: collected.losses,
+        phase_sum: collected.phase_sum,
+        grad_between: collected.grad_between,
+        started,
+    };
+    let (devices, imbalance) = summarize(
+        &collected.totals,
+        &snaps,
+        m.after_warmup(w.warmup).iter().sum(),
+    );
+    let top = snaps
+        .iter()
+        .max_by_key(|s| s.total_peak)
+        .cloned()
+        .unwrap_or_default();
+    let label = crate::engine::cuda::backend_label(&gpus[0].name);
+    Ok(RunSummary {
+        accuracy: first.accuracy,
+        not_applicable,
+        ..RunSummary::from_measured(w, k, label, first.params, m, &top, devices, imbalance)
+    })
+}

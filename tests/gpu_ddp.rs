@@ -1,0 +1,228 @@
+//! DDP on the CUDA backend over NCCL (`engine::cuda::ddp`), run as users run it: `tune
+//! train --device cuda --parallel ddp --devices N`, which re-runs itself with tune's
+//! private NCCL link on `LD_LIBRARY_PATH` (cudarc loads NCCL only as `libnccl.so`).
+//!
+//! Under `TUNE_CUDA_STANDIN=1` the stand-in driver shows 2 devices and the NCCL stand-in
+//! (tests/standin/nccl.cpp) reduces across them; on a real machine N is the GPUs it has
+//! (1 on the one-GPU H100: NCCL with world size 1). Losses must track the CPU backend's
+//! DDP over the same number of devices, and replicas must stay bit-identical.
+
+#[path = "common/standin.rs"]
+mod standin;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const TUNE: &str = env!("CARGO_BIN_EXE_tune");
+const CHILD_ENV: &str = "TUNE_TEST_GPU_DDP_CHILD";
+
+/// How many GPUs the DDP runs use: the stand-in's 2, or what the machine has (at most 2).
+fn world(test: &str) -> Option<usize> {
+    standin::gpu_or_skip(test)?;
+    if standin::requested() {
+        return Some(2);
+    }
+    let n = cudarc::driver::CudaContext::device_count().unwrap_or(1);
+    Some(n.clamp(1, 2) as usize)
+}
+
+/// One cache for every run, so NVRTC compiles the kernels once (`.ci/run` sets
+/// `TUNE_CACHE_DIR`).
+fn cache() -> PathBuf {
+    let d = std::env::var_os("TUNE_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("tune-gpu-ddp-cache"));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn train(device: &str, world: usize, model: &str, extra: &[&str]) -> Output {
+    Command::new(TUNE)
+        .args(["train", "--device", device, "--parallel", "ddp", "--json"])
+        .args(["--devices", &world.to_string()])
+        .args(["--model", model, "--dataset", "synthetic", "--steps", "3"])
+        .args(["--warmup", "1", "--threads", "2", "--lr", "0.05"])
+        .args(["--batch-size", "8"])
+        .args(extra)
+        .env("TUNE_CACHE_DIR", cache())
+        .env("TUNE_CUDA_STANDIN_DEVICES", world.to_string())
+        .env_remove("TUNE_NCCL_REEXEC")
+        .output()
+        .unwrap()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+fn losses(v: &serde_json::Value) -> Vec<f64> {
+    v["losses"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no losses in {v}"))
+        .iter()
+        .map(|l| l.as_f64().unwrap())
+        .collect()
+}
+
+/// |gpu - cpu| <= 1e-3 + 1e-2 |cpu|, gpu_parity's loss-curve tolerance.
+fn track(what: &str, gpu: &[f64], cpu: &[f64]) {
+    assert_eq!(gpu.len(), cpu.len(), "{what}: {gpu:?} vs {cpu:?}");
+    for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
+        assert!(
+            (g - c).abs() <= 1e-3 + 1e-2 * c.abs(),
+            "{what}: step {i}: gpu {g} vs cpu {c} (gpu {gpu:?}, cpu {cpu:?})"
+        );
+    }
+}
+
+#[test]
+fn ddp_on_gpus_follows_the_cpu_backends_ddp() {
+    let test = "ddp_on_gpus_follows_the_cpu_backends_ddp";
+    let Some(n) = world(test) else { return };
+    // mlp; cnn-small with batch norm (buffers broadcast each step), gradient
+    // accumulation (only the last micro-batch all-reduces) and set-to-none gradients;
+    // several small buckets so more than one all-reduce runs per step.
+    let cases: [(&str, &[&str]); 3] = [
+        ("mlp", &[]),
+        ("mlp", &["--bucket-mb", "1", "--zero-grad", "none"]),
+        ("cnn-small", &["--grad-accum", "2"]),
+    ];
+    for (model, extra) in cases {
+        let gpu = json(&train("cuda", n, model, extra));
+        let cpu = json(&train("cpu", n, model, extra));
+        let (gs, cs) = (&gpu, &cpu);
+        eprintln!(
+            "{}{model} {extra:?} on {n} device(s): gpu {:?} cpu {:?}",
+            standin::label(),
+            losses(&gpu),
+            losses(&cpu)
+        );
+        track(&format!("{model} {extra:?}"), &losses(&gpu), &losses(&cpu));
+        let want = if standin::requested() {
+            "cuda (CPU stand-in)"
+        } else {
+            "cuda"
+        };
+        assert_eq!(gs["backend"], want, "{gs}");
+        let devs = gs["devices"].as_array().unwrap();
+        assert_eq!(devs.len(), n, "one summary per GPU: {gs}");
+        for d in devs {
+            assert!(d["busy_s"].as_f64().unwrap() > 0.0, "{d}");
+        }
+        assert_eq!(cs["devices"].as_array().unwrap().len(), n);
+    }
+}
+
+/// Every rank's parameters after every step, digested: equal to the bit. Runs in a
+/// child of this test binary whose `LD_LIBRARY_PATH` holds tune's NCCL link (set before
+/// the child starts, as `tune train` does for itself).
+#[test]
+fn gpu_replicas_stay_bit_identical() {
+    let test = "gpu_replicas_stay_bit_identical";
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return replicas_in_child();
+    }
+    let Some(n) = world(test) else { return };
+    let dir = tune::engine::cuda::libs::nccl_search_dir();
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args([test, "--exact", "--nocapture", "--test-threads", "1"])
+        .env(CHILD_ENV, "1")
+        .env("TUNE_CUDA_STANDIN_DEVICES", n.to_string());
+    if let Some(dir) = dir {
+        let old = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+        c.env("LD_LIBRARY_PATH", format!("{}:{old}", dir.display()));
+    }
+    let o = c.output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("1 passed"),
+        "child: {out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn replicas_in_child() {
+    use tune::engine::nn::zoo::ModelKind;
+    use tune::engine::train::{DeviceChoice, NoObserver, Workload};
+    use tune::knobs::{Knobs, Parallel};
+    assert!(standin::activate().is_ok());
+    let n: usize = std::env::var("TUNE_CUDA_STANDIN_DEVICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let cache = tempfile::tempdir().unwrap();
+    for model in [ModelKind::Mlp, ModelKind::CnnSmall] {
+        let w = Workload {
+            steps: 3,
+            warmup: 1,
+            eval: false,
+            lr: 0.05,
+            device: DeviceChoice::Cuda,
+            cache_dir: cache.path().to_path_buf(),
+            ..Workload::new(model, "synthetic")
+        };
+        let k = Knobs {
+            parallel: Parallel::Ddp,
+            devices: n,
+            batch_size: 8,
+            bucket_mb: 1,
+            ..Knobs::default()
+        };
+        let s = tune::engine::cuda::ddp::run_verified(&w, &k, &mut NoObserver, true)
+            .unwrap_or_else(|e| panic!("{model}: {e}"));
+        eprintln!("{}{model}: {:?}", standin::label(), s.losses);
+        assert_eq!(s.losses.len(), 3);
+    }
+}
+
+#[test]
+fn without_nccl_ddp_on_gpus_is_one_line_and_exit_2() {
+    let test = "without_nccl_ddp_on_gpus_is_one_line_and_exit_2";
+    let Some(n) = world(test) else { return };
+    if !standin::requested() {
+        eprintln!("skipping {test}: only the stand-in can be run without its NCCL");
+        return;
+    }
+    // The stand-in's folder without its libnccl.so.2: the driver and cuBLASLt only.
+    // `activate` put the stand-in's folder first on the list.
+    let var = tune_probes::culibs::LIB_DIRS_ENV;
+    let all = std::env::var(var).unwrap();
+    let mut dirs: Vec<&str> = all.split(':').collect();
+    let src = PathBuf::from(dirs.remove(0));
+    assert!(src.join("libnccl.so.2").exists(), "{}", src.display());
+    let bare = tempfile::tempdir().unwrap();
+    for f in ["libcuda.so.1", "libcublasLt.so.13"] {
+        std::os::unix::fs::symlink(src.join(f), bare.path().join(f)).unwrap();
+    }
+    let o = Command::new(TUNE)
+        .args([
+            "train",
+            "--device",
+            "cuda",
+            "--parallel",
+            "ddp",
+            "--devices",
+        ])
+        .arg(n.to_string())
+        .args(["--model", "mlp", "--dataset", "synthetic", "--steps", "2"])
+        .env(var, format!("{}:{}", bare.path().display(), dirs.join(":")))
+        .env("TUNE_CACHE_DIR", cache())
+        .env("LD_LIBRARY_PATH", "")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("needs NCCL") && err.contains("libnccl.so.2"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
