@@ -83,6 +83,43 @@ fn track(what: &str, gpu: &[f64], cpu: &[f64]) {
     }
 }
 
+/// Autotune under DDP: every rank times its GEMMs, rank 0's choices are recorded, and
+/// the losses still track the CPU's DDP. bf16 and fp16 under DDP (the CPU backend has no
+/// multi-device AMP) track the GPU's own f32 DDP within gpu_amp's AMP-vs-f32 tolerance,
+/// with the same skipped steps on every rank (the scaler checks averaged gradients).
+#[test]
+fn autotune_and_amp_under_ddp_on_gpus() {
+    let test = "autotune_and_amp_under_ddp_on_gpus";
+    let Some(n) = world(test) else { return };
+    let tuned = json(&train("cuda", n, "mlp", &["--autotune"]));
+    let cpu = json(&train("cpu", n, "mlp", &[]));
+    track("mlp autotune", &losses(&tuned), &losses(&cpu));
+    let algos = tuned["algorithms"].as_array().unwrap();
+    assert!(
+        algos
+            .iter()
+            .any(|a| a["op"] == "gemm" && a["source"] != "heuristic"),
+        "rank 0's autotune choices in the record: {algos:?}"
+    );
+    let f32_gpu = json(&train("cuda", n, "mlp", &[]));
+    for amp in ["bf16", "fp16"] {
+        let got = json(&train("cuda", n, "mlp", &["--amp", amp]));
+        eprintln!(
+            "{}mlp amp={amp} ddp x{n}: {:?} (f32 {:?})",
+            standin::label(),
+            losses(&got),
+            losses(&f32_gpu)
+        );
+        for (i, (g, f)) in losses(&got).iter().zip(losses(&f32_gpu)).enumerate() {
+            assert!(
+                (g - f).abs() <= 2e-2 + 5e-2 * f.abs(),
+                "amp={amp} step {i}: {g} vs f32 {f}"
+            );
+        }
+        assert!(got["skipped_steps"].as_array().unwrap().is_empty(), "{got}");
+    }
+}
+
 #[test]
 fn ddp_on_gpus_follows_the_cpu_backends_ddp() {
     let test = "ddp_on_gpus_follows_the_cpu_backends_ddp";
@@ -152,14 +189,25 @@ fn gpu_replicas_stay_bit_identical() {
 fn replicas_in_child() {
     use tune::engine::nn::zoo::ModelKind;
     use tune::engine::train::{DeviceChoice, NoObserver, Workload};
-    use tune::knobs::{Knobs, Parallel};
+    use tune::knobs::{Amp, Knobs, Parallel};
     assert!(standin::activate().is_ok());
     let n: usize = std::env::var("TUNE_CUDA_STANDIN_DEVICES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
     let cache = tempfile::tempdir().unwrap();
-    for model in [ModelKind::Mlp, ModelKind::CnnSmall] {
+    // Also under fp16 with autotune: ranks may pick different GEMM algorithms, yet they
+    // apply one averaged gradient, so their parameters stay equal to the bit.
+    let half = Knobs {
+        amp: Amp::Fp16,
+        autotune: true,
+        ..Knobs::default()
+    };
+    for (model, base) in [
+        (ModelKind::Mlp, Knobs::default()),
+        (ModelKind::CnnSmall, Knobs::default()),
+        (ModelKind::Mlp, half),
+    ] {
         let w = Workload {
             steps: 3,
             warmup: 1,
@@ -174,7 +222,7 @@ fn replicas_in_child() {
             devices: n,
             batch_size: 8,
             bucket_mb: 1,
-            ..Knobs::default()
+            ..base
         };
         let s = tune::engine::cuda::ddp::run_verified(&w, &k, &mut NoObserver, true)
             .unwrap_or_else(|e| panic!("{model}: {e}"));

@@ -109,7 +109,7 @@ fn cuda_amp(k: &Knobs, l: Layout) -> Support {
 }
 
 fn cuda_autotune(k: &Knobs, l: Layout) -> Support {
-    if l == Layout::Multi && k.autotune {
+    if l == Layout::Multi && k.autotune && k.parallel != Parallel::Ddp {
         return Support::NotImplemented(format!(
             "autotune with parallel = {} on the CUDA backend: not implemented for multi-GPU runs yet",
             k.parallel

@@ -24,11 +24,12 @@ use cudarc::driver::{CudaEvent, CudaStream};
 use cudarc::nccl::safe::{group_end, group_start, Comm, Id, ReduceOp};
 
 use crate::engine::amp::GradScaler;
+use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
 use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, DBuf, Gpu};
 use crate::engine::cuda::layers::GLayer;
 use crate::engine::cuda::libs;
-use crate::engine::cuda::train::{build_model, GpuClock, GpuExec};
+use crate::engine::cuda::train::{build_model, conv_path, has_conv, GpuClock, GpuExec};
 use crate::engine::data::{Dataset, Normalize};
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 use crate::engine::nn::model::Model;
@@ -349,6 +350,8 @@ struct RankEnd {
     accuracy: Option<f64>,
     snap: MemSnapshot,
     buckets: Vec<usize>,
+    /// Rank 0's autotune choices and conv path, for the trial record.
+    algorithms: Vec<AlgoChoice>,
 }
 
 fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
@@ -376,7 +379,7 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
     // Blocks until every rank has joined, as ncclCommInitRank does.
     let comm = Comm::from_rank(Arc::clone(&cs), rank, world, id)
         .map_err(|e| nccl_err(&format!("rank {rank} joining {world}"), e))?;
-    let (mut model, params, _) = build_model(w, classes, &gpu)?;
+    let (mut model, params, descs) = build_model(w, classes, &gpu)?;
     // DDP's constructor: rank 0's parameters everywhere.
     cs.join(&gpu.stream)
         .map_err(|e| cuda_err("stream wait", e))?;
@@ -410,6 +413,17 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
         k,
         scaler.as_ref().map_or(1.0, GradScaler::scale),
     )?;
+    // Every rank times its own GEMM candidates (reading the cache first) and only rank 0
+    // writes the cache. Ranks may pick different algorithms; the gradients they average
+    // are then not bit-equal, but every rank applies the same average, so the replicas
+    // still are.
+    let algos = if k.autotune {
+        let a = Algos::for_workload(w, &format!("cuda:{}", gpu.name), &mut NoObserver)?;
+        gpu.blas.autotune_with(Arc::clone(&a))?;
+        Some(a)
+    } else {
+        None
+    };
     let (buckets, owner) = plan_buckets(&mut model, k.bucket_mb.saturating_mul(1 << 20), &gpu)?;
     let bucket_lens = buckets.iter().map(|b| b.buf.len()).collect();
     let mut ddp = NcclDdp {
@@ -443,11 +457,20 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
         Some((test, norm)) => Some(step::evaluate(&mut exec, &mut model, test, &norm)?),
         None => None,
     };
+    let mut algorithms = Vec::new();
+    if let (Some(a), 0) = (&algos, rank) {
+        a.save()?;
+        algorithms = a.choices();
+    }
+    if has_conv(&descs) && rank == 0 {
+        algorithms.push(conv_path());
+    }
     Ok(RankEnd {
         params,
         accuracy,
         snap,
         buckets: bucket_lens,
+        algorithms,
     })
 }
 
@@ -559,6 +582,16 @@ pub fn run_verified(
             (*b * 4) as f64 / (1 << 20) as f64
         ));
     }
+    for c in first
+        .algorithms
+        .iter()
+        .filter(|c| c.source != ChoiceSource::Heuristic || c.key == "path")
+    {
+        obs.on_note(&format!(
+            "{} [{}]: {} ({:?})",
+            c.op, c.key, c.algo, c.source
+        ));
+    }
     let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.snap.clone()).collect();
     let m = Measured {
         step_times: collected.step_times,
@@ -580,6 +613,7 @@ pub fn run_verified(
     let label = crate::engine::cuda::backend_label(&gpus[0].name);
     Ok(RunSummary {
         accuracy: first.accuracy,
+        algorithms: first.algorithms.clone(),
         not_applicable,
         ..RunSummary::from_measured(w, k, label, first.params, m, &top, devices, imbalance)
     })
