@@ -2,7 +2,7 @@
 # Everything the CUDA backend must show on a real GPU, in one device call (device time
 # is scarce). Build on the workstation first (the GPU machine has no registry access):
 #
-#   T="gpu_parity gpu_amp gpu_autotune gpu_optim knobs cuda_kernels"
+#   T="gpu_parity gpu_amp gpu_autotune gpu_optim gpu_ddp knobs cuda_kernels"
 #   cargo build --release && cargo test --release --no-run $(for t in $T; do printf -- '--test %s ' $t; done)
 #   mkdir -p gpu-bin && cp target/release/tune gpu-bin/ && for t in $T; do
 #     cp "$(ls -t target/release/deps/$t-* | grep -v '\.d$' | head -1)" gpu-bin/$t; done
@@ -16,9 +16,12 @@
 #  2. every GPU test under TUNE_REQUIRE_GPU=1 (a skip is a failure): kernels to PTX and
 #     CUBIN, layer/GEMM/loss-curve parity with the CPU backend, AMP bf16/fp16 loss
 #     tracking against the CPU's AMP and f32, TF32, the device-side loss scaler, the
-#     optimizers, autotune's cuBLASLt choices, the one-engine knob tests;
+#     optimizers, autotune's cuBLASLt choices, the one-engine knob tests, DDP over NCCL
+#     on every GPU there is (world size 1 on a one-GPU machine) against the CPU's DDP;
 #  3. `tune train --device cuda` per model under fp32, bf16, fp16 and tf32 with held-out
 #     accuracy (AMP must reach fp32's accuracy), and once with autotune (its choices);
+#  3b. `tune train --parallel ddp --devices <GPUs>` (NCCL through tune's re-exec with its
+#     private libnccl.so link), fp32 and bf16, and the per-device summary;
 #  4. `tune sweep` of experiments/seed-knobs.toml on the GPU (its device set to cuda and
 #     tf32 added to amp): every knob;
 #  5. PyTorch eager, same models, batch and knobs, fp32, bf16 autocast and tf32;
@@ -49,7 +52,7 @@ step() { # name, command...: runs it, output to $OUT/<name>.txt, status to summa
 
 if [[ ",$PARTS," == *",tests,"* ]]; then
   step cuda_kernels ./gpu-bin/cuda_kernels --nocapture
-  for t in gpu_optim gpu_amp gpu_autotune gpu_parity knobs; do
+  for t in gpu_optim gpu_amp gpu_autotune gpu_parity gpu_ddp knobs; do
     step "$t" "./gpu-bin/$t" --test-threads=1 --nocapture
   done
 fi
@@ -65,6 +68,13 @@ if [[ ",$PARTS," == *",runs,"* ]]; then
     ./gpu-bin/tune train --device cuda --model "$m" --dataset synthetic --batch-size 128 \
       --steps 60 --warmup 20 --autotune --json > "$OUT/tune-$m-autotune.json" 2> "$OUT/tune-$m-autotune.err"
     echo "tune $m autotune rc=$?" >> "$OUT/summary.txt"
+  done
+  ngpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+  for amp in off bf16; do
+    ./gpu-bin/tune train --device cuda --parallel ddp --devices "$ngpu" --model cnn-small \
+      --dataset synthetic --batch-size $((64 * ngpu)) --steps 60 --warmup 20 --amp "$amp" --json \
+      > "$OUT/tune-ddp-$amp.json" 2> "$OUT/tune-ddp-$amp.err"
+    echo "tune ddp x$ngpu amp=$amp rc=$?" >> "$OUT/summary.txt"
   done
   sed -e 's/^device = "cpu"/device = "cuda"/' -e 's/^name = "seed-knobs"/name = "seed-knobs-cuda"/' \
       -e 's/^amp = \["off", "bf16", "fp16"\]/amp = ["off", "bf16", "fp16", "tf32"]/' \
