@@ -34,7 +34,7 @@ use crate::engine::data::{Dataset, Normalize};
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 use crate::engine::nn::model::Model;
 use crate::engine::parallel::summary::{summarize, DeviceStep};
-use crate::engine::parallel::{collect, Feed, StepReport};
+use crate::engine::parallel::{collect, digest_words, Feed, StepReport, DIGEST_START};
 use crate::engine::step::{self, Clock, Phase, Strategy};
 use crate::engine::train::{
     Measured, NoObserver, Observer, RunSummary, Source, StepEvent, Workload,
@@ -292,37 +292,21 @@ impl Strategy<GpuExec> for NcclDdp<'_> {
             None
         };
         self.reports
-            .send(StepReport {
-                rank: self.rank,
-                step: ev.step,
-                loss: ev.loss,
-                samples: ev.samples,
-                step_s: ev.step_s,
-                phases: ev.phases,
-                mem_after: ev.mem_after.clone(),
-                devices: vec![dev],
-                digest,
-            })
+            .send(StepReport::of(self.rank, ev, vec![dev], digest))
             .map_err(|_| Error::Runtime("ddp: the launcher stopped listening".into()))
     }
 }
 
-/// FNV-1a over every parameter's bits, as `parallel::param_digest` on the CPU.
+/// `parallel::param_digest` of a GPU model.
 fn digest(gpu: &Gpu, model: &mut Model<GLayer>) -> Result<u64> {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = DIGEST_START;
     let mut res = Ok(());
     model.visit_params(&mut |p| {
-        if res.is_err() {
-            return;
-        }
-        match gpu.download(&p.w.s) {
-            Ok(v) => {
-                for x in v {
-                    h ^= u64::from(x.to_bits());
-                    h = h.wrapping_mul(0x0000_0100_0000_01b3);
-                }
+        if res.is_ok() {
+            match gpu.download(&p.w.s) {
+                Ok(v) => h = digest_words(h, v.iter().map(|x| x.to_bits())),
+                Err(e) => res = Err(e),
             }
-            Err(e) => res = Err(e),
         }
     });
     res.map(|()| h)

@@ -471,17 +471,7 @@ impl Strategy<CpuExec> for Ddp<'_> {
         }
         self.trace.backward.push(at.backward);
         self.trace.allreduce.extend(at.spans);
-        let rep = StepReport {
-            rank: self.rank,
-            step: ev.step,
-            loss: ev.loss,
-            samples: ev.samples,
-            step_s: ev.step_s,
-            phases: ev.phases,
-            mem_after: ev.mem_after.clone(),
-            devices: vec![dev_step],
-            digest,
-        };
+        let rep = StepReport::of(self.rank, ev, vec![dev_step], digest);
         // The launcher only hangs up if it is gone; training on would be pointless.
         self.reports
             .send(rep)

@@ -354,6 +354,41 @@ pub(crate) struct StepReport {
     pub digest: Option<u64>,
 }
 
+impl StepReport {
+    /// `ev` as `rank` reports it, with its devices' figures.
+    pub(crate) fn of(
+        rank: usize,
+        ev: &StepEvent,
+        devices: Vec<DeviceStep>,
+        digest: Option<u64>,
+    ) -> StepReport {
+        StepReport {
+            rank,
+            step: ev.step,
+            loss: ev.loss,
+            samples: ev.samples,
+            step_s: ev.step_s,
+            phases: ev.phases,
+            mem_after: ev.mem_after.clone(),
+            devices,
+            digest,
+        }
+    }
+}
+
+/// FNV-1a over 32-bit words, carried on from `h`: equal digests after a step mean
+/// bit-identical replicas, short of a 64-bit collision.
+pub(crate) fn digest_words(mut h: u64, words: impl IntoIterator<Item = u32>) -> u64 {
+    for x in words {
+        h ^= u64::from(x);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The digest's starting value.
+pub(crate) const DIGEST_START: u64 = 0xcbf2_9ce4_8422_2325;
+
 /// The run's per-step record, merged over the reporting threads.
 #[derive(Default)]
 pub(crate) struct Collected {
@@ -511,15 +546,10 @@ pub(crate) fn join_all<T>(hs: Vec<ScopedJoinHandle<'_, Result<T>>>) -> Result<Ve
 /// Digest of every parameter's bits (FNV-1a over 32-bit words): equal digests after a
 /// step mean bit-identical replicas, short of a 64-bit collision.
 pub(crate) fn param_digest(model: &mut Model) -> Result<u64> {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = DIGEST_START;
     let mut res = Ok(());
     model.visit_params(&mut |p| match p.w.f32() {
-        Ok(v) => {
-            for x in v {
-                h ^= u64::from(x.to_bits());
-                h = h.wrapping_mul(0x0000_0100_0000_01b3);
-            }
-        }
+        Ok(v) => h = digest_words(h, v.iter().map(|x| x.to_bits())),
         Err(e) => res = Err(e),
     });
     res.map(|_| h)
