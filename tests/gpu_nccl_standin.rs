@@ -1,0 +1,201 @@
+//! The NCCL stand-in (tests/standin/nccl.cpp) and the driver stand-in's N devices, checked
+//! by a small C++ program (tests/standin/nccl_check.cpp) linked straight against both and
+//! run with 2 and 3 stand-in devices: communicator init three ways, every collective
+//! against a host reference, half-type rounding, stream order, and the errors that must
+//! not hang (count mismatch, abort while a peer waits, an id from another process).
+//! Runs only under `TUNE_CUDA_STANDIN=1` (`.ci/run` sets it); there is no real NCCL
+//! counterpart here: on a GPU machine, NCCL itself is what runs.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "common/standin.rs"]
+mod standin;
+
+/// Every check nccl_check.cpp runs; each must report "ok".
+const CHECKS: [&str; 17] = [
+    "cross_process_id_refused",
+    "devices",
+    "init_one_thread_per_device",
+    "init_all",
+    "init_in_group_from_one_thread",
+    "duplicate_gpu_refused",
+    "all_reduce_f32_sum_avg_max_in_and_out_of_place",
+    "all_reduce_f64_sum",
+    "half_types_sum_in_float_round_to_nearest_even",
+    "broadcast_from_root_1",
+    "reduce_to_last_rank",
+    "all_gather",
+    "reduce_scatter",
+    "stream_order_memset_before_collective_event_after",
+    "collective_on_another_devices_stream_refused",
+    "count_mismatch_is_an_error_not_a_hang",
+    "abort_while_a_peer_waits_returns",
+];
+
+fn standin_dir(test: &str) -> Option<PathBuf> {
+    if !standin::requested() {
+        eprintln!("skipping {test}: TUNE_CUDA_STANDIN=1 is not set (the NCCL stand-in is tested only on the CPU stand-in)");
+        return None;
+    }
+    if let Err(e) = standin::activate() {
+        panic!("{test}: {e}");
+    }
+    standin::dir()
+}
+
+/// Builds nccl_check.cpp against the stand-in in `dir`, into `out`.
+fn build_check(dir: &Path, out: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exe = out.join("nccl_check");
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let o = Command::new(&cxx)
+        .args(["-std=c++17", "-O1", "-g", "-pthread", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(root.join("tests/standin/nccl_check.cpp"))
+        .arg("-L")
+        .arg(dir)
+        .args(["-l:libcuda.so.1", "-l:libnccl.so.2"])
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cxx}: {e}"));
+    assert!(
+        o.status.success(),
+        "building nccl_check.cpp failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    exe
+}
+
+/// Runs the check program with `devices` stand-in devices; kills it after `limit`.
+fn run(
+    exe: &Path,
+    devices: Option<&str>,
+    args: &[&str],
+    limit: Duration,
+) -> (bool, String, String) {
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .env("TUNE_NCCL_STANDIN_TIMEOUT_S", "30")
+        .env_remove("TUNE_CUDA_STANDIN_DEVICES")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(d) = devices {
+        cmd.env("TUNE_CUDA_STANDIN_DEVICES", d);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        out.read_to_string(&mut s).unwrap();
+        s
+    });
+    let ereader = std::thread::spawn(move || {
+        let mut s = String::new();
+        err.read_to_string(&mut s).unwrap();
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (stdout, stderr) = (reader.join().unwrap(), ereader.join().unwrap());
+    assert!(
+        status.is_some(),
+        "nccl_check {args:?} with {devices:?} devices hung for {limit:?}:\n{stdout}\n{stderr}"
+    );
+    (status.unwrap().success(), stdout, stderr)
+}
+
+#[test]
+fn nccl_standin_collectives_on_2_and_3_devices() {
+    let test = "nccl_standin_collectives_on_2_and_3_devices";
+    let Some(dir) = standin_dir(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = build_check(&dir, tmp.path());
+    for devices in ["2", "3"] {
+        let (ok, stdout, stderr) = run(&exe, Some(devices), &[], Duration::from_secs(240));
+        eprintln!(
+            "{test}: {} {devices} devices:\n{stdout}{stderr}",
+            standin::label()
+        );
+        assert!(
+            ok,
+            "nccl_check failed with {devices} devices:\n{stdout}\n{stderr}"
+        );
+        for c in CHECKS {
+            assert!(
+                stdout.lines().any(|l| l == format!("ok {c}")),
+                "check {c} did not pass with {devices} devices:\n{stdout}"
+            );
+        }
+    }
+}
+
+#[test]
+fn standin_device_count_falls_back_to_one_with_one_line() {
+    let test = "standin_device_count_falls_back_to_one_with_one_line";
+    let Some(dir) = standin_dir(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = build_check(&dir, tmp.path());
+    let limit = Duration::from_secs(30);
+    for (value, want, lines) in [
+        (None, "devices 1", 0),
+        (Some("8"), "devices 8", 0),
+        (Some("9"), "devices 1", 1),
+        (Some("0"), "devices 1", 1),
+        (Some("two"), "devices 1", 1),
+    ] {
+        let (ok, stdout, stderr) = run(&exe, value, &["count"], limit);
+        assert!(ok, "{value:?}: {stderr}");
+        assert_eq!(stdout.trim(), want, "TUNE_CUDA_STANDIN_DEVICES={value:?}");
+        let said = stderr
+            .lines()
+            .filter(|l| l.contains("TUNE_CUDA_STANDIN_DEVICES"))
+            .count();
+        assert_eq!(said, lines, "{value:?}: stderr {stderr}");
+    }
+}
+
+/// tune reaches NCCL only through its own private `libnccl.so` link (cudarc never tries
+/// `libnccl.so.2`); through that link the stand-in loads with no driver in the process
+/// and reports its version.
+#[test]
+fn nccl_standin_version_through_tunes_private_link() {
+    let test = "nccl_standin_version_through_tunes_private_link";
+    let Some(dir) = standin_dir(test) else {
+        return;
+    };
+    assert!(
+        !dir.join("libnccl.so").exists(),
+        "the stand-in folder must not hold a libnccl.so link: tune makes its own"
+    );
+    let found = tune::engine::cuda::versions::nccl().unwrap();
+    assert_eq!(found.version, "2.27.0");
+    assert_eq!(found.path.file_name().unwrap(), "libnccl.so");
+    assert_eq!(
+        std::fs::canonicalize(&found.path).unwrap(),
+        std::fs::canonicalize(dir.join("libnccl.so.2")).unwrap()
+    );
+    eprintln!(
+        "{test}: {}NCCL {} through {}",
+        standin::label(),
+        found.version,
+        found.path.display()
+    );
+}
