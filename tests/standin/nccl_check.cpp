@@ -109,20 +109,29 @@ static void sync_all() {
 }
 static bool same_bits(const void* a, const void* b, size_t n) { return memcmp(a, b, n) == 0; }
 
-// Communicators by one thread per device (ncclCommInitRank blocks until all joined).
+// Communicators by one thread per device, rank r joining 100 ms after rank r - 1:
+// ncclCommInitRank returns to none of them before the last has joined.
 static std::vector<void*> init_threads() {
     ncclUniqueId id;
     ncclGetUniqueId(&id);
     std::vector<void*> comms(N, nullptr);
     std::vector<int> rc(N, -1);
+    typedef std::chrono::steady_clock Clock;
+    std::vector<Clock::time_point> called(N), returned(N);
     std::vector<std::thread> t;
     for (int r = 0; r < N; ++r)
         t.emplace_back([&, r] {
             cuCtxSetCurrent(g_ctx[r]);
+            std::this_thread::sleep_for(std::chrono::milliseconds(100 * r));
+            called[r] = Clock::now();
             rc[r] = ncclCommInitRank(&comms[r], N, id, r);
+            returned[r] = Clock::now();
         });
     for (auto& x : t) x.join();
-    for (int r = 0; r < N; ++r) EXPECT(rc[r] == 0, "rank %d: ncclCommInitRank gave %d", r, rc[r]);
+    for (int r = 0; r < N; ++r) {
+        EXPECT(rc[r] == 0, "rank %d: ncclCommInitRank gave %d", r, rc[r]);
+        EXPECT(returned[r] >= called[N - 1], "rank %d returned before rank %d joined", r, N - 1);
+    }
     return comms;
 }
 static void expect_ranks(const std::vector<void*>& comms) {
