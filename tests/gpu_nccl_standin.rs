@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 mod standin;
 
 /// Every check nccl_check.cpp runs; each must report "ok".
-const CHECKS: [&str; 17] = [
+const CHECKS: [&str; 18] = [
     "cross_process_id_refused",
     "devices",
     "init_one_thread_per_device",
@@ -33,6 +33,7 @@ const CHECKS: [&str; 17] = [
     "collective_on_another_devices_stream_refused",
     "count_mismatch_is_an_error_not_a_hang",
     "abort_while_a_peer_waits_returns",
+    "out_of_bounds_buffer_is_a_sticky_error",
 ];
 
 fn standin_dir(test: &str) -> Option<PathBuf> {
@@ -77,8 +78,11 @@ fn run(
     limit: Duration,
 ) -> (bool, String, String) {
     let mut cmd = Command::new(exe);
+    // Short for the checks of the timeout itself; long enough elsewhere that only a hang
+    // (caught by `limit`) or a missing wake-up (caught by the checks' own clocks) trips it.
+    let timeout = if args == ["timeout"] { "1" } else { "30" };
     cmd.args(args)
-        .env("TUNE_NCCL_STANDIN_TIMEOUT_S", "30")
+        .env("TUNE_NCCL_STANDIN_TIMEOUT_S", timeout)
         .env_remove("TUNE_CUDA_STANDIN_DEVICES")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -197,5 +201,39 @@ fn nccl_standin_version_through_tunes_private_link() {
         standin::label(),
         found.version,
         found.path.display()
+    );
+}
+
+/// A rank that never comes is an error after TUNE_NCCL_STANDIN_TIMEOUT_S, in init and in a
+/// collective, with one line each; nothing is written.
+#[test]
+fn nccl_standin_missing_rank_times_out() {
+    let test = "nccl_standin_missing_rank_times_out";
+    let Some(dir) = standin_dir(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = build_check(&dir, tmp.path());
+    let start = Instant::now();
+    let (ok, stdout, stderr) = run(&exe, Some("2"), &["timeout"], Duration::from_secs(60));
+    assert!(ok, "{stdout}\n{stderr}");
+    for c in [
+        "init_with_a_missing_rank_times_out",
+        "collective_with_a_missing_rank_times_out",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == format!("ok {c}")),
+            "{c}:\n{stdout}"
+        );
+    }
+    let lines = stderr
+        .lines()
+        .filter(|l| l.contains("TUNE_NCCL_STANDIN_TIMEOUT_S"))
+        .count();
+    assert_eq!(lines, 2, "{stderr}");
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
     );
 }

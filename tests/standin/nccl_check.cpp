@@ -2,7 +2,8 @@
 // linked straight against both; built and run by tests/gpu_nccl_standin.rs with
 // TUNE_CUDA_STANDIN_DEVICES=2 and 3. Prints "ok <check>" per passing check and
 // "FAIL <check>: why" otherwise; exits 1 if any failed. `nccl_check count` only prints the
-// device count (for the bad-variable check).
+// device count (for the bad-variable check); `nccl_check timeout` runs the checks that
+// wait for the stand-in's timeout (TUNE_NCCL_STANDIN_TIMEOUT_S=1).
 #include <stdint.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -61,7 +62,7 @@ int ncclReduceScatter(const void*, void*, size_t, int, int, void*, void*);
 }
 enum { I32 = 2, F16 = 6, F32 = 7, F64 = 8, BF16 = 9 };
 enum { SUM = 0, PROD = 1, MAX = 2, MIN = 3, AVG = 4 };
-enum { InvalidUsage = 5, RemoteError = 6 };
+enum { UnhandledCuda = 1, SystemError = 2, InvalidUsage = 5, RemoteError = 6 };
 
 static int g_failed = 0;
 static std::string g_why;
@@ -178,6 +179,36 @@ int main(int argc, char** argv) {
     if (argc > 1 && !strcmp(argv[1], "count")) {
         printf("devices %d\n", N);
         return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "timeout")) {  // run with TUNE_NCCL_STANDIN_TIMEOUT_S=1
+        g_ctx.assign(N, nullptr);
+        g_stream.assign(N, nullptr);
+        for (int r = 0; r < N; ++r) {
+            cuDevicePrimaryCtxRetain(&g_ctx[r], r);
+            cuCtxSetCurrent(g_ctx[r]);
+            cuStreamCreate(&g_stream[r], 0);
+        }
+        check("init_with_a_missing_rank_times_out", [] {
+            ncclUniqueId id;
+            ncclGetUniqueId(&id);
+            void* c = nullptr;
+            cuCtxSetCurrent(g_ctx[0]);
+            int rc = ncclCommInitRank(&c, 2, id, 0);
+            EXPECT(rc == SystemError, "gave %d", rc);
+        });
+        check("collective_with_a_missing_rank_times_out", [] {
+            std::vector<void*> c(N, nullptr);
+            ncclCommInitAll(c.data(), N, nullptr);
+            CUdeviceptr d = upload(std::vector<float>(8, 1.0f));
+            ncclAllReduce((void*)d, (void*)d, 8, F32, SUM, c[0], g_stream[0]);
+            cuStreamSynchronize(g_stream[0]);
+            int e = -1;
+            ncclCommGetAsyncError(c[0], &e);
+            EXPECT(e == SystemError, "async error %d", e);
+            EXPECT(download<float>(d, 8) == std::vector<float>(8, 1.0f), "buffer written");
+            for (void* x : c) ncclCommAbort(x);
+        });
+        return g_failed ? 1 : 0;
     }
     const char* want = getenv("TUNE_CUDA_STANDIN_DEVICES");
     printf("[CPU stand-in, not a GPU] %d devices\n", N);
@@ -512,6 +543,21 @@ int main(int argc, char** argv) {
         EXPECT(e == RemoteError, "rank 0 async error %d", e);
         for (int r = 0; r < N; ++r)
             if (r != 1) EXPECT(ncclCommAbort(c[r]) == 0, "abort of rank %d", r);
+    });
+    // Last: a bad buffer makes the CUDA error sticky for the rest of the process.
+    check("out_of_bounds_buffer_is_a_sticky_error", [&] {
+        std::vector<CUdeviceptr> d(N);
+        for (int r = 0; r < N; ++r) d[r] = dalloc(r == 0 ? 16 : 32);  // rank 0's is short
+        for (int r = 0; r < N; ++r)
+            ncclAllReduce((void*)d[r], (void*)d[r], 8, F32, SUM, comms[r], g_stream[r]);
+        int rc = cuStreamSynchronize(g_stream[0]);
+        sync_all();
+        EXPECT(rc == 700, "cuStreamSynchronize gave %d, want CUDA_ERROR_ILLEGAL_ADDRESS", rc);
+        for (int r = 0; r < N; ++r) {
+            int e = -1;
+            ncclCommGetAsyncError(comms[r], &e);
+            EXPECT(e == UnhandledCuda, "rank %d async error %d", r, e);
+        }
     });
     for (void* c : comms) ncclCommDestroy(c);
     printf("%s\n", g_failed ? "FAILED" : "ALL OK");
