@@ -237,3 +237,132 @@ fn nccl_standin_missing_rank_times_out() {
         start.elapsed()
     );
 }
+
+/// Set in the re-executed child of [`cudarc_nccl_runs_on_the_standin`].
+const INNER: &str = "TUNE_NCCL_STANDIN_INNER";
+
+/// cudarc's own NCCL calls (the ones tune's DDP makes) against the stand-in: cudarc 0.19
+/// loads NCCL only as `libnccl.so`, so this test re-runs itself with tune's private link
+/// folder on `LD_LIBRARY_PATH` (the loader reads it only at process start) and 2 devices.
+#[test]
+fn cudarc_nccl_runs_on_the_standin() {
+    let test = "cudarc_nccl_runs_on_the_standin";
+    if std::env::var_os(INNER).is_some() {
+        cudarc_nccl_inner();
+        return;
+    }
+    let Some(dir) = standin_dir(test) else {
+        return;
+    };
+    let link = tune::engine::cuda::versions::nccl_link_dir(&dir.join("libnccl.so.2")).unwrap();
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(INNER, "1")
+        .env("TUNE_CUDA_STANDIN_DEVICES", "2")
+        .env("TUNE_NCCL_STANDIN_TIMEOUT_S", "30")
+        .env(
+            "LD_LIBRARY_PATH",
+            format!("{}:{}", link.display(), dir.display()),
+        );
+    let o = cmd.output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    eprintln!("{test}: {}child:\n{stdout}{stderr}", standin::label());
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("cudarc NCCL: all checks ran"), "{stderr}");
+}
+
+fn cudarc_nccl_inner() {
+    use cudarc::driver::CudaContext;
+    use cudarc::nccl::safe::{group_end, group_start, Comm, Id, ReduceOp};
+    let n = CudaContext::device_count().unwrap() as usize;
+    assert_eq!(n, 2);
+    let v = cudarc::nccl::result::get_nccl_version().unwrap();
+    assert_eq!(v, 22700);
+
+    // One thread per device, each with its own communicator (Comm::from_rank).
+    let id = Id::new().unwrap();
+    let outs: Vec<(Vec<f32>, Vec<half::bf16>, Vec<f32>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|r| {
+                s.spawn(move || {
+                    let ctx = CudaContext::new(r).unwrap();
+                    let stream = ctx.new_stream().unwrap();
+                    let comm = Comm::from_rank(stream.clone(), r, n, id).unwrap();
+                    let x: Vec<f32> = (0..64).map(|i| (i * (r + 1)) as f32 * 0.1).collect();
+                    let dx = stream.clone_htod(&x).unwrap();
+                    let mut dy = stream.alloc_zeros::<f32>(64).unwrap();
+                    comm.all_reduce(&dx, &mut dy, &ReduceOp::Sum).unwrap();
+                    let h: Vec<half::bf16> = (0..16)
+                        .map(|i| half::bf16::from_f32(1.0 + i as f32 / 7.0 + r as f32))
+                        .collect();
+                    let mut dh = stream.clone_htod(&h).unwrap();
+                    comm.all_reduce_in_place(&mut dh, &ReduceOp::Avg).unwrap();
+                    // Broadcast from rank 1: rank 0 passes no send buffer.
+                    let mut db = stream.alloc_zeros::<f32>(64).unwrap();
+                    let send = (r == 1).then_some(&dx);
+                    comm.broadcast(send, &mut db, 1).unwrap();
+                    let out = (
+                        stream.clone_dtoh(&dy).unwrap(),
+                        stream.clone_dtoh(&dh).unwrap(),
+                        stream.clone_dtoh(&db).unwrap(),
+                    );
+                    stream.synchronize().unwrap();
+                    drop(comm); // ncclCommAbort, which cudarc expects to succeed
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, y) in outs[0].0.iter().enumerate() {
+        assert_eq!(
+            *y,
+            (i as f32 * 0.1) + (i * 2) as f32 * 0.1,
+            "all_reduce [{i}]"
+        );
+    }
+    for (i, b) in outs[1].2.iter().enumerate() {
+        assert_eq!(*b, (i * 2) as f32 * 0.1, "broadcast [{i}]");
+    }
+    for r in 1..n {
+        assert_eq!(outs[r].0, outs[0].0, "rank {r} all_reduce differs");
+        assert_eq!(outs[r].1, outs[0].1, "rank {r} bf16 avg differs");
+        assert_eq!(outs[r].2, outs[0].2, "rank {r} broadcast differs");
+    }
+    for (i, b) in outs[0].1.iter().enumerate() {
+        let a0 = half::bf16::from_f32(1.0 + i as f32 / 7.0).to_f32();
+        let a1 = half::bf16::from_f32(2.0 + i as f32 / 7.0).to_f32();
+        let want = half::bf16::from_f32(a0 * 0.5 + a1 * 0.5);
+        assert_eq!(*b, want, "bf16 avg [{i}]");
+    }
+
+    // One thread driving both devices: ncclCommInitAll, collectives inside a group.
+    let streams: Vec<_> = (0..n)
+        .map(|r| CudaContext::new(r).unwrap().new_stream().unwrap())
+        .collect();
+    let comms = Comm::from_devices(streams.clone()).unwrap();
+    let xs: Vec<_> = (0..n)
+        .map(|r| streams[r].clone_htod(&[r as f32 + 1.0; 8]).unwrap())
+        .collect();
+    let mut ys: Vec<_> = (0..n)
+        .map(|r| streams[r].alloc_zeros::<f32>(8 * n).unwrap())
+        .collect();
+    group_start().unwrap();
+    for (r, y) in ys.iter_mut().enumerate() {
+        comms[r].all_gather(&xs[r], y).unwrap();
+    }
+    group_end().unwrap();
+    for (r, y) in ys.iter().enumerate() {
+        let got = streams[r].clone_dtoh(y).unwrap();
+        let want: Vec<f32> = (0..n).flat_map(|q| [q as f32 + 1.0; 8]).collect();
+        assert_eq!(got, want, "all_gather on rank {r}");
+    }
+    for s in &streams {
+        s.synchronize().unwrap();
+    }
+    drop(comms);
+    eprintln!("cudarc NCCL: all checks ran");
+}
