@@ -36,6 +36,10 @@ const CHECKS: [&str; 18] = [
     "out_of_bounds_buffer_is_a_sticky_error",
 ];
 
+/// nccl_link_dir names its temporary link by process id, so two tests of this binary
+/// making the link at once could trip over each other's: one at a time.
+static LINK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn standin_dir(test: &str) -> Option<PathBuf> {
     if !standin::requested() {
         eprintln!("skipping {test}: TUNE_CUDA_STANDIN=1 is not set (the NCCL stand-in is tested only on the CPU stand-in)");
@@ -189,7 +193,10 @@ fn nccl_standin_version_through_tunes_private_link() {
         !dir.join("libnccl.so").exists(),
         "the stand-in folder must not hold a libnccl.so link: tune makes its own"
     );
-    let found = tune::engine::cuda::versions::nccl().unwrap();
+    let found = {
+        let _one = LINK.lock().unwrap_or_else(|p| p.into_inner());
+        tune::engine::cuda::versions::nccl().unwrap()
+    };
     assert_eq!(found.version, "2.27.0");
     assert_eq!(found.path.file_name().unwrap(), "libnccl.so");
     assert_eq!(
@@ -254,7 +261,10 @@ fn cudarc_nccl_runs_on_the_standin() {
     let Some(dir) = standin_dir(test) else {
         return;
     };
-    let link = tune::engine::cuda::versions::nccl_link_dir(&dir.join("libnccl.so.2")).unwrap();
+    let link = {
+        let _one = LINK.lock().unwrap_or_else(|p| p.into_inner());
+        tune::engine::cuda::versions::nccl_link_dir(&dir.join("libnccl.so.2")).unwrap()
+    };
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(INNER, "1")
