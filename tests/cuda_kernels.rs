@@ -88,13 +88,14 @@ fn a_kernel_that_does_not_compile_is_a_clear_error() {
     assert!(e.contains("sm_1"), "{e}");
 }
 
-/// The CPU stand-in (tests/standin/cuda.cpp) maps every kernel name of `kernels.cu` to
-/// its C++ build; a kernel added to one and not the other fails here, without NVRTC.
+/// The CPU stand-in (its kernel table is in tests/standin/launch.h, part of cuda.cpp) maps
+/// every kernel name of `kernels.cu` to its C++ build; a kernel added to one and not the
+/// other fails here, without NVRTC.
 #[test]
 fn the_cpu_standin_has_every_kernel() {
     let src = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/standin/cuda.cpp"
+        "/tests/standin/launch.h"
     ))
     .unwrap();
     let mut table: Vec<&str> = src

@@ -1,4 +1,4 @@
-//! The CPU stand-in for the CUDA driver and cuBLASLt (tests/standin/), for the GPU tests
+//! The CPU stand-in for the CUDA driver, cuBLASLt and NCCL (tests/standin/), for the GPU tests
 //! under `TUNE_CUDA_STANDIN=1`. Built with the system C++ compiler into
 //! `target/standin/<hash of the sources and compiler>/` on first use, and put on
 //! `TUNE_CUDA_LIB_DIRS` for this test process only: `--device auto`, `tune probe` and the
@@ -13,12 +13,18 @@ use std::sync::OnceLock;
 /// figures so a stand-in result is never read as a GPU's.
 pub const DEVICE_NAME: &str = "tune CPU stand-in (not a GPU)";
 
-const SOURCES: [&str; 4] = [
+const SOURCES: [&str; 7] = [
     "tests/standin/cuda_shim.h",
     "tests/standin/cuda.cpp",
+    "tests/standin/launch.h",
     "tests/standin/cublaslt.cpp",
+    "tests/standin/nccl.cpp",
+    "tests/standin/nccl_reduce.h",
     "src/engine/cuda/kernels.cu",
 ];
+
+/// The library built last: its presence means the folder is complete.
+const LAST: &str = "libnccl.so.2";
 
 pub fn requested() -> bool {
     std::env::var("TUNE_CUDA_STANDIN").as_deref() == Ok("1")
@@ -66,7 +72,7 @@ fn build(root: &Path) -> Result<PathBuf, String> {
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
     let dir = target.join("standin").join(format!("{h:016x}"));
-    if dir.join("libcublasLt.so.13").exists() {
+    if dir.join(LAST).exists() {
         return Ok(dir);
     }
     // Built in a private folder and renamed into place, so test binaries building at the
@@ -104,11 +110,22 @@ fn build(root: &Path) -> Result<PathBuf, String> {
         .arg(&tmp)
         .arg("-l:libcuda.so.1")
         .arg("-Wl,-rpath,$ORIGIN"))?;
+    // NCCL's real soname. No `libnccl.so` link here: tune makes its own private one
+    // (engine::cuda::versions::nccl_link_dir), and the tests must see it do so. The
+    // driver stand-in's tune_standin_* hooks are found at run time (dlopen RTLD_NOLOAD),
+    // so `ncclGetVersion` loads even where no libcuda.so.1 is.
+    run(Command::new(&cxx)
+        .args(common)
+        .arg("-Wl,-soname,libnccl.so.2")
+        .arg("-o")
+        .arg(tmp.join(LAST))
+        .arg(root.join("tests/standin/nccl.cpp"))
+        .arg("-ldl"))?;
     if std::fs::rename(&tmp, &dir).is_err() {
         // Another test binary won the race; its copy is the same build.
         let _ = std::fs::remove_dir_all(&tmp);
     }
-    if dir.join("libcublasLt.so.13").exists() {
+    if dir.join(LAST).exists() {
         Ok(dir)
     } else {
         Err(format!(
@@ -118,14 +135,13 @@ fn build(root: &Path) -> Result<PathBuf, String> {
     }
 }
 
-/// Under `TUNE_CUDA_STANDIN=1`: builds the stand-in and puts its folder first on
-/// `TUNE_CUDA_LIB_DIRS` for this process. `Ok(true)` when active, `Ok(false)` when not
-/// requested; an error when requested but it cannot be built.
-pub fn activate() -> Result<bool, String> {
-    static DONE: OnceLock<Result<bool, String>> = OnceLock::new();
+/// The built folder under `TUNE_CUDA_STANDIN=1` (`None` when not requested), set up once
+/// per test binary.
+fn built() -> &'static Result<Option<PathBuf>, String> {
+    static DONE: OnceLock<Result<Option<PathBuf>, String>> = OnceLock::new();
     DONE.get_or_init(|| {
         if !requested() {
-            return Ok(false);
+            return Ok(None);
         }
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let dir = build(&root).map_err(|e| format!("TUNE_CUDA_STANDIN=1 but {e}"))?;
@@ -138,9 +154,21 @@ pub fn activate() -> Result<bool, String> {
         };
         // Set once, before any test of this binary loads a CUDA library.
         std::env::set_var(var, new);
-        Ok(true)
+        Ok(Some(dir))
     })
-    .clone()
+}
+
+/// Under `TUNE_CUDA_STANDIN=1`: builds the stand-in and puts its folder first on
+/// `TUNE_CUDA_LIB_DIRS` for this process. `Ok(true)` when active, `Ok(false)` when not
+/// requested; an error when requested but it cannot be built.
+pub fn activate() -> Result<bool, String> {
+    built().clone().map(|d| d.is_some())
+}
+
+/// The folder holding the built stand-in (libcuda.so.1, libcublasLt.so.13, libnccl.so.2)
+/// when it is active, for tests that spawn the tune binary or link it directly.
+pub fn dir() -> Option<PathBuf> {
+    built().as_ref().ok().cloned().flatten()
 }
 
 /// "[CPU stand-in, not a GPU] " when the stand-in is active, for figures a test prints.

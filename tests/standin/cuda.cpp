@@ -50,6 +50,7 @@ enum {
     ERR_NO_DEVICE = 100,
     ERR_INVALID_DEVICE = 101,
     ERR_INVALID_IMAGE = 200,
+    ERR_INVALID_CONTEXT = 201,
     ERR_INVALID_HANDLE = 400,
     ERR_NOT_FOUND = 500,
     ERR_NOT_READY = 600,
@@ -178,6 +179,7 @@ struct Stream {
     std::condition_variable cv;
     std::deque<std::pair<const char*, std::function<void()>>> q;
     bool busy = false, stop = false;
+    int device = -1;  // the current context's device when it was created
     std::thread worker;
 
     Stream() {
@@ -238,195 +240,7 @@ static void lag() {
     if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
 }
 
-// ---- kernels over the grid ----------------------------------------------------------------
-
-static std::mutex g_kernel_mu;  // one kernel at a time process-wide (the globals above)
-extern "C" char __start_tune_shared[], __stop_tune_shared[];
-static const char* g_kernel_name = nullptr;  // for the fault handler
-
-// Fibers for blocks that reach __syncthreads.
-struct Fiber {
-    ucontext_t ctx;
-    char* stack = nullptr;
-    bool done = false, waiting = false;
-    tune_dim3 tid;
-};
-static ucontext_t g_sched;
-static Fiber* g_cur = nullptr;
-static std::function<void()>* g_body = nullptr;
-static std::vector<Fiber> g_fibers;
-static bool g_bad_sync = false;
-static const size_t FIBER_STACK = 256 * 1024;
-
-void __syncthreads() {
-    if (!g_cur) {
-        g_bad_sync = true;  // a thread run without a fiber reached a barrier
-        return;
-    }
-    g_cur->waiting = true;
-    swapcontext(&g_cur->ctx, &g_sched);
-    threadIdx = g_cur->tid;
-}
-
-static void fiber_entry() {
-    (*g_body)();
-    g_cur->done = true;
-}
-
-static void start_fiber(Fiber& f) {
-    if (!f.stack) f.stack = (char*)malloc(FIBER_STACK);
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack;
-    f.ctx.uc_stack.ss_size = FIBER_STACK;
-    f.ctx.uc_link = &g_sched;
-    f.done = f.waiting = false;
-    makecontext(&f.ctx, fiber_entry, 0);
-}
-static void resume(Fiber& f) {
-    g_cur = &f;
-    threadIdx = f.tid;
-    f.waiting = false;
-    swapcontext(&g_sched, &f.ctx);
-    g_cur = nullptr;
-}
-
-// Runs one block: thread 0 as a fiber; when it finishes without reaching a barrier the
-// rest run as plain calls (fast), else every thread runs as a fiber and they meet at each
-// barrier in thread order (so thread 0 reads what the others wrote only after the barrier).
-static void run_block(std::function<void()>& body, unsigned nthreads) {
-    size_t shared = (size_t)(__stop_tune_shared - __start_tune_shared);
-    if (shared) memset(__start_tune_shared, 0xff, shared);
-    if (g_fibers.size() < nthreads) g_fibers.resize(nthreads);
-    g_body = &body;
-    for (unsigned t = 0; t < nthreads; ++t) {
-        Fiber& f = g_fibers[t];
-        f.tid.x = t % blockDim.x;
-        f.tid.y = (t / blockDim.x) % blockDim.y;
-        f.tid.z = t / (blockDim.x * blockDim.y);
-    }
-    start_fiber(g_fibers[0]);
-    resume(g_fibers[0]);
-    if (g_fibers[0].done) {
-        for (unsigned t = 1; t < nthreads; ++t) {
-            threadIdx = g_fibers[t].tid;
-            body();
-        }
-        return;
-    }
-    for (unsigned t = 1; t < nthreads; ++t) {
-        start_fiber(g_fibers[t]);
-        resume(g_fibers[t]);
-    }
-    for (;;) {
-        bool any = false;
-        for (unsigned t = 0; t < nthreads; ++t) {
-            if (!g_fibers[t].done) {
-                any = true;
-                resume(g_fibers[t]);
-            }
-        }
-        if (!any) break;
-    }
-}
-
-struct LaunchGeom {
-    unsigned gx, gy, gz, bx, by, bz;
-};
-
-static void run_grid(const char* name, const LaunchGeom& g, std::function<void()> body) {
-    std::lock_guard<std::mutex> l(g_kernel_mu);
-    g_kernel_name = name;
-    gridDim = {g.gx, g.gy, g.gz};
-    blockDim = {g.bx, g.by, g.bz};
-    unsigned nthreads = g.bx * g.by * g.bz;
-    g_bad_sync = false;
-    for (unsigned z = 0; z < g.gz; ++z)
-        for (unsigned y = 0; y < g.gy; ++y)
-            for (unsigned x = 0; x < g.gx; ++x) {
-                blockIdx = {x, y, z};
-                run_block(body, nthreads);
-            }
-    if (g_bad_sync) {
-        say("kernel %s: a thread reached __syncthreads after thread 0 had finished without one "
-            "(divergent barrier)", name);
-        set_sticky(ERR_ILLEGAL_ADDRESS);
-    }
-    g_kernel_name = nullptr;
-}
-
-// A kernel as the driver sees it: its name and how to turn cuLaunchKernel's parameter
-// pointers into a call over the grid.
-struct Kernel {
-    const char* name;
-    CUresult (*enqueue)(const Kernel*, Stream*, const LaunchGeom&, void**);
-    void* fn;
-};
-
-template <typename T>
-static bool arg_ok(const char* kernel, int i, const T&) {
-    return true;
-}
-template <typename T>
-static bool arg_ok(const char* kernel, int i, T* const& p) {
-    if (!p || lookup((uintptr_t)p, 1, nullptr)) return true;
-    fprintf(stderr,
-            "tune CUDA stand-in: kernel %s: pointer argument %d (%p) is not inside a live "
-            "allocation\n",
-            kernel, i, (const void*)p);
-    return false;
-}
-
-template <typename... A, size_t... I>
-static CUresult enqueue_impl(const Kernel* k, Stream* s, const LaunchGeom& g, void** params,
-                             std::index_sequence<I...>) {
-    // Arguments are read at launch, as the driver does: the caller may reuse its locals.
-    auto args = std::make_tuple(*static_cast<A*>(params[I])...);
-    auto fn = reinterpret_cast<void (*)(A...)>(k->fn);
-    const char* name = k->name;
-    s->push("kernel", [=] {
-        if (g_sticky.load()) return;
-        bool ok = true;
-        ((ok = arg_ok(name, (int)I, std::get<I>(args)) && ok), ...);
-        if (!ok) {
-            set_sticky(ERR_ILLEGAL_ADDRESS);
-            return;
-        }
-        run_grid(name, g, [&] { fn(std::get<I>(args)...); });
-    });
-    return OK;
-}
-
-template <typename... A>
-static CUresult enqueue(const Kernel* k, Stream* s, const LaunchGeom& g, void** params) {
-    if (!params && sizeof...(A) > 0) return ERR_INVALID_VALUE;
-    return enqueue_impl<A...>(k, s, g, params, std::index_sequence_for<A...>{});
-}
-
-template <typename... A>
-static Kernel make_kernel(const char* name, void (*f)(A...)) {
-    return Kernel{name, &enqueue<A...>, reinterpret_cast<void*>(f)};
-}
-
-// Every kernel of kernels.cu, by name (tests/cuda_kernels.rs checks this list against
-// `kernels::NAMES`; a kernel missing here fails cuModuleLoadData naming it).
-#define K(n) make_kernel(#n, &n),
-static const std::vector<Kernel>& kernels() {
-    static const std::vector<Kernel> all = {
-        K(fill) K(fill_rows) K(axpy) K(scale) K(relu_forward) K(relu_backward)
-        K(narrow_f16) K(widen_f16) K(narrow_bf16) K(widen_bf16)
-        K(channel_sum) K(channel_sqdev) K(channel_dot)
-        K(bn_finish) K(bn_invstd) K(bn_forward) K(bn_backward_dx)
-        K(im2col) K(col2im) K(gap_forward) K(gap_backward) K(softmax_xent)
-        K(find_nonfinite) K(opt_begin_step) K(sgd_step) K(adamw_step) K(scaler_update)};
-    return all;
-}
-#undef K
-
-static const Kernel* find_kernel(const std::string& name) {
-    for (const Kernel& k : kernels())
-        if (name == k.name) return &k;
-    return nullptr;
-}
+#include "launch.h"
 
 // ---- the fault handler: name the kernel that touched a guard page ---------------------------
 
@@ -452,11 +266,34 @@ static void on_segv(int sig, siginfo_t* info, void* uctx) {
 
 // ---- the driver API -------------------------------------------------------------------------
 
+// Devices: TUNE_CUDA_STANDIN_DEVICES of them (1..=8, default 1), each with its own primary
+// context. Memory and kernels are shared by all of them (host memory, one kernel at a
+// time), so only what a caller can observe per device differs: ordinals, contexts, UUIDs.
 struct Ctx {
     int device;
 };
-static Ctx g_primary{0};
+static const int MAX_DEVICES = 8;
+static Ctx g_primary[MAX_DEVICES] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
 static thread_local Ctx* t_current = nullptr;
+
+static int device_count() {
+    static int n = [] {
+        const char* v = getenv("TUNE_CUDA_STANDIN_DEVICES");
+        if (!v) return 1;
+        char* end = nullptr;
+        long k = strtol(v, &end, 10);
+        if (end == v || *end != '\0' || k < 1 || k > MAX_DEVICES) {
+            fprintf(stderr,
+                    "tune CUDA stand-in: TUNE_CUDA_STANDIN_DEVICES=%s is not an integer in "
+                    "1..=%d; using 1 device\n",
+                    v, MAX_DEVICES);
+            return 1;
+        }
+        return (int)k;
+    }();
+    return n;
+}
+static bool valid_device(int d) { return d >= 0 && d < device_count(); }
 
 API CUresult cuInit(unsigned) {
     static std::once_flag once;
@@ -481,23 +318,23 @@ API CUresult cuGetExportTable(const void** table, const void*) {
 }
 API CUresult cuDeviceGetCount(int* n) {
     if (!n) return ERR_INVALID_VALUE;
-    *n = 1;
+    *n = device_count();
     return OK;
 }
 API CUresult cuDeviceGet(int* d, int ordinal) {
     if (!d) return ERR_INVALID_VALUE;
-    if (ordinal != 0) return ERR_INVALID_DEVICE;
-    *d = 0;
+    if (!valid_device(ordinal)) return ERR_INVALID_DEVICE;
+    *d = ordinal;
     return OK;
 }
 API CUresult cuDeviceGetName(char* name, int len, int dev) {
-    if (dev != 0) return ERR_INVALID_DEVICE;
+    if (!valid_device(dev)) return ERR_INVALID_DEVICE;
     if (!name || len <= 0) return ERR_INVALID_VALUE;
     snprintf(name, (size_t)len, "%s", DEVICE_NAME);
     return OK;
 }
 API CUresult cuDeviceTotalMem_v2(size_t* b, int dev) {
-    if (dev != 0) return ERR_INVALID_DEVICE;
+    if (!valid_device(dev)) return ERR_INVALID_DEVICE;
     *b = TOTAL_MEM;
     return OK;
 }
@@ -508,7 +345,7 @@ API CUresult cuMemGetInfo_v2(size_t* free_b, size_t* total) {
     return OK;
 }
 API CUresult cuDeviceGetAttribute(int* v, int attr, int dev) {
-    if (dev != 0) return ERR_INVALID_DEVICE;
+    if (!valid_device(dev)) return ERR_INVALID_DEVICE;
     if (!v) return ERR_INVALID_VALUE;
     switch (attr) {
         case 1: *v = 1024; break;        // max threads per block
@@ -529,24 +366,45 @@ API CUresult cuDeviceGetAttribute(int* v, int attr, int dev) {
     return OK;
 }
 API CUresult cuDeviceGetUuid_v2(void* u, int dev) {
-    if (dev != 0) return ERR_INVALID_DEVICE;
+    if (!valid_device(dev)) return ERR_INVALID_DEVICE;
+    if (!u) return ERR_INVALID_VALUE;
     memset(u, 0x5a, 16);
+    ((unsigned char*)u)[15] = (unsigned char)dev;  // distinct per device, as NCCL requires
     return OK;
 }
 API CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) {
-    if (dev != 0) return ERR_INVALID_DEVICE;
-    *ctx = &g_primary;
+    if (!valid_device(dev)) return ERR_INVALID_DEVICE;
+    if (!ctx) return ERR_INVALID_VALUE;
+    *ctx = &g_primary[dev];
     return OK;
 }
-API CUresult cuDevicePrimaryCtxRelease_v2(int) { return OK; }
+API CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+    return valid_device(dev) ? OK : ERR_INVALID_DEVICE;
+}
 API CUresult cuCtxSetCurrent(void* ctx) {
     t_current = (Ctx*)ctx;
     return OK;
 }
 API CUresult cuCtxGetCurrent(void** ctx) {
+    if (!ctx) return ERR_INVALID_VALUE;
     *ctx = t_current;
     return OK;
 }
+API CUresult cuCtxGetDevice(int* dev) {
+    if (!dev) return ERR_INVALID_VALUE;
+    if (!t_current) return ERR_INVALID_CONTEXT;
+    *dev = t_current->device;
+    return OK;
+}
+// Every pair of distinct devices can reach each other's memory (it is all host memory).
+API CUresult cuDeviceCanAccessPeer(int* can, int dev, int peer) {
+    if (!can) return ERR_INVALID_VALUE;
+    if (!valid_device(dev) || !valid_device(peer)) return ERR_INVALID_DEVICE;
+    *can = dev != peer;
+    return OK;
+}
+API CUresult cuCtxEnablePeerAccess(void* peer, unsigned) { return peer ? OK : ERR_INVALID_VALUE; }
+API CUresult cuCtxDisablePeerAccess(void* peer) { return peer ? OK : ERR_INVALID_VALUE; }
 API CUresult cuCtxSynchronize() {
     g_null_stream()->drain();
     return sticky_or(OK);
@@ -554,7 +412,9 @@ API CUresult cuCtxSynchronize() {
 
 API CUresult cuStreamCreate(void** s, unsigned) {
     if (!s) return ERR_INVALID_VALUE;
-    *s = new Stream();
+    Stream* st = new Stream();
+    st->device = t_current ? t_current->device : -1;
+    *s = st;
     return OK;
 }
 API CUresult cuStreamCreateWithPriority(void** s, unsigned f, int) { return cuStreamCreate(s, f); }
@@ -765,6 +625,17 @@ API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
     g_null_stream()->drain();
     return sticky_or(r);
 }
+API CUresult cuMemcpyPeerAsync(CUdeviceptr dst, void* dst_ctx, CUdeviceptr src, void* src_ctx,
+                               size_t n, void* h) {
+    if (!dst_ctx || !src_ctx) return ERR_INVALID_CONTEXT;
+    return cuMemcpyDtoDAsync_v2(dst, src, n, h);
+}
+API CUresult cuMemcpyPeer(CUdeviceptr dst, void* dst_ctx, CUdeviceptr src, void* src_ctx,
+                          size_t n) {
+    CUresult r = cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, n, nullptr);
+    if (r == OK) g_null_stream()->drain();
+    return sticky_or(r);
+}
 
 API CUresult cuLaunchHostFunc(void* h, void (*fn)(void*), void* user) {
     if (!fn) return ERR_INVALID_VALUE;
@@ -772,6 +643,32 @@ API CUresult cuLaunchHostFunc(void* h, void (*fn)(void*), void* user) {
         if (!g_sticky.load()) fn(user);
     });
     return OK;
+}
+
+// ---- for the NCCL stand-in (nccl.cpp), which resolves these at run time ------------------
+
+// Queues fn(arg) on the stream's thread after what is queued there. It runs even after a
+// sticky error, so that ranks waiting for each other in a collective are not left hanging;
+// the collective checks its buffers itself (tune_standin_check_range).
+API int tune_standin_enqueue(void* stream, const char* what, void (*fn)(void*), void* arg) {
+    if (!fn) return ERR_INVALID_VALUE;
+    S(stream)->push(what ? what : "tune_standin_enqueue", [=] { fn(arg); });
+    return OK;
+}
+// 1 when [p, p + bytes) lies inside one live allocation; else says so, makes the error
+// sticky (as a kernel touching it would) and returns 0.
+API int tune_standin_check_range(const void* p, size_t bytes, const char* what) {
+    if (check_range((uintptr_t)p, bytes, what ? what : "tune_standin_check_range")) return 1;
+    set_sticky(ERR_ILLEGAL_ADDRESS);
+    return 0;
+}
+API int tune_standin_current_device(void) { return t_current ? t_current->device : -1; }
+// The device whose context created the stream (the default stream belongs to the caller's
+// current device), -1 when none was current: a collective on another device's stream is
+// a caller's bug that real NCCL reports too.
+API int tune_standin_stream_device(void* stream) {
+    if ((uintptr_t)stream <= 2) return tune_standin_current_device();
+    return ((Stream*)stream)->device;
 }
 
 // Modules: the image is NVRTC's PTX for tune's kernels; each `.entry` must be one this
@@ -846,6 +743,7 @@ static const char* error_name(int e) {
         case ERR_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE";
         case ERR_INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE";
         case ERR_INVALID_IMAGE: return "CUDA_ERROR_INVALID_IMAGE";
+        case ERR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
         case ERR_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
         case ERR_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
         case ERR_NOT_READY: return "CUDA_ERROR_NOT_READY";
