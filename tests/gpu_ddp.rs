@@ -240,11 +240,10 @@ fn without_nccl_ddp_on_gpus_is_one_line_and_exit_2() {
         return;
     }
     // The stand-in's folder without its libnccl.so.2: the driver and cuBLASLt only.
-    // `activate` put the stand-in's folder first on the list.
     let var = tune_probes::culibs::LIB_DIRS_ENV;
+    let src = standin::dir().unwrap();
     let all = std::env::var(var).unwrap();
-    let mut dirs: Vec<&str> = all.split(':').collect();
-    let src = PathBuf::from(dirs.remove(0));
+    let dirs: Vec<&str> = all.split(':').filter(|d| PathBuf::from(d) != src).collect();
     assert!(src.join("libnccl.so.2").exists(), "{}", src.display());
     let bare = tempfile::tempdir().unwrap();
     for f in ["libcuda.so.1", "libcublasLt.so.13"] {

@@ -436,6 +436,9 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
     )?;
     drop(ddp);
     drop(reports);
+    // cudarc's Comm aborts when dropped: nothing of this rank's may still be queued.
+    cs.synchronize()
+        .map_err(|e| cuda_err("communication stream", e))?;
     let snap = dev.mem().snapshot();
     let accuracy = match eval {
         Some((test, norm)) => Some(step::evaluate(&mut exec, &mut model, test, &norm)?),

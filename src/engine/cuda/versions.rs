@@ -55,7 +55,11 @@ pub fn nccl_link_dir(target: &Path) -> Result<PathBuf, String> {
     if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
         // A stale or half-made link: replace it through a temporary name, so a
         // concurrent reader sees the old link or the new one, never none.
-        let tmp = dir.join(format!("libnccl.so.tmp{}", std::process::id()));
+        // Per process and per call: two threads of one process (a test binary) making
+        // the link at once must not share a temporary name.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!("libnccl.so.tmp{}-{n}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         std::os::unix::fs::symlink(&target, &tmp)
             .and_then(|_| std::fs::rename(&tmp, &link))
