@@ -2,7 +2,7 @@
 # Everything the CUDA backend must show on a real GPU, in one device call (device time
 # is scarce). Build on the workstation first (the GPU machine has no registry access):
 #
-#   T="gpu_parity gpu_amp gpu_autotune gpu_optim gpu_ddp knobs cuda_kernels"
+#   T="gpu_parity gpu_amp gpu_autotune gpu_optim gpu_ddp gpu_nccl_standin knobs cuda_kernels"
 #   cargo build --release && cargo test --release --no-run $(for t in $T; do printf -- '--test %s ' $t; done)
 #   mkdir -p gpu-bin && cp target/release/tune gpu-bin/ && for t in $T; do
 #     cp "$(ls -t target/release/deps/$t-* | grep -v '\.d$' | head -1)" gpu-bin/$t; done
@@ -21,7 +21,8 @@
 #  3. `tune train --device cuda` per model under fp32, bf16, fp16 and tf32 with held-out
 #     accuracy (AMP must reach fp32's accuracy), and once with autotune (its choices);
 #  3b. `tune train --parallel ddp --devices <GPUs>` (NCCL through tune's re-exec with its
-#     private libnccl.so link), fp32 and bf16, and the per-device summary;
+#     private libnccl.so link), fp32 and bf16, and `--parallel dp`, with the per-device
+#     summaries;
 #  4. `tune sweep` of experiments/seed-knobs.toml on the GPU (its device set to cuda and
 #     tf32 added to amp): every knob;
 #  5. PyTorch eager, same models, batch and knobs, fp32, bf16 autocast and tf32;
@@ -76,6 +77,10 @@ if [[ ",$PARTS," == *",runs,"* ]]; then
       > "$OUT/tune-ddp-$amp.json" 2> "$OUT/tune-ddp-$amp.err"
     echo "tune ddp x$ngpu amp=$amp rc=$?" >> "$OUT/summary.txt"
   done
+  ./gpu-bin/tune train --device cuda --parallel dp --devices "$ngpu" --model cnn-small \
+    --dataset synthetic --batch-size $((64 * ngpu)) --steps 60 --warmup 20 --json \
+    > "$OUT/tune-dp.json" 2> "$OUT/tune-dp.err"
+  echo "tune dp x$ngpu rc=$?" >> "$OUT/summary.txt"
   sed -e 's/^device = "cpu"/device = "cuda"/' -e 's/^name = "seed-knobs"/name = "seed-knobs-cuda"/' \
       -e 's/^amp = \["off", "bf16", "fp16"\]/amp = ["off", "bf16", "fp16", "tf32"]/' \
       experiments/seed-knobs.toml > "$OUT/seed-knobs-cuda.toml"

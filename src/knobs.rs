@@ -519,7 +519,7 @@ knob_table! {
         /// How the work is spread over devices.
         parallel: Parallel = Parallel::Single,
         Values::Words(Parallel::ALLOWED),
-        CPU_ONLY,
+        CPU_CUDA,
         Torch::PerValue(&[
             ("single", "# one device, no wrapper"),
             ("dp", "model = torch.nn.DataParallel(model)"),

@@ -273,3 +273,57 @@ fn without_nccl_ddp_on_gpus_is_one_line_and_exit_2() {
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// DataParallel on GPUs (`engine::cuda::dp`): GPU 0 replicates, scatters, gathers, takes
+/// the loss and reduces the gradients; its losses track the CPU backend's DP over as many
+/// virtual devices, and GPU 0 does more than the replicas (the loss, the gather, the
+/// optimizer), which is DP's imbalance.
+#[test]
+fn dp_on_gpus_follows_the_cpu_backends_dp() {
+    let test = "dp_on_gpus_follows_the_cpu_backends_dp";
+    let Some(n) = world(test) else { return };
+    let dp = |device: &str, model: &str, extra: &[&str]| {
+        let o = Command::new(TUNE)
+            .args(["train", "--device", device, "--parallel", "dp", "--json"])
+            .args(["--devices", &n.to_string()])
+            .args(["--model", model, "--dataset", "synthetic", "--steps", "3"])
+            .args(["--warmup", "1", "--threads", "2", "--lr", "0.05"])
+            .args(["--batch-size", "8"])
+            .args(extra)
+            .env("TUNE_CACHE_DIR", cache())
+            .env("TUNE_CUDA_STANDIN_DEVICES", n.to_string())
+            .env_remove("TUNE_NCCL_REEXEC")
+            .output()
+            .unwrap();
+        json(&o)
+    };
+    let cases: [(&str, &[&str]); 3] = [
+        ("mlp", &[]),
+        ("cnn-small", &[]),
+        ("mlp", &["--grad-accum", "2", "--checkpoint", "sqrt"]),
+    ];
+    for (model, extra) in cases {
+        let gpu = dp("cuda", model, extra);
+        let cpu = dp("cpu", model, extra);
+        eprintln!(
+            "{}dp {model} {extra:?} on {n} device(s): gpu {:?} cpu {:?}",
+            standin::label(),
+            losses(&gpu),
+            losses(&cpu)
+        );
+        track(
+            &format!("dp {model} {extra:?}"),
+            &losses(&gpu),
+            &losses(&cpu),
+        );
+        let devs = gpu["devices"].as_array().unwrap();
+        assert_eq!(devs.len(), n, "one summary per GPU: {gpu}");
+        if n > 1 {
+            let peak = |d: &serde_json::Value| d["peak_bytes"].as_u64().unwrap_or(0);
+            assert!(
+                peak(&devs[0]) > peak(&devs[1]),
+                "GPU 0 holds the batch, the outputs and the optimizer: {devs:?}"
+            );
+        }
+    }
+}

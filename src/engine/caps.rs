@@ -101,7 +101,7 @@ fn cuda_amp(k: &Knobs, l: Layout) -> Support {
     // overflow and skips the same steps: AMP needs nothing more under DDP.
     if l == Layout::Multi && k.amp != Amp::Off && k.parallel != Parallel::Ddp {
         return Support::NotImplemented(format!(
-            "amp = {} with parallel = {} on the CUDA backend: mixed precision is not implemented for multi-GPU runs yet",
+            "amp = {} with parallel = {} on the CUDA backend: mixed precision is not implemented for DataParallel on GPUs yet (ddp has it)",
             k.amp, k.parallel
         ));
     }
@@ -111,7 +111,7 @@ fn cuda_amp(k: &Knobs, l: Layout) -> Support {
 fn cuda_autotune(k: &Knobs, l: Layout) -> Support {
     if l == Layout::Multi && k.autotune && k.parallel != Parallel::Ddp {
         return Support::NotImplemented(format!(
-            "autotune with parallel = {} on the CUDA backend: not implemented for multi-GPU runs yet",
+            "autotune with parallel = {} on the CUDA backend: not implemented for DataParallel on GPUs yet (ddp has it)",
             k.parallel
         ));
     }
@@ -119,13 +119,6 @@ fn cuda_autotune(k: &Knobs, l: Layout) -> Support {
 }
 
 fn cuda_parallel(k: &Knobs, l: Layout) -> Support {
-    if l == Layout::Multi && k.parallel == Parallel::Dp {
-        return Support::NotImplemented(
-            "parallel = dp on the CUDA backend: DataParallel over GPUs is not implemented \
-             yet (parallel = ddp is)"
-                .into(),
-        );
-    }
     dp_on_one_device(k, l)
 }
 
@@ -351,9 +344,10 @@ mod tests {
                 Knobs {
                     parallel: Parallel::Dp,
                     devices: 2,
+                    amp: Amp::Bf16,
                     ..Knobs::default()
                 },
-                "DataParallel over GPUs is not implemented yet",
+                "mixed precision is not implemented for DataParallel on GPUs yet",
             ),
         ];
         for (device, k, want) in cases {

@@ -26,7 +26,7 @@ use cudarc::nccl::safe::{group_end, group_start, Comm, Id, ReduceOp};
 use crate::engine::amp::GradScaler;
 use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
 use crate::engine::caps::{self, Layout};
-use crate::engine::cuda::gpu::{cuda_err, DBuf, Gpu};
+use crate::engine::cuda::gpu::{cuda_err, nccl_err, DBuf, Gpu};
 use crate::engine::cuda::layers::GLayer;
 use crate::engine::cuda::libs;
 use crate::engine::cuda::train::{build_model, conv_path, has_conv, GpuClock, GpuExec};
@@ -41,10 +41,6 @@ use crate::engine::train::{
 };
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
-
-fn nccl_err(what: &str, e: impl std::fmt::Debug) -> Error {
-    Error::Runtime(format!("NCCL: {what}: {e:?}"))
-}
 
 /// One bucket: a flat f32 buffer over the gradients of whole top-level layers.
 struct Bucket {

@@ -19,6 +19,11 @@ pub fn cuda_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Runtime(format!("CUDA: {what}: {e}"))
 }
 
+/// An NCCL call's error, with NCCL's result code (cudarc's `Debug` hides it).
+pub(crate) fn nccl_err(what: &str, e: cudarc::nccl::result::NcclError) -> Error {
+    Error::Runtime(format!("NCCL: {what}: {:?}", e.0))
+}
+
 /// A device buffer of f32, charged to a memory category until dropped.
 #[derive(Debug)]
 pub struct DBuf {

@@ -137,7 +137,8 @@ pub fn require_nccl() -> Result<()> {
         Err(e) => e,
     };
     Err(Error::Unavailable(format!(
-        "CUDA backend: parallel = ddp needs NCCL, which does not load: {why}"
+        "CUDA backend: multi-GPU training (parallel = dp or ddp) needs NCCL, which does \
+         not load: {why}"
     )))
 }
 
@@ -153,7 +154,7 @@ pub fn nccl_search_dir() -> Option<std::path::PathBuf> {
     f.path.parent().map(std::path::Path::to_path_buf)
 }
 
-/// A DDP run on the CUDA backend whose NCCL cudarc cannot load yet: runs this same
+/// A DP or DDP run on the CUDA backend whose NCCL cudarc cannot load yet: runs this same
 /// command again (same pid, `exec`) with tune's private NCCL folder first on
 /// `LD_LIBRARY_PATH`, since the loader reads that variable only when a process starts.
 /// Returns when nothing needs doing (no GPU run, no DDP, NCCL loads, no NCCL found, or
@@ -171,7 +172,7 @@ pub fn reexec_for_nccl(
         DeviceChoice::Cpu => false,
     };
     if !gpu
-        || k.parallel != crate::knobs::Parallel::Ddp
+        || !crate::engine::parallel::is_multi_device(k)
         || std::env::var_os(NCCL_REEXEC_ENV).is_some()
     {
         return Ok(());

@@ -6,6 +6,7 @@
 
 pub mod blas;
 pub mod ddp;
+mod dp;
 pub mod gpu;
 pub mod kernels;
 pub mod layers;

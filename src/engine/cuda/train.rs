@@ -535,7 +535,10 @@ impl Exec for GpuExec {
 /// Trains `w` under `k` on GPU 0.
 pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
     if parallel::is_multi_device(k) {
-        return super::ddp::run(w, k, obs);
+        return match k.parallel {
+            crate::knobs::Parallel::Dp => super::dp::run(w, k, obs),
+            _ => super::ddp::run(w, k, obs),
+        };
     }
     let not_applicable = caps::admit(Backend::Cuda, k, Layout::Single, obs)?;
     let started = Instant::now();
