@@ -29,16 +29,16 @@ use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, nccl_err, DBuf, Gpu};
 use crate::engine::cuda::layers::GLayer;
 use crate::engine::cuda::libs;
-use crate::engine::cuda::train::{build_model, conv_path, has_conv, GpuClock, GpuExec};
+use crate::engine::cuda::train::{build_model, conv_path, has_conv, open_gpus, GpuClock, GpuExec};
 use crate::engine::data::{Dataset, Normalize};
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 use crate::engine::nn::model::Model;
-use crate::engine::parallel::summary::{summarize, DeviceStep};
-use crate::engine::parallel::{collect, digest_words, Feed, StepReport, DIGEST_START};
-use crate::engine::step::{self, Clock, Phase, Strategy};
-use crate::engine::train::{
-    Measured, NoObserver, Observer, RunSummary, Source, StepEvent, Workload,
+use crate::engine::parallel::summary::DeviceStep;
+use crate::engine::parallel::{
+    collect, digest_words, multi_summary, Feed, StepReport, DIGEST_START,
 };
+use crate::engine::step::{self, Clock, Phase, Strategy};
+use crate::engine::train::{NoObserver, Observer, RunSummary, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
 
@@ -482,19 +482,7 @@ pub fn run_verified(
     libs::require_nccl()?;
     let started = Instant::now();
     let world = k.devices;
-    let tf32 = k.amp == Amp::Tf32;
-    let mut gpus = Vec::with_capacity(world);
-    let mut devs = Vec::with_capacity(world);
-    for r in 0..world {
-        let dev = Device::cuda(r);
-        gpus.push(Arc::new(Gpu::open(
-            r,
-            &w.cache_dir,
-            tf32,
-            Arc::clone(dev.mem()),
-        )?));
-        devs.push(dev);
-    }
+    let (gpus, devs) = open_gpus(w, world, k.amp == Amp::Tf32)?;
     let version = cudarc::nccl::result::get_nccl_version()
         .map(|v| crate::engine::cuda::versions::decode_version(v.max(0) as u64))
         .unwrap_or_else(|_| "?".into());
@@ -576,28 +564,21 @@ pub fn run_verified(
         ));
     }
     let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.snap.clone()).collect();
-    let m = Measured {
-        step_times: collected.step_times,
-        losses: collected.losses,
-        phase_sum: collected.phase_sum,
-        grad_between: collected.grad_between,
-        started,
-    };
-    let (devices, imbalance) = summarize(
-        &collected.totals,
-        &snaps,
-        m.after_warmup(w.warmup).iter().sum(),
-    );
-    let top = snaps
-        .iter()
-        .max_by_key(|s| s.total_peak)
-        .cloned()
-        .unwrap_or_default();
     let label = crate::engine::cuda::backend_label(&gpus[0].name);
+    let totals = collected.totals.clone();
     Ok(RunSummary {
         accuracy: first.accuracy,
         algorithms: first.algorithms.clone(),
         not_applicable,
-        ..RunSummary::from_measured(w, k, label, first.params, m, &top, devices, imbalance)
+        ..multi_summary(
+            w,
+            k,
+            label,
+            first.params,
+            collected,
+            &totals,
+            &snaps,
+            started,
+        )
     })
 }

@@ -31,13 +31,13 @@ use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, nccl_err, GTensor, Gpu};
 use crate::engine::cuda::layers::{GCtx, GLayer, Pass};
 use crate::engine::cuda::libs;
-use crate::engine::cuda::train::{build_model, GpuExec};
-use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
+use crate::engine::cuda::train::{build_model, open_gpus, GpuExec};
+use crate::engine::device::{Backend, MemCategory, MemSnapshot};
 use crate::engine::nn::model::Model;
-use crate::engine::parallel::summary::{summarize, DeviceStep};
-use crate::engine::parallel::{collect, Feed, StepReport};
+use crate::engine::parallel::summary::DeviceStep;
+use crate::engine::parallel::{collect, multi_summary, Feed, StepReport};
 use crate::engine::step::{self, Strategy};
-use crate::engine::train::{Measured, NoObserver, Observer, RunSummary, StepEvent, Workload};
+use crate::engine::train::{NoObserver, Observer, RunSummary, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 
@@ -494,18 +494,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
     libs::require_nccl()?;
     let started = Instant::now();
     let n = k.devices;
-    let mut gpus = Vec::with_capacity(n);
-    let mut devs = Vec::with_capacity(n);
-    for r in 0..n {
-        let dev = Device::cuda(r);
-        gpus.push(Arc::new(Gpu::open(
-            r,
-            &w.cache_dir,
-            false,
-            Arc::clone(dev.mem()),
-        )?));
-        devs.push(dev);
-    }
+    let (gpus, devs) = open_gpus(w, n, false)?;
     obs.on_note(&format!(
         "CUDA backend: DataParallel on {n} GPU(s) driven by GPU 0 (NCCL broadcast and \
          reduce, peer copies)"
@@ -634,22 +623,11 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
     let (params, accuracy, snap0) = outcome?;
     let mut snaps = vec![snap0];
     snaps.extend(devs.iter().skip(1).map(|d| d.mem().snapshot()));
-    let m = Measured {
-        step_times: collected.step_times,
-        losses: collected.losses,
-        phase_sum: collected.phase_sum,
-        grad_between: collected.grad_between,
-        started,
-    };
-    let (devices, imbalance) = summarize(
-        &collected.totals,
-        &snaps,
-        m.after_warmup(w.warmup).iter().sum(),
-    );
     let label = crate::engine::cuda::backend_label(&gpus[0].name);
+    let totals = collected.totals.clone();
     Ok(RunSummary {
         accuracy,
         not_applicable,
-        ..RunSummary::from_measured(w, k, label, params, m, &snaps[0], devices, imbalance)
+        ..multi_summary(w, k, label, params, collected, &totals, &snaps, started)
     })
 }

@@ -639,6 +639,26 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     })
 }
 
+/// GPUs and their accounting devices, index for index.
+pub(super) type Gpus = (Vec<Arc<Gpu>>, Vec<Arc<Device>>);
+
+/// GPUs 0..n with their memory accounting, for the multi-GPU strategies.
+pub(super) fn open_gpus(w: &Workload, n: usize, tf32: bool) -> Result<Gpus> {
+    let mut gpus = Vec::with_capacity(n);
+    let mut devs = Vec::with_capacity(n);
+    for r in 0..n {
+        let dev = Device::cuda(r);
+        gpus.push(Arc::new(Gpu::open(
+            r,
+            &w.cache_dir,
+            tf32,
+            Arc::clone(dev.mem()),
+        )?));
+        devs.push(dev);
+    }
+    Ok((gpus, devs))
+}
+
 /// The model on `gpu` from its description and seeded initial values (the CPU model's
 /// bit for bit), with its parameter count.
 pub(super) fn build_model(

@@ -219,28 +219,15 @@ pub fn run_traced(
     };
     let params = model.num_params();
     let c = out.collected;
-    let m = Measured {
-        step_times: c.step_times,
-        losses: c.losses,
-        phase_sum: c.phase_sum,
-        grad_between: c.grad_between,
-        started,
-    };
     // A rank other than 0 summarises only its own device.
     let totals = match dist {
-        Some(l) if l.rank > 0 => c.totals.get(l.rank..=l.rank).unwrap_or(&[]),
-        _ => &c.totals[..],
+        Some(l) if l.rank > 0 => c.totals.get(l.rank..=l.rank).unwrap_or(&[]).to_vec(),
+        _ => c.totals.clone(),
     };
-    let (devices, imbalance) = summarize(totals, &snaps, m.after_warmup(w.warmup).iter().sum());
-    let top = snaps
-        .iter()
-        .max_by_key(|s| s.total_peak)
-        .cloned()
-        .unwrap_or_default();
     let summary = RunSummary {
         accuracy,
         not_applicable,
-        ..RunSummary::from_measured(w, k, "cpu", params, m, &top, devices, imbalance)
+        ..multi_summary(w, k, "cpu", params, c, &totals, &snaps, started)
     };
     Ok((summary, trace))
 }
@@ -399,6 +386,35 @@ pub(crate) struct Collected {
     pub grad_between: u64,
     /// First step at which two ranks' parameter digests differed.
     pub mismatch: Option<String>,
+}
+
+/// The summary of a multi-device run: its steps as `collect` merged them, each device's
+/// totals and memory at the end; the peak is the fullest device's.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn multi_summary(
+    w: &Workload,
+    k: &Knobs,
+    backend: &str,
+    params: usize,
+    c: Collected,
+    totals: &[DeviceTotals],
+    snaps: &[MemSnapshot],
+    started: Instant,
+) -> RunSummary {
+    let m = Measured {
+        step_times: c.step_times,
+        losses: c.losses,
+        phase_sum: c.phase_sum,
+        grad_between: c.grad_between,
+        started,
+    };
+    let (devices, imbalance) = summarize(totals, snaps, m.after_warmup(w.warmup).iter().sum());
+    let top = snaps
+        .iter()
+        .max_by_key(|s| s.total_peak)
+        .cloned()
+        .unwrap_or_default();
+    RunSummary::from_measured(w, k, backend, params, m, &top, devices, imbalance)
 }
 
 /// What the parallel strategies hand back to the launcher.
