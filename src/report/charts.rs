@@ -68,6 +68,38 @@ pub(super) fn anchored(c: &'static RGBColor, h: HPos, v: VPos) -> TextStyle<'sta
     text_style(c).pos(Pos::new(h, v))
 }
 
+/// `tick` as a formatter plotters can hold for a whole mesh (a fn item, not a temporary).
+fn tick_of(v: &f64) -> String {
+    tick(*v)
+}
+
+/// A chart's grid in the reports' one style: white minor and grey major lines, `tick`
+/// labels, ink labels and muted descriptions. `y_desc: None` is a bar chart's: no y
+/// grid and no y labels (its rows are labelled by hand).
+pub(super) fn mesh(
+    chart: &mut ChartContext<
+        '_,
+        SVGBackend<'_>,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    x_desc: &str,
+    y_desc: Option<&str>,
+) -> Drawn {
+    let mut m = chart.configure_mesh();
+    m.light_line_style(WHITE)
+        .bold_line_style(GRID)
+        .x_label_formatter(&tick_of)
+        .x_desc(x_desc)
+        .label_style(text_style(&INK))
+        .axis_desc_style(text_style(&MUTED));
+    match y_desc {
+        Some(d) => m.y_label_formatter(&tick_of).y_desc(d),
+        None => m.disable_y_mesh().y_labels(0),
+    };
+    m.draw()?;
+    Ok(())
+}
+
 /// Draws into a fresh SVG of `w`×`h` pixels, labelled for screen readers and tests.
 pub(super) fn svg(id: &str, w: u32, h: u32, draw: impl FnOnce(&Area) -> Drawn) -> String {
     let mut buf = String::new();
@@ -169,17 +201,11 @@ pub fn throughput(r: &Report, fastest: Option<&str>) -> String {
             .x_label_area_size(40)
             .y_label_area_size(lw)
             .build_cartesian_2d(xs.range(), ys.range())?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .y_labels(0)
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .x_label_formatter(&|v| tick(*v))
-            .x_desc("samples/s (median, 95% bootstrap interval)")
-            .label_style(text_style(&INK))
-            .axis_desc_style(text_style(&MUTED))
-            .draw()?;
+        mesh(
+            &mut chart,
+            "samples/s (median, 95% bootstrap interval)",
+            None,
+        )?;
         let y = |i: usize| (n - 1 - i) as f64;
         for (i, row) in rows.iter().enumerate() {
             let at = chart.backend_coord(&(0.0, y(i) + 0.5));
@@ -281,17 +307,7 @@ pub fn phases(r: &Report) -> String {
             .x_label_area_size(40)
             .y_label_area_size(lw)
             .build_cartesian_2d(xs.range(), ys.range())?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .y_labels(0)
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .x_label_formatter(&|v| tick(*v))
-            .x_desc("share of a step (%)")
-            .label_style(text_style(&INK))
-            .axis_desc_style(text_style(&MUTED))
-            .draw()?;
+        mesh(&mut chart, "share of a step (%)", None)?;
         for (i, t) in rows.iter().enumerate() {
             let y = (n - 1 - i) as f64;
             let at = chart.backend_coord(&(0.0, y + 0.5));
@@ -478,17 +494,7 @@ fn line_panel(area: &Area, r: &Report, xs: Span, p: &Panel, all_names: &[String]
         .x_label_area_size(34)
         .y_label_area_size(60)
         .build_cartesian_2d(xs.range(), ys.range())?;
-    chart
-        .configure_mesh()
-        .light_line_style(WHITE)
-        .bold_line_style(GRID)
-        .x_label_formatter(&|v| tick(*v))
-        .y_label_formatter(&|v| tick(*v))
-        .x_desc("time (s), trials end to end")
-        .y_desc(y_desc)
-        .label_style(text_style(&INK))
-        .axis_desc_style(text_style(&MUTED))
-        .draw()?;
+    mesh(&mut chart, "time (s), trials end to end", Some(y_desc))?;
     for (i, s) in r.trial_spans.iter().enumerate() {
         let (start, end) = (xs.put(s.start_s), xs.put(s.end_s));
         if i % 2 == 0 {
@@ -577,17 +583,11 @@ pub fn device_memory(r: &Report) -> String {
             .x_label_area_size(40)
             .y_label_area_size(lw)
             .build_cartesian_2d(xs.range(), ys.range())?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .y_labels(0)
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .x_label_formatter(&|v| tick(*v))
-            .x_desc("peak memory per device (MiB); busy share at the bar's end")
-            .label_style(text_style(&INK))
-            .axis_desc_style(text_style(&MUTED))
-            .draw()?;
+        mesh(
+            &mut chart,
+            "peak memory per device (MiB); busy share at the bar's end",
+            None,
+        )?;
         for (k, (t, i)) in rows.iter().enumerate() {
             let d = &t.devices[*i];
             let y = (n - 1 - k) as f64;

@@ -52,6 +52,7 @@ pub fn loss(r: &Report) -> String {
             .x_label_area_size(40)
             .y_label_area_size(60)
             .build_cartesian_2d(xs.range(), ys.range())?;
+        // Loss values keep plotters' own y labels (not `tick`'s rounding).
         chart
             .configure_mesh()
             .light_line_style(WHITE)
@@ -180,17 +181,7 @@ pub fn pareto(r: &Report) -> String {
             .x_label_area_size(40)
             .y_label_area_size(70)
             .build_cartesian_2d(xs.range(), ys.range())?;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .x_label_formatter(&|v| tick(*v))
-            .y_label_formatter(&|v| tick(*v))
-            .x_desc(x_desc)
-            .y_desc("samples/s")
-            .label_style(text_style(&INK))
-            .axis_desc_style(text_style(&MUTED))
-            .draw()?;
+        super::charts::mesh(&mut chart, x_desc, Some("samples/s"))?;
         chart.draw_series(std::iter::once(PathElement::new(
             front
                 .iter()

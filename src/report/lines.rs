@@ -7,7 +7,7 @@ use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 use super::axis::Span;
-use super::charts::{color, note, svg, text_style, tick, GRID, INK, MUTED, WIDTH};
+use super::charts::{color, note, svg, WIDTH};
 use super::html::esc;
 
 /// One named series of `(t_s, value)` points.
@@ -64,17 +64,7 @@ pub fn render(c: &LinesChart<'_>) -> String {
             .x_label_area_size(34)
             .y_label_area_size(60)
             .build_cartesian_2d(xs.range(), ys.range())?;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .x_label_formatter(&|v| tick(*v))
-            .y_label_formatter(&|v| tick(*v))
-            .x_desc("time since the watch began (s)")
-            .y_desc(c.y_desc)
-            .label_style(text_style(&INK))
-            .axis_desc_style(text_style(&MUTED))
-            .draw()?;
+        super::charts::mesh(&mut chart, "time since the watch began (s)", Some(c.y_desc))?;
         for (i, l) in lines.iter().enumerate() {
             let style = color(i).stroke_width(2);
             let pts: Vec<(f64, f64)> = l
