@@ -255,16 +255,11 @@ const CPU_CUDA: Applies = Applies {
     python: false,
 };
 /// DataLoader and layout knobs with no counterpart in tune's engine (its loader threads
-/// live for the whole run, its tensors are NCHW): PyTorch scripts only.
+/// live for the whole run, its tensors are always channels-last): PyTorch scripts only.
 const PYTHON_ONLY: Applies = Applies {
     backends: &[],
     command: true,
     python: true,
-};
-const CPU_ONLY: Applies = Applies {
-    backends: &["cpu"],
-    command: true,
-    python: false,
 };
 
 /// The PyTorch change that sets a knob. `{value}` is the knob's value (`True`/`False`
@@ -564,7 +559,7 @@ knob_table! {
         /// SyncBatchNorm under DDP: batch statistics over the global batch.
         sync_bn: bool = false,
         Values::Switch,
-        CPU_ONLY,
+        CPU_CUDA,
         Torch::Line("model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)");
 
         /// Keep DataLoader worker processes alive between epochs (needs num_workers > 0).

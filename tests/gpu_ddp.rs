@@ -158,6 +158,56 @@ fn ddp_on_gpus_follows_the_cpu_backends_ddp() {
     }
 }
 
+/// SyncBatchNorm over NCCL: the statistics and backward sums of every batch-norm layer
+/// (nested ones in resnet-mini's blocks too) over the global batch, as the CPU backend's
+/// SyncBatchNorm over its collective; with activation checkpointing the recompute
+/// synchronises again. With 2 ranks the shard statistics differ from the global ones,
+/// so the run must also differ from plain DDP (a SyncBatchNorm that synchronised nothing
+/// would equal it).
+#[test]
+fn sync_bn_on_gpus_follows_the_cpu_backends_sync_bn() {
+    let test = "sync_bn_on_gpus_follows_the_cpu_backends_sync_bn";
+    let Some(n) = world(test) else { return };
+    let cases: [(&str, &[&str]); 2] = [
+        ("cnn-small", &["--sync-bn"]),
+        ("resnet-mini", &["--sync-bn", "--checkpoint", "sqrt"]),
+    ];
+    for (model, extra) in cases {
+        let gpu = json(&train("cuda", n, model, extra));
+        let cpu = json(&train("cpu", n, model, extra));
+        let plain: Vec<&str> = extra
+            .iter()
+            .copied()
+            .filter(|a| *a != "--sync-bn")
+            .collect();
+        let unsynced = json(&train("cuda", n, model, &plain));
+        eprintln!(
+            "{}{model} {extra:?} on {n} device(s): gpu {:?} cpu {:?}; without sync_bn {:?}",
+            standin::label(),
+            losses(&gpu),
+            losses(&cpu),
+            losses(&unsynced)
+        );
+        track(&format!("{model} {extra:?}"), &losses(&gpu), &losses(&cpu));
+        assert!(gpu["not_applicable"].get("sync_bn").is_none(), "{gpu}");
+        if n > 1 {
+            let (a, b) = (losses(&gpu), losses(&unsynced));
+            assert!(
+                a.iter().zip(&b).skip(1).any(|(x, y)| (x - y).abs() > 1e-6),
+                "{model}: sync_bn changed nothing over {n} ranks: {a:?} vs {b:?}"
+            );
+        }
+    }
+    // A model without batch norm: the knob is recorded as not applicable, not refused.
+    let mlp = json(&train("cuda", n, "mlp", &["--sync-bn"]));
+    assert!(
+        mlp["not_applicable"]["sync_bn"]
+            .as_str()
+            .is_some_and(|w| w.contains("no batch norm")),
+        "{mlp}"
+    );
+}
+
 /// Every rank's parameters after every step, digested: equal to the bit. Runs in a
 /// child of this test binary whose `LD_LIBRARY_PATH` holds tune's NCCL link (set before
 /// the child starts, as `tune train` does for itself).

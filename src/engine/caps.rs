@@ -122,17 +122,6 @@ fn cuda_parallel(k: &Knobs, l: Layout) -> Support {
     dp_on_one_device(k, l)
 }
 
-fn cuda_sync_bn(k: &Knobs, _: Layout) -> Support {
-    if k.sync_bn {
-        return Support::NotImplemented(
-            "sync_bn on the CUDA backend: SyncBatchNorm over NCCL is not implemented yet; \
-             run without sync_bn, or on the CPU backend"
-                .into(),
-        );
-    }
-    Support::Supported
-}
-
 /// Knobs for PyTorch scripts only (the knob table's `PYTHON_ONLY` rows): the engine runs,
 /// and records that the setting means nothing to it, on every backend.
 fn python_only(k: &Knobs, _: Layout, knob: &str, why: &str) -> Support {
@@ -166,7 +155,7 @@ fn channels_last(k: &Knobs, l: Layout) -> Support {
         k,
         l,
         "channels_last",
-        "tune's engine keeps activations in NCHW; this knob is for PyTorch models",
+        "tune's engine is always channels-last (NHWC activations, [out, kh, kw, in] weights); this knob is for PyTorch models",
     )
 }
 
@@ -227,10 +216,6 @@ const CUDA: &[Capability] = &[
     Capability {
         knob: "bucket_mb",
         support: bucket_mb,
-    },
-    Capability {
-        knob: "sync_bn",
-        support: cuda_sync_bn,
     },
     PYTHON_ONLY[0],
     PYTHON_ONLY[1],

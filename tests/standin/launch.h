@@ -182,6 +182,7 @@ static const std::vector<Kernel>& kernels() {
         K(narrow_f16) K(widen_f16) K(narrow_bf16) K(widen_bf16)
         K(channel_sum) K(channel_sqdev) K(channel_dot)
         K(bn_finish) K(bn_invstd) K(bn_forward) K(bn_backward_dx)
+        K(bn_sync_mean) K(bn_sync_finish) K(bn_sync_backward_dx)
         K(im2col) K(col2im) K(gap_forward) K(gap_backward) K(softmax_xent)
         K(find_nonfinite) K(opt_begin_step) K(sgd_step) K(adamw_step) K(scaler_update)};
     return all;

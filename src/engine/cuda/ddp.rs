@@ -15,6 +15,7 @@
 //! Multi-process NCCL (torchrun/srun with `--device cuda`) is not built: rank 0 would
 //! have to send the NCCL unique id over the rendezvous; `tune train` refuses it.
 
+use std::rc::Rc;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,6 +30,7 @@ use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, nccl_err, DBuf, Gpu};
 use crate::engine::cuda::layers::GLayer;
 use crate::engine::cuda::libs;
+use crate::engine::cuda::sync_bn::NcclSync;
 use crate::engine::cuda::train::{build_model, conv_path, has_conv, open_gpus, GpuClock, GpuExec};
 use crate::engine::data::{Dataset, Normalize};
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
@@ -332,6 +334,8 @@ struct RankEnd {
     buckets: Vec<usize>,
     /// Rank 0's autotune choices and conv path, for the trial record.
     algorithms: Vec<AlgoChoice>,
+    /// Whether SyncBatchNorm had a layer to act on.
+    synced_bn: bool,
 }
 
 fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
@@ -359,7 +363,18 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
     // Blocks until every rank has joined, as ncclCommInitRank does.
     let comm = Comm::from_rank(Arc::clone(&cs), rank, world, id)
         .map_err(|e| nccl_err(&format!("rank {rank} joining {world}"), e))?;
+    let comm = Rc::new(comm);
     let (mut model, params, descs) = build_model(w, classes, &gpu)?;
+    let mut has_bn = false;
+    if k.sync_bn {
+        let sync = Rc::new(NcclSync::new(Rc::clone(&comm), Arc::clone(&cs)));
+        for l in &mut model.layers {
+            l.visit_batch_norms(&mut |bn| {
+                bn.sync = Some(Rc::clone(&sync));
+                has_bn = true;
+            });
+        }
+    }
     // DDP's constructor: rank 0's parameters everywhere.
     cs.join(&gpu.stream)
         .map_err(|e| cuda_err("stream wait", e))?;
@@ -454,6 +469,7 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
         snap,
         buckets: bucket_lens,
         algorithms,
+        synced_bn: has_bn,
     })
 }
 
@@ -562,6 +578,12 @@ pub fn run_verified(
             "{} [{}]: {} ({:?})",
             c.op, c.key, c.algo, c.source
         ));
+    }
+    let mut not_applicable = not_applicable;
+    if k.sync_bn && !first.synced_bn {
+        let why = format!("{} has no batch norm", w.model);
+        obs.on_note(&format!("sync_bn: not applicable ({why})"));
+        not_applicable.insert("sync_bn".into(), why);
     }
     let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.snap.clone()).collect();
     let label = crate::engine::cuda::backend_label(&gpus[0].name);

@@ -154,13 +154,11 @@ extern "C" __global__ void channel_dot(float* out, const float* dy, const float*
 
 // ---- batch norm --------------------------------------------------------------------
 
-// On entry `var` holds the summed squared deviations; on exit the biased variance, and
-// invstd; running statistics updated with the unbiased variance, as torch.nn.BatchNorm2d.
-extern "C" __global__ void bn_finish(float* mean, float* var, float* invstd, float* run_mean,
-                                     float* run_var, int c, float m, float eps, float momentum,
-                                     int update_running) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= c) return;
+// Biased variance and invstd from summed squared deviations over m rows; running
+// statistics updated with the unbiased variance, as torch.nn.BatchNorm2d.
+__device__ __forceinline__ void bn_finish_one(int i, float* mean, float* var, float* invstd,
+                                              float* run_mean, float* run_var, float m,
+                                              float eps, float momentum, int update_running) {
     float v = var[i] / m;
     var[i] = v;
     invstd[i] = rsqrtf(v + eps);
@@ -169,6 +167,33 @@ extern "C" __global__ void bn_finish(float* mean, float* var, float* invstd, flo
         run_mean[i] = (1.0f - momentum) * run_mean[i] + momentum * mean[i];
         run_var[i] = (1.0f - momentum) * run_var[i] + momentum * v * unbias;
     }
+}
+
+// On entry `var` holds the summed squared deviations; on exit the biased variance.
+extern "C" __global__ void bn_finish(float* mean, float* var, float* invstd, float* run_mean,
+                                     float* run_var, int c, float m, float eps, float momentum,
+                                     int update_running) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= c) return;
+    bn_finish_one(i, mean, var, invstd, run_mean, run_var, m, eps, momentum, update_running);
+}
+
+// SyncBatchNorm: `sums` holds c channel sums and the row count, all summed over every
+// rank; on exit its first c entries are the global means. The count stays on the device
+// so no rank waits on the host for it (as torch's batch_norm_gather_stats_with_counts).
+extern "C" __global__ void bn_sync_mean(float* sums, int c) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < c) sums[i] /= sums[c];
+}
+
+// bn_finish over the global batch: the row count is mean[c] (after bn_sync_mean).
+extern "C" __global__ void bn_sync_finish(float* mean, float* var, float* invstd,
+                                          float* run_mean, float* run_var, int c, float eps,
+                                          float momentum, int update_running) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= c) return;
+    bn_finish_one(i, mean, var, invstd, run_mean, run_var, mean[c], eps, momentum,
+                  update_running);
 }
 
 // Evaluation: invstd from the running variance.
@@ -198,6 +223,19 @@ extern "C" __global__ void bn_backward_dx(float* dx, const float* dy, const floa
         int ch = (int)(i % c);
         dx[i] = gamma[ch] * invstd[ch] *
                 (dy[i] - dbeta[ch] * inv_m - xhat[i] * dgamma[ch] * inv_m);
+    }
+}
+
+// SyncBatchNorm's input gradient: `sums` holds dbeta (c), dgamma (c) and the row count,
+// summed over every rank.
+extern "C" __global__ void bn_sync_backward_dx(float* dx, const float* dy, const float* xhat,
+                                               const float* gamma, const float* invstd,
+                                               const float* sums, u64 n, int c) {
+    float inv_m = 1.0f / sums[2 * c];
+    GRID_STRIDE(i, n) {
+        int ch = (int)(i % c);
+        dx[i] = gamma[ch] * invstd[ch] *
+                (dy[i] - sums[ch] * inv_m - xhat[i] * sums[c + ch] * inv_m);
     }
 }
 

@@ -268,6 +268,7 @@ fn build(d: &LayerDesc, gpu: &Gpu, src: &mut Source) -> Result<GLayer> {
             run_mean: src.buffer(gpu, "running_mean", *c)?,
             run_var: src.buffer(gpu, "running_var", *c)?,
             saved: None,
+            sync: None,
         }),
         LayerDesc::Relu => GLayer::Relu(None),
         LayerDesc::Flatten => GLayer::Flatten(None),
@@ -514,6 +515,25 @@ impl GLayer {
                     l.visit_buffers(f);
                 }
                 out.visit_buffers(f);
+            }
+            _ => {}
+        }
+    }
+
+    /// Every batch-norm layer, nested ones included (SyncBatchNorm's conversion, as
+    /// `torch.nn.SyncBatchNorm.convert_sync_batchnorm`).
+    pub fn visit_batch_norms(&mut self, f: &mut dyn FnMut(&mut GBatchNorm)) {
+        match self {
+            GLayer::BatchNorm(l) => f(l),
+            GLayer::Block {
+                main,
+                shortcut,
+                out,
+            } => {
+                for l in main.iter_mut().chain(shortcut.iter_mut()) {
+                    l.visit_batch_norms(f);
+                }
+                out.visit_batch_norms(f);
             }
             _ => {}
         }

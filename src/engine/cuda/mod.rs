@@ -11,6 +11,7 @@ pub mod gpu;
 pub mod kernels;
 pub mod layers;
 pub mod libs;
+pub(crate) mod sync_bn;
 pub mod train;
 pub mod versions;
 

@@ -2,12 +2,17 @@
 //! statistics by reduction kernels, running statistics updated once per step (not on a
 //! checkpoint's recompute). f32 throughout; under AMP the input is widened, and the
 //! output, the normalised input kept for backward and the input gradient are stored in
-//! the half type, as on the CPU backend.
+//! the half type, as on the CPU backend. Under DDP with `sync_bn` the statistics and the
+//! input gradient's sums are taken over every rank's rows (`cuda::sync_bn`); the
+//! parameter gradients stay local, for DDP's all-reduce to average like every other.
+
+use std::rc::Rc;
 
 use crate::cuda_launch;
 use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::{channel_reduce, elementwise, per_item};
 use crate::engine::cuda::layers::{missing, out, shape_err, store, GParam, Pass};
+use crate::engine::cuda::sync_bn::NcclSync;
 use crate::engine::device::MemCategory;
 use crate::error::Result;
 
@@ -20,6 +25,8 @@ pub struct GBatchNorm {
     pub(crate) run_mean: DBuf,
     pub(crate) run_var: DBuf,
     pub(crate) saved: Option<(GTensor, DBuf)>,
+    /// SyncBatchNorm's communicator, under DDP with `sync_bn`.
+    pub(crate) sync: Option<Rc<NcclSync>>,
 }
 
 impl GBatchNorm {
@@ -63,11 +70,22 @@ impl GBatchNorm {
             )?;
             return store(gpu, GTensor::new(&x.shape, y)?, p);
         }
-        let mut mean = gpu.zeros(c, MemCategory::Workspace)?;
+        // Under SyncBatchNorm `mean` carries the row count at [c] through the sums.
+        let sync = self.sync.as_deref();
+        let mut mean = gpu.zeros(c + usize::from(sync.is_some()), MemCategory::Workspace)?;
         let mut var = gpu.zeros(c, MemCategory::Workspace)?;
         gpu.channel_sum(&mut mean.s, x.s(), c)?;
-        let (inv_m, cn) = (1.0 / rows as f32, c as u64);
-        cuda_launch!(gpu, "scale", elementwise(c), &mut mean.s, &inv_m, &cn)?;
+        match sync {
+            Some(s) => {
+                NcclSync::put_count(gpu, &mut mean, c, rows)?;
+                s.sum(gpu, &mut mean)?;
+                cuda_launch!(gpu, "bn_sync_mean", per_item(c), &mut mean.s, &ci)?;
+            }
+            None => {
+                let (inv_m, cn) = (1.0 / rows as f32, c as u64);
+                cuda_launch!(gpu, "scale", elementwise(c), &mut mean.s, &inv_m, &cn)?;
+            }
+        }
         let r = rows as u64;
         cuda_launch!(
             gpu,
@@ -80,22 +98,43 @@ impl GBatchNorm {
             &ci
         )?;
         let update = i32::from(!p.recompute);
-        let m = rows as f32;
-        cuda_launch!(
-            gpu,
-            "bn_finish",
-            per_item(c),
-            &mut mean.s,
-            &mut var.s,
-            &mut invstd.s,
-            &mut self.run_mean.s,
-            &mut self.run_var.s,
-            &ci,
-            &m,
-            &self.eps,
-            &self.momentum,
-            &update
-        )?;
+        match sync {
+            Some(s) => {
+                s.sum(gpu, &mut var)?;
+                cuda_launch!(
+                    gpu,
+                    "bn_sync_finish",
+                    per_item(c),
+                    &mut mean.s,
+                    &mut var.s,
+                    &mut invstd.s,
+                    &mut self.run_mean.s,
+                    &mut self.run_var.s,
+                    &ci,
+                    &self.eps,
+                    &self.momentum,
+                    &update
+                )?;
+            }
+            None => {
+                let m = rows as f32;
+                cuda_launch!(
+                    gpu,
+                    "bn_finish",
+                    per_item(c),
+                    &mut mean.s,
+                    &mut var.s,
+                    &mut invstd.s,
+                    &mut self.run_mean.s,
+                    &mut self.run_var.s,
+                    &ci,
+                    &m,
+                    &self.eps,
+                    &self.momentum,
+                    &update
+                )?;
+            }
+        }
         let save = p.save;
         let mut xhat = if save {
             Some(out(gpu, x.len(), p)?)
@@ -167,22 +206,50 @@ impl GBatchNorm {
             return Ok(None);
         }
         let mut dx = out(gpu, xhat.len(), p)?;
-        let (inv_m, n) = (1.0 / rows as f32, xhat.len() as u64);
-        cuda_launch!(
-            gpu,
-            "bn_backward_dx",
-            elementwise(xhat.len()),
-            &mut dx.s,
-            dy.s(),
-            xhat.s(),
-            &self.gamma.w.s,
-            &invstd.s,
-            &dbeta.s,
-            &dgamma.s,
-            &inv_m,
-            &n,
-            &ci
-        )?;
+        let n = xhat.len() as u64;
+        match self.sync.as_deref() {
+            Some(s) => {
+                // dbeta, dgamma and the row count, summed over every rank.
+                let mut sums = gpu.alloc(2 * c + 1, MemCategory::Workspace)?;
+                let st = &gpu.stream;
+                st.memcpy_dtod(&dbeta.s, &mut sums.s.slice_mut(0..c))
+                    .and_then(|()| st.memcpy_dtod(&dgamma.s, &mut sums.s.slice_mut(c..2 * c)))
+                    .map_err(|e| crate::engine::cuda::gpu::cuda_err("SyncBatchNorm sums", e))?;
+                NcclSync::put_count(gpu, &mut sums, 2 * c, rows)?;
+                s.sum(gpu, &mut sums)?;
+                cuda_launch!(
+                    gpu,
+                    "bn_sync_backward_dx",
+                    elementwise(xhat.len()),
+                    &mut dx.s,
+                    dy.s(),
+                    xhat.s(),
+                    &self.gamma.w.s,
+                    &invstd.s,
+                    &sums.s,
+                    &n,
+                    &ci
+                )?;
+            }
+            None => {
+                let inv_m = 1.0 / rows as f32;
+                cuda_launch!(
+                    gpu,
+                    "bn_backward_dx",
+                    elementwise(xhat.len()),
+                    &mut dx.s,
+                    dy.s(),
+                    xhat.s(),
+                    &self.gamma.w.s,
+                    &invstd.s,
+                    &dbeta.s,
+                    &dgamma.s,
+                    &inv_m,
+                    &n,
+                    &ci
+                )?;
+            }
+        }
         store(gpu, GTensor::new(&xhat.shape, dx)?, p).map(Some)
     }
 }
