@@ -37,8 +37,20 @@ fn cache() -> PathBuf {
 }
 
 fn train(device: &str, world: usize, model: &str, extra: &[&str]) -> Output {
+    run("ddp", device, world, model, extra)
+}
+
+/// `tune train --parallel <parallel> --devices <world>` with the tests' small settings.
+fn run(parallel: &str, device: &str, world: usize, model: &str, extra: &[&str]) -> Output {
     Command::new(TUNE)
-        .args(["train", "--device", device, "--parallel", "ddp", "--json"])
+        .args([
+            "train",
+            "--device",
+            device,
+            "--parallel",
+            parallel,
+            "--json",
+        ])
         .args(["--devices", &world.to_string()])
         .args(["--model", model, "--dataset", "synthetic", "--steps", "3"])
         .args(["--warmup", "1", "--threads", "2", "--lr", "0.05"])
@@ -117,6 +129,10 @@ fn autotune_and_amp_under_ddp_on_gpus() {
             );
         }
         assert!(got["skipped_steps"].as_array().unwrap().is_empty(), "{got}");
+        if amp == "fp16" {
+            // The scaler's state reaches the record (rank 0's, equal on every rank).
+            assert!(got["loss_scale_final"].as_f64().is_some(), "{got}");
+        }
     }
 }
 
@@ -332,21 +348,7 @@ fn without_nccl_ddp_on_gpus_is_one_line_and_exit_2() {
 fn dp_on_gpus_follows_the_cpu_backends_dp() {
     let test = "dp_on_gpus_follows_the_cpu_backends_dp";
     let Some(n) = world(test) else { return };
-    let dp = |device: &str, model: &str, extra: &[&str]| {
-        let o = Command::new(TUNE)
-            .args(["train", "--device", device, "--parallel", "dp", "--json"])
-            .args(["--devices", &n.to_string()])
-            .args(["--model", model, "--dataset", "synthetic", "--steps", "3"])
-            .args(["--warmup", "1", "--threads", "2", "--lr", "0.05"])
-            .args(["--batch-size", "8"])
-            .args(extra)
-            .env("TUNE_CACHE_DIR", cache())
-            .env("TUNE_CUDA_STANDIN_DEVICES", n.to_string())
-            .env_remove("TUNE_NCCL_REEXEC")
-            .output()
-            .unwrap();
-        json(&o)
-    };
+    let dp = |device: &str, model: &str, extra: &[&str]| json(&run("dp", device, n, model, extra));
     let cases: [(&str, &[&str]); 3] = [
         ("mlp", &[]),
         ("cnn-small", &[]),
@@ -376,4 +378,63 @@ fn dp_on_gpus_follows_the_cpu_backends_dp() {
             );
         }
     }
+}
+
+/// AMP and autotune under DataParallel on GPUs. DP over n GPUs computes what one GPU
+/// computes on the whole batch (mlp has no batch norm): under bf16 and fp16 the DP run
+/// must follow the single-GPU AMP run much more closely than AMP follows f32, which a DP
+/// whose replicas ran in f32 (or GPU 0 alone in the half type) would not. fp16 records
+/// its loss scale and skipped steps as the single-GPU run does; autotune records GPU 0's
+/// GEMM choices and still tracks the CPU's DP.
+#[test]
+fn amp_and_autotune_under_dp_on_gpus() {
+    let test = "amp_and_autotune_under_dp_on_gpus";
+    let Some(n) = world(test) else { return };
+    let f32_dp = losses(&json(&run("dp", "cuda", n, "mlp", &[])));
+    for amp in ["bf16", "fp16"] {
+        let dp = json(&run("dp", "cuda", n, "mlp", &["--amp", amp]));
+        let one = json(&run("single", "cuda", 1, "mlp", &["--amp", amp]));
+        let (d, o) = (losses(&dp), losses(&one));
+        eprintln!(
+            "{}mlp amp={amp}: dp x{n} {d:?}, one GPU {o:?}, f32 dp {f32_dp:?}",
+            standin::label()
+        );
+        for i in 0..d.len() {
+            let amp_gap = (o[i] - f32_dp[i]).abs();
+            let dp_gap = (d[i] - o[i]).abs();
+            assert!(
+                dp_gap <= 1e-5 + 1e-5 * o[i].abs(),
+                "amp={amp} step {i}: dp {} vs one GPU {} (f32 {})",
+                d[i],
+                o[i],
+                f32_dp[i]
+            );
+            if i > 0 {
+                assert!(amp_gap > 0.0, "amp={amp} step {i}: AMP equals f32 exactly");
+            }
+        }
+        assert_eq!(dp["skipped_steps"], one["skipped_steps"], "{dp}");
+        if amp == "fp16" {
+            assert_eq!(dp["loss_scale_final"], one["loss_scale_final"], "{dp}");
+            assert!(dp["loss_scale_final"].as_f64().is_some(), "{dp}");
+        }
+    }
+    let cnn = json(&run("dp", "cuda", n, "cnn-small", &["--amp", "bf16"]));
+    let cnn_f32 = json(&run("dp", "cuda", n, "cnn-small", &[]));
+    for (g, f) in losses(&cnn).iter().zip(losses(&cnn_f32)) {
+        assert!(
+            (g - f).abs() <= 2e-2 + 5e-2 * f.abs(),
+            "cnn-small bf16 dp {g} vs f32 {f}"
+        );
+    }
+    let tuned = json(&run("dp", "cuda", n, "mlp", &["--autotune"]));
+    let cpu = json(&run("dp", "cpu", n, "mlp", &[]));
+    track("dp mlp autotune", &losses(&tuned), &losses(&cpu));
+    let algos = tuned["algorithms"].as_array().unwrap();
+    assert!(
+        algos
+            .iter()
+            .any(|a| a["op"] == "gemm" && a["source"] != "heuristic"),
+        "GPU 0's autotune choices in the record: {algos:?}"
+    );
 }

@@ -96,28 +96,6 @@ fn bucket_mb(k: &Knobs, _: Layout) -> Support {
     Support::Supported
 }
 
-fn cuda_amp(k: &Knobs, l: Layout) -> Support {
-    // DDP averages gradients before the scaler's check, so every rank sees the same
-    // overflow and skips the same steps: AMP needs nothing more under DDP.
-    if l == Layout::Multi && k.amp != Amp::Off && k.parallel != Parallel::Ddp {
-        return Support::NotImplemented(format!(
-            "amp = {} with parallel = {} on the CUDA backend: mixed precision is not implemented for DataParallel on GPUs yet (ddp has it)",
-            k.amp, k.parallel
-        ));
-    }
-    Support::Supported
-}
-
-fn cuda_autotune(k: &Knobs, l: Layout) -> Support {
-    if l == Layout::Multi && k.autotune && k.parallel != Parallel::Ddp {
-        return Support::NotImplemented(format!(
-            "autotune with parallel = {} on the CUDA backend: not implemented for DataParallel on GPUs yet (ddp has it)",
-            k.parallel
-        ));
-    }
-    Support::Supported
-}
-
 fn cuda_parallel(k: &Knobs, l: Layout) -> Support {
     dp_on_one_device(k, l)
 }
@@ -201,14 +179,6 @@ const CPU: &[Capability] = &[
 ];
 
 const CUDA: &[Capability] = &[
-    Capability {
-        knob: "amp",
-        support: cuda_amp,
-    },
-    Capability {
-        knob: "autotune",
-        support: cuda_autotune,
-    },
     Capability {
         knob: "parallel",
         support: cuda_parallel,
@@ -323,16 +293,6 @@ mod tests {
                     ..Knobs::default()
                 },
                 "autotune with parallel = ddp: not implemented for multi-device runs yet",
-            ),
-            (
-                DeviceChoice::Cuda,
-                Knobs {
-                    parallel: Parallel::Dp,
-                    devices: 2,
-                    amp: Amp::Bf16,
-                    ..Knobs::default()
-                },
-                "mixed precision is not implemented for DataParallel on GPUs yet",
             ),
         ];
         for (device, k, want) in cases {

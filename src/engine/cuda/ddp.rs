@@ -336,6 +336,10 @@ struct RankEnd {
     algorithms: Vec<AlgoChoice>,
     /// Whether SyncBatchNorm had a layer to act on.
     synced_bn: bool,
+    /// The scaler's skipped steps and final scale (the same on every rank: each checks
+    /// the averaged gradients).
+    skipped_steps: Vec<usize>,
+    loss_scale: Option<f32>,
 }
 
 fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
@@ -434,7 +438,7 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
         at: StepMarks::default(),
     };
     dev.mem().reset_peaks();
-    step::train_with(
+    let trained = step::train_with(
         &mut exec,
         &mut ddp,
         &mut model,
@@ -470,6 +474,8 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
         buckets: bucket_lens,
         algorithms,
         synced_bn: has_bn,
+        skipped_steps: trained.skipped_steps,
+        loss_scale: scaler.as_ref().map(GradScaler::scale),
     })
 }
 
@@ -591,6 +597,8 @@ pub fn run_verified(
     Ok(RunSummary {
         accuracy: first.accuracy,
         algorithms: first.algorithms.clone(),
+        skipped_steps: first.skipped_steps.clone(),
+        loss_scale_final: first.loss_scale,
         not_applicable,
         ..multi_summary(
             w,

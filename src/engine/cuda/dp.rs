@@ -14,6 +14,13 @@
 //!
 //! GPU 0 holds the whole batch, the gathered outputs, the loss and the optimizer: DP's
 //! imbalance, measured per device. BN running statistics come from GPU 0's rows only.
+//!
+//! AMP as under `torch.autocast` with DataParallel: every replica computes in the half
+//! type, outputs cross GPUs widened to f32 (as torch's gather upcasts nothing but copies
+//! what the replicas made; f32 keeps the row copies whole-word), the loss scale rides on
+//! the output gradient GPU 0 scatters, and GPU 0's scaler checks the reduced gradients.
+//! Autotune: every GPU times its own GEMMs (reading the cache first); GPU 0 records its
+//! choices and writes the cache.
 //! Every stream order across GPUs comes from cudarc's per-buffer events (a copy on a
 //! replica's stream waits for GPU 0's last write of its source, and a buffer is freed
 //! only after its last reader), plus the explicit waits below.
@@ -27,19 +34,22 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
 use cudarc::nccl::safe::{group_end, group_start, Comm, Id, ReduceOp};
 
+use crate::engine::amp::{self, GradScaler};
+use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
 use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, nccl_err, GTensor, Gpu};
 use crate::engine::cuda::layers::{GCtx, GLayer, Pass};
 use crate::engine::cuda::libs;
-use crate::engine::cuda::train::{build_model, open_gpus, GpuExec};
+use crate::engine::cuda::train::{build_model, conv_path, has_conv, open_gpus, GpuExec};
 use crate::engine::device::{Backend, MemCategory, MemSnapshot};
 use crate::engine::nn::model::Model;
 use crate::engine::parallel::summary::DeviceStep;
 use crate::engine::parallel::{collect, multi_summary, Feed, StepReport};
 use crate::engine::step::{self, Strategy};
+use crate::engine::tensor::DType;
 use crate::engine::train::{NoObserver, Observer, RunSummary, StepEvent, Workload};
 use crate::error::{Error, Result};
-use crate::knobs::Knobs;
+use crate::knobs::{Amp, Knobs};
 
 fn event(s: &CudaStream) -> Result<CudaEvent> {
     s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
@@ -121,6 +131,13 @@ fn rows_to(
     n: usize,
     ready: &CudaEvent,
 ) -> Result<(GTensor, CudaEvent)> {
+    if src.dt != DType::F32 {
+        // Half tensors pack two elements to a word: rows could split one.
+        return Err(Error::Runtime(format!(
+            "dp: a {:?} tensor cannot cross GPUs; widen it on its own GPU first",
+            src.dt
+        )));
+    }
     let per: usize = src.shape[1..].iter().product();
     let mut out = gpu.alloc(n * per, MemCategory::Activations)?;
     let done = copy_rows(gpu, &mut out.s, 0, src.s(), r0 * per, n * per, ready)?;
@@ -247,7 +264,7 @@ impl Replica {
                     rows_to(&self.gpu, &x, self.index * self.rows, self.rows, &ready)?;
                 // GPU 0 holds the batch until `copied`: this clone is never the last.
                 drop(x);
-                let logits = self.model.forward(xi, &self.ctx, seg)?;
+                let logits = self.gpu.widen(&self.model.forward(xi, &self.ctx, seg)?)?;
                 let c = event(s)?;
                 self.spans.push((a, b, true));
                 self.spans.push((b2, c, false));
@@ -360,7 +377,7 @@ impl Strategy<GpuExec> for GpuDp<'_> {
             .map_err(|e| cuda_err("event", e))?;
         let (x0, _) = rows_to(self.gpu, &x, 0, self.rows, &ready)?;
         self.comm_spans.push((a, event(s)?));
-        let logits0 = model.forward(x0, ctx, seg)?;
+        let logits0 = self.gpu.widen(&model.forward(x0, ctx, seg)?)?;
         let mut outs = Vec::with_capacity(self.devices() - 1);
         for i in 1..self.devices() {
             match self.recv(i)? {
@@ -401,6 +418,7 @@ impl Strategy<GpuExec> for GpuDp<'_> {
     fn before_backward(&mut self, _last: bool, dy: GTensor) -> Result<GTensor> {
         let s = &self.gpu.stream;
         let a = event(s)?;
+        let dy = self.gpu.widen(&dy)?;
         let ready = dy
             .s()
             .stream()
@@ -487,6 +505,17 @@ impl Strategy<GpuExec> for GpuDp<'_> {
     }
 }
 
+/// What GPU 0's driver thread hands back.
+struct Driven {
+    params: usize,
+    accuracy: Option<f64>,
+    snap: MemSnapshot,
+    /// GPU 0's autotune choices and the conv path, for the trial record.
+    algorithms: Vec<AlgoChoice>,
+    skipped_steps: Vec<usize>,
+    loss_scale: Option<f32>,
+}
+
 /// Trains `w` under `k` with `parallel = dp` on `k.devices` GPUs of this machine.
 pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
     let not_applicable = caps::admit(Backend::Cuda, k, Layout::Multi, obs)?;
@@ -494,7 +523,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
     libs::require_nccl()?;
     let started = Instant::now();
     let n = k.devices;
-    let (gpus, devs) = open_gpus(w, n, false)?;
+    let (gpus, devs) = open_gpus(w, n, k.amp == Amp::Tf32)?;
     obs.on_note(&format!(
         "CUDA backend: DataParallel on {n} GPU(s) driven by GPU 0 (NCCL broadcast and \
          reduce, peer copies)"
@@ -527,13 +556,18 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
                     let comm = Comm::from_rank(Arc::clone(&gpu.stream), i, n, id)
                         .map_err(|e| nccl_err(&format!("GPU {i} joining {n}"), e))?;
                     let (model, _, _) = build_model(w, feed.classes, &gpu)?;
+                    if k.autotune {
+                        let a =
+                            Algos::for_workload(w, &format!("cuda:{}", gpu.name), &mut NoObserver)?;
+                        gpu.blas.autotune_with(a)?;
+                    }
                     let ctx = GCtx {
                         gpu: Arc::clone(&gpu),
                         pass: Pass {
                             train: true,
                             save: true,
                             recompute: false,
-                            half: None,
+                            half: amp::half_dtype(k.amp),
                         },
                     };
                     Replica {
@@ -554,15 +588,32 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
         }
         let driver = std::thread::Builder::new()
             .name("tune-gpu-dp0".into())
-            .spawn_scoped(s, move || -> Result<(usize, Option<f64>, MemSnapshot)> {
+            .spawn_scoped(s, move || -> Result<Driven> {
                 let gpu = &gpus[0];
                 gpu.ctx
                     .bind_to_thread()
                     .map_err(|e| cuda_err("context", e))?;
                 let comm = Comm::from_rank(Arc::clone(&gpu.stream), 0, n, id)
                     .map_err(|e| nccl_err(&format!("GPU 0 joining {n}"), e))?;
-                let (mut model, params, _) = build_model(w, feed.classes, gpu)?;
-                let mut exec = GpuExec::new(gpu, &devs[0], w, k, 1.0)?;
+                let (mut model, params, descs) = build_model(w, feed.classes, gpu)?;
+                let algos = if k.autotune {
+                    let a = Algos::for_workload(w, &format!("cuda:{}", gpu.name), &mut NoObserver)?;
+                    gpu.blas.autotune_with(Arc::clone(&a))?;
+                    Some(a)
+                } else {
+                    None
+                };
+                let mut scaler = w
+                    .scaler
+                    .active_for(k.amp)
+                    .then(|| GradScaler::new(w.scaler));
+                let mut exec = GpuExec::new(
+                    gpu,
+                    &devs[0],
+                    w,
+                    k,
+                    scaler.as_ref().map_or(1.0, GradScaler::scale),
+                )?;
                 let mut dp = GpuDp {
                     gpu,
                     comm,
@@ -582,14 +633,14 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
                     &mut source,
                     w,
                     k,
-                    &mut None,
+                    &mut scaler,
                     &mut NoObserver,
                     Instant::now(),
                 );
                 gpu.sync()?;
                 // Hanging up ends the replicas' loops.
                 drop(dp);
-                res?;
+                let trained = res?;
                 let snap = devs[0].mem().snapshot();
                 let accuracy = match (&feed.test, w.eval) {
                     (Some(t), true) => Some(step::evaluate(
@@ -600,7 +651,22 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
                     )?),
                     _ => None,
                 };
-                Ok((params, accuracy, snap))
+                let mut algorithms = Vec::new();
+                if let Some(a) = &algos {
+                    a.save()?;
+                    algorithms = a.choices();
+                }
+                if has_conv(&descs) {
+                    algorithms.push(conv_path());
+                }
+                Ok(Driven {
+                    params,
+                    accuracy,
+                    snap,
+                    algorithms,
+                    skipped_steps: trained.skipped_steps,
+                    loss_scale: scaler.as_ref().map(GradScaler::scale),
+                })
             })
             .map_err(|e| Error::Runtime(format!("cannot start GPU 0's driver: {e}")));
         let c = collect(rx, 1, &threads, false, w, obs);
@@ -620,14 +686,27 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
         };
         (c, out)
     });
-    let (params, accuracy, snap0) = outcome?;
-    let mut snaps = vec![snap0];
+    let d = outcome?;
+    for c in d
+        .algorithms
+        .iter()
+        .filter(|c| c.source != ChoiceSource::Heuristic || c.key == "path")
+    {
+        obs.on_note(&format!(
+            "{} [{}]: {} ({:?})",
+            c.op, c.key, c.algo, c.source
+        ));
+    }
+    let mut snaps = vec![d.snap];
     snaps.extend(devs.iter().skip(1).map(|d| d.mem().snapshot()));
     let label = crate::engine::cuda::backend_label(&gpus[0].name);
     let totals = collected.totals.clone();
     Ok(RunSummary {
-        accuracy,
+        accuracy: d.accuracy,
         not_applicable,
-        ..multi_summary(w, k, label, params, collected, &totals, &snaps, started)
+        algorithms: d.algorithms,
+        skipped_steps: d.skipped_steps,
+        loss_scale_final: d.loss_scale,
+        ..multi_summary(w, k, label, d.params, collected, &totals, &snaps, started)
     })
 }
