@@ -21,8 +21,8 @@
 #  3. `tune train --device cuda` per model under fp32, bf16, fp16 and tf32 with held-out
 #     accuracy (AMP must reach fp32's accuracy), and once with autotune (its choices);
 #  3b. `tune train --parallel ddp --devices <GPUs>` (NCCL through tune's re-exec with its
-#     private libnccl.so link), fp32 and bf16, and `--parallel dp`, with the per-device
-#     summaries;
+#     private libnccl.so link), fp32 and bf16, with SyncBatchNorm, and `--parallel dp`
+#     (fp32, and bf16 with autotune), with the per-device summaries;
 #  4. `tune sweep` of experiments/seed-knobs.toml on the GPU (its device set to cuda and
 #     tf32 added to amp): every knob;
 #  5. PyTorch eager, same models, batch and knobs, fp32, bf16 autocast and tf32;
@@ -77,10 +77,20 @@ if [[ ",$PARTS," == *",runs,"* ]]; then
       > "$OUT/tune-ddp-$amp.json" 2> "$OUT/tune-ddp-$amp.err"
     echo "tune ddp x$ngpu amp=$amp rc=$?" >> "$OUT/summary.txt"
   done
-  ./gpu-bin/tune train --device cuda --parallel dp --devices "$ngpu" --model cnn-small \
-    --dataset synthetic --batch-size $((64 * ngpu)) --steps 60 --warmup 20 --json \
-    > "$OUT/tune-dp.json" 2> "$OUT/tune-dp.err"
-  echo "tune dp x$ngpu rc=$?" >> "$OUT/summary.txt"
+  # SyncBatchNorm over NCCL (world size 1 on one GPU: NCCL refuses two ranks of one
+  # communicator on one GPU, so nothing here can fake a second device).
+  ./gpu-bin/tune train --device cuda --parallel ddp --devices "$ngpu" --sync-bn --model resnet-mini \
+    --dataset synthetic --batch-size $((64 * ngpu)) --steps 60 --warmup 20 --amp bf16 --json \
+    > "$OUT/tune-ddp-syncbn.json" 2> "$OUT/tune-ddp-syncbn.err"
+  echo "tune ddp x$ngpu sync_bn bf16 rc=$?" >> "$OUT/summary.txt"
+  for extra in "" "--amp bf16 --autotune"; do
+    tag=$( [ -z "$extra" ] && echo dp || echo dp-bf16-autotune )
+    # shellcheck disable=SC2086 # $extra is a list of flags
+    ./gpu-bin/tune train --device cuda --parallel dp --devices "$ngpu" --model cnn-small \
+      --dataset synthetic --batch-size $((64 * ngpu)) --steps 60 --warmup 20 $extra --json \
+      > "$OUT/tune-$tag.json" 2> "$OUT/tune-$tag.err"
+    echo "tune $tag x$ngpu rc=$?" >> "$OUT/summary.txt"
+  done
   sed -e 's/^device = "cpu"/device = "cuda"/' -e 's/^name = "seed-knobs"/name = "seed-knobs-cuda"/' \
       -e 's/^amp = \["off", "bf16", "fp16"\]/amp = ["off", "bf16", "fp16", "tf32"]/' \
       experiments/seed-knobs.toml > "$OUT/seed-knobs-cuda.toml"
