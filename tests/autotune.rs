@@ -37,7 +37,7 @@ fn autotune_reports_caches_and_trains_like_the_heuristic() {
     for c in &tuned.algorithms {
         assert_eq!(c.source, ChoiceSource::Measured);
         let want = if c.op == "linear" {
-            2
+            3
         } else {
             2 + usize::from(c.key.contains("k3 s1"))
         };

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 /// Forward algorithms of conv2d.
 pub const CONV_ALGOS: [&str; 3] = ["im2col", "direct", "winograd"];
 /// GEMM strategies of linear.
-pub const LINEAR_ALGOS: [&str; 2] = ["gemm", "rowsplit"];
+pub const LINEAR_ALGOS: [&str; 3] = ["gemm", "rowsplit", "transposed"];
 
 /// Bump when a candidate's meaning changes; old cache files are then ignored.
 const CACHE_VERSION: u32 = 1;
