@@ -166,8 +166,8 @@ impl Layer for BatchNorm2d {
                 .zip(xh.par_chunks(CHUNK_ROWS * c))
                 .for_each(|(yc, xc)| {
                     for (yr, xr) in yc.chunks_exact_mut(c).zip(xc.chunks_exact(c)) {
-                        for i in 0..c {
-                            yr[i] = gamma[i] * xr[i] + beta[i];
+                        for (((y, x), g), b) in yr.iter_mut().zip(xr).zip(gamma).zip(beta) {
+                            *y = g * x + b;
                         }
                     }
                 });
@@ -178,8 +178,8 @@ impl Layer for BatchNorm2d {
             let yd = y.f32_mut()?;
             yd.par_chunks_mut(CHUNK_ROWS * c).for_each(|yc| {
                 for yr in yc.chunks_exact_mut(c) {
-                    for i in 0..c {
-                        yr[i] = gamma[i] * yr[i] + beta[i];
+                    for ((y, g), b) in yr.iter_mut().zip(gamma).zip(beta) {
+                        *y = g * *y + b;
                     }
                 }
             });
@@ -199,11 +199,14 @@ impl Layer for BatchNorm2d {
         let xh = xhat.f32()?;
         let dyd = dy.f32()?;
         // dbeta = sum(dy) and dgamma = sum(dy * xhat) in one pass over both tensors.
+        // Zipped, not indexed: the indexed loop's bounds checks kept it scalar (resnet and
+        // cnn-small's batchnorm(32) backward, 1 thread: see docs/performance.md).
         let sums = channel_sums(dyd, xh, c, 2 * c, |acc, dr, xr| {
             let (db, dg) = acc.split_at_mut(c);
-            for i in 0..c {
-                db[i] += dr[i] as f64;
-                dg[i] += dr[i] as f64 * xr[i] as f64;
+            for (((b, g), d), x) in db.iter_mut().zip(dg.iter_mut()).zip(dr).zip(xr) {
+                let d = *d as f64;
+                *b += d;
+                *g += d * *x as f64;
             }
         });
         let (dbeta, dgamma) = sums.split_at(c);
@@ -232,8 +235,9 @@ impl Layer for BatchNorm2d {
             .zip(xh.par_chunks(CHUNK_ROWS * c))
             .for_each(|(dc, xc)| {
                 for (dr, xr) in dc.chunks_exact_mut(c).zip(xc.chunks_exact(c)) {
-                    for i in 0..c {
-                        dr[i] = scale[i] * (dr[i] - mb[i] - xr[i] * mg[i]);
+                    for ((((d, x), s), b), g) in dr.iter_mut().zip(xr).zip(&scale).zip(&mb).zip(&mg)
+                    {
+                        *d = s * (*d - b - x * g);
                     }
                 }
             });
