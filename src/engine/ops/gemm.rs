@@ -108,6 +108,57 @@ pub fn matmul(
     Ok(())
 }
 
+/// `matmul`, computed as `dst^T = b^T a^T` in `scratch` (at least m*n floats, `dst`'s
+/// contents turned into it first when accumulating) and turned back into `dst`. The
+/// `gemm` crate sums each element's k-loop in the same blocks either way, so the result
+/// is bit-identical (`tests::turned_is_bit_identical`, and the golden losses), but it
+/// packs a column-major right-hand side slowly; where `b` is one (`x W^T` in linear's
+/// forward, `dy^T col` in conv's weight gradient) the turned problem is faster. Figures:
+/// docs/performance.md, "The GEMM's orientation".
+pub fn matmul_turned(
+    dst: &mut [f32],
+    a: Mat,
+    b: Mat,
+    accumulate: bool,
+    par: gemm::Parallelism,
+    scratch: &mut [f32],
+) -> Result<()> {
+    let (m, n) = (a.rows, b.cols);
+    if scratch.len() < m * n || dst.len() < m * n {
+        return Err(Error::Shape {
+            op: "matmul_turned",
+            msg: format!(
+                "{m}x{n} result with {} scratch and {} destination elements",
+                scratch.len(),
+                dst.len()
+            ),
+        });
+    }
+    let t = &mut scratch[..m * n];
+    if accumulate {
+        turn(&dst[..m * n], m, n, t);
+    }
+    matmul(t, b.t(), a.t(), accumulate, par)?;
+    turn(t, n, m, &mut dst[..m * n]);
+    Ok(())
+}
+
+/// `dst (cols x rows) = src (rows x cols)^T`, both row-major, in 32x32 tiles so both
+/// sides stay in L1 while a tile turns.
+fn turn(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    const T: usize = 32;
+    for r0 in (0..rows).step_by(T) {
+        for c0 in (0..cols).step_by(T) {
+            for r in r0..(r0 + T).min(rows) {
+                let row = &src[r * cols..(r + 1) * cols];
+                for c in c0..(c0 + T).min(cols) {
+                    dst[c * rows + r] = row[c];
+                }
+            }
+        }
+    }
+}
+
 /// The family of f32 kernels the `gemm` crate dispatches to on this CPU, mirroring its
 /// runtime choice (`gemm-common` 0.19, `gemm_def!`: AVX-512F when built with `x86-v4`,
 /// else FMA, else portable code). Results are bit-identical within a family, not across
@@ -157,6 +208,51 @@ mod tests {
     use super::*;
 
     use super::test_data as data;
+
+    /// linear's forward (`x W^T` onto the bias) and conv's weight gradient (`dy^T col`
+    /// onto the gradient so far), including k spanning several of gemm's k-blocks and
+    /// sizes off the tile.
+    #[test]
+    fn turned_is_bit_identical() {
+        let par = gemm::Parallelism::None;
+        for (m, k, n) in [
+            (16, 1024, 1024),
+            (37, 300, 45),
+            (64, 16384, 288),
+            (32, 4096, 27),
+        ] {
+            // a (m x k) row-major; b (k x n) as the transpose of a row-major (n x k).
+            let a = data(m * k, 3);
+            let bt = data(n * k, 4);
+            let (am, bm) = (Mat::rm(&a, m, k), Mat::rm(&bt, n, k).t());
+            let start = data(m * n, 5);
+            let mut want = start.clone();
+            matmul(&mut want, am, bm, true, par).unwrap();
+            let mut got = start.clone();
+            let mut scratch = vec![f32::NAN; m * n];
+            matmul_turned(&mut got, am, bm, true, par, &mut scratch).unwrap();
+            assert!(
+                want.iter()
+                    .zip(&got)
+                    .all(|(w, g)| w.to_bits() == g.to_bits()),
+                "{m}x{k}x{n}: turned differs"
+            );
+            // and a (k x m) used transposed, b row-major: conv's dy^T col.
+            let at = data(k * m, 6);
+            let b = data(k * n, 7);
+            let (am, bm) = (Mat::rm(&at, k, m).t(), Mat::rm(&b, k, n));
+            let mut want = start.clone();
+            matmul(&mut want, am, bm, true, par).unwrap();
+            let mut got = start;
+            matmul_turned(&mut got, am, bm, true, par, &mut scratch).unwrap();
+            assert!(
+                want.iter()
+                    .zip(&got)
+                    .all(|(w, g)| w.to_bits() == g.to_bits()),
+                "{m}x{k}x{n} (a transposed): turned differs"
+            );
+        }
+    }
 
     #[test]
     fn matches_reference_with_transposes_and_accumulate() {

@@ -5,7 +5,7 @@ use rayon::prelude::*;
 use crate::engine::autotune;
 use crate::engine::device::Device;
 use crate::engine::nn::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
-use crate::engine::ops::gemm::{matmul, Mat};
+use crate::engine::ops::gemm::{matmul, matmul_turned, Mat};
 use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
 use crate::engine::tensor::Tensor;
@@ -72,13 +72,10 @@ fn rowsplit(y: &mut [f32], x: &[f32], n: usize, d_in: usize, d_out: usize, w: Ma
         })
 }
 
-/// The third GEMM strategy: `y^T = W x^T` into the device workspace (its rows pre-filled
-/// with the bias, as `gemm` pre-fills `y`), then transposed into `y`. Bit-identical to
-/// `gemm` (same k-blocking, same accumulation onto the bias). It avoids reading `W^T` as
-/// a column-major right-hand side, which the `gemm` crate packs slowly when the input
-/// width is large next to the batch: 128x1024 -> 1024 forward, Sapphire Rapids, best of
-/// 7x20 back to back (`matmul` alone): 2.13 -> 1.81 ms at 1 thread, 1.93 -> 1.30 ms at 2;
-/// 128x784 -> 1024: 1.34 -> 1.42 ms at 1 thread (slower), 1.14 -> 1.06 ms at 2.
+/// The third GEMM strategy: `y = x W^T` turned (`gemm::matmul_turned`), bit-identical to
+/// `gemm`. 128x1024 -> 1024 forward, Sapphire Rapids, best of 7x20 back to back
+/// (`matmul` alone): 2.13 -> 1.81 ms at 1 thread, 1.93 -> 1.30 ms at 2; 128x784 -> 1024:
+/// 1.34 -> 1.42 ms at 1 thread (slower), 1.14 -> 1.06 ms at 2.
 fn transposed(
     y: &mut [f32],
     x: &[f32],
@@ -88,30 +85,16 @@ fn transposed(
     bias: &[f32],
     ctx: &Ctx,
 ) -> Result<()> {
-    ctx.dev.with_workspace(n * d_out, |yt| {
-        for (row, b) in yt.chunks_exact_mut(n).zip(bias) {
-            row.fill(*b);
-        }
-        matmul(
-            yt,
-            Mat::rm(w, d_out, d_in),
-            Mat::rm(x, n, d_in).t(),
+    fill_rows(&mut y[..n * d_out], bias);
+    ctx.dev.with_workspace(n * d_out, |t| {
+        matmul_turned(
+            y,
+            Mat::rm(x, n, d_in),
+            Mat::rm(w, d_out, d_in).t(),
             true,
             ctx.dev.par(),
-        )?;
-        // 32x32 tiles: both sides stay in L1 while the tile turns.
-        const T: usize = 32;
-        for o0 in (0..d_out).step_by(T) {
-            for i0 in (0..n).step_by(T) {
-                for o in o0..(o0 + T).min(d_out) {
-                    let src = &yt[o * n..(o + 1) * n];
-                    for i in i0..(i0 + T).min(n) {
-                        y[i * d_out + o] = src[i];
-                    }
-                }
-            }
-        }
-        Ok(())
+            t,
+        )
     })
 }
 
