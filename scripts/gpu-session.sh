@@ -22,7 +22,8 @@
 #     accuracy (AMP must reach fp32's accuracy), and once with autotune (its choices);
 #  3b. `tune train --parallel ddp --devices <GPUs>` (NCCL through tune's re-exec with its
 #     private libnccl.so link), fp32 and bf16, with SyncBatchNorm, and `--parallel dp`
-#     (fp32, and bf16 with autotune), with the per-device summaries;
+#     (fp32, and bf16 with autotune), with the per-device summaries, and under torchrun
+#     one process per GPU where there are 2 or more;
 #  4. `tune sweep` of experiments/seed-knobs.toml on the GPU (its device set to cuda and
 #     tf32 added to amp): every knob;
 #  5. PyTorch eager, same models, batch and knobs, fp32, bf16 autocast and tf32;
@@ -91,6 +92,17 @@ if [[ ",$PARTS," == *",runs,"* ]]; then
       > "$OUT/tune-$tag.json" 2> "$OUT/tune-$tag.err"
     echo "tune $tag x$ngpu rc=$?" >> "$OUT/summary.txt"
   done
+  # Multi-process DDP, one process per GPU under real torchrun: needs 2 GPUs (NCCL
+  # refuses two ranks on one GPU), so a one-GPU machine records that it did not run.
+  if [ "$ngpu" -ge 2 ]; then
+    python3 -m torch.distributed.run --nproc-per-node "$ngpu" --no-python ./gpu-bin/tune train \
+      --device cuda --parallel ddp --model cnn-small --dataset synthetic \
+      --batch-size $((64 * ngpu)) --steps 60 --warmup 20 --json \
+      > "$OUT/tune-ddp-torchrun.json" 2> "$OUT/tune-ddp-torchrun.err"
+    echo "tune ddp torchrun x$ngpu rc=$?" >> "$OUT/summary.txt"
+  else
+    echo "tune ddp torchrun: not run (one GPU; multi-process DDP needs 2)" >> "$OUT/summary.txt"
+  fi
   sed -e 's/^device = "cpu"/device = "cuda"/' -e 's/^name = "seed-knobs"/name = "seed-knobs-cuda"/' \
       -e 's/^amp = \["off", "bf16", "fp16"\]/amp = ["off", "bf16", "fp16", "tf32"]/' \
       experiments/seed-knobs.toml > "$OUT/seed-knobs-cuda.toml"

@@ -16,7 +16,7 @@ mod standin;
 
 /// Every check nccl_check.cpp runs; each must report "ok".
 const CHECKS: [&str; 18] = [
-    "cross_process_id_refused",
+    "dead_process_id_refused",
     "devices",
     "init_one_thread_per_device",
     "init_all",

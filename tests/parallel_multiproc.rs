@@ -2,12 +2,17 @@
 //! `tune train --parallel ddp` processes give bit for bit the losses of one process
 //! with `--devices 2`; a killed rank ends the other with an error within the timeout;
 //! mismatched settings, a missing rank and a contradictory launch are refused on every
-//! rank; and, where PyTorch is installed, real torchrun launches it.
+//! rank; and, where PyTorch is installed, real torchrun launches it. The same on the CUDA
+//! backend over NCCL (on the CPU stand-in in CI: two processes, one stand-in device each,
+//! the NCCL stand-in's ranks joined across processes as real NCCL joins them).
 
 // Only its torch finder is needed here.
 #[allow(dead_code)]
 #[path = "pytorch/support.rs"]
 mod support;
+
+#[path = "common/standin.rs"]
+mod standin;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -376,23 +381,29 @@ fn a_launch_that_contradicts_the_flags_exits_2_before_any_rendezvous() {
         (
             &["--parallel", "dp", "--devices", "2"][..],
             vec![],
-            "--parallel ddp",
+            &["--parallel ddp"][..],
         ),
         (
             &["--parallel", "ddp", "--devices", "4"][..],
             vec![],
-            "devices",
+            &["devices"][..],
         ),
         (
             &["--parallel", "ddp"][..],
             vec![("MASTER_ADDR", "")],
-            "MASTER_ADDR",
+            &["MASTER_ADDR"][..],
         ),
-        (&["--parallel", "ddp"][..], vec![("RANK", "x")], "RANK"),
+        (
+            &["--parallel", "ddp"][..],
+            vec![("RANK", "x")],
+            &["RANK"][..],
+        ),
+        // A GPU rank with no GPU of its own: no driver here, or (on the stand-in or a
+        // GPU machine) fewer GPUs than LOCAL_RANK needs.
         (
             &["--parallel", "ddp", "--device", "cuda"][..],
-            vec![],
-            "not built yet",
+            vec![("LOCAL_RANK", "9")],
+            &["libcuda.so.1", "LOCAL_RANK 9 but this node has"][..],
         ),
     ] {
         let mut c = rank_cmd(0, 2, free_port(), extra);
@@ -403,7 +414,7 @@ fn a_launch_that_contradicts_the_flags_exits_2_before_any_rendezvous() {
         let (out, took) = spawn(c).wait_within(Duration::from_secs(20));
         let e = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{extra:?}: {e}");
-        assert!(e.contains(want), "{extra:?}: {e}");
+        assert!(want.iter().any(|w| e.contains(w)), "{extra:?}: {e}");
         assert!(took < Duration::from_secs(5), "{extra:?} waited: {took:?}");
     }
 }
@@ -432,4 +443,203 @@ fn real_torchrun_launches_tune_train() {
     let v = json(&out);
     assert_eq!(losses(&v), losses(&in_process(MLP)));
     assert_eq!(v["devices"].as_array().map(Vec::len), Some(2));
+}
+
+/// Two GPUs for two processes: the stand-in's, or a machine's (NCCL refuses two ranks of
+/// one communicator on one GPU, so a one-GPU machine cannot run these).
+fn two_gpus(test: &str) -> bool {
+    if standin::gpu_or_skip(test).is_none() {
+        return false;
+    }
+    let n = cudarc::driver::CudaContext::device_count().unwrap_or(0);
+    if standin::requested() || n >= 2 {
+        return true;
+    }
+    let why = format!("needs 2 GPUs for 2 processes; this machine has {n}");
+    assert!(
+        std::env::var("TUNE_REQUIRE_GPU").as_deref() != Ok("1"),
+        "{test}: TUNE_REQUIRE_GPU=1 but {why}"
+    );
+    eprintln!("skipping {test}: {why}");
+    false
+}
+
+const GPU_CNN: &[&str] = &[
+    "--device",
+    "cuda",
+    "--parallel",
+    "ddp",
+    "--model",
+    "cnn-small",
+    "--dataset",
+    "synthetic",
+    "--batch-size",
+    "8",
+    "--steps",
+    "3",
+    "--warmup",
+    "1",
+    "--lr",
+    "0.05",
+    "--sync-bn",
+    "--bucket-mb",
+    "1",
+];
+
+/// `rank_cmd` for the CUDA backend: every process sees the stand-in's 2 devices and takes
+/// the one `LOCAL_RANK` names.
+fn gpu_rank_cmd(rank: usize, port: u16, args: &[&str]) -> Command {
+    let mut c = rank_cmd(rank, 2, port, args);
+    c.env("TUNE_CUDA_STANDIN_DEVICES", "2")
+        .env("TUNE_NCCL_STANDIN_TIMEOUT_S", "30")
+        .env_remove("TUNE_NCCL_REEXEC");
+    c
+}
+
+/// Two processes of `tune train --device cuda --parallel ddp` (cnn-small with
+/// SyncBatchNorm across the processes, small buckets) give bit for bit the losses of one
+/// process with two GPUs (each collective reduces in rank order either way), and track
+/// the CPU backend's two processes; rank 0 summarises both GPUs, rank 1 prints nothing.
+#[test]
+fn two_gpu_processes_match_one_process_with_two_gpus() {
+    let test = "two_gpu_processes_match_one_process_with_two_gpus";
+    if !two_gpus(test) {
+        return;
+    }
+    let _g = serial();
+    let mut args: Vec<&str> = GPU_CNN.to_vec();
+    args.extend(["--devices", "2", "--json"]);
+    let one = Command::new(tune())
+        .arg("train")
+        .args(&args)
+        .env("TUNE_CACHE_DIR", cache())
+        .env("TUNE_CUDA_STANDIN_DEVICES", "2")
+        .env_remove("TUNE_NCCL_REEXEC")
+        .output()
+        .unwrap();
+    let one = json(&one);
+    let port = free_port();
+    let outs = run_ranks(
+        (0..2).map(|r| gpu_rank_cmd(r, port, &args)).collect(),
+        Duration::from_secs(240),
+    );
+    let rank0 = json(&outs[0]);
+    assert!(
+        outs[1].status.success() && outs[1].stdout.is_empty(),
+        "rank 1 must succeed and print nothing: {:?} {}",
+        outs[1].status,
+        stderr(&outs[1])
+    );
+    let cpu_args: Vec<&str> = args
+        .iter()
+        .map(|a| if *a == "cuda" { "cpu" } else { *a })
+        .collect();
+    let cpu = json(
+        &Command::new(tune())
+            .arg("train")
+            .args(&cpu_args)
+            .args(["--threads", "2"])
+            .env("TUNE_CACHE_DIR", cache())
+            .output()
+            .unwrap(),
+    );
+    println!(
+        "{}cnn-small sync_bn, 2 processes: {}; one process, 2 GPUs: {}; CPU: {}",
+        standin::label(),
+        rank0["losses"],
+        one["losses"],
+        cpu["losses"]
+    );
+    assert_eq!(losses(&rank0), losses(&one), "two processes vs one");
+    for (g, c) in rank0["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(cpu["losses"].as_array().unwrap())
+    {
+        let (g, c) = (g.as_f64().unwrap(), c.as_f64().unwrap());
+        assert!((g - c).abs() <= 1e-3 + 1e-2 * c.abs(), "gpu {g} vs cpu {c}");
+    }
+    let devs = rank0["devices"].as_array().unwrap();
+    assert_eq!(devs.len(), 2, "rank 0 summarises both GPUs: {devs:?}");
+    assert!(
+        devs.iter().all(|d| d["busy_s"].as_f64().unwrap() > 0.0),
+        "{devs:?}"
+    );
+}
+
+/// A GPU rank killed mid-training ends the other process with an error naming it, well
+/// within the timeouts, whichever rank dies.
+#[test]
+fn a_killed_gpu_rank_ends_the_other_with_an_error() {
+    let test = "a_killed_gpu_rank_ends_the_other_with_an_error";
+    if !two_gpus(test) {
+        return;
+    }
+    let _g = serial();
+    for victim in [1, 0] {
+        let port = free_port();
+        let mut args: Vec<&str> = GPU_CNN
+            .iter()
+            .map(|a| if *a == "3" { "100000" } else { *a })
+            .collect();
+        args.extend(["--devices", "2", "--no-eval"]);
+        let mut kids: Vec<Reaped> = (0..2)
+            .map(|r| spawn(gpu_rank_cmd(r, port, &args)))
+            .collect();
+        std::thread::sleep(Duration::from_secs(8));
+        for k in &mut kids {
+            if k.0.as_mut().unwrap().try_wait().unwrap().is_some() {
+                let out = k.0.take().unwrap().wait_with_output().unwrap();
+                panic!("a rank ended before the kill: {}", stderr(&out));
+            }
+        }
+        let t = Instant::now();
+        let mut dead = kids.remove(victim);
+        dead.0.as_mut().unwrap().kill().unwrap();
+        dead.wait_within(Duration::from_secs(10));
+        let (out, _) = kids[0].wait_within(Duration::from_secs(60));
+        let took = t.elapsed();
+        let err = stderr(&out);
+        println!("after killing GPU rank {victim}, the other exited in {took:?}: {err}");
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!("rank {victim}")),
+            "names the dead rank: {err}"
+        );
+        assert!(took < Duration::from_secs(20), "took {took:?}");
+    }
+}
+
+/// Real torchrun starts the two GPU processes (`--no-python`), as a PyTorch user would.
+#[test]
+fn real_torchrun_launches_tune_train_on_gpus() {
+    let test = "real_torchrun_launches_tune_train_on_gpus";
+    let Some(py) = support::python(test) else {
+        return;
+    };
+    if !two_gpus(test) {
+        return;
+    }
+    let _g = serial();
+    let mut args: Vec<&str> = GPU_CNN.to_vec();
+    args.extend(["--devices", "2", "--json"]);
+    let port = free_port().to_string();
+    let mut cmd = Command::new(py);
+    cmd.args(["-m", "torch.distributed.run", "--nproc-per-node", "2"])
+        .args(["--master-addr", "127.0.0.1", "--master-port", &port])
+        .args(["--no-python", tune(), "train"])
+        .args(&args)
+        .env("TUNE_CACHE_DIR", cache())
+        .env("TUNE_DIST_TIMEOUT", "60")
+        .env("TUNE_CUDA_STANDIN_DEVICES", "2")
+        .env_remove("TUNE_NCCL_REEXEC")
+        .env_remove("WORLD_SIZE")
+        .env_remove("RANK")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (out, _) = spawn(cmd).wait_within(Duration::from_secs(240));
+    let v = json(&out);
+    assert_eq!(v["devices"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(v["losses"].as_array().map(Vec::len), Some(3), "{v}");
 }

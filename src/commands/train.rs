@@ -94,16 +94,17 @@ fn join_launch(cmd: &TrainCmdArgs, w: &mut Workload, k: &mut Knobs) -> Result<Op
             l.launcher, l.world, l.world, l.world, k.parallel, k.devices
         )));
     }
-    match w.device {
-        DeviceChoice::Cpu => {}
-        DeviceChoice::Auto => w.device = DeviceChoice::Cpu,
-        DeviceChoice::Cuda => {
-            return Err(Error::Invalid(format!(
-                "--device cuda under {}: multi-process DDP over NCCL is not built yet; \
-                 multi-process DDP runs on the CPU backend (--device cpu)",
-                l.launcher
-            )))
-        }
+    // Every process decides alone, so `auto` takes the GPU only when this process has its
+    // own (LOCAL_RANK below the GPU count); the rendezvous then refuses a job whose
+    // processes decided differently, naming the setting.
+    if w.device == DeviceChoice::Auto {
+        w.device = if crate::engine::cuda::usable().is_ok()
+            && crate::engine::cuda::gpu_count() > l.local_rank
+        {
+            DeviceChoice::Cuda
+        } else {
+            DeviceChoice::Cpu
+        };
     }
     if cmd.sample_interval.is_some() {
         return Err(Error::Invalid(format!(

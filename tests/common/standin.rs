@@ -13,13 +13,14 @@ use std::sync::OnceLock;
 /// figures so a stand-in result is never read as a GPU's.
 pub const DEVICE_NAME: &str = "tune CPU stand-in (not a GPU)";
 
-const SOURCES: [&str; 7] = [
+const SOURCES: [&str; 8] = [
     "tests/standin/cuda_shim.h",
     "tests/standin/cuda.cpp",
     "tests/standin/launch.h",
     "tests/standin/cublaslt.cpp",
     "tests/standin/nccl.cpp",
     "tests/standin/nccl_reduce.h",
+    "tests/standin/nccl_remote.h",
     "src/engine/cuda/kernels.cu",
 ];
 

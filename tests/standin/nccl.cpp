@@ -1,6 +1,15 @@
 // A CPU stand-in for libnccl.so.2 (NCCL 2.27's C API as cudarc 0.19 declares it), for tests
 // only, next to the driver stand-in (cuda.cpp). The ranks of a communicator are threads of
-// one process, one per stand-in device; buffers are the driver stand-in's host memory.
+// one process, one per stand-in device, or of several processes of one machine; buffers
+// are the driver stand-in's host memory.
+//   - Across processes, as real NCCL bootstraps: ncclGetUniqueId starts (once per process)
+//     a listener on 127.0.0.1 and writes its port into the id. A rank whose id comes from
+//     another process connects there; a thread of that process joins the communicator on
+//     its behalf and, for each of its collectives, takes its description and send bytes
+//     over the socket, runs the same round as a local rank would (the same checks, the
+//     same reduction in rank order) and sends the result back. The remote rank checks its
+//     own buffers. A remote rank that leaves (destroy, abort, or its process dying) breaks
+//     the communicator as a local one does; a dead listener is an init error.
 //   - Every collective is queued on the caller's stream (tune_standin_enqueue), so it runs
 //     in stream order after earlier work and before later work, on the stream's thread.
 //     There it waits for the same collective (same sequence number) from every rank, checks
@@ -12,8 +21,13 @@
 //   - Every wait ends: a peer's abort or destroy wakes it with an error, and after
 //     TUNE_NCCL_STANDIN_TIMEOUT_S (default 60) a missing rank is an error, not a hang.
 // It measures nothing: no bandwidth, no overlap of communication with compute, no NVLink.
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -159,10 +173,12 @@ static const char MAGIC[8] = {'t', 'u', 'n', 'e', 'N', 'C', 'C', 'L'};
 struct IdBody {
     char magic[8];
     uint32_t pid;
-    uint32_t zero;
+    uint16_t port;  // the bootstrap listener of process `pid` on 127.0.0.1
+    uint16_t zero;
     uint64_t counter;
     uint64_t nonce;
 };
+static uint16_t hub_port();
 static_assert(sizeof(IdBody) <= sizeof(ncclUniqueId), "id layout");
 
 API ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
@@ -171,6 +187,7 @@ API ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
     IdBody b{};
     memcpy(b.magic, MAGIC, 8);
     b.pid = (uint32_t)getpid();
+    b.port = hub_port();
     b.counter = ++counter;
     std::random_device rd;
     b.nonce = ((uint64_t)rd() << 32) ^ rd() ^
@@ -215,9 +232,23 @@ struct Clique {
     std::map<uint64_t, Round> rounds;
 };
 
+// A rank of a communicator whose other ranks live in another process (through its
+// listener): its socket, and its own bookkeeping of queued collectives.
+struct Remote {
+    Remote(int f, int n) : fd(f), nranks(n) {}
+    ~Remote() { close(fd); }
+    const int fd, nranks;
+    std::mutex mu;
+    std::condition_variable cv;
+    uint64_t issued = 0, completed = 0;
+    int async_err = ncclSuccess;
+};
+
 // ncclComm_t: one rank's handle.
 struct Comm {
-    std::shared_ptr<Clique> clique;
+    std::shared_ptr<Clique> clique;  // or, for a rank joined through another process:
+    std::shared_ptr<Remote> remote;
+    int nranks = 0;
     int rank = 0, device = 0;
     bool ready = false;  // false while a grouped init is pending, or after it failed
     int init_result = ncclInProgress;
@@ -248,24 +279,11 @@ static std::chrono::steady_clock::time_point deadline() {
     return std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s());
 }
 
-// ncclCommInitRank's work: join the id's communicator and wait for all its ranks.
-static ncclResult_t do_init(Comm* c, int nranks, const ncclUniqueId& id, int rank, int dev) {
-    IdBody b;
-    memcpy(&b, id.internal, sizeof b);
-    if (memcmp(b.magic, MAGIC, 8) != 0) {
-        say("ncclCommInitRank: the id did not come from this stand-in's ncclGetUniqueId");
-        return ncclInvalidArgument;
-    }
-    if (b.pid != (uint32_t)getpid()) {
-        say("communicators across processes are not supported (the id comes from pid %u)",
-            b.pid);
-        return ncclInvalidUsage;
-    }
-    if (nranks < 1 || rank < 0 || rank >= nranks) {
-        say("ncclCommInitRank: rank %d of %d ranks is out of range", rank, nranks);
-        return ncclInvalidArgument;
-    }
-    auto key = std::make_pair(b.counter, b.nonce);
+static ncclResult_t remote_init(Comm* c, int nranks, const IdBody& b, int rank, int dev);
+
+// Joins the communicator `key` of this process as `rank` and waits for all its ranks.
+static ncclResult_t join_clique(Comm* c, int nranks, std::pair<uint64_t, uint64_t> key, int rank,
+                                int dev) {
     std::shared_ptr<Clique> q;
     {
         std::lock_guard<std::mutex> g(*g_reg_mu);
@@ -318,11 +336,29 @@ static ncclResult_t do_init(Comm* c, int nranks, const ncclUniqueId& id, int ran
     l.unlock();
     drop_pending();
     c->clique = q;
+    c->nranks = nranks;
     c->rank = rank;
     c->device = dev;
     c->ready = true;
     c->init_result = ncclSuccess;
     return ncclSuccess;
+}
+
+// ncclCommInitRank's work: join the id's communicator, here or through the process that
+// made the id.
+static ncclResult_t do_init(Comm* c, int nranks, const ncclUniqueId& id, int rank, int dev) {
+    IdBody b;
+    memcpy(&b, id.internal, sizeof b);
+    if (memcmp(b.magic, MAGIC, 8) != 0) {
+        say("ncclCommInitRank: the id did not come from this stand-in's ncclGetUniqueId");
+        return ncclInvalidArgument;
+    }
+    if (nranks < 1 || rank < 0 || rank >= nranks) {
+        say("ncclCommInitRank: rank %d of %d ranks is out of range", rank, nranks);
+        return ncclInvalidArgument;
+    }
+    if (b.pid != (uint32_t)getpid()) return remote_init(c, nranks, b, rank, dev);
+    return join_clique(c, nranks, std::make_pair(b.counter, b.nonce), rank, dev);
 }
 
 // ---- groups ----------------------------------------------------------------------------------
@@ -423,6 +459,7 @@ API ncclResult_t ncclCommInitAll(void** comms, int ndev, const int* devlist) {
     for (int r = 0; r < ndev; ++r) {
         Comm* c = new_comm();
         c->clique = q;
+        c->nranks = ndev;
         c->rank = r;
         c->device = q->device[r];
         c->ready = true;
@@ -434,6 +471,14 @@ API ncclResult_t ncclCommInitAll(void** comms, int ndev, const int* devlist) {
 
 // Waits until this rank's queued collectives have run (or the clique broke, or timed out).
 static void flush(Comm* c) {
+    if (c->remote) {
+        Remote& rm = *c->remote;
+        std::unique_lock<std::mutex> l(rm.mu);
+        if (!rm.cv.wait_until(l, deadline(), [&] { return rm.completed >= rm.issued; }))
+            say("rank %d: %llu collectives still queued after %lds; leaving them", c->rank,
+                (unsigned long long)(rm.issued - rm.completed), timeout_s());
+        return;
+    }
     Clique& q = *c->clique;
     std::unique_lock<std::mutex> l(q.mu);
     int r = c->rank;
@@ -445,6 +490,9 @@ static void flush(Comm* c) {
 // Peers waiting for this rank in a collective wake with ncclRemoteError.
 static void leave(Comm* c, const char* how) {
     forget(c);
+    // A remote rank hangs up: its stream thread, if blocked on the socket, wakes with an
+    // error, and the process holding its peers breaks their communicator.
+    if (c->remote) shutdown(c->remote->fd, SHUT_RDWR);
     if (c->clique) {
         Clique& q = *c->clique;
         std::lock_guard<std::mutex> g(q.mu);
@@ -481,7 +529,7 @@ API ncclResult_t ncclCommCount(const void* h, int* n) {
     Comm* c = live((void*)h);
     if (!c || !n) return ncclInvalidArgument;
     if (!c->ready) return ncclInvalidUsage;
-    *n = c->clique->nranks;
+    *n = c->nranks;
     return ncclSuccess;
 }
 API ncclResult_t ncclCommCuDevice(const void* h, int* dev) {
@@ -503,6 +551,11 @@ API ncclResult_t ncclCommGetAsyncError(void* h, int* err) {
     if (!c || !err) return ncclInvalidArgument;
     if (!c->ready) {
         *err = c->init_result;
+        return ncclSuccess;
+    }
+    if (c->remote) {
+        std::lock_guard<std::mutex> g(c->remote->mu);
+        *err = c->remote->async_err;
         return ncclSuccess;
     }
     std::lock_guard<std::mutex> g(c->clique->mu);
@@ -534,65 +587,6 @@ API const char* ncclGetLastError(void*) {
 
 // ---- collectives -----------------------------------------------------------------------
 
-static bool has_op(int kind) {
-    return kind == ALL_REDUCE || kind == REDUCE || kind == REDUCE_SCATTER;
-}
-static bool has_root(int kind) { return kind == BROADCAST || kind == REDUCE; }
-
-// The bytes a rank sends and receives in a collective (0 where it passes none).
-static void extents(const Desc& d, int rank, int n, size_t* send, size_t* recv) {
-    size_t b = d.count * esize(d.type);
-    switch (d.kind) {
-        case ALL_REDUCE: *send = b; *recv = b; break;
-        case BROADCAST: *send = rank == d.root ? b : 0; *recv = b; break;
-        case REDUCE: *send = b; *recv = rank == d.root ? b : 0; break;
-        case ALL_GATHER: *send = b; *recv = b * (size_t)n; break;
-        case REDUCE_SCATTER: *send = b * (size_t)n; *recv = b; break;
-    }
-}
-
-static std::string describe(const Desc& d) {
-    char buf[160];
-    int k = snprintf(buf, sizeof buf, "%s(count %zu, %s", KIND_NAME[d.kind], d.count,
-                     TYPE_NAME[d.type]);
-    if (has_op(d.kind)) k += snprintf(buf + k, sizeof buf - (size_t)k, ", %s", OP_NAME[d.op]);
-    if (has_root(d.kind)) k += snprintf(buf + k, sizeof buf - (size_t)k, ", root %d", d.root);
-    snprintf(buf + k, sizeof buf - (size_t)k, ")");
-    return buf;
-}
-
-// This rank's output of a collective whose every rank has arrived (empty: none).
-static std::vector<char> compute(const Round& rd, int rank, int n) {
-    const Desc& d = rd.desc[rank];
-    size_t b = d.count * esize(d.type);
-    std::vector<const void*> in(n);
-    for (int r = 0; r < n; ++r) in[r] = rd.desc[r].send;
-    std::vector<char> out;
-    switch (d.kind) {
-        case ALL_REDUCE:
-            out.resize(b);
-            reduce_typed(d.type, out.data(), in, 0, d.count, d.op);
-            break;
-        case REDUCE:
-            if (rank != d.root) break;
-            out.resize(b);
-            reduce_typed(d.type, out.data(), in, 0, d.count, d.op);
-            break;
-        case REDUCE_SCATTER:
-            out.resize(b);
-            reduce_typed(d.type, out.data(), in, (size_t)rank * d.count, d.count, d.op);
-            break;
-        case BROADCAST:
-            out.assign((const char*)in[d.root], (const char*)in[d.root] + b);
-            break;
-        case ALL_GATHER:
-            out.resize(b * (size_t)n);
-            for (int r = 0; r < n; ++r) memcpy(out.data() + (size_t)r * b, in[r], b);
-            break;
-    }
-    return out;
-}
-
 struct Op {
     std::shared_ptr<Clique> clique;
     int rank;
@@ -600,30 +594,25 @@ struct Op {
     Desc desc;
 };
 
-// Runs on the stream's thread when the stream reaches the collective.
-static void run_op(void* arg) {
-    std::unique_ptr<Op> o((Op*)arg);
-    Clique& q = *o->clique;
-    const int n = q.nranks, me = o->rank;
-    const Driver* drv = driver();
-    size_t sb = 0, rb = 0;
-    extents(o->desc, me, n, &sb, &rb);
-    const char* what = KIND_NAME[o->desc.kind];
-    bool bad = !drv->check_range(o->desc.send, sb, what) || !drv->check_range(o->desc.recv, rb, what);
-
+// Rank `me`'s part of collective `seq` (`bad`: its buffers failed their check): waits
+// for every rank, checks they agree, computes and writes its output. Returns its error,
+// also kept as its async error.
+static int run_round(Clique& q, int me, uint64_t seq, const Desc& desc, bool bad) {
+    const int n = q.nranks;
     std::unique_lock<std::mutex> l(q.mu);
     auto finish = [&](int err) {
         if (err && !q.async_err[me]) q.async_err[me] = err;
         ++q.completed[me];
         q.cv.notify_all();
+        return err;
     };
     if (q.broken) return finish(q.broken);
-    Round& rd = q.rounds[o->seq];
+    Round& rd = q.rounds[seq];
     if (rd.desc.empty()) {
         rd.desc.resize(n);
         rd.bad_buffer.assign(n, 0);
     }
-    rd.desc[me] = o->desc;
+    rd.desc[me] = desc;
     rd.bad_buffer[me] = bad;
     if (++rd.arrived == n) {
         for (int r = 0; r < n; ++r) {
@@ -633,7 +622,7 @@ static void run_op(void* arg) {
             if (!same) {
                 say("collective #%llu does not match across ranks: rank 0 called %s, rank %d "
                     "%s; nothing written",
-                    (unsigned long long)o->seq, describe(a).c_str(), r, describe(b).c_str());
+                    (unsigned long long)seq, describe(a).c_str(), r, describe(b).c_str());
                 rd.verdict = ncclInvalidUsage;
                 break;
             }
@@ -648,14 +637,14 @@ static void run_op(void* arg) {
         if (!all) {
             say("rank %d waited %lds (TUNE_NCCL_STANDIN_TIMEOUT_S) in collective #%llu %s for "
                 "the other ranks",
-                me, timeout_s(), (unsigned long long)o->seq, describe(o->desc).c_str());
+                me, timeout_s(), (unsigned long long)seq, describe(desc).c_str());
             if (!q.broken) q.broken = ncclSystemError;
         }
         return finish(q.broken);
     }
     auto depart = [&](int err) {
-        if (++rd.left == n) q.rounds.erase(o->seq);
-        finish(err);
+        if (++rd.left == n) q.rounds.erase(seq);
+        return finish(err);
     };
     if (rd.verdict) {
         if (!q.broken) q.broken = rd.verdict;
@@ -671,10 +660,24 @@ static void run_op(void* arg) {
     // Every rank is past arrival and only reads now, so this wait is short.
     q.cv.wait(l, [&] { return rd.read == n; });
     l.unlock();
-    if (!out.empty()) memcpy(o->desc.recv, out.data(), out.size());
+    if (!out.empty()) memcpy(desc.recv, out.data(), out.size());
     l.lock();
-    depart(ncclSuccess);
+    return depart(ncclSuccess);
 }
+
+// Runs on the stream's thread when the stream reaches the collective.
+static void run_op(void* arg) {
+    std::unique_ptr<Op> o((Op*)arg);
+    const Driver* drv = driver();
+    size_t sb = 0, rb = 0;
+    extents(o->desc, o->rank, o->clique->nranks, &sb, &rb);
+    const char* what = KIND_NAME[o->desc.kind];
+    bool bad = !drv->check_range(o->desc.send, sb, what) || !drv->check_range(o->desc.recv, rb, what);
+    run_round(*o->clique, o->rank, o->seq, o->desc, bad);
+}
+
+
+#include "nccl_remote.h"
 
 static ncclResult_t collective(int kind, const void* send, void* recv, size_t count, int type,
                                int op, int root, void* h, void* stream) {
@@ -692,13 +695,12 @@ static ncclResult_t collective(int kind, const void* send, void* recv, size_t co
         say("%s: data type %d is not supported by the stand-in", KIND_NAME[kind], type);
         return ncclInvalidArgument;
     }
-    Clique& q = *c->clique;
     if (has_op(kind) && (op < 0 || op > OP_AVG)) {
         say("%s: reduction op %d is not supported by the stand-in", KIND_NAME[kind], op);
         return ncclInvalidArgument;
     }
-    if (has_root(kind) && (root < 0 || root >= q.nranks)) {
-        say("%s: root %d is not a rank of %d", KIND_NAME[kind], root, q.nranks);
+    if (has_root(kind) && (root < 0 || root >= c->nranks)) {
+        say("%s: root %d is not a rank of %d", KIND_NAME[kind], root, c->nranks);
         return ncclInvalidArgument;
     }
     const Driver* drv = driver();
@@ -708,6 +710,27 @@ static ncclResult_t collective(int kind, const void* send, void* recv, size_t co
             c->rank, c->device, sdev);
         return ncclInvalidUsage;
     }
+    if (c->remote) {
+        Remote& rm = *c->remote;
+        auto* o = new RemoteOp{c->remote, c->rank, 0, Desc{kind, count, type, op, root, send, recv}};
+        {
+            std::lock_guard<std::mutex> g(rm.mu);
+            if (rm.async_err) {
+                int e = rm.async_err;
+                delete o;
+                return e;
+            }
+            o->seq = rm.issued++;
+        }
+        if (drv->enqueue(stream, KIND_NAME[kind], run_remote, o) != 0) {
+            std::lock_guard<std::mutex> g(rm.mu);
+            ++rm.completed;
+            delete o;
+            return ncclUnhandledCudaError;
+        }
+        return ncclSuccess;
+    }
+    Clique& q = *c->clique;
     auto* o = new Op{c->clique, c->rank, 0, Desc{kind, count, type, op, root, send, recv}};
     {
         std::lock_guard<std::mutex> g(q.mu);

@@ -1,6 +1,6 @@
 // Part of the NCCL stand-in (nccl.cpp includes it once, after its type and op enums):
-// element types and the reduction of one buffer per rank, in rank order 0, 1, 2, ... so
-// every rank computes the same bits.
+// element types, the reduction of one buffer per rank in rank order 0, 1, 2, ... (so
+// every rank computes the same bits), and what each collective reads and writes.
 #pragma once
 
 static size_t esize(int t) {
@@ -127,4 +127,65 @@ static void reduce_typed(int type, void* out, const std::vector<const void*>& in
         case T_F64: return reduce_into<double>(out, in, off, count, op);
         case T_BF16: return reduce_into<BF16>(out, in, off, count, op);
     }
+}
+
+// ---- what each collective reads and writes --------------------------------------------
+
+static bool has_op(int kind) {
+    return kind == ALL_REDUCE || kind == REDUCE || kind == REDUCE_SCATTER;
+}
+static bool has_root(int kind) { return kind == BROADCAST || kind == REDUCE; }
+
+// The bytes a rank sends and receives in a collective (0 where it passes none).
+static void extents(const Desc& d, int rank, int n, size_t* send, size_t* recv) {
+    size_t b = d.count * esize(d.type);
+    switch (d.kind) {
+        case ALL_REDUCE: *send = b; *recv = b; break;
+        case BROADCAST: *send = rank == d.root ? b : 0; *recv = b; break;
+        case REDUCE: *send = b; *recv = rank == d.root ? b : 0; break;
+        case ALL_GATHER: *send = b; *recv = b * (size_t)n; break;
+        case REDUCE_SCATTER: *send = b * (size_t)n; *recv = b; break;
+    }
+}
+
+static std::string describe(const Desc& d) {
+    char buf[160];
+    int k = snprintf(buf, sizeof buf, "%s(count %zu, %s", KIND_NAME[d.kind], d.count,
+                     TYPE_NAME[d.type]);
+    if (has_op(d.kind)) k += snprintf(buf + k, sizeof buf - (size_t)k, ", %s", OP_NAME[d.op]);
+    if (has_root(d.kind)) k += snprintf(buf + k, sizeof buf - (size_t)k, ", root %d", d.root);
+    snprintf(buf + k, sizeof buf - (size_t)k, ")");
+    return buf;
+}
+
+// This rank's output of a collective whose every rank has arrived (empty: none).
+static std::vector<char> compute(const Round& rd, int rank, int n) {
+    const Desc& d = rd.desc[rank];
+    size_t b = d.count * esize(d.type);
+    std::vector<const void*> in(n);
+    for (int r = 0; r < n; ++r) in[r] = rd.desc[r].send;
+    std::vector<char> out;
+    switch (d.kind) {
+        case ALL_REDUCE:
+            out.resize(b);
+            reduce_typed(d.type, out.data(), in, 0, d.count, d.op);
+            break;
+        case REDUCE:
+            if (rank != d.root) break;
+            out.resize(b);
+            reduce_typed(d.type, out.data(), in, 0, d.count, d.op);
+            break;
+        case REDUCE_SCATTER:
+            out.resize(b);
+            reduce_typed(d.type, out.data(), in, (size_t)rank * d.count, d.count, d.op);
+            break;
+        case BROADCAST:
+            out.assign((const char*)in[d.root], (const char*)in[d.root] + b);
+            break;
+        case ALL_GATHER:
+            out.resize(b * (size_t)n);
+            for (int r = 0; r < n; ++r) memcpy(out.data() + (size_t)r * b, in[r], b);
+            break;
+    }
+    return out;
 }

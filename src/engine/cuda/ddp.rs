@@ -12,8 +12,8 @@
 //! waits for the communication stream and copies the averages back. With gradient
 //! accumulation only the last micro-batch synchronises (`no_sync` for the others).
 //!
-//! Multi-process NCCL (torchrun/srun with `--device cuda`) is not built: rank 0 would
-//! have to send the NCCL unique id over the rendezvous; `tune train` refuses it.
+//! Under torchrun or srun (`dist.rs`) each process is one rank on its GPU `LOCAL_RANK`,
+//! and rank 0's NCCL unique id reaches the others over the CPU backend's rendezvous.
 
 use std::rc::Rc;
 use std::sync::mpsc::{channel, Sender};
@@ -37,12 +37,14 @@ use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 use crate::engine::nn::model::Model;
 use crate::engine::parallel::summary::DeviceStep;
 use crate::engine::parallel::{
-    collect, digest_words, multi_summary, Feed, StepReport, DIGEST_START,
+    collect, digest_words, multi_summary, Collected, Feed, StepReport, DIGEST_START,
 };
 use crate::engine::step::{self, Clock, Phase, Strategy};
 use crate::engine::train::{NoObserver, Observer, RunSummary, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
+
+mod dist;
 
 /// One bucket: a flat f32 buffer over the gradients of whole top-level layers.
 struct Bucket {
@@ -494,20 +496,14 @@ pub fn run_verified(
 ) -> Result<RunSummary> {
     let not_applicable = caps::admit(Backend::Cuda, k, Layout::Multi, obs)?;
     if let Some(l) = w.launch.as_ref().filter(|l| l.world > 1) {
-        return Err(Error::Unavailable(format!(
-            "--device cuda under {}: multi-process DDP over NCCL is not built yet; run one \
-             process with --devices N, or the CPU backend",
-            l.launcher
-        )));
+        return dist::run(w, k, obs, l, verify, not_applicable);
     }
     libs::require(&libs::TRAINING)?;
     libs::require_nccl()?;
     let started = Instant::now();
     let world = k.devices;
     let (gpus, devs) = open_gpus(w, world, k.amp == Amp::Tf32)?;
-    let version = cudarc::nccl::result::get_nccl_version()
-        .map(|v| crate::engine::cuda::versions::decode_version(v.max(0) as u64))
-        .unwrap_or_else(|_| "?".into());
+    let version = nccl_version();
     obs.on_note(&format!(
         "CUDA backend: DDP over NCCL {version} on {world} GPU(s) ({}), one thread per GPU",
         gpus.iter()
@@ -560,12 +556,47 @@ pub fn run_verified(
         (c, spawn_err.map_or(ends, Err))
     });
     let ends = ends?;
-    if let Some(m) = &collected.mismatch {
-        return Err(Error::Runtime(m.clone()));
-    }
     let first = ends
         .first()
         .ok_or_else(|| Error::Runtime("ddp: no rank finished".into()))?;
+    let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.snap.clone()).collect();
+    summarize(
+        w,
+        k,
+        obs,
+        &gpus[0].name,
+        first,
+        collected,
+        &snaps,
+        started,
+        not_applicable,
+    )
+}
+
+fn nccl_version() -> String {
+    cudarc::nccl::result::get_nccl_version()
+        .map(|v| crate::engine::cuda::versions::decode_version(v.max(0) as u64))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// The run's summary from rank 0's end and every rank's steps (`collected`) and memory
+/// (`snaps`, one per rank), with the notes a DDP run prints.
+#[allow(clippy::too_many_arguments)]
+fn summarize(
+    w: &Workload,
+    k: &Knobs,
+    obs: &mut dyn Observer,
+    gpu_name: &str,
+    first: &RankEnd,
+    collected: Collected,
+    snaps: &[MemSnapshot],
+    started: Instant,
+    mut not_applicable: std::collections::BTreeMap<String, String>,
+) -> Result<RunSummary> {
+    let world = k.devices;
+    if let Some(m) = &collected.mismatch {
+        return Err(Error::Runtime(m.clone()));
+    }
     if let Some(b) = first.buckets.first() {
         obs.on_note(&format!(
             "ddp: {world} ranks, {} gradient bucket(s) of cap {} MiB (first {:.2} MiB), NCCL \
@@ -585,14 +616,12 @@ pub fn run_verified(
             c.op, c.key, c.algo, c.source
         ));
     }
-    let mut not_applicable = not_applicable;
     if k.sync_bn && !first.synced_bn {
         let why = format!("{} has no batch norm", w.model);
         obs.on_note(&format!("sync_bn: not applicable ({why})"));
         not_applicable.insert("sync_bn".into(), why);
     }
-    let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.snap.clone()).collect();
-    let label = crate::engine::cuda::backend_label(&gpus[0].name);
+    let label = crate::engine::cuda::backend_label(gpu_name);
     let totals = collected.totals.clone();
     Ok(RunSummary {
         accuracy: first.accuracy,
@@ -607,7 +636,7 @@ pub fn run_verified(
             first.params,
             collected,
             &totals,
-            &snaps,
+            snaps,
             started,
         )
     })

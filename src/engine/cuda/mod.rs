@@ -43,3 +43,11 @@ pub fn usable() -> std::result::Result<String, String> {
         .and_then(|c| c.name())
         .map_err(|e| Error::Unavailable(format!("CUDA backend: GPU 0: {e}")).to_string())
 }
+
+/// How many GPUs the driver sees (0 where the CUDA backend cannot run).
+pub fn gpu_count() -> usize {
+    if libs::require(&libs::TRAINING).is_err() {
+        return 0;
+    }
+    cudarc::driver::CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
+}

@@ -13,19 +13,18 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use std::net::TcpStream;
-
-use crate::engine::device::{Device, MemCategory, MemSnapshot};
+use crate::engine::device::{Device, MemCategory};
 use crate::engine::nn::layer::{Ctx, Layer};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
 use crate::engine::optim::Optimizer;
 use crate::engine::parallel::bucket::{comm_loop, BucketSpan, ParamLayout, Reducer};
 use crate::engine::parallel::collective::{ring, Collective, Ring, Timed};
+use crate::engine::parallel::dist;
 use crate::engine::parallel::summary::{ClockReading, DeviceClock, DeviceStep};
-use crate::engine::parallel::tcp::{forward_reports, send_done, send_report, Joined, Role};
+use crate::engine::parallel::tcp::Joined;
 use crate::engine::parallel::{
-    collect, join_all, optim_config, param_digest, pool, Feed, Options, Outcome, RankTrace, Span,
+    join_all, optim_config, param_digest, pool, Feed, Options, Outcome, RankTrace, Span,
     StepReport, Trace,
 };
 use crate::engine::step::{self, Clock, HostClock, Phase, Strategy};
@@ -121,47 +120,7 @@ pub(super) fn run(
                     .map_err(|e| Error::Runtime(format!("cannot start rank {rank}: {e}"))),
             );
         }
-        let (collected, tail) = match role {
-            None => {
-                drop(tx);
-                (collect(rx, n, &threads, true, w, obs), Tail::Local)
-            }
-            Some(Role::Root(streams)) => {
-                let mut readers = Vec::with_capacity(streams.len());
-                let mut spawn_err = None;
-                for (i, st) in streams.into_iter().enumerate() {
-                    let tx = tx.clone();
-                    match std::thread::Builder::new()
-                        .name(format!("tune-ddp-reports{}", i + 1))
-                        .spawn_scoped(s, move || forward_reports(st, i + 1, tx))
-                    {
-                        Ok(h) => readers.push(h),
-                        Err(e) => {
-                            spawn_err = Some(Error::Runtime(format!("cannot start a reader: {e}")))
-                        }
-                    }
-                }
-                drop(tx);
-                let c = collect(rx, world, &threads, true, w, obs);
-                let mems = join_all(readers);
-                (c, Tail::Root(spawn_err.map_or(mems, Err)))
-            }
-            Some(Role::Member(mut stream)) => {
-                drop(tx);
-                // Every report goes to rank 0; this rank keeps its own for its summary.
-                let (ltx, lrx) = channel();
-                let mut sent = Ok(());
-                for rep in rx {
-                    if sent.is_ok() {
-                        sent = send_report(&mut stream, &rep);
-                    }
-                    let _ = ltx.send(rep);
-                }
-                drop(ltx);
-                let c = collect(lrx, 1, &threads, true, w, obs);
-                (c, Tail::Member(sent.map(|_| stream)))
-            }
-        };
+        let (collected, tail) = dist::route(s, role, tx, rx, (n, world), &threads, w, obs);
         let mut hs = Vec::with_capacity(n);
         let mut spawn_err = None;
         for h in handles {
@@ -178,15 +137,7 @@ pub(super) fn run(
         (collected, ends.map(|e| (e, tail)))
     });
     let (mut ends, tail) = ends?;
-    let mut remote_mem = Vec::new();
-    match tail {
-        Tail::Local => {}
-        Tail::Root(mems) => remote_mem = mems?,
-        Tail::Member(stream) => {
-            let mut stream = stream?;
-            send_done(&mut stream, first, &devs[0].mem().snapshot())?;
-        }
-    }
+    let remote_mem = dist::finish(tail, first, &devs[0].mem().snapshot())?;
     if let Some(m) = &collected.mismatch {
         return Err(Error::Runtime(m.clone()));
     }
@@ -229,15 +180,6 @@ pub(super) fn run(
         },
         trace,
     ))
-}
-
-/// What the collecting thread holds once the ranks are done.
-enum Tail {
-    Local,
-    /// Rank 0 of a multi-process job: the other ranks' memory at their end.
-    Root(Result<Vec<MemSnapshot>>),
-    /// Another rank: its connection to rank 0, to say it finished.
-    Member(Result<TcpStream>),
 }
 
 fn rank_main(r: Rank<'_>) -> Result<RankEnd> {

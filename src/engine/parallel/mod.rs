@@ -27,11 +27,12 @@
 pub mod bucket;
 pub mod collective;
 mod ddp;
+pub(crate) mod dist;
 mod dp;
 pub mod launch;
 pub mod summary;
 pub mod sync_bn;
-mod tcp;
+pub(crate) mod tcp;
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::Receiver;
@@ -148,13 +149,7 @@ pub fn run_traced(
     let started = Instant::now();
     let dist = w.launch.as_ref().filter(|l| l.world > 1);
     if let Some(l) = dist {
-        if k.parallel != Parallel::Ddp || k.devices != l.world {
-            return Err(Error::Invalid(format!(
-                "{} started {} processes (WORLD_SIZE {}): each is one DDP rank, so this \
-                 needs parallel = ddp and devices = {} (got parallel = {}, devices = {})",
-                l.launcher, l.world, l.world, l.world, k.parallel, k.devices
-            )));
-        }
+        dist::check_knobs(l, k)?;
     }
     // Devices this process runs: all of them, or its one rank.
     let n = if dist.is_some() { 1 } else { k.devices };
@@ -429,7 +424,7 @@ pub(crate) struct Outcome {
 
 /// What every rank of a multi-process job must agree on: the workload and the knobs
 /// (not the compute threads nor paths, which may differ per node), and tune's version.
-fn settings(w: &Workload, k: &Knobs) -> serde_json::Value {
+pub(crate) fn settings(w: &Workload, k: &Knobs) -> serde_json::Value {
     let mut wl = serde_json::to_value(w).unwrap_or_default();
     if let Some(o) = wl.as_object_mut() {
         for local in ["threads", "cache_dir", "autotune_cache"] {

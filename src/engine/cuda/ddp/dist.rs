@@ -1,0 +1,165 @@
+//! DDP on GPUs across processes, launched as PyTorch users launch it: `torchrun
+//! --nproc-per-node N tune train --device cuda --parallel ddp --devices <world> ...` or
+//! `srun tune train ...`. Each process is one rank on its GPU `LOCAL_RANK` and runs the
+//! same rank loop as a thread of the one-process run (`rank_main`). The CPU backend's
+//! rendezvous (`parallel::tcp`) checks that every process has the same settings and
+//! carries rank 0's NCCL unique id to the others (NCCL then connects the ranks itself);
+//! every rank's step reports go to rank 0, which prints and records the run.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::channel;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::CudaContext;
+use cudarc::nccl::safe::Id;
+
+use super::{nccl_version, rank_main, summarize, Rank};
+use crate::engine::cuda::gpu::{nccl_err, Gpu};
+use crate::engine::cuda::libs;
+use crate::engine::device::Device;
+use crate::engine::parallel::collective::{Collective, ReduceOp};
+use crate::engine::parallel::launch::Launch;
+use crate::engine::parallel::{dist, settings, tcp, Feed};
+use crate::engine::train::{Observer, RunSummary, Workload};
+use crate::error::{Error, Result};
+use crate::knobs::{Amp, Knobs};
+
+/// Bytes of an NCCL unique id.
+const ID_BYTES: usize = 128;
+
+pub(super) fn run(
+    w: &Workload,
+    k: &Knobs,
+    obs: &mut dyn Observer,
+    l: &Launch,
+    verify: bool,
+    not_applicable: BTreeMap<String, String>,
+) -> Result<RunSummary> {
+    dist::check_knobs(l, k)?;
+    libs::require(&libs::TRAINING)?;
+    libs::require_nccl()?;
+    let count = CudaContext::device_count()
+        .map_err(|e| Error::Unavailable(format!("CUDA backend: no usable GPU: {e}")))?;
+    if l.local_rank >= count.max(0) as usize {
+        return Err(Error::Unavailable(format!(
+            "{} rank {}: LOCAL_RANK {} but this node has {count} GPU(s); start at most \
+             {count} process(es) per node",
+            l.launcher, l.rank, l.local_rank
+        )));
+    }
+    let started = Instant::now();
+    let joined = tcp::join(l, 1, settings(w, k))?;
+    obs.on_note(&format!(
+        "ddp: rank {} of {} ({}, rendezvous at {}:{})",
+        l.rank, l.world, l.launcher, l.master, l.port
+    ));
+    let id = share_id(l.rank, &joined.sync)?;
+    let dev = Device::cuda(l.rank);
+    let gpu = Arc::new(Gpu::open(
+        l.local_rank,
+        &w.cache_dir,
+        k.amp == Amp::Tf32,
+        Arc::clone(dev.mem()),
+    )?);
+    obs.on_note(&format!(
+        "CUDA backend: DDP over NCCL {}, rank {} of {} on GPU {} ({}), one process per GPU",
+        nccl_version(),
+        l.rank,
+        l.world,
+        l.local_rank,
+        gpu.name
+    ));
+    obs.on_devices(std::slice::from_ref(&dev));
+    let feed = Feed::open(w, k)?;
+    let per_rank = k.batch_size / l.world;
+    let (tx, rx) = channel();
+    let rank = Rank {
+        w,
+        k,
+        rank: l.rank,
+        world: l.world,
+        gpu: Arc::clone(&gpu),
+        dev: Arc::clone(&dev),
+        id,
+        classes: feed.classes,
+        source: feed.source(w, k, l.rank, l.world, per_rank)?,
+        reports: tx.clone(),
+        verify,
+        eval: match (&feed.test, w.eval, l.rank) {
+            (Some(t), true, 0) => Some((Arc::clone(t), feed.norm.clone())),
+            _ => None,
+        },
+    };
+    let threads = joined.threads.clone();
+    let role = joined.role;
+    let (collected, tail, end) = std::thread::scope(|s| {
+        let h = std::thread::Builder::new()
+            .name(format!("tune-gpu-rank{}", l.rank))
+            .spawn_scoped(s, move || rank_main(rank));
+        let (c, tail) = dist::route(s, Some(role), tx, rx, (1, l.world), &threads, w, obs);
+        let end = match h {
+            Ok(h) => h
+                .join()
+                .unwrap_or_else(|_| Err(Error::Runtime(format!("rank {} panicked", l.rank)))),
+            Err(e) => Err(Error::Runtime(format!("cannot start rank {}: {e}", l.rank))),
+        };
+        (c, tail, end)
+    });
+    // NCCL's own error says only that a peer went away; the rendezvous's connections say
+    // which one.
+    let end = match (end, &tail) {
+        (Err(e), dist::Tail::Root(Err(p)) | dist::Tail::Member(Err(p))) => {
+            Err(Error::Runtime(format!("{e} ({p})")))
+        }
+        (Err(e), dist::Tail::Member(Ok(st))) if closed(st) => Err(Error::Runtime(format!(
+            "{e} (rank 0 closed its connection: it stopped or was killed)"
+        ))),
+        (end, _) => end,
+    }?;
+    let mut snaps = vec![end.snap.clone()];
+    snaps.extend(dist::finish(tail, l.rank, &end.snap)?);
+    summarize(
+        w,
+        k,
+        obs,
+        &gpu.name,
+        &end,
+        collected,
+        &snaps,
+        started,
+        not_applicable,
+    )
+}
+
+/// Whether rank 0 hung up on this member (it sends nothing after the rendezvous, so any
+/// readable end of stream is its exit).
+fn closed(st: &std::net::TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    st.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+        .is_ok()
+        && matches!(st.peek(&mut b), Ok(0))
+}
+
+/// Rank 0's NCCL unique id on every rank: sent over the rendezvous's ring as a sum in
+/// which only rank 0's bytes are not zero (each byte a whole number in an f64, so exact).
+fn share_id(rank: usize, ring: &dyn Collective) -> Result<Id> {
+    let mut v = vec![0.0f64; ID_BYTES];
+    if rank == 0 {
+        let id = Id::new().map_err(|e| nccl_err("unique id", e))?;
+        for (x, c) in v.iter_mut().zip(id.internal()) {
+            *x = f64::from(*c as u8);
+        }
+    }
+    ring.all_reduce_f64(&mut v, ReduceOp::Sum)?;
+    let mut internal = [0 as std::ffi::c_char; ID_BYTES];
+    for (c, x) in internal.iter_mut().zip(&v) {
+        if !(0.0..=255.0).contains(x) {
+            return Err(Error::Runtime(format!(
+                "ddp: the NCCL unique id arrived damaged (a byte summed to {x})"
+            )));
+        }
+        *c = *x as u8 as std::ffi::c_char;
+    }
+    Ok(Id::uninit(internal))
+}
