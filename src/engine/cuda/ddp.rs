@@ -25,13 +25,15 @@ use cudarc::driver::{CudaEvent, CudaStream};
 use cudarc::nccl::safe::{group_end, group_start, Comm, Id, ReduceOp};
 
 use crate::engine::amp::GradScaler;
-use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
+use crate::engine::autotune::AlgoChoice;
 use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, nccl_err, DBuf, Gpu};
 use crate::engine::cuda::layers::GLayer;
 use crate::engine::cuda::libs;
 use crate::engine::cuda::sync_bn::NcclSync;
-use crate::engine::cuda::train::{build_model, conv_path, has_conv, open_gpus, GpuClock, GpuExec};
+use crate::engine::cuda::train::{
+    autotune_on, build_model, conv_path, has_conv, note_choices, open_gpus, GpuClock, GpuExec,
+};
 use crate::engine::data::{Dataset, Normalize};
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 use crate::engine::nn::model::Model;
@@ -418,13 +420,7 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
     // writes the cache. Ranks may pick different algorithms; the gradients they average
     // are then not bit-equal, but every rank applies the same average, so the replicas
     // still are.
-    let algos = if k.autotune {
-        let a = Algos::for_workload(w, &format!("cuda:{}", gpu.name), &mut NoObserver)?;
-        gpu.blas.autotune_with(Arc::clone(&a))?;
-        Some(a)
-    } else {
-        None
-    };
+    let algos = autotune_on(w, k, &gpu, &mut NoObserver)?;
     let (buckets, owner) = plan_buckets(&mut model, k.bucket_mb.saturating_mul(1 << 20), &gpu)?;
     let bucket_lens = buckets.iter().map(|b| b.buf.len()).collect();
     let mut ddp = NcclDdp {
@@ -606,16 +602,7 @@ fn summarize(
             (*b * 4) as f64 / (1 << 20) as f64
         ));
     }
-    for c in first
-        .algorithms
-        .iter()
-        .filter(|c| c.source != ChoiceSource::Heuristic || c.key == "path")
-    {
-        obs.on_note(&format!(
-            "{} [{}]: {} ({:?})",
-            c.op, c.key, c.algo, c.source
-        ));
-    }
+    note_choices(obs, &first.algorithms);
     if k.sync_bn && !first.synced_bn {
         let why = format!("{} has no batch norm", w.model);
         obs.on_note(&format!("sync_bn: not applicable ({why})"));

@@ -35,12 +35,14 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nccl::safe::{group_end, group_start, Comm, Id, ReduceOp};
 
 use crate::engine::amp::{self, GradScaler};
-use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
+use crate::engine::autotune::AlgoChoice;
 use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, nccl_err, GTensor, Gpu};
 use crate::engine::cuda::layers::{GCtx, GLayer, Pass};
 use crate::engine::cuda::libs;
-use crate::engine::cuda::train::{build_model, conv_path, has_conv, open_gpus, GpuExec};
+use crate::engine::cuda::train::{
+    autotune_on, build_model, conv_path, has_conv, note_choices, open_gpus, GpuExec,
+};
 use crate::engine::device::{Backend, MemCategory, MemSnapshot};
 use crate::engine::nn::model::Model;
 use crate::engine::parallel::summary::DeviceStep;
@@ -556,11 +558,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
                     let comm = Comm::from_rank(Arc::clone(&gpu.stream), i, n, id)
                         .map_err(|e| nccl_err(&format!("GPU {i} joining {n}"), e))?;
                     let (model, _, _) = build_model(w, feed.classes, &gpu)?;
-                    if k.autotune {
-                        let a =
-                            Algos::for_workload(w, &format!("cuda:{}", gpu.name), &mut NoObserver)?;
-                        gpu.blas.autotune_with(a)?;
-                    }
+                    autotune_on(w, k, &gpu, &mut NoObserver)?;
                     let ctx = GCtx {
                         gpu: Arc::clone(&gpu),
                         pass: Pass {
@@ -596,13 +594,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
                 let comm = Comm::from_rank(Arc::clone(&gpu.stream), 0, n, id)
                     .map_err(|e| nccl_err(&format!("GPU 0 joining {n}"), e))?;
                 let (mut model, params, descs) = build_model(w, feed.classes, gpu)?;
-                let algos = if k.autotune {
-                    let a = Algos::for_workload(w, &format!("cuda:{}", gpu.name), &mut NoObserver)?;
-                    gpu.blas.autotune_with(Arc::clone(&a))?;
-                    Some(a)
-                } else {
-                    None
-                };
+                let algos = autotune_on(w, k, gpu, &mut NoObserver)?;
                 let mut scaler = w
                     .scaler
                     .active_for(k.amp)
@@ -687,16 +679,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
         (c, out)
     });
     let d = outcome?;
-    for c in d
-        .algorithms
-        .iter()
-        .filter(|c| c.source != ChoiceSource::Heuristic || c.key == "path")
-    {
-        obs.on_note(&format!(
-            "{} [{}]: {} ({:?})",
-            c.op, c.key, c.algo, c.source
-        ));
-    }
+    note_choices(obs, &d.algorithms);
     let mut snaps = vec![d.snap];
     snaps.extend(devs.iter().skip(1).map(|d| d.mem().snapshot()));
     let label = crate::engine::cuda::backend_label(&gpus[0].name);

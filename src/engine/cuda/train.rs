@@ -562,13 +562,7 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
         .active_for(k.amp)
         .then(|| GradScaler::new(w.scaler));
     let (mut model, params, descs) = build_model(w, classes, &gpu)?;
-    let algos = if k.autotune {
-        let a = Algos::for_workload(w, &format!("cuda:{}", gpu.name), obs)?;
-        gpu.blas.autotune_with(Arc::clone(&a))?;
-        Some(a)
-    } else {
-        None
-    };
+    let algos = autotune_on(w, k, &gpu, obs)?;
     let mut exec = GpuExec::new(
         &gpu,
         &dev,
@@ -672,6 +666,35 @@ pub(super) fn build_model(
     let glayers = layers::from_desc(&descs, init, gpu)?;
     let model = Model::new(&w.model.to_string(), glayers, w.model.input(), classes);
     Ok((model, params, descs))
+}
+
+/// With `autotune`, `gpu`'s GEMMs time their candidates (reading the versioned cache
+/// first); the choices, for the record.
+pub(super) fn autotune_on(
+    w: &Workload,
+    k: &Knobs,
+    gpu: &Gpu,
+    obs: &mut dyn Observer,
+) -> Result<Option<Arc<Algos>>> {
+    if !k.autotune {
+        return Ok(None);
+    }
+    let a = Algos::for_workload(w, &format!("cuda:{}", gpu.name), obs)?;
+    gpu.blas.autotune_with(Arc::clone(&a))?;
+    Ok(Some(a))
+}
+
+/// One note per choice that was measured or read from the cache, and the conv path.
+pub(super) fn note_choices(obs: &mut dyn Observer, choices: &[AlgoChoice]) {
+    for c in choices
+        .iter()
+        .filter(|c| c.source != ChoiceSource::Heuristic || c.key == "path")
+    {
+        obs.on_note(&format!(
+            "{} [{}]: {} ({:?})",
+            c.op, c.key, c.algo, c.source
+        ));
+    }
 }
 
 pub(super) fn has_conv(descs: &[LayerDesc]) -> bool {
