@@ -45,7 +45,7 @@ fn knob_lines(cc: Option<(u32, u32)>, cudnn: bool, nccl: bool) -> Vec<String> {
         format!(
             "parallel=ddp: {}",
             if nccl {
-                "NCCL all-reduce on a communication stream, one thread per GPU (parallel=dp: NCCL broadcast and reduce from GPU 0)"
+                "NCCL all-reduce on a communication stream, one thread per GPU or one process per GPU under torchrun/srun, SyncBatchNorm over NCCL (parallel=dp: NCCL broadcast and reduce from GPU 0)"
             } else {
                 "no NCCL: DDP on GPUs cannot run"
             }
