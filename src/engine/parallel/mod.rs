@@ -13,11 +13,14 @@
 //! - `ddp.rs`: every device is a rank with its own replica, data shard and optimizer,
 //!   running the loop in its own thread; gradients are averaged in buckets (`bucket.rs`)
 //!   that all-reduce on a communication thread while backward goes on.
-//! - `collective.rs`: the `Collective` trait (a ring over channels or TCP; NCCL later).
+//! - `collective.rs`: the `Collective` trait (a ring over channels or TCP; the GPU
+//!   backend's collectives are NCCL's, in `cuda::ddp` and `cuda::dp`).
 //! - `launch.rs`, `tcp.rs`: multi-process DDP as torchrun and srun launch it: the
 //!   environment, the rendezvous on `MASTER_ADDR:MASTER_PORT`, the ring's TCP links.
 //!   Each process is one rank of the same DDP strategy; rank 0 gathers every rank's
-//!   step reports and builds the summary one process with N devices would.
+//!   step reports and builds the summary one process with N devices would. `dist.rs`
+//!   routes those reports, for this backend and for DDP on GPUs across processes
+//!   (`cuda::ddp`, whose NCCL unique id crosses this rendezvous).
 //! - `sync_bn.rs`: SyncBatchNorm statistics over the global batch.
 //! - `summary.rs`: the per-device summary and imbalance figures.
 //!
