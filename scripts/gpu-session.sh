@@ -2,7 +2,7 @@
 # Everything the CUDA backend must show on a real GPU, in one device call (device time
 # is scarce). Build on the workstation first (the GPU machine has no registry access):
 #
-#   T="gpu_parity gpu_amp gpu_autotune gpu_optim gpu_ddp gpu_nccl_standin knobs cuda_kernels"
+#   T="gpu_parity gpu_amp gpu_autotune gpu_cudnn gpu_optim gpu_ddp gpu_nccl_standin knobs cuda_kernels"
 #   cargo build --release && cargo test --release --no-run $(for t in $T; do printf -- '--test %s ' $t; done)
 #   mkdir -p gpu-bin && cp target/release/tune gpu-bin/ && for t in $T; do
 #     cp "$(ls -t target/release/deps/$t-* | grep -v '\.d$' | head -1)" gpu-bin/$t; done
@@ -16,10 +16,12 @@
 #  2. every GPU test under TUNE_REQUIRE_GPU=1 (a skip is a failure): kernels to PTX and
 #     CUBIN, layer/GEMM/loss-curve parity with the CPU backend, AMP bf16/fp16 loss
 #     tracking against the CPU's AMP and f32, TF32, the device-side loss scaler, the
-#     optimizers, autotune's cuBLASLt choices, the one-engine knob tests, DDP over NCCL
+#     optimizers, autotune's cuBLASLt choices, conv2d through cuDNN against im2col (and
+#     its autotuned algorithms), the one-engine knob tests, DDP over NCCL
 #     on every GPU there is (world size 1 on a one-GPU machine) against the CPU's DDP;
 #  3. `tune train --device cuda` per model under fp32, bf16, fp16 and tf32 with held-out
 #     accuracy (AMP must reach fp32's accuracy), and once with autotune (its choices);
+#     the CNNs again with TUNE_CUDNN=0 (im2col + cuBLASLt) to time cuDNN against it;
 #  3b. `tune train --parallel ddp --devices <GPUs>` (NCCL through tune's re-exec with its
 #     private libnccl.so link), fp32 and bf16, with SyncBatchNorm, and `--parallel dp`
 #     (fp32, and bf16 with autotune), with the per-device summaries, and under torchrun
@@ -54,7 +56,7 @@ step() { # name, command...: runs it, output to $OUT/<name>.txt, status to summa
 
 if [[ ",$PARTS," == *",tests,"* ]]; then
   step cuda_kernels ./gpu-bin/cuda_kernels --nocapture
-  for t in gpu_optim gpu_amp gpu_autotune gpu_parity gpu_ddp knobs; do
+  for t in gpu_optim gpu_amp gpu_autotune gpu_cudnn gpu_parity gpu_ddp knobs; do
     step "$t" "./gpu-bin/$t" --test-threads=1 --nocapture
   done
 fi
@@ -70,6 +72,12 @@ if [[ ",$PARTS," == *",runs,"* ]]; then
     ./gpu-bin/tune train --device cuda --model "$m" --dataset synthetic --batch-size 128 \
       --steps 60 --warmup 20 --autotune --json > "$OUT/tune-$m-autotune.json" 2> "$OUT/tune-$m-autotune.err"
     echo "tune $m autotune rc=$?" >> "$OUT/summary.txt"
+    [ "$m" = mlp ] && continue
+    for amp in off bf16; do
+      TUNE_CUDNN=0 ./gpu-bin/tune train --device cuda --model "$m" --dataset synthetic --batch-size 128 \
+        --steps 60 --warmup 20 --amp "$amp" --json > "$OUT/tune-$m-$amp-im2col.json" 2> "$OUT/tune-$m-$amp-im2col.err"
+      echo "tune $m amp=$amp TUNE_CUDNN=0 rc=$?" >> "$OUT/summary.txt"
+    done
   done
   ngpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
   for amp in off bf16; do

@@ -35,11 +35,13 @@ fn knob_lines(cc: Option<(u32, u32)>, cudnn: bool, nccl: bool) -> Vec<String> {
         format!("tf32 GEMMs: {}", on_tc("tf32")),
         format!("fp8: {}", on_tc("fp8")),
         format!(
-            "autotune conv: {}",
-            if cudnn {
-                "cuDNN loads, but tune has no cuDNN path yet: im2col + cuBLASLt"
+            "conv2d: {}",
+            if std::env::var(crate::engine::cuda::dnn::OFF_ENV).as_deref() == Ok("0") {
+                "cuDNN off (TUNE_CUDNN=0): im2col + cuBLASLt, autotune times the GEMMs"
+            } else if cudnn {
+                "cuDNN, autotune times its forward and backward algorithms per shape"
             } else {
-                "no cuDNN: im2col + cuBLASLt"
+                "no cuDNN: im2col + cuBLASLt, autotune times the GEMMs"
             }
         ),
         format!(

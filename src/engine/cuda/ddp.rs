@@ -463,7 +463,7 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
         algorithms = a.choices();
     }
     if has_conv(&descs) && rank == 0 {
-        algorithms.push(conv_path());
+        algorithms.extend(conv_path(&gpu));
     }
     Ok(RankEnd {
         params,

@@ -649,7 +649,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
                     algorithms = a.choices();
                 }
                 if has_conv(&descs) {
-                    algorithms.push(conv_path());
+                    algorithms.extend(conv_path(gpu));
                 }
                 Ok(Driven {
                     params,

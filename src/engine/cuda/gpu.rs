@@ -1,5 +1,6 @@
-//! One GPU: its context, a compute stream and a copy stream, the kernels, cuBLASLt, and
-//! buffers charged to the engine's memory tracker like every CPU buffer.
+//! One GPU: its context, a compute stream and a copy stream, the kernels, cuBLASLt, cuDNN
+//! where it loads, and buffers charged to the engine's memory tracker like every CPU
+//! buffer.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -7,6 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
 
 use crate::engine::cuda::blas::{Blas, Shape};
+use crate::engine::cuda::dnn::Dnn;
 use crate::engine::cuda::kernels::{self, Kernels};
 use crate::engine::cuda::libs;
 use crate::engine::device::{MemCategory, MemTracker};
@@ -161,6 +163,8 @@ pub struct Gpu {
     pub copy: Arc<CudaStream>,
     pub kernels: Kernels,
     pub blas: Blas,
+    /// cuDNN for conv2d, or why conv2d runs as im2col + cuBLASLt here.
+    pub dnn: std::result::Result<Dnn, String>,
     pub mem: Arc<MemTracker>,
 }
 
@@ -182,6 +186,7 @@ impl Gpu {
         let copy = ctx.new_stream().map_err(|e| cuda_err("copy stream", e))?;
         let kernels = Kernels::load(&ctx, cache_dir)?;
         let blas = Blas::new(&stream, tf32)?;
+        let dnn = Dnn::open(&stream, tf32);
         mem.alloc(
             MemCategory::Workspace,
             crate::engine::cuda::blas::WORKSPACE_BYTES,
@@ -194,6 +199,7 @@ impl Gpu {
             copy,
             kernels,
             blas,
+            dnn,
             mem,
         })
     }

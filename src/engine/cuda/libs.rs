@@ -18,6 +18,8 @@ pub enum Lib {
     Driver,
     Nvrtc,
     CublasLt,
+    /// Optional: conv2d uses it where it loads (`cuda::dnn`), else im2col + cuBLASLt.
+    Cudnn,
 }
 
 impl Lib {
@@ -27,6 +29,7 @@ impl Lib {
             Lib::Driver => &["libcuda.so.1"],
             Lib::Nvrtc => &["libnvrtc.so.13", "libnvrtc.so.12"],
             Lib::CublasLt => &["libcublasLt.so.13", "libcublasLt.so.12"],
+            Lib::Cudnn => &["libcudnn.so.9"],
         }
     }
 
@@ -35,6 +38,7 @@ impl Lib {
             Lib::Driver => "the NVIDIA driver",
             Lib::Nvrtc => "NVRTC, the runtime kernel compiler",
             Lib::CublasLt => "cuBLASLt, for GEMM",
+            Lib::Cudnn => "cuDNN, for convolutions",
         }
     }
 
@@ -47,6 +51,7 @@ impl Lib {
                 Lib::Driver => cudarc::driver::sys::is_culib_present(),
                 Lib::Nvrtc => cudarc::nvrtc::sys::is_culib_present(),
                 Lib::CublasLt => cudarc::cublaslt::sys::is_culib_present(),
+                Lib::Cudnn => cudarc::cudnn::sys::is_culib_present(),
             }
         }
     }
@@ -112,6 +117,17 @@ pub fn require(libs: &[Lib]) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Whether an optional library loads (mapping it from `TUNE_CUDA_LIB_DIRS` if needed),
+/// or the loader's reason why not.
+pub fn optional(lib: Lib) -> std::result::Result<(), String> {
+    preload(lib)?;
+    if lib.present() {
+        Ok(())
+    } else {
+        Err(format!("cudarc cannot load {}", lib.sonames()[0]))
+    }
 }
 
 /// The variable `tune train` sets when it re-runs itself with tune's private NCCL link on

@@ -2,10 +2,12 @@
 //!
 //! It builds everywhere and touches no CUDA library until [`libs::require`] has checked
 //! that each one loads, so machines without a GPU get one clear line instead of
-//! cudarc's panic. Kernels are NVRTC-compiled from `kernels.cu`; GEMM is cuBLASLt.
+//! cudarc's panic. Kernels are NVRTC-compiled from `kernels.cu`; GEMM is cuBLASLt;
+//! conv2d is cuDNN where `libcudnn.so.9` loads (`dnn`), else im2col + cuBLASLt.
 
 pub mod blas;
 pub mod ddp;
+pub mod dnn;
 mod dp;
 pub mod gpu;
 pub mod kernels;

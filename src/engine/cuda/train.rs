@@ -607,9 +607,11 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
         }
     }
     if has_conv(&descs) {
-        let path = conv_path();
-        obs.on_note(&format!("conv path: {}", path.algo));
-        algorithms.push(path);
+        let path = conv_path(&gpu);
+        if let Some(first) = path.first() {
+            obs.on_note(&format!("conv path: {}", first.algo));
+        }
+        algorithms.extend(path);
     }
     let m = trained.measured;
     let busy_wall = m.after_warmup(w.warmup).iter().sum();
@@ -681,6 +683,9 @@ pub(super) fn autotune_on(
     }
     let a = Algos::for_workload(w, &format!("cuda:{}", gpu.name), obs)?;
     gpu.blas.autotune_with(Arc::clone(&a))?;
+    if let Ok(d) = &gpu.dnn {
+        d.autotune_with(Arc::clone(&a))?;
+    }
     Ok(Some(a))
 }
 
@@ -709,22 +714,32 @@ pub(super) fn has_conv(descs: &[LayerDesc]) -> bool {
     })
 }
 
-/// Which conv2d path ran, for the trial record. Always im2col + cuBLASLt in this build;
-/// whether cuDNN could have been used is said, so a record never implies cuDNN ran.
-pub(super) fn conv_path() -> AlgoChoice {
-    let cudnn = tune_probes::culibs::probe_cuda_libs()
-        .into_iter()
-        .find(|l| l.name == "cudnn")
-        .and_then(|l| l.loaded);
-    let why = match cudnn {
-        Some(_) => "libcudnn.so.9 loads, but tune has no cuDNN path yet",
-        None => "cuDNN not loaded",
+/// Which conv2d path ran, for the trial record: first the path (cuDNN with its version,
+/// or im2col + cuBLASLt and why), then, with autotune off, the algorithm cuDNN's heuristic
+/// gave each shape and direction (with autotune on, those are among the autotune
+/// choices). A record never implies cuDNN ran where it did not.
+pub(super) fn conv_path(gpu: &Gpu) -> Vec<AlgoChoice> {
+    let (algo, mut rest) = match &gpu.dnn {
+        Ok(d) => (
+            format!(
+                "cudnn {}.{}.{}",
+                d.version / 10000,
+                d.version / 100 % 100,
+                d.version % 100
+            ),
+            d.heuristic_choices(),
+        ),
+        Err(why) => (format!("im2col+cublasLt ({why})"), Vec::new()),
     };
-    AlgoChoice {
-        op: "conv2d".into(),
-        key: "path".into(),
-        algo: format!("im2col+cublasLt ({why})"),
-        source: ChoiceSource::Heuristic,
-        timings_ms: std::collections::BTreeMap::new(),
-    }
+    rest.insert(
+        0,
+        AlgoChoice {
+            op: "conv2d".into(),
+            key: "path".into(),
+            algo,
+            source: ChoiceSource::Heuristic,
+            timings_ms: std::collections::BTreeMap::new(),
+        },
+    );
+    rest
 }

@@ -1,13 +1,18 @@
-//! Conv2d on the CUDA backend, beside the CPU op in `conv2d.rs`: im2col (skipped for
-//! pointwise convolutions) and cuBLASLt GEMMs, col2im for the input gradient. Under AMP
-//! the patch matrix is gathered in f32 from the widened input and stored in the half
-//! type (its values are already on the half grid, so nothing rounds), and the GEMMs take
-//! half operands with f32 results, as linear does.
+//! Conv2d on the CUDA backend, beside the CPU op in `conv2d.rs`. Where cuDNN loads, its
+//! three convolutions (`cuda::dnn`); under AMP they take and give the half type with f32
+//! compute (cuDNN's pseudo-half configurations), as PyTorch's autocast runs cuDNN, and
+//! the weight gradient is computed in the half type and added to the f32 gradient.
+//! Elsewhere (or with `TUNE_CUDNN=0`): im2col (skipped for pointwise convolutions) and
+//! cuBLASLt GEMMs, col2im for the input gradient. Under AMP the patch matrix is gathered
+//! in f32 from the widened input and stored in the half type (its values are already on
+//! the half grid, so nothing rounds), and the GEMMs take half operands with f32 results,
+//! as linear does.
 
 use cudarc::driver::CudaSlice;
 
 use crate::cuda_launch;
 use crate::engine::cuda::blas::Shape;
+use crate::engine::cuda::dnn::{ConvKey, Dir, Dnn};
 use crate::engine::cuda::gpu::words;
 use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::elementwise;
@@ -15,6 +20,7 @@ use crate::engine::cuda::layers::{
     half_weights, missing, operand, out, shape_err, store, GParam, Pass,
 };
 use crate::engine::device::MemCategory;
+use crate::engine::tensor::DType;
 use crate::error::Result;
 
 pub struct GConv {
@@ -71,6 +77,135 @@ fn conv_index(
 }
 
 impl GConv {
+    /// `y` = the bias in every row, when the layer has one (a GEMM or convolution then
+    /// adds onto it).
+    fn fill_bias(&self, gpu: &Gpu, y: &mut DBuf, rows: usize) -> Result<()> {
+        let Some(b) = &self.b else { return Ok(()) };
+        let (r, c) = (rows as u64, self.c_out as i32);
+        cuda_launch!(
+            gpu,
+            "fill_rows",
+            elementwise(y.len()),
+            &mut y.s,
+            &b.w.s,
+            &r,
+            &c
+        )
+    }
+
+    fn key(&self, x: &GTensor, dt: DType) -> Result<ConvKey> {
+        let (n, h, w, _, _) = conv_geom(self, x)?;
+        Ok(ConvKey {
+            n,
+            h,
+            w,
+            c_in: self.c_in,
+            c_out: self.c_out,
+            k: self.k,
+            stride: self.stride,
+            pad: self.pad,
+            dt,
+        })
+    }
+
+    fn forward_dnn(&mut self, x: GTensor, gpu: &Gpu, d: &Dnn, p: Pass) -> Result<GTensor> {
+        let key = self.key(&x, p.gemm_dt())?;
+        let (oh, ow) = key.out_hw();
+        let rows = key.n * oh * ow;
+        let shape = [key.n, oh, ow, self.c_out];
+        let x = operand(gpu, &x, p)?;
+        let wh = half_weights(gpu, &self.w, p)?;
+        let wbuf = wh.as_ref().map_or(&self.w.w.s, |h| &h.s);
+        let y = match p.half {
+            None => {
+                let mut y = out(gpu, rows * self.c_out, p)?;
+                self.fill_bias(gpu, &mut y, rows)?;
+                let beta = if self.b.is_some() { 1.0 } else { 0.0 };
+                d.run(&gpu.mem, &key, Dir::Forward, x.s(), wbuf, &mut y.s, beta)?;
+                GTensor::new(&shape, y)?
+            }
+            Some(dt) => {
+                let mut y = gpu.alloc(words(rows * self.c_out, dt), MemCategory::Activations)?;
+                d.run(&gpu.mem, &key, Dir::Forward, x.s(), wbuf, &mut y.s, 0.0)?;
+                let y = GTensor::of(&shape, y, dt)?;
+                if self.b.is_some() {
+                    // cuDNN's half output cannot take an f32 bias: add it in f32 and round
+                    // again (no model of the zoo has a conv bias).
+                    let mut y32 = gpu.widen(&y)?.into_unique(gpu)?;
+                    let mut bias = gpu.alloc(rows * self.c_out, MemCategory::Workspace)?;
+                    self.fill_bias(gpu, &mut bias, rows)?;
+                    gpu.axpy(&mut y32.s, &bias.s, 1.0)?;
+                    store(gpu, GTensor::new(&shape, y32)?, p)?
+                } else {
+                    y
+                }
+            }
+        };
+        if p.save {
+            self.saved_x = Some(x);
+        }
+        Ok(y)
+    }
+
+    fn backward_dnn(
+        &mut self,
+        dy: GTensor,
+        need_dx: bool,
+        gpu: &Gpu,
+        d: &Dnn,
+        p: Pass,
+    ) -> Result<Option<GTensor>> {
+        let x = self.saved_x.take().ok_or_else(|| missing("conv2d"))?;
+        let key = self.key(&x, p.gemm_dt())?;
+        if let Some(b) = &mut self.b {
+            let (gb, _) = b.slot(gpu)?;
+            gpu.channel_sum(&mut gb.s, gpu.widen(&dy)?.s(), self.c_out)?;
+        }
+        let dy = operand(gpu, &dy, p)?;
+        {
+            let (gw, acc) = self.w.slot(gpu)?;
+            let filter = Dir::BackwardFilter;
+            match p.half {
+                None => {
+                    let beta = if acc { 1.0 } else { 0.0 };
+                    d.run(&gpu.mem, &key, filter, x.s(), dy.s(), &mut gw.s, beta)?;
+                }
+                Some(dt) => {
+                    let n = gw.len();
+                    let mut h = gpu.alloc(words(n, dt), MemCategory::Workspace)?;
+                    d.run(&gpu.mem, &key, filter, x.s(), dy.s(), &mut h.s, 0.0)?;
+                    let g32 = gpu.widen(&GTensor::of(&[n], h, dt)?)?;
+                    if acc {
+                        gpu.axpy(&mut gw.s, g32.s(), 1.0)?;
+                    } else {
+                        gpu.stream
+                            .memcpy_dtod(g32.s(), &mut gw.s)
+                            .map_err(|e| crate::engine::cuda::gpu::cuda_err("device copy", e))?;
+                    }
+                }
+            }
+        }
+        if !need_dx {
+            return Ok(None);
+        }
+        let wh = half_weights(gpu, &self.w, p)?;
+        let wbuf = wh.as_ref().map_or(&self.w.w.s, |h| &h.s);
+        let data = Dir::BackwardData;
+        let dx = match p.half {
+            None => {
+                let mut dx = out(gpu, x.len(), p)?;
+                d.run(&gpu.mem, &key, data, wbuf, dy.s(), &mut dx.s, 0.0)?;
+                GTensor::new(&x.shape, dx)?
+            }
+            Some(dt) => {
+                let mut dx = gpu.alloc(words(x.len(), dt), MemCategory::Activations)?;
+                d.run(&gpu.mem, &key, data, wbuf, dy.s(), &mut dx.s, 0.0)?;
+                GTensor::of(&x.shape, dx, dt)?
+            }
+        };
+        Ok(Some(dx))
+    }
+
     fn pointwise(&self) -> bool {
         self.k == 1 && self.stride == 1 && self.pad == 0
     }
@@ -91,6 +226,9 @@ impl GConv {
     }
 
     pub(crate) fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+        if let Ok(d) = &gpu.dnn {
+            return self.forward_dnn(x, gpu, d, p);
+        }
         let (n, _, _, oh, ow) = conv_geom(self, &x)?;
         let rows = n * oh * ow;
         let kkc = self.k * self.k * self.c_in;
@@ -98,18 +236,7 @@ impl GConv {
         let wh = half_weights(gpu, &self.w, p)?;
         let wbuf = wh.as_ref().map_or(&self.w.w.s, |h| &h.s);
         let mut y = out(gpu, rows * self.c_out, p)?;
-        if let Some(b) = &self.b {
-            let (r, c) = (rows as u64, self.c_out as i32);
-            cuda_launch!(
-                gpu,
-                "fill_rows",
-                elementwise(y.len()),
-                &mut y.s,
-                &b.w.s,
-                &r,
-                &c
-            )?;
-        }
+        self.fill_bias(gpu, &mut y, rows)?;
         let s = Shape {
             m: rows,
             n: self.c_out,
@@ -138,6 +265,9 @@ impl GConv {
         gpu: &Gpu,
         p: Pass,
     ) -> Result<Option<GTensor>> {
+        if let Ok(d) = &gpu.dnn {
+            return self.backward_dnn(dy, need_dx, gpu, d, p);
+        }
         let x = self.saved_x.take().ok_or_else(|| missing("conv2d"))?;
         let (n, h, w, oh, ow) = conv_geom(self, &x)?;
         let rows = n * oh * ow;
