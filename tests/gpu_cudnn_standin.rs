@@ -215,7 +215,9 @@ fn half_types_round_once_to_nearest_even() {
         for l in list(&dnn, &d, Dir::Fwd)
             .unwrap()
             .iter()
-            .filter(|l| l.status == St::CUDNN_STATUS_SUCCESS)
+            // The GEMM-like algorithms (0, 1, 2) sum exactly here; a GPU's FFT or Winograd
+            // ones would not.
+            .filter(|l| l.status == St::CUDNN_STATUS_SUCCESS && algo_id(l.algo) <= 2)
         {
             let mut ws = (l.memory > 0).then(|| stream.alloc_zeros::<u8>(l.memory).unwrap());
             launch(&dnn, &d, l.algo, ws.as_mut(), l.memory, (1.0, 0.0), &mut b).unwrap();
@@ -242,7 +244,6 @@ fn algorithm_lists_are_sorted_with_their_workspaces() {
         (Dir::Filter, 7, vec![(1, col), (3, taps), (0, 0)]),
     ] {
         let l = list(&dnn, &d, dir).unwrap();
-        assert_eq!(l.len(), count, "{dir:?}: every enumerant is listed");
         let ok: Vec<_> = l
             .iter()
             .take_while(|e| e.status == St::CUDNN_STATUS_SUCCESS)
@@ -262,9 +263,10 @@ fn algorithm_lists_are_sorted_with_their_workspaces() {
         }
         eprintln!("{test}: {}{dir:?}: {ok:?}", standin::label());
         if standin::requested() {
+            assert_eq!(l.len(), count, "{dir:?}: every enumerant is listed");
             let got: Vec<_> = ok.iter().map(|e| (algo_id(e.algo), e.memory)).collect();
             assert_eq!(got, want, "{dir:?}");
-            // One not offered: its workspace query is NOT_SUPPORTED, as is running it.
+            // One not offered: its workspace query is NOT_SUPPORTED.
             let e = l[ok.len()];
             assert_eq!(
                 ws_size(&dnn, &d, e.algo),
@@ -274,8 +276,10 @@ fn algorithm_lists_are_sorted_with_their_workspaces() {
     }
 }
 
-/// A workspace smaller than the algorithm's need is refused, for every algorithm that has
-/// one; on the stand-in also a size claimed beyond the buffer, and no buffer at all.
+/// On the stand-in, a workspace size smaller than the algorithm's need is refused, for
+/// every algorithm that has one, as are a size claimed beyond the buffer and no buffer at
+/// all. On a GPU, what cuDNN answers to the short size is printed, not held to: the
+/// stand-in is meant to be at least as strict.
 #[test]
 fn too_small_a_workspace_is_refused() {
     let test = "too_small_a_workspace_is_refused";
@@ -291,19 +295,21 @@ fn too_small_a_workspace_is_refused() {
             .iter()
             .filter(|l| l.status == St::CUDNN_STATUS_SUCCESS && l.memory > 0)
         {
-            let mut short = stream.alloc_zeros::<u8>(l.memory - 1).unwrap();
+            // The size passed is one byte short (the buffer itself is large enough, so
+            // only the size check can refuse it).
+            let mut full = stream.alloc_zeros::<u8>(l.memory).unwrap();
             let r = launch(
                 &dnn,
                 &d,
                 l.algo,
-                Some(&mut short),
+                Some(&mut full),
                 l.memory - 1,
                 (1.0, 0.0),
                 &mut b,
             );
             if !standin::requested() {
                 eprintln!(
-                    "{test}: {:?} with {} of {} workspace bytes: {r:?}",
+                    "{test}: {:?} told {} of {} workspace bytes: {r:?}",
                     l.algo,
                     l.memory - 1,
                     l.memory
@@ -316,6 +322,8 @@ fn too_small_a_workspace_is_refused() {
                 "{:?} size",
                 l.algo
             );
+            // The size is right but the buffer one byte short: the stand-in's range check.
+            let mut short = stream.alloc_zeros::<u8>(l.memory - 1).unwrap();
             let r = launch(
                 &dnn,
                 &d,
