@@ -1,4 +1,4 @@
-//! The CPU stand-in for the CUDA driver, cuBLASLt and NCCL (tests/standin/), for the GPU tests
+//! The CPU stand-in for the CUDA driver, cuBLASLt, cuDNN and NCCL (tests/standin/), for the GPU tests
 //! under `TUNE_CUDA_STANDIN=1`. Built with the system C++ compiler into
 //! `target/standin/<hash of the sources and compiler>/` on first use, and put on
 //! `TUNE_CUDA_LIB_DIRS` for this test process only: `--device auto`, `tune probe` and the
@@ -13,11 +13,13 @@ use std::sync::OnceLock;
 /// figures so a stand-in result is never read as a GPU's.
 pub const DEVICE_NAME: &str = "tune CPU stand-in (not a GPU)";
 
-const SOURCES: [&str; 8] = [
+const SOURCES: [&str; 10] = [
     "tests/standin/cuda_shim.h",
     "tests/standin/cuda.cpp",
     "tests/standin/launch.h",
     "tests/standin/cublaslt.cpp",
+    "tests/standin/cudnn.cpp",
+    "tests/standin/cudnn_conv.h",
     "tests/standin/nccl.cpp",
     "tests/standin/nccl_reduce.h",
     "tests/standin/nccl_remote.h",
@@ -111,6 +113,18 @@ fn build(root: &Path) -> Result<PathBuf, String> {
         .arg(&tmp)
         .arg("-l:libcuda.so.1")
         .arg("-Wl,-rpath,$ORIGIN"))?;
+    // cuDNN 9's soname, which cudarc tries (`libcudnn.so.9`); like cuBLASLt it queues its
+    // work and checks buffers through the driver stand-in.
+    run(Command::new(&cxx)
+        .args(common)
+        .arg("-Wl,-soname,libcudnn.so.9")
+        .arg("-o")
+        .arg(tmp.join("libcudnn.so.9"))
+        .arg(root.join("tests/standin/cudnn.cpp"))
+        .arg("-L")
+        .arg(&tmp)
+        .arg("-l:libcuda.so.1")
+        .arg("-Wl,-rpath,$ORIGIN"))?;
     // NCCL's real soname. No `libnccl.so` link here: tune makes its own private one
     // (engine::cuda::versions::nccl_link_dir), and the tests must see it do so. The
     // driver stand-in's tune_standin_* hooks are found at run time (dlopen RTLD_NOLOAD),
@@ -166,7 +180,8 @@ pub fn activate() -> Result<bool, String> {
     built().clone().map(|d| d.is_some())
 }
 
-/// The folder holding the built stand-in (libcuda.so.1, libcublasLt.so.13, libnccl.so.2)
+/// The folder holding the built stand-in (libcuda.so.1, libcublasLt.so.13, libcudnn.so.9,
+/// libnccl.so.2)
 /// when it is active, for tests that spawn the tune binary or link it directly.
 pub fn dir() -> Option<PathBuf> {
     built().as_ref().ok().cloned().flatten()

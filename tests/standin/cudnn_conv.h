@@ -1,0 +1,361 @@
+// The arithmetic of the cuDNN stand-in (cudnn.cpp): descriptors as plain structs and the
+// three convolution directions, each in the algorithms the stand-in offers. Written from
+// NVIDIA's cuDNN API reference (cudnnConvolutionForward, cudnnConvolutionBackwardData,
+// cudnnConvolutionBackwardFilter, cudnnGetConvolution2dForwardOutputDim), not from tune's
+// conv code:
+//   P = 1 + (H + 2*pad_h - ((R-1)*dil_h + 1)) / u      (Q likewise with W, pad_w, S, v)
+//   y[n,k,p,q] = sum_{c,r,s} x[n, c, p*u - pad_h + r*dil_h, q*v - pad_w + s*dil_w]
+//                            * w[k, c, r', s']
+//   with (r', s') = (r, s) under CUDNN_CROSS_CORRELATION and (R-1-r, S-1-s) under
+//   CUDNN_CONVOLUTION (the filter flipped); x outside the image reads 0 (zero padding).
+//   Backward data is the adjoint of that map in x, backward filter its adjoint in w.
+//   Every output is blended as dst = alpha*result + beta*dst, and dst is not read when
+//   beta == 0 (it may hold NaN: "the output is not read").
+// Operands load to f32 and results round once on store (PSEUDO_HALF / PSEUDO_BFLOAT16:
+// half storage, f32 compute). Algorithms that need a workspace keep their intermediate
+// data there and read it back from there, so a workspace that is too small or shared with
+// another buffer shows.
+#pragma once
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+namespace cudnn_standin {
+
+enum { T_FLOAT = 0, T_DOUBLE = 1, T_HALF = 2, T_BFLOAT16 = 9 };
+enum { MODE_CONVOLUTION = 0, MODE_CROSS_CORRELATION = 1 };
+enum { MATH_DEFAULT = 0, MATH_TENSOR_OP = 1, MATH_ALLOW_CONVERSION = 2, MATH_FMA = 3 };
+
+// A 4-d tensor (x, y, dx, dy), strides in elements.
+struct Tensor {
+    int magic;
+    bool set;
+    int type;
+    int64_t n, c, h, w;
+    int64_t sn, sc, sh, sw;
+};
+// A 4-d filter: K output channels, C input channels, R x S taps, packed as its format
+// says (NCHW = KCRS, NHWC = KRSC); strides derived from the format.
+struct Filter {
+    int magic;
+    bool set;
+    int type, format;
+    int64_t k, c, r, s;
+    int64_t sk, sc, sr, ss;
+};
+struct Conv {
+    int magic;
+    bool set;
+    int pad_h, pad_w, u, v, dil_h, dil_w, mode, compute;
+    int math;
+    int groups;
+};
+
+// The geometry one convolution's descriptors agree on.
+struct Shape {
+    int64_t N, C, H, W, K, R, S, P, Q;
+    int64_t pad_h, pad_w, u, v, dil_h, dil_w;
+    bool flip;
+};
+
+static int esize(int t) { return t == T_FLOAT ? 4 : (t == T_HALF || t == T_BFLOAT16) ? 2 : 0; }
+
+static float load(const void* p, int t, int64_t i) {
+    if (t == T_FLOAT) {
+        float f;
+        memcpy(&f, (const char*)p + i * 4, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const char*)p + i * 2, 2);
+    if (t == T_BFLOAT16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    _Float16 f;
+    memcpy(&f, &h, 2);
+    return (float)f;
+}
+// Round once to the element type: nearest, ties to even (NaN stays a quiet NaN).
+static void store(void* p, int t, int64_t i, float v) {
+    if (t == T_FLOAT) {
+        memcpy((char*)p + i * 4, &v, 4);
+        return;
+    }
+    uint16_t h;
+    if (t == T_BFLOAT16) {
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u)
+            h = (uint16_t)((u >> 16) | 0x40u);
+        else
+            h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    } else {
+        _Float16 f = (_Float16)v;
+        memcpy(&h, &f, 2);
+    }
+    memcpy((char*)p + i * 2, &h, 2);
+}
+// TF32 as tensor cores read an f32 operand: 10 mantissa bits, nearest, ties away from
+// zero (cvt.rna.tf32.f32). cuDNN permits it for FLOAT data under every math type but
+// CUDNN_FMA_MATH on Ampere and later (an H100 here), unless NVIDIA_TF32_OVERRIDE=0.
+static float tf32(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+// Workspace contents go through memcpy: the caller's pointer need not be aligned.
+static float ws_f(const void* ws, int64_t i) {
+    float f;
+    memcpy(&f, (const char*)ws + i * 4, 4);
+    return f;
+}
+static void ws_put_f(void* ws, int64_t i, float f) { memcpy((char*)ws + i * 4, &f, 4); }
+
+// One filter tap (c, r, s) as the index-precomputing algorithms keep it in the workspace:
+// its offset into the image and into the filter (k = 0), and its spatial displacement.
+struct Tap {
+    int64_t xoff, woff;
+    int32_t dh, dw;
+};
+static Tap ws_tap(const void* ws, int64_t i) {
+    Tap t;
+    memcpy(&t, (const char*)ws + i * (int64_t)sizeof(Tap), sizeof(Tap));
+    return t;
+}
+
+enum Dir { FWD, BWD_DATA, BWD_FILTER };
+
+// What one call queues: descriptors copied (the caller may destroy its own at once, as
+// cuDNN allows), pointers, the scaling factors read at call time.
+struct Job {
+    Dir dir;
+    int algo;
+    Shape g;
+    Tensor x, y;  // x or dx; y or dy
+    Filter w;     // w or dw
+    int type;
+    bool tf32;
+    float alpha, beta;
+    const void *px, *pw, *py;  // the inputs of this direction (the output's is unused)
+    void* out;
+    void* ws;
+};
+
+static int64_t at(const Tensor& t, int64_t n, int64_t c, int64_t h, int64_t w) {
+    return n * t.sn + c * t.sc + h * t.sh + w * t.sw;
+}
+static int64_t at(const Filter& f, int64_t k, int64_t c, int64_t r, int64_t s) {
+    return k * f.sk + c * f.sc + r * f.sr + s * f.ss;
+}
+
+struct Ops {
+    const Job& j;
+    float X(int64_t i) const { return op(j.px, i); }
+    float W(int64_t i) const { return op(j.pw, i); }
+    float Y(int64_t i) const { return op(j.py, i); }
+    float op(const void* p, int64_t i) const {
+        float v = load(p, j.type, i);
+        return j.tf32 ? tf32(v) : v;
+    }
+    // The filter tap (r, s) of the sum, as stored: flipped under CUDNN_CONVOLUTION.
+    int64_t wr(int64_t r) const { return j.g.flip ? j.g.R - 1 - r : r; }
+    int64_t wc(int64_t s) const { return j.g.flip ? j.g.S - 1 - s : s; }
+    void blend(int64_t i, float acc) const {
+        float v = j.alpha * acc;
+        if (j.beta != 0.0f) v += j.beta * load(j.out, j.type, i);
+        store(j.out, j.type, i, v);
+    }
+    // im2col of image n into the workspace: row (c, r, s), column (p, q); 0 off the image.
+    void im2col(int64_t n) const {
+        const Shape& g = j.g;
+        int64_t PQ = g.P * g.Q;
+        for (int64_t c = 0; c < g.C; ++c)
+            for (int64_t r = 0; r < g.R; ++r)
+                for (int64_t s = 0; s < g.S; ++s) {
+                    int64_t row = (c * g.R + r) * g.S + s;
+                    for (int64_t p = 0; p < g.P; ++p)
+                        for (int64_t q = 0; q < g.Q; ++q) {
+                            int64_t h = p * g.u - g.pad_h + r * g.dil_h;
+                            int64_t w = q * g.v - g.pad_w + s * g.dil_w;
+                            bool in = h >= 0 && h < g.H && w >= 0 && w < g.W;
+                            ws_put_f(j.ws, row * PQ + p * g.Q + q, in ? X(at(j.x, n, c, h, w)) : 0.0f);
+                        }
+                }
+    }
+    // The taps (c, r, s) with their offsets, into the workspace.
+    void taps() const {
+        const Shape& g = j.g;
+        for (int64_t c = 0; c < g.C; ++c)
+            for (int64_t r = 0; r < g.R; ++r)
+                for (int64_t s = 0; s < g.S; ++s) {
+                    Tap t{at(j.x, 0, c, r * g.dil_h, s * g.dil_w), at(j.w, 0, c, wr(r), wc(s)),
+                          (int32_t)(r * g.dil_h), (int32_t)(s * g.dil_w)};
+                    memcpy((char*)j.ws + ((c * g.R + r) * g.S + s) * (int64_t)sizeof(Tap), &t,
+                           sizeof(Tap));
+                }
+    }
+};
+
+// ---- forward: IMPLICIT_GEMM (0), IMPLICIT_PRECOMP_GEMM (1), GEMM (2) ----------------------
+
+static void forward(const Job& j) {
+    Ops o{j};
+    const Shape& g = j.g;
+    int64_t CRS = g.C * g.R * g.S, PQ = g.P * g.Q;
+    if (j.algo == 1) o.taps();
+    for (int64_t n = 0; n < g.N; ++n) {
+        if (j.algo == 2) o.im2col(n);
+        for (int64_t k = 0; k < g.K; ++k)
+            for (int64_t p = 0; p < g.P; ++p)
+                for (int64_t q = 0; q < g.Q; ++q) {
+                    int64_t h0 = p * g.u - g.pad_h, w0 = q * g.v - g.pad_w;
+                    float acc = 0.0f;
+                    if (j.algo == 0) {
+                        for (int64_t c = 0; c < g.C; ++c)
+                            for (int64_t r = 0; r < g.R; ++r)
+                                for (int64_t s = 0; s < g.S; ++s) {
+                                    int64_t h = h0 + r * g.dil_h, w = w0 + s * g.dil_w;
+                                    if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+                                    acc += o.X(at(j.x, n, c, h, w)) *
+                                           o.W(at(j.w, k, c, o.wr(r), o.wc(s)));
+                                }
+                    } else if (j.algo == 1) {
+                        for (int64_t t = 0; t < CRS; ++t) {
+                            Tap tp = ws_tap(j.ws, t);
+                            int64_t h = h0 + tp.dh, w = w0 + tp.dw;
+                            if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+                            acc += o.X(at(j.x, n, 0, h0, w0) + tp.xoff) * o.W(k * j.w.sk + tp.woff);
+                        }
+                    } else {
+                        for (int64_t c = 0; c < g.C; ++c)
+                            for (int64_t r = 0; r < g.R; ++r)
+                                for (int64_t s = 0; s < g.S; ++s)
+                                    acc += ws_f(j.ws, ((c * g.R + r) * g.S + s) * PQ + p * g.Q + q) *
+                                           o.W(at(j.w, k, c, o.wr(r), o.wc(s)));
+                    }
+                    o.blend(at(j.y, n, k, p, q), acc);
+                }
+    }
+}
+
+// ---- backward data: ALGO_0 (0, gathers dy per dx element), ALGO_1 (1, GEMM w^T dy into
+// the workspace, then col2im) ------------------------------------------------------------
+
+// The output position (p, q) whose window puts tap (r, s) on image row h / column w, if any.
+static bool source(const Shape& g, int64_t h, int64_t w, int64_t r, int64_t s, int64_t* p,
+                   int64_t* q) {
+    int64_t hp = h + g.pad_h - r * g.dil_h, wq = w + g.pad_w - s * g.dil_w;
+    if (hp < 0 || wq < 0 || hp % g.u != 0 || wq % g.v != 0) return false;
+    *p = hp / g.u;
+    *q = wq / g.v;
+    return *p < g.P && *q < g.Q;
+}
+
+static void backward_data(const Job& j) {
+    Ops o{j};
+    const Shape& g = j.g;
+    int64_t PQ = g.P * g.Q;
+    for (int64_t n = 0; n < g.N; ++n) {
+        if (j.algo == 1) {
+            for (int64_t c = 0; c < g.C; ++c)
+                for (int64_t r = 0; r < g.R; ++r)
+                    for (int64_t s = 0; s < g.S; ++s)
+                        for (int64_t pq = 0; pq < PQ; ++pq) {
+                            float acc = 0.0f;
+                            for (int64_t k = 0; k < g.K; ++k)
+                                acc += o.W(at(j.w, k, c, o.wr(r), o.wc(s))) *
+                                       o.Y(at(j.y, n, k, pq / g.Q, pq % g.Q));
+                            ws_put_f(j.ws, ((c * g.R + r) * g.S + s) * PQ + pq, acc);
+                        }
+        }
+        for (int64_t c = 0; c < g.C; ++c)
+            for (int64_t h = 0; h < g.H; ++h)
+                for (int64_t w = 0; w < g.W; ++w) {
+                    float acc = 0.0f;
+                    for (int64_t r = 0; r < g.R; ++r)
+                        for (int64_t s = 0; s < g.S; ++s) {
+                            int64_t p, q;
+                            if (!source(g, h, w, r, s, &p, &q)) continue;
+                            if (j.algo == 1) {
+                                acc += ws_f(j.ws, ((c * g.R + r) * g.S + s) * PQ + p * g.Q + q);
+                                continue;
+                            }
+                            for (int64_t k = 0; k < g.K; ++k)
+                                acc += o.Y(at(j.y, n, k, p, q)) *
+                                       o.W(at(j.w, k, c, o.wr(r), o.wc(s)));
+                        }
+                    o.blend(at(j.x, n, c, h, w), acc);
+                }
+    }
+}
+
+// ---- backward filter: ALGO_0 (0, direct), ALGO_1 (1, im2col per image in the workspace),
+// ALGO_3 (3, tap offsets in the workspace) -------------------------------------------------
+
+static void backward_filter(const Job& j) {
+    Ops o{j};
+    const Shape& g = j.g;
+    int64_t CRS = g.C * g.R * g.S, PQ = g.P * g.Q;
+    if (j.algo == 1) {
+        // Per image partial sums, added image by image (a GEMM per image, as the real
+        // ALGO_1 is described: the input matrix formed explicitly).
+        std::vector<float> acc((size_t)(g.K * CRS), 0.0f);
+        for (int64_t n = 0; n < g.N; ++n) {
+            o.im2col(n);
+            for (int64_t k = 0; k < g.K; ++k)
+                for (int64_t t = 0; t < CRS; ++t) {
+                    float part = 0.0f;
+                    for (int64_t pq = 0; pq < PQ; ++pq)
+                        part += o.Y(at(j.y, n, k, pq / g.Q, pq % g.Q)) * ws_f(j.ws, t * PQ + pq);
+                    acc[(size_t)(k * CRS + t)] += part;
+                }
+        }
+        for (int64_t k = 0; k < g.K; ++k)
+            for (int64_t c = 0; c < g.C; ++c)
+                for (int64_t r = 0; r < g.R; ++r)
+                    for (int64_t s = 0; s < g.S; ++s)
+                        o.blend(at(j.w, k, c, o.wr(r), o.wc(s)),
+                                acc[(size_t)(k * CRS + (c * g.R + r) * g.S + s)]);
+        return;
+    }
+    if (j.algo == 3) o.taps();
+    for (int64_t k = 0; k < g.K; ++k)
+        for (int64_t t = 0; t < CRS; ++t) {
+            int64_t c = t / (g.R * g.S), r = t / g.S % g.R, s = t % g.S;
+            Tap tp = j.algo == 3 ? ws_tap(j.ws, t)
+                                 : Tap{at(j.x, 0, c, r * g.dil_h, s * g.dil_w),
+                                       at(j.w, 0, c, o.wr(r), o.wc(s)), (int32_t)(r * g.dil_h),
+                                       (int32_t)(s * g.dil_w)};
+            float acc = 0.0f;
+            for (int64_t n = 0; n < g.N; ++n)
+                for (int64_t p = 0; p < g.P; ++p)
+                    for (int64_t q = 0; q < g.Q; ++q) {
+                        int64_t h0 = p * g.u - g.pad_h, w0 = q * g.v - g.pad_w;
+                        int64_t h = h0 + tp.dh, w = w0 + tp.dw;
+                        if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+                        acc += o.Y(at(j.y, n, k, p, q)) * o.X(at(j.x, n, 0, h0, w0) + tp.xoff);
+                    }
+            o.blend(k * j.w.sk + tp.woff, acc);
+        }
+}
+
+static void run(void* user) {
+    Job* j = (Job*)user;
+    if (j->dir == FWD)
+        forward(*j);
+    else if (j->dir == BWD_DATA)
+        backward_data(*j);
+    else
+        backward_filter(*j);
+    delete j;
+}
+
+}  // namespace cudnn_standin
