@@ -120,7 +120,9 @@ fn cudnn_convolutions_track_im2col_record_their_algorithms_and_autotune() {
                 c.source
             );
         }
-        assert_eq!(mine.len(), 3, "{op}: one choice per conv shape");
+        // The first conv's input gradient is never computed (the input needs none).
+        let shapes = if op == "conv2d.cudnn.bwd_data" { 2 } else { 3 };
+        assert_eq!(mine.len(), shapes, "{op}: one choice per conv shape");
         for c in mine {
             assert_eq!(c.source, ChoiceSource::Heuristic, "{op} {}", c.key);
             assert!(
@@ -225,8 +227,8 @@ fn cudnn_convolutions_track_im2col_record_their_algorithms_and_autotune() {
         timed += usize::from(c.timings_ms.len() >= 2);
     }
     assert_eq!(
-        timed, 9,
-        "each of 3 shapes x 3 directions had 2+ candidates"
+        timed, 8,
+        "3 + 2 + 3 shapes and directions, each with 2+ candidates"
     );
     let text = std::fs::read_to_string(cache.path().join("autotune.json")).unwrap();
     assert!(text.contains("conv2d.cudnn.fwd|cuda:"), "{text}");
@@ -236,7 +238,7 @@ fn cudnn_convolutions_track_im2col_record_their_algorithms_and_autotune() {
         .iter()
         .filter(|c| OPS.contains(&c.op.as_str()))
         .collect();
-    assert_eq!(again.len(), 9);
+    assert_eq!(again.len(), 8);
     for c in again {
         assert_eq!(c.source, ChoiceSource::Cache, "{} {}", c.op, c.key);
         let was = a

@@ -105,7 +105,8 @@ fn cand(algo: Algo, ws: usize) -> Cand {
         Algo::Data(a) => format!("{a:?}"),
         Algo::Filter(a) => format!("{a:?}"),
     };
-    let short = full.rsplit("_ALGO_").next().unwrap_or(&full).to_string();
+    // FWD_ALGO_IMPLICIT_GEMM, BWD_DATA_ALGO_1, ...: the enumerant less cuDNN's prefix.
+    let short = full.strip_prefix("CUDNN_CONVOLUTION_").unwrap_or(&full);
     Cand {
         algo,
         ws,
