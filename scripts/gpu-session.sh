@@ -2,7 +2,7 @@
 # Everything the CUDA backend must show on a real GPU, in one device call (device time
 # is scarce). Build on the workstation first (the GPU machine has no registry access):
 #
-#   T="gpu_parity gpu_amp gpu_autotune gpu_cudnn gpu_optim gpu_ddp gpu_nccl_standin knobs cuda_kernels"
+#   T="gpu_parity gpu_amp gpu_autotune gpu_cudnn gpu_cudnn_standin gpu_optim gpu_ddp gpu_nccl_standin knobs cuda_kernels"
 #   cargo build --release && cargo test --release --no-run $(for t in $T; do printf -- '--test %s ' $t; done)
 #   mkdir -p gpu-bin && cp target/release/tune gpu-bin/ && for t in $T; do
 #     cp "$(ls -t target/release/deps/$t-* | grep -v '\.d$' | head -1)" gpu-bin/$t; done
@@ -56,7 +56,7 @@ step() { # name, command...: runs it, output to $OUT/<name>.txt, status to summa
 
 if [[ ",$PARTS," == *",tests,"* ]]; then
   step cuda_kernels ./gpu-bin/cuda_kernels --nocapture
-  for t in gpu_optim gpu_amp gpu_autotune gpu_cudnn gpu_parity gpu_ddp knobs; do
+  for t in gpu_optim gpu_amp gpu_autotune gpu_cudnn gpu_cudnn_standin gpu_parity gpu_ddp knobs; do
     step "$t" "./gpu-bin/$t" --test-threads=1 --nocapture
   done
 fi
