@@ -26,7 +26,7 @@
 #     private libnccl.so link), fp32 and bf16, with SyncBatchNorm, and `--parallel dp`
 #     (fp32, and bf16 with autotune), with the per-device summaries, and under torchrun
 #     one process per GPU where there are 2 or more;
-#  4. `tune sweep` of experiments/seed-knobs.toml on the GPU (its device set to cuda and
+#  4. `tune sweep --device cuda` of experiments/seed-knobs.toml on the GPU (with
 #     tf32 added to amp): every knob;
 #  5. PyTorch eager, same models, batch and knobs, fp32, bf16 autocast and tf32;
 #  6. reports/gpu/<date>-<gpu>.md from all of it (scripts/gpu_report.py): the step-time
@@ -111,10 +111,10 @@ if [[ ",$PARTS," == *",runs,"* ]]; then
   else
     echo "tune ddp torchrun: not run (one GPU; multi-process DDP needs 2)" >> "$OUT/summary.txt"
   fi
-  sed -e 's/^device = "cpu"/device = "cuda"/' -e 's/^name = "seed-knobs"/name = "seed-knobs-cuda"/' \
+  sed -e 's/^name = "seed-knobs"/name = "seed-knobs-cuda"/' \
       -e 's/^amp = \["off", "bf16", "fp16"\]/amp = ["off", "bf16", "fp16", "tf32"]/' \
       experiments/seed-knobs.toml > "$OUT/seed-knobs-cuda.toml"
-  step sweep ./gpu-bin/tune sweep "$OUT/seed-knobs-cuda.toml" --out "$OUT/sweep"
+  step sweep ./gpu-bin/tune sweep "$OUT/seed-knobs-cuda.toml" --device cuda --out "$OUT/sweep"
   python3 scripts/torch_gpu_bench.py --amp off,bf16,tf32 > "$OUT/torch.jsonl" 2> "$OUT/torch.err"
   echo "torch rc=$?" >> "$OUT/summary.txt"
   step report python3 scripts/gpu_report.py --out-dir "$OUT" --write "$OUT/report.md"

@@ -460,3 +460,47 @@ fn a_closed_stdout_does_not_stop_or_crash_a_sweep() {
         assert!(out.join("report.json").exists(), "json {json}");
     }
 }
+
+#[path = "common/standin.rs"]
+mod standin;
+
+#[test]
+fn device_flag_moves_an_engine_spec_to_cuda_and_refuses_a_command_spec() {
+    let d = tempfile::tempdir().unwrap();
+    // A command workload chooses its own device: one line, exit 2, nothing written.
+    let cmd = d.path().join("cmd.toml");
+    std::fs::write(
+        &cmd,
+        "name = \"c\"\n[workload.command]\nrun = \"true\"\nmetric_regex = 'x=(\\d+)'\n\
+         [knobs]\nnum_workers = [0]\n",
+    )
+    .unwrap();
+    let out = d.path().join("c");
+    let o = sweep(&cmd, &out, &["--device", "cuda"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--device") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing is written for bad input");
+
+    // An engine spec written for the CPU trains on CUDA: the stand-in (or a GPU) when
+    // the backend runs here, else the trial is `unsupported` with the backend's reason.
+    let cuda = standin::activate().unwrap_or(false) || tune::engine::cuda::usable().is_ok();
+    let spec = write_spec(d.path(), "dev", "zero_grad = [\"memset\"]", "repeats = 1");
+    let out = d.path().join("dev");
+    let o = sweep(&spec, &out, &["--device", "cuda"], &[]);
+    let r = report_json(&out);
+    let t = &r["trials"][0];
+    if cuda {
+        assert!(o.status.success(), "{}", show(&o));
+        assert_eq!(t["status"], "ok", "{t}");
+        let backend = r["environment"]["backend"].as_str().unwrap();
+        assert!(backend.starts_with("cuda"), "{backend}");
+    } else {
+        assert_eq!(t["status"], "unsupported", "{t}");
+        assert!(t["error"].as_str().unwrap().contains("CUDA backend"), "{t}");
+    }
+    assert_eq!(r["spec"]["workload"]["device"], "cuda", "{}", r["spec"]);
+}

@@ -370,6 +370,10 @@ pub struct SweepArgs {
     /// Where trials run, overriding the spec's `[search] executor` (docs/cluster.md).
     #[arg(long, value_parser = ["local", "slurm"])]
     pub executor: Option<String>,
+    /// The backend every trial trains on, overriding the spec's `[workload] device`
+    /// (engine workloads only).
+    #[arg(long, value_parser = ["cpu", "cuda", "auto"])]
+    pub device: Option<String>,
 }
 
 #[derive(Debug, Args, Clone)]

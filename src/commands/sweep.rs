@@ -114,8 +114,26 @@ fn mem_cap(spec: &Spec) -> Option<u64> {
         .or(spec.search.mem_cap_mib.map(|m| m << 20))
 }
 
+/// `spec` with `--device` in place of its `[workload] device`.
+fn with_device(mut spec: Spec, args: &SweepArgs) -> Result<Spec> {
+    let Some(d) = &args.device else {
+        return Ok(spec);
+    };
+    match &mut spec.workload {
+        Workload::Engine(e) => e.device = d.clone(),
+        Workload::Command(_) => {
+            return Err(Error::Invalid(format!(
+                "{}: --device sets the device of built-in engine workloads (model = ...); \
+                 this spec's workload is a command, which chooses its own device",
+                args.spec.display()
+            )))
+        }
+    }
+    Ok(spec)
+}
+
 pub fn main(args: &SweepArgs) -> Result<i32> {
-    let spec = Spec::load(&args.spec)?;
+    let spec = with_device(Spec::load(&args.spec)?, args)?;
     if args.tui {
         tui::dash::check_terminal("tune sweep --tui", args.json)?;
     }
