@@ -319,85 +319,55 @@ impl Dnn {
     /// with its workspace for this shape.
     fn candidates(&self, p: &Plan, dir: Dir) -> Result<Vec<Cand>> {
         const MAX: usize = 8;
-        let ok = sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
-        let mut got: Vec<(Algo, usize)> = Vec::new();
-        let mut count: c_int = 0;
         let h = self.handle;
-        // SAFETY (each arm): every descriptor is live and describes this plan; the result
-        // arrays have room for MAX entries, MAX is passed as the requested count, and cuDNN
-        // reports in `count` how many it initialised (only those are read).
-        match dir {
-            Dir::Forward => {
-                let mut r = [const { std::mem::MaybeUninit::uninit() }; MAX];
-                unsafe {
-                    dnn::get_convolution_forward_algorithm(
-                        h,
-                        p.x,
-                        p.w,
-                        p.conv,
-                        p.y,
-                        MAX as c_int,
-                        &mut count,
-                        r.as_mut_ptr().cast(),
-                    )
+        // One `_v7` query's runnable entries with their workspace estimates.
+        macro_rules! runnable {
+            ($perf:ty, $variant:path, $what:literal, |$r:ident, $n:ident| $query:expr) => {{
+                let mut r = [const { std::mem::MaybeUninit::<$perf>::uninit() }; MAX];
+                let mut n: c_int = 0;
+                {
+                    let ($r, $n) = (r.as_mut_ptr().cast::<$perf>(), &mut n);
+                    // SAFETY: every descriptor is live and describes this plan; `r` has
+                    // room for MAX entries, MAX is the requested count, and cuDNN says
+                    // in `n` how many it initialised (only those are read below).
+                    unsafe { $query }.map_err(|e| err($what, e))?;
                 }
-                .map_err(|e| err("forward heuristic", e))?;
-                for e in r.iter().take(count.clamp(0, MAX as c_int) as usize) {
-                    // SAFETY: initialised by cuDNN (within `count`).
-                    let e: &sys::cudnnConvolutionFwdAlgoPerf_t = unsafe { e.assume_init_ref() };
-                    if e.status == ok {
-                        got.push((Algo::Fwd(e.algo), e.memory));
-                    }
-                }
-            }
-            Dir::BackwardData => {
-                let mut r = [const { std::mem::MaybeUninit::uninit() }; MAX];
-                unsafe {
-                    dnn::get_convolution_backward_data_algorithm(
-                        h,
-                        p.w,
-                        p.y,
-                        p.conv,
-                        p.x,
-                        MAX as c_int,
-                        &mut count,
-                        r.as_mut_ptr().cast(),
-                    )
-                }
-                .map_err(|e| err("backward-data heuristic", e))?;
-                for e in r.iter().take(count.clamp(0, MAX as c_int) as usize) {
-                    // SAFETY: initialised by cuDNN (within `count`).
-                    let e: &sys::cudnnConvolutionBwdDataAlgoPerf_t = unsafe { e.assume_init_ref() };
-                    if e.status == ok {
-                        got.push((Algo::Data(e.algo), e.memory));
-                    }
-                }
-            }
-            Dir::BackwardFilter => {
-                let mut r = [const { std::mem::MaybeUninit::uninit() }; MAX];
-                unsafe {
-                    dnn::get_convolution_backward_filter_algorithm(
-                        h,
-                        p.x,
-                        p.y,
-                        p.conv,
-                        p.w,
-                        MAX as c_int,
-                        &mut count,
-                        r.as_mut_ptr().cast(),
-                    )
-                }
-                .map_err(|e| err("backward-filter heuristic", e))?;
-                for e in r.iter().take(count.clamp(0, MAX as c_int) as usize) {
-                    // SAFETY: initialised by cuDNN (within `count`).
-                    let e: &sys::cudnnConvolutionBwdFilterAlgoPerf_t =
-                        unsafe { e.assume_init_ref() };
-                    if e.status == ok {
-                        got.push((Algo::Filter(e.algo), e.memory));
-                    }
-                }
-            }
+                let ok = sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
+                r.iter()
+                    .take(n.clamp(0, MAX as c_int) as usize)
+                    .filter_map(|e| {
+                        // SAFETY: one of the first `n` entries, initialised by cuDNN.
+                        let e = unsafe { e.assume_init_ref() };
+                        (e.status == ok).then(|| ($variant(e.algo), e.memory))
+                    })
+                    .collect::<Vec<(Algo, usize)>>()
+            }};
         }
+        let m = MAX as c_int;
+        let got = match dir {
+            Dir::Forward => runnable!(
+                sys::cudnnConvolutionFwdAlgoPerf_t,
+                Algo::Fwd,
+                "forward heuristic",
+                |r, n| dnn::get_convolution_forward_algorithm(h, p.x, p.w, p.conv, p.y, m, n, r)
+            ),
+            Dir::BackwardData => runnable!(
+                sys::cudnnConvolutionBwdDataAlgoPerf_t,
+                Algo::Data,
+                "backward-data heuristic",
+                |r, n| dnn::get_convolution_backward_data_algorithm(
+                    h, p.w, p.y, p.conv, p.x, m, n, r
+                )
+            ),
+            Dir::BackwardFilter => runnable!(
+                sys::cudnnConvolutionBwdFilterAlgoPerf_t,
+                Algo::Filter,
+                "backward-filter heuristic",
+                |r, n| dnn::get_convolution_backward_filter_algorithm(
+                    h, p.x, p.y, p.conv, p.w, m, n, r
+                )
+            ),
+        };
         let mut out: Vec<Cand> = Vec::new();
         for (algo, listed) in got {
             let name = format!("{algo:?}");
