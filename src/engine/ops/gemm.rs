@@ -46,7 +46,9 @@ impl<'a> Mat<'a> {
 }
 
 /// `dst (m x n, row-major) = [dst +] a (m x k) * b (k x n)`.
-/// `accumulate = false` overwrites `dst` without reading it.
+/// `accumulate = false` overwrites `dst` without reading it. With `Rayon(t)`, t > 1, the
+/// output is split over t single-threaded GEMMs ([`matmul_split`]) rather than left to
+/// the gemm crate's own split, which packs the larger operand once per thread.
 pub fn matmul(
     dst: &mut [f32],
     a: Mat,
@@ -54,6 +56,15 @@ pub fn matmul(
     accumulate: bool,
     par: gemm::Parallelism,
 ) -> Result<()> {
+    match par {
+        gemm::Parallelism::Rayon(t) if t > 1 => matmul_split(dst, a, b, accumulate, t),
+        _ => matmul_one(dst, a, b, accumulate),
+    }
+}
+
+/// `matmul` on the calling thread.
+fn matmul_one(dst: &mut [f32], a: Mat, b: Mat, accumulate: bool) -> Result<()> {
+    let par = gemm::Parallelism::None;
     let (m, k, n) = (a.rows, a.cols, b.cols);
     if b.rows != k
         || dst.len() < m * n
@@ -105,6 +116,96 @@ pub fn matmul(
             par,
         );
     }
+    Ok(())
+}
+
+/// `dst`'s raw pointer for the blocks of [`matmul_split`], which write disjoint parts of
+/// it from several threads.
+#[derive(Clone, Copy)]
+struct DstPtr(*mut f32);
+// SAFETY: each task writes only its own block of `dst` (disjoint rows or columns), and
+// `matmul_split` holds the unique borrow until every task has finished.
+unsafe impl Send for DstPtr {}
+unsafe impl Sync for DstPtr {}
+
+impl DstPtr {
+    /// The pointer, through a method so a closure captures the whole (Send) wrapper
+    /// rather than its raw-pointer field.
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// `matmul` with the output split into `threads` blocks, each a single-threaded GEMM on
+/// its own rayon task: rows where `a` is the taller operand (each task packs its rows of
+/// `a` and all of `b`), columns otherwise (its columns of `b` and all of `a`), so the
+/// larger operand is packed once over all tasks rather than once per thread.
+pub fn matmul_split(
+    dst: &mut [f32],
+    a: Mat,
+    b: Mat,
+    accumulate: bool,
+    threads: usize,
+) -> Result<()> {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    // Too small to split, or malformed (matmul_one then names the mismatch).
+    if threads <= 1
+        || m.max(n) < 2 * threads
+        || k == 0
+        || b.rows != k
+        || dst.len() < m * n
+        || a.last_index() >= a.data.len()
+        || b.last_index() >= b.data.len()
+    {
+        return matmul_one(dst, a, b, accumulate);
+    }
+    let by_rows = m >= n;
+    let len = if by_rows { m } else { n };
+    let per = len.div_ceil(threads);
+    let out = DstPtr(dst.as_mut_ptr());
+    use rayon::prelude::*;
+    (0..len.div_ceil(per)).into_par_iter().for_each(|i| {
+        let (s, e) = (i * per, ((i + 1) * per).min(len));
+        let (mm, nn) = if by_rows { (e - s, n) } else { (m, e - s) };
+        let (ap, bp, dp) = if by_rows {
+            // SAFETY: s < m, so the offsets stay inside `a` and `dst` (checked above).
+            unsafe {
+                (
+                    a.data.as_ptr().add(s * a.rs),
+                    b.data.as_ptr(),
+                    out.get().add(s * n),
+                )
+            }
+        } else {
+            // SAFETY: s < n, likewise inside `b` and `dst`.
+            unsafe { (a.data.as_ptr(), b.data.as_ptr().add(s * b.cs), out.get().add(s)) }
+        };
+        // SAFETY: the block is rows (or columns) s..e of the checked problem: every index
+        // lies inside the operands, and blocks of `dst` do not overlap.
+        unsafe {
+            gemm::gemm(
+                mm,
+                nn,
+                k,
+                dp,
+                1,
+                n as isize,
+                accumulate,
+                ap,
+                a.cs as isize,
+                a.rs as isize,
+                bp,
+                b.cs as isize,
+                b.rs as isize,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    });
     Ok(())
 }
 
@@ -285,5 +386,143 @@ mod tests {
             gemm::Parallelism::None
         )
         .is_err());
+    }
+
+    #[test]
+    fn split_matches_one_gemm() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for (m, k, n, ta, tb) in [
+            (13, 37, 21, false, true),
+            (200, 64, 7, true, false),
+            (5, 300, 77, false, false),
+            (64, 16384, 288, true, false),
+            (1, 5, 1, false, false),
+        ] {
+            let a = data(m * k, 8);
+            let b = data(k * n, 9);
+            let am = if ta {
+                Mat::rm(&a, k, m).t()
+            } else {
+                Mat::rm(&a, m, k)
+            };
+            let bm = if tb {
+                Mat::rm(&b, n, k).t()
+            } else {
+                Mat::rm(&b, k, n)
+            };
+            for acc in [false, true] {
+                let start = data(m * n, 10);
+                let mut want = start.clone();
+                matmul(&mut want, am, bm, acc, gemm::Parallelism::None).unwrap();
+                for threads in [2, 3] {
+                    let mut got = start.clone();
+                    pool.install(|| matmul_split(&mut got, am, bm, acc, threads))
+                        .unwrap();
+                    let worst = want
+                        .iter()
+                        .zip(&got)
+                        .map(|(w, g)| (w - g).abs() / (1.0 + w.abs()))
+                        .fold(0.0f32, f32::max);
+                    assert!(worst < 1e-5, "{m}x{k}x{n} acc={acc} x{threads}: {worst}");
+                    let same = want
+                        .iter()
+                        .zip(&got)
+                        .all(|(w, g)| w.to_bits() == g.to_bits());
+                    eprintln!("{m}x{k}x{n} acc={acc} x{threads}: bit-identical {same}");
+                }
+            }
+        }
+    }
+
+    /// The gemm crate's own parallel split, for the timing below.
+    fn gemm_own(d: &mut [f32], a: Mat, b: Mat, t: usize) {
+        let (m, k, n) = (a.rows, a.cols, b.cols);
+        // SAFETY: the shapes come from checked views of the bench's own buffers.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                d.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.data.as_ptr(),
+                a.cs as isize,
+                a.rs as isize,
+                b.data.as_ptr(),
+                b.cs as isize,
+                b.rs as isize,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::Rayon(t),
+            )
+        }
+    }
+
+    /// Timing of the gemm crate's own 2-thread split against `matmul_split`
+    /// on the mlp's and cnn-small's GEMM shapes (run by hand on an idle machine:
+    /// `cargo test --release --lib split_speed -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn split_speed() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        // (m, k, n, a transposed, b transposed)
+        let shapes = [
+            (128, 784, 1024, false, true),   // mlp fwd 1: y = x W^T
+            (1024, 1024, 128, false, true),  // mlp fwd 2 turned: y^T = W x^T
+            (128, 1024, 784, false, false),  // mlp dx 1: dy W
+            (128, 1024, 1024, false, false), // mlp dx 2
+            (1024, 128, 784, true, false),   // mlp dW 1: dy^T x
+            (1024, 128, 1024, true, false),  // mlp dW 2
+            (16384, 288, 64, false, true),   // cnn conv2 fwd: col W^T
+            (64, 16384, 288, true, false),   // cnn conv2 dW: dy^T col
+            (4096, 576, 128, false, true),   // cnn conv3 fwd
+            (128, 4096, 576, true, false),   // cnn conv3 dW
+            (16384, 64, 288, false, false),  // cnn conv2 dcol: dy W
+            (32, 65536, 27, true, false),    // cnn conv1 dW
+            (2048, 2048, 2048, false, false),
+        ];
+        for (m, k, n, ta, tb) in shapes {
+            let a = data(m * k, 1);
+            let b = data(k * n, 2);
+            let am = if ta {
+                Mat::rm(&a, k, m).t()
+            } else {
+                Mat::rm(&a, m, k)
+            };
+            let bm = if tb {
+                Mat::rm(&b, n, k).t()
+            } else {
+                Mat::rm(&b, k, n)
+            };
+            let mut d = vec![0.0f32; m * n];
+            let mut best = |f: &mut dyn FnMut(&mut [f32])| {
+                let mut t = f64::INFINITY;
+                for _ in 0..7 {
+                    let s = std::time::Instant::now();
+                    for _ in 0..10 {
+                        f(&mut d);
+                    }
+                    t = t.min(s.elapsed().as_secs_f64() * 100.0);
+                }
+                t
+            };
+            let own = pool.install(|| best(&mut |d| gemm_own(d, am, bm, 2)));
+            let split = pool.install(|| best(&mut |d| matmul_split(d, am, bm, false, 2).unwrap()));
+            let one = best(&mut |d| matmul_one(d, am, bm, false).unwrap());
+            eprintln!(
+                "{m}x{k}x{n} ta={ta} tb={tb}: 1 thread {one:.3} ms, gemm 2t {own:.3} ms, split 2t {split:.3} ms"
+            );
+        }
     }
 }
