@@ -188,6 +188,38 @@ fn cudnn_convolutions_track_im2col_record_their_algorithms_and_autotune() {
         assert_eq!(with.skipped_steps, without.skipped_steps, "{name}");
     }
 
+    // A shape cuDNN has no algorithm for (the stand-in's hook lists nothing runnable for
+    // 3 input channels, as cuDNN does for a configuration it has no kernel for) runs as
+    // im2col + cuBLASLt, the record says so, and the other shapes stay on cuDNN.
+    if standin::requested() {
+        std::env::set_var("TUNE_CUDNN_STANDIN_NO_ALGO_C", "3");
+        let mixed = train(true, &w, &base);
+        std::env::remove_var("TUNE_CUDNN_STANDIN_NO_ALGO_C");
+        let fell: Vec<_> = mixed
+            .algorithms
+            .iter()
+            .filter(|c| c.op == "conv2d" && c.key != "path")
+            .collect();
+        assert_eq!(fell.len(), 1, "{:?}", mixed.algorithms);
+        assert!(fell[0].key.contains("32x32x3 -> 32"), "{:?}", fell[0]);
+        assert!(
+            fell[0]
+                .algo
+                .starts_with("im2col+cublasLt (cuDNN has no runnable"),
+            "{:?}",
+            fell[0]
+        );
+        let fwd = mixed.algorithms.iter().filter(|c| c.op == OPS[0]).count();
+        assert_eq!(fwd, 2, "the two other shapes ran in cuDNN");
+        close(
+            "one shape on im2col",
+            &mixed.losses,
+            &first.losses,
+            1e-4,
+            1e-3,
+        );
+    }
+
     // resnet-mini: 1x1 stride-2 shortcuts and more shapes.
     let rw = workload(ModelKind::ResnetMini, 2, cache.path());
     let with = train(true, &rw, &base);

@@ -307,6 +307,14 @@ struct Descs {
     const Tensor* y;
 };
 
+// Test hook: TUNE_CUDNN_STANDIN_NO_ALGO_C=<C> lists nothing runnable for convolutions of
+// C input channels, as cuDNN does for a configuration it has no kernel for, so that a
+// caller's fallback can be tested.
+static bool no_kernel(const Shape& g) {
+    const char* v = getenv("TUNE_CUDNN_STANDIN_NO_ALGO_C");
+    return v && *v && atoi(v) == g.C;
+}
+
 static Status list_algos(const Handle* h, Dir d, Descs ds, int requested, int* returned,
                          Perf* out) {
     if (!handle_ok(h) || !returned || !out || requested < 1) return BAD_PARAM;
@@ -316,13 +324,14 @@ static Status list_algos(const Handle* h, Dir d, Descs ds, int requested, int* r
     Status t = types(ds.x, ds.w, ds.cv, ds.y);
     if (t == BAD_PARAM) return t;
     const Algo* list = d == FWD ? FWD_ALGOS : d == BWD_DATA ? BWD_DATA_ALGOS : BWD_FILTER_ALGOS;
-    int runnable = t == SUCCESS ? (d == BWD_DATA ? 2 : 3) : 0;
+    bool ok = t == SUCCESS && !no_kernel(g);
+    int runnable = ok ? (d == BWD_DATA ? 2 : 3) : 0;
     // Every enumerant of the direction: the runnable ones first, best first, then the
     // others with status NOT_SUPPORTED (a caller must skip those, as with cuDNN).
     int order[8], n = 0;
     for (int i = 0; i < runnable; ++i) order[n++] = list[i].id;
     for (int id = 0; id < ALGO_COUNT[d]; ++id)
-        if (t != SUCCESS || !find(d, id)) order[n++] = id;
+        if (!ok || !find(d, id)) order[n++] = id;
     double flops = 2.0 * g.N * g.K * g.C * g.R * g.S * g.P * g.Q;
     int got = std::min(requested, n);
     for (int i = 0; i < got; ++i) {

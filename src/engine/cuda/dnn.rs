@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::cudnn::{result as dnn, sys};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
-use crate::engine::autotune::{AlgoChoice, Algos};
+use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
 use crate::engine::cuda::gpu::cuda_err;
 use crate::engine::device::{MemCategory, MemTracker};
 use crate::engine::tensor::DType;
@@ -172,7 +172,9 @@ pub struct Dnn {
     pub version: usize,
     /// TF32 tensor cores for f32 convolutions (`torch.backends.cudnn.allow_tf32`).
     tf32: bool,
-    plans: Mutex<HashMap<ConvKey, Plan>>,
+    /// A plan per shape, or why cuDNN cannot run it (that shape then stays on im2col +
+    /// cuBLASLt, and the record says so).
+    plans: Mutex<HashMap<ConvKey, std::result::Result<Plan, String>>>,
     /// Autotune's selector once set; else a heuristic one that records the first
     /// candidate per shape, so the record names the algorithm either way.
     autotune: OnceLock<Arc<Algos>>,
@@ -233,12 +235,39 @@ impl Dnn {
             .map_err(|_| Error::Runtime("cuDNN: autotuning was already set up".into()))
     }
 
-    /// The algorithms chosen by the heuristic (autotune off), for the record.
-    pub fn heuristic_choices(&self) -> Vec<AlgoChoice> {
-        self.heuristic.choices()
+    /// For the record: the algorithms the heuristic chose (autotune off), and every
+    /// shape cuDNN could not run, with why (those ran as im2col + cuBLASLt).
+    pub fn choices(&self) -> Vec<AlgoChoice> {
+        let mut v = self.heuristic.choices();
+        let mut shapes: Vec<(String, String)> = self
+            .lock()
+            .iter()
+            .filter_map(|(k, p)| p.as_ref().err().map(|why| (k.name(), why.clone())))
+            .collect();
+        shapes.sort();
+        v.extend(shapes.into_iter().map(|(key, why)| AlgoChoice {
+            op: "conv2d".into(),
+            key,
+            algo: format!("im2col+cublasLt ({why})"),
+            source: ChoiceSource::Heuristic,
+            timings_ms: std::collections::BTreeMap::new(),
+        }));
+        v
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ConvKey, Plan>> {
+    /// Whether cuDNN runs convolutions of `key` (planning them on first use); when not,
+    /// the caller uses im2col + cuBLASLt and [`Dnn::choices`] says why.
+    pub fn runs(&self, key: &ConvKey) -> bool {
+        let mut plans = self.lock();
+        plans
+            .entry(*key)
+            .or_insert_with(|| self.plan(key).map_err(|e| e.to_string()))
+            .is_ok()
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<ConvKey, std::result::Result<Plan, String>>> {
         match self.plans.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -418,13 +447,16 @@ impl Dnn {
         beta: f32,
     ) -> Result<()> {
         let mut plans = self.lock();
-        if !plans.contains_key(key) {
-            let p = self.plan(key)?;
-            plans.insert(*key, p);
-        }
-        let p = plans
-            .get_mut(key)
-            .ok_or_else(|| Error::Runtime(format!("cuDNN: no plan for {}", key.name())))?;
+        let p = match plans.get_mut(key) {
+            Some(Ok(p)) => p,
+            Some(Err(why)) => return Err(Error::Runtime(format!("cuDNN: {why}"))),
+            None => {
+                return Err(Error::Runtime(format!(
+                    "cuDNN: {} was not planned",
+                    key.name()
+                )))
+            }
+        };
         let st = &self.stream;
         let (pa, _ra) = a.device_ptr(st);
         let (pb, _rb) = b.device_ptr(st);

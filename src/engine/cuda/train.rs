@@ -717,7 +717,8 @@ pub(super) fn has_conv(descs: &[LayerDesc]) -> bool {
 /// Which conv2d path ran, for the trial record: first the path (cuDNN with its version,
 /// or im2col + cuBLASLt and why), then, with autotune off, the algorithm cuDNN's heuristic
 /// gave each shape and direction (with autotune on, those are among the autotune
-/// choices). A record never implies cuDNN ran where it did not.
+/// choices), and each shape cuDNN could not run (im2col + cuBLASLt, and why). A record
+/// never implies cuDNN ran where it did not.
 pub(super) fn conv_path(gpu: &Gpu) -> Vec<AlgoChoice> {
     let (algo, mut rest) = match &gpu.dnn {
         Ok(d) => (
@@ -727,7 +728,7 @@ pub(super) fn conv_path(gpu: &Gpu) -> Vec<AlgoChoice> {
                 d.version / 100 % 100,
                 d.version % 100
             ),
-            d.heuristic_choices(),
+            d.choices(),
         ),
         Err(why) => (format!("im2col+cublasLt ({why})"), Vec::new()),
     };

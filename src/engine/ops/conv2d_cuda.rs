@@ -108,6 +108,12 @@ impl GConv {
         })
     }
 
+    /// cuDNN, where it loads and runs this layer's shape.
+    fn dnn<'g>(&self, gpu: &'g Gpu, x: &GTensor, p: Pass) -> Result<Option<&'g Dnn>> {
+        let Ok(d) = &gpu.dnn else { return Ok(None) };
+        Ok(d.runs(&self.key(x, p.gemm_dt())?).then_some(d))
+    }
+
     fn forward_dnn(&mut self, x: GTensor, gpu: &Gpu, d: &Dnn, p: Pass) -> Result<GTensor> {
         let key = self.key(&x, p.gemm_dt())?;
         let (oh, ow) = key.out_hw();
@@ -226,7 +232,7 @@ impl GConv {
     }
 
     pub(crate) fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
-        if let Ok(d) = &gpu.dnn {
+        if let Some(d) = self.dnn(gpu, &x, p)? {
             return self.forward_dnn(x, gpu, d, p);
         }
         let (n, _, _, oh, ow) = conv_geom(self, &x)?;
@@ -265,7 +271,8 @@ impl GConv {
         gpu: &Gpu,
         p: Pass,
     ) -> Result<Option<GTensor>> {
-        if let Ok(d) = &gpu.dnn {
+        let saved = self.saved_x.as_ref().ok_or_else(|| missing("conv2d"))?;
+        if let Some(d) = self.dnn(gpu, saved, p)? {
             return self.backward_dnn(dy, need_dx, gpu, d, p);
         }
         let x = self.saved_x.take().ok_or_else(|| missing("conv2d"))?;

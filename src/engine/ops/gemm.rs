@@ -178,7 +178,13 @@ pub fn matmul_split(
             }
         } else {
             // SAFETY: s < n, likewise inside `b` and `dst`.
-            unsafe { (a.data.as_ptr(), b.data.as_ptr().add(s * b.cs), out.get().add(s)) }
+            unsafe {
+                (
+                    a.data.as_ptr(),
+                    b.data.as_ptr().add(s * b.cs),
+                    out.get().add(s),
+                )
+            }
         };
         // SAFETY: the block is rows (or columns) s..e of the checked problem: every index
         // lies inside the operands, and blocks of `dst` do not overlap.
