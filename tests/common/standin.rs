@@ -13,8 +13,9 @@ use std::sync::OnceLock;
 /// figures so a stand-in result is never read as a GPU's.
 pub const DEVICE_NAME: &str = "tune CPU stand-in (not a GPU)";
 
-const SOURCES: [&str; 10] = [
+const SOURCES: [&str; 11] = [
     "tests/standin/cuda_shim.h",
+    "tests/standin/half.h",
     "tests/standin/cuda.cpp",
     "tests/standin/launch.h",
     "tests/standin/cublaslt.cpp",

@@ -14,6 +14,8 @@
 
 #include <cmath>
 
+#include "half.h"
+
 #define API extern "C" __attribute__((visibility("default")))
 
 typedef int Status;
@@ -50,34 +52,14 @@ static int esize(int t) { return t == R_32F ? 4 : (t == R_16F || t == R_16BF) ? 
 static float load(const void* p, int t, size_t i) {
     if (t == R_32F) return ((const float*)p)[i];
     uint16_t h = ((const uint16_t*)p)[i];
-    if (t == R_16BF) {
-        uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    _Float16 f;
-    memcpy(&f, &h, 2);
-    return (float)f;
+    return t == R_16BF ? bf16_to_f32(h) : f16_to_f32(h);
 }
 static void store(void* p, int t, size_t i, float v) {
     if (t == R_32F) {
         ((float*)p)[i] = v;
         return;
     }
-    uint16_t h;
-    if (t == R_16BF) {
-        uint32_t u;
-        memcpy(&u, &v, 4);
-        if ((u & 0x7fffffffu) > 0x7f800000u)
-            h = (uint16_t)((u >> 16) | 0x40u);
-        else
-            h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    } else {
-        _Float16 f = (_Float16)v;
-        memcpy(&h, &f, 2);
-    }
-    ((uint16_t*)p)[i] = h;
+    ((uint16_t*)p)[i] = t == R_16BF ? f32_to_bf16(v) : f32_to_f16(v);
 }
 static size_t at(const Layout* l, uint64_t r, uint64_t c) {
     return l->order == 0 ? (size_t)(r + c * (uint64_t)l->ld) : (size_t)(r * (uint64_t)l->ld + c);

@@ -22,6 +22,8 @@
 
 #include <vector>
 
+#include "half.h"
+
 namespace cudnn_standin {
 
 enum { T_FLOAT = 0, T_DOUBLE = 1, T_HALF = 2, T_BFLOAT16 = 9 };
@@ -70,15 +72,7 @@ static float load(const void* p, int t, int64_t i) {
     }
     uint16_t h;
     memcpy(&h, (const char*)p + i * 2, 2);
-    if (t == T_BFLOAT16) {
-        uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    _Float16 f;
-    memcpy(&f, &h, 2);
-    return (float)f;
+    return t == T_BFLOAT16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 // Round once to the element type: nearest, ties to even (NaN stays a quiet NaN).
 static void store(void* p, int t, int64_t i, float v) {
@@ -86,18 +80,7 @@ static void store(void* p, int t, int64_t i, float v) {
         memcpy((char*)p + i * 4, &v, 4);
         return;
     }
-    uint16_t h;
-    if (t == T_BFLOAT16) {
-        uint32_t u;
-        memcpy(&u, &v, 4);
-        if ((u & 0x7fffffffu) > 0x7f800000u)
-            h = (uint16_t)((u >> 16) | 0x40u);
-        else
-            h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    } else {
-        _Float16 f = (_Float16)v;
-        memcpy(&h, &f, 2);
-    }
+    uint16_t h = t == T_BFLOAT16 ? f32_to_bf16(v) : f32_to_f16(v);
     memcpy((char*)p + i * 2, &h, 2);
 }
 // TF32 as tensor cores read an f32 operand: 10 mantissa bits, nearest, ties away from

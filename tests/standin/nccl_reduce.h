@@ -2,6 +2,7 @@
 // element types, the reduction of one buffer per rank in rank order 0, 1, 2, ... (so
 // every rank computes the same bits), and what each collective reads and writes.
 #pragma once
+#include "half.h"
 
 static size_t esize(int t) {
     switch (t) {
@@ -20,30 +21,10 @@ struct F16 {
 struct BF16 {
     uint16_t bits;
 };
-static float widen(F16 h) {
-    _Float16 f;
-    memcpy(&f, &h.bits, 2);
-    return (float)f;
-}
-static F16 narrow_f16(float x) {
-    _Float16 f = (_Float16)x;  // IEEE conversion: round to nearest even
-    F16 h;
-    memcpy(&h.bits, &f, 2);
-    return h;
-}
-static float widen(BF16 h) {
-    uint32_t u = (uint32_t)h.bits << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static BF16 narrow_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return BF16{(uint16_t)((u >> 16) | 0x40)};  // NaN
-    u += 0x7fffu + ((u >> 16) & 1);
-    return BF16{(uint16_t)(u >> 16)};
-}
+static float widen(F16 h) { return f16_to_f32(h.bits); }
+static F16 narrow_f16(float x) { return F16{f32_to_f16(x)}; }
+static float widen(BF16 h) { return bf16_to_f32(h.bits); }
+static BF16 narrow_bf16(float x) { return BF16{f32_to_bf16(x)}; }
 
 template <typename T> struct Elem {  // integers and the two IEEE types
     using Acc = T;
