@@ -45,6 +45,49 @@ impl<'a> Mat<'a> {
     }
 }
 
+/// One `gemm::gemm` call: `dst (m x n, row stride ld) = [dst +] a * b`, the operands
+/// given by their first element and their views' strides.
+///
+/// # Safety
+/// Every index the call touches must lie inside the memory behind `dst`, `a` and `b`
+/// (`(rows-1)*rs + (cols-1)*cs` from each pointer, `(m-1)*ld + n` for `dst`), and `dst`
+/// must not overlap `a`, `b` or memory another thread writes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn raw_gemm(
+    (m, k, n): (usize, usize, usize),
+    dst: *mut f32,
+    ld: usize,
+    (ap, a): (*const f32, &Mat),
+    (bp, b): (*const f32, &Mat),
+    accumulate: bool,
+    par: gemm::Parallelism,
+) {
+    // SAFETY: the caller's contract above.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            ld as isize,
+            accumulate,
+            ap,
+            a.cs as isize,
+            a.rs as isize,
+            bp,
+            b.cs as isize,
+            b.rs as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        )
+    }
+}
+
 /// `dst (m x n, row-major) = [dst +] a (m x k) * b (k x n)`.
 /// `accumulate = false` overwrites `dst` without reading it. With `Rayon(t)`, t > 1, the
 /// output is split over t single-threaded GEMMs ([`matmul_split`]) rather than left to
@@ -94,25 +137,13 @@ fn matmul_one(dst: &mut [f32], a: Mat, b: Mat, accumulate: bool) -> Result<()> {
     // (`(rows-1)*rs + (cols-1)*cs` for each operand, `m*n` for dst) lies inside the
     // slices, and `dst` is a unique &mut borrow so it cannot alias `a` or `b`.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
+        raw_gemm(
+            (m, k, n),
             dst.as_mut_ptr(),
-            1,
-            n as isize,
+            n,
+            (a.data.as_ptr(), &a),
+            (b.data.as_ptr(), &b),
             accumulate,
-            a.data.as_ptr(),
-            a.cs as isize,
-            a.rs as isize,
-            b.data.as_ptr(),
-            b.cs as isize,
-            b.rs as isize,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
             par,
         );
     }
@@ -189,25 +220,13 @@ pub fn matmul_split(
         // SAFETY: the block is rows (or columns) s..e of the checked problem: every index
         // lies inside the operands, and blocks of `dst` do not overlap.
         unsafe {
-            gemm::gemm(
-                mm,
-                nn,
-                k,
+            raw_gemm(
+                (mm, k, nn),
                 dp,
-                1,
-                n as isize,
+                n,
+                (ap, &a),
+                (bp, &b),
                 accumulate,
-                ap,
-                a.cs as isize,
-                a.rs as isize,
-                bp,
-                b.cs as isize,
-                b.rs as isize,
-                1.0,
-                1.0,
-                false,
-                false,
-                false,
                 gemm::Parallelism::None,
             );
         }
@@ -448,24 +467,12 @@ mod tests {
         let (m, k, n) = (a.rows, a.cols, b.cols);
         // SAFETY: the shapes come from checked views of the bench's own buffers.
         unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
+            raw_gemm(
+                (m, k, n),
                 d.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                a.data.as_ptr(),
-                a.cs as isize,
-                a.rs as isize,
-                b.data.as_ptr(),
-                b.cs as isize,
-                b.rs as isize,
-                1.0,
-                1.0,
-                false,
-                false,
+                n,
+                (a.data.as_ptr(), &a),
+                (b.data.as_ptr(), &b),
                 false,
                 gemm::Parallelism::Rayon(t),
             )
