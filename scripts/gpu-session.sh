@@ -74,9 +74,12 @@ if [[ ",$PARTS," == *",runs,"* ]]; then
     echo "tune $m autotune rc=$?" >> "$OUT/summary.txt"
     [ "$m" = mlp ] && continue
     for amp in off bf16; do
-      TUNE_CUDNN=0 ./gpu-bin/tune train --device cuda --model "$m" --dataset synthetic --batch-size 128 \
-        --steps 60 --warmup 20 --amp "$amp" --json > "$OUT/tune-$m-$amp-im2col.json" 2> "$OUT/tune-$m-$amp-im2col.err"
-      echo "tune $m amp=$amp TUNE_CUDNN=0 rc=$?" >> "$OUT/summary.txt"
+      for path in cudnn im2col; do
+        TUNE_CUDNN=$([ $path = im2col ] && echo 0 || echo 1) ./gpu-bin/tune train --device cuda \
+          --model "$m" --dataset synthetic --batch-size 128 --steps 60 --warmup 20 --amp "$amp" --json \
+          > "$OUT/conv-$m-$amp-$path.json" 2> "$OUT/conv-$m-$amp-$path.err"
+        echo "conv $m amp=$amp $path rc=$?" >> "$OUT/summary.txt"
+      done
     done
   done
   ngpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)

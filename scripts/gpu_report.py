@@ -132,6 +132,21 @@ def report(out_dir):
                     f"accuracy {s.get('accuracy')} (f32 {base.get('accuracy')}), skipped steps "
                     f"{len(s.get('skipped_steps', []))}, activations peak "
                     f"{s['peak_bytes'].get('activations', 0)} B (f32 {base['peak_bytes'].get('activations', 0)} B)")
+    lines += ["", "## conv2d: cuDNN against im2col + cuBLASLt (synthetic data, batch 128)", "",
+              "| model | precision | cuDNN ms | im2col ms | cuDNN / im2col | path recorded |",
+              "|---|---|---|---|---|---|"]
+    for path in sorted(glob.glob(os.path.join(out_dir, "conv-*-cudnn.json"))):
+        m = re.match(r"conv-(.+)-(off|bf16)-cudnn\.json$", os.path.basename(path))
+        other = load(path.replace("-cudnn.json", "-im2col.json"))
+        s = load(path)
+        if not (m and s and other):
+            continue
+        if s.get("backend") != "cuda":
+            sys.exit(f"{path}: backend {s.get('backend')!r} is not a GPU's; no report")
+        ran = next((c["algo"] for c in s.get("algorithms", []) if c.get("key") == "path"), "?")
+        lines.append(
+            f"| {m.group(1)} | {m.group(2)} | {s['step_ms_median']:.2f} | {other['step_ms_median']:.2f} "
+            f"| {s['step_ms_median'] / other['step_ms_median']:.2f} | {ran} |")
     lines += ["", "## Autotune's choices", ""]
     for (model, amp), s in sorted(tune.items()):
         if amp != "autotune":
