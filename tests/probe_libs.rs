@@ -84,3 +84,71 @@ fn probe_reports_the_nccl_and_cudnn_versions_of_the_wheels() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["nccl"].is_null() && v["nccl_notice"].is_string(), "{v}");
 }
+
+#[path = "common/standin.rs"]
+mod standin;
+
+/// The real cuDNN of the wheel, loaded through tune's preload, under the CPU stand-in of
+/// the driver (no GPU): `cudnnCreate` cannot work there, and training falls back to
+/// im2col + cuBLASLt with cuDNN's own status in the record, instead of failing or
+/// crashing. Shows that tune's lazily resolved cuDNN symbols load from the real library.
+#[test]
+fn the_real_cudnn_that_cannot_start_leaves_conv_on_im2col_with_its_status() {
+    let test = "the_real_cudnn_that_cannot_start_leaves_conv_on_im2col_with_its_status";
+    let Some(py) = support::python(test) else {
+        return;
+    };
+    let Some((cudnn_dir, _)) = wheel(&py, "cudnn", "nvidia-cudnn-cu13") else {
+        eprintln!("skipping {test}: this torch has no nvidia-cudnn-cu13 wheel");
+        return;
+    };
+    let Some(standin) = standin::activate().ok().and(standin::dir()) else {
+        eprintln!("skipping {test}: needs the CUDA stand-in (TUNE_CUDA_STANDIN=1)");
+        return;
+    };
+    let cache = tempfile::tempdir().unwrap();
+    // The wheel's folder first, so its libcudnn.so.9 is the one loaded, then the
+    // stand-in's driver and cuBLASLt, then what the environment had (NVRTC).
+    let dirs = format!(
+        "{cudnn_dir}:{}:{}",
+        standin.display(),
+        std::env::var("TUNE_CUDA_LIB_DIRS").unwrap_or_default()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .args([
+            "train",
+            "--device",
+            "cuda",
+            "--model",
+            "cnn-small",
+            "--dataset",
+            "synthetic",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--batch-size",
+            "4",
+            "--no-eval",
+            "--json",
+        ])
+        .env("TUNE_CUDA_LIB_DIRS", dirs)
+        .env("TUNE_CACHE_DIR", cache.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let path = v["algorithms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["op"] == "conv2d" && c["key"] == "path")
+        .unwrap_or_else(|| panic!("no conv path in {v}"));
+    println!("{}conv path: {}", standin::label(), path["algo"]);
+    let algo = path["algo"].as_str().unwrap();
+    assert!(
+        algo.starts_with("im2col+cublasLt (cudnnCreate: CUDNN_STATUS_"),
+        "{algo}"
+    );
+}
