@@ -244,16 +244,6 @@ struct Job {
     uint64_t m, n, k;
 };
 
-// TF32 as tensor cores read an f32 operand under CUBLAS_COMPUTE_32F_FAST_TF32: 10
-// mantissa bits, rounded to nearest with ties away from zero (PTX cvt.rna.tf32.f32), so
-// the compute type a GEMM asked for shows in its result.
-static float tf32(float v) {
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-    memcpy(&v, &u, 4);
-    return v;
-}
 
 static float operand(const void* p, int t, size_t i, bool fast_tf32) {
     float v = load(p, t, i);

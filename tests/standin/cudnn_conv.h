@@ -83,16 +83,6 @@ static void store(void* p, int t, int64_t i, float v) {
     uint16_t h = t == T_BFLOAT16 ? f32_to_bf16(v) : f32_to_f16(v);
     memcpy((char*)p + i * 2, &h, 2);
 }
-// TF32 as tensor cores read an f32 operand: 10 mantissa bits, nearest, ties away from
-// zero (cvt.rna.tf32.f32). cuDNN permits it for FLOAT data under every math type but
-// CUDNN_FMA_MATH on Ampere and later (an H100 here), unless NVIDIA_TF32_OVERRIDE=0.
-static float tf32(float v) {
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-    memcpy(&v, &u, 4);
-    return v;
-}
 
 // Workspace contents go through memcpy: the caller's pointer need not be aligned.
 static float ws_f(const void* ws, int64_t i) {

@@ -1,6 +1,6 @@
-// IEEE fp16 and bfloat16 to and from f32, for the stand-ins (cublaslt.cpp, cudnn.cpp,
-// nccl.cpp): narrowing rounds once to nearest even, as NVIDIA's libraries do, and a NaN
-// stays a quiet NaN.
+// The reduced number formats of the stand-ins (cublaslt.cpp, cudnn.cpp, nccl.cpp): IEEE
+// fp16 and bfloat16 to and from f32 (narrowing rounds once to nearest even, as NVIDIA's
+// libraries do, and a NaN stays a quiet NaN), and TF32 as tensor cores read an f32.
 #pragma once
 #include <stdint.h>
 #include <string.h>
@@ -27,4 +27,14 @@ static inline uint16_t f32_to_bf16(float v) {
     memcpy(&u, &v, 4);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // NaN
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+// TF32 as tensor cores read an f32 operand (under CUBLAS_COMPUTE_32F_FAST_TF32, or cuDNN's
+// FLOAT data without CUDNN_FMA_MATH): 10 mantissa bits, nearest with ties away from zero
+// (PTX cvt.rna.tf32.f32), so the compute type an operation asked for shows in its result.
+static inline float tf32(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&v, &u, 4);
+    return v;
 }
