@@ -108,14 +108,21 @@ impl GConv {
         })
     }
 
-    /// cuDNN, where it loads and runs this layer's shape.
-    fn dnn<'g>(&self, gpu: &'g Gpu, x: &GTensor, p: Pass) -> Result<Option<&'g Dnn>> {
+    /// cuDNN and this layer's shape key, where cuDNN loads and runs the shape.
+    fn dnn<'g>(&self, gpu: &'g Gpu, x: &GTensor, p: Pass) -> Result<Option<(&'g Dnn, ConvKey)>> {
         let Ok(d) = &gpu.dnn else { return Ok(None) };
-        Ok(d.runs(&self.key(x, p.gemm_dt())?).then_some(d))
+        let key = self.key(x, p.gemm_dt())?;
+        Ok(d.runs(&key).then_some((d, key)))
     }
 
-    fn forward_dnn(&mut self, x: GTensor, gpu: &Gpu, d: &Dnn, p: Pass) -> Result<GTensor> {
-        let key = self.key(&x, p.gemm_dt())?;
+    fn forward_dnn(
+        &mut self,
+        x: GTensor,
+        gpu: &Gpu,
+        d: &Dnn,
+        key: ConvKey,
+        p: Pass,
+    ) -> Result<GTensor> {
         let (oh, ow) = key.out_hw();
         let rows = key.n * oh * ow;
         let shape = [key.n, oh, ow, self.c_out];
@@ -158,11 +165,10 @@ impl GConv {
         dy: GTensor,
         need_dx: bool,
         gpu: &Gpu,
-        d: &Dnn,
+        (d, key): (&Dnn, ConvKey),
         p: Pass,
     ) -> Result<Option<GTensor>> {
         let x = self.saved_x.take().ok_or_else(|| missing("conv2d"))?;
-        let key = self.key(&x, p.gemm_dt())?;
         if let Some(b) = &mut self.b {
             let (gb, _) = b.slot(gpu)?;
             gpu.channel_sum(&mut gb.s, gpu.widen(&dy)?.s(), self.c_out)?;
@@ -232,8 +238,8 @@ impl GConv {
     }
 
     pub(crate) fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
-        if let Some(d) = self.dnn(gpu, &x, p)? {
-            return self.forward_dnn(x, gpu, d, p);
+        if let Some((d, key)) = self.dnn(gpu, &x, p)? {
+            return self.forward_dnn(x, gpu, d, key, p);
         }
         let (n, _, _, oh, ow) = conv_geom(self, &x)?;
         let rows = n * oh * ow;
@@ -272,8 +278,8 @@ impl GConv {
         p: Pass,
     ) -> Result<Option<GTensor>> {
         let saved = self.saved_x.as_ref().ok_or_else(|| missing("conv2d"))?;
-        if let Some(d) = self.dnn(gpu, saved, p)? {
-            return self.backward_dnn(dy, need_dx, gpu, d, p);
+        if let Some((d, key)) = self.dnn(gpu, saved, p)? {
+            return self.backward_dnn(dy, need_dx, gpu, (d, key), p);
         }
         let x = self.saved_x.take().ok_or_else(|| missing("conv2d"))?;
         let (n, h, w, oh, ow) = conv_geom(self, &x)?;

@@ -413,6 +413,15 @@ mod tests {
         .is_err());
     }
 
+    /// A `rows x cols` operand, stored transposed (`cols x rows`, row-major) when `t`.
+    fn view(data: &[f32], rows: usize, cols: usize, t: bool) -> Mat<'_> {
+        if t {
+            Mat::rm(data, cols, rows).t()
+        } else {
+            Mat::rm(data, rows, cols)
+        }
+    }
+
     #[test]
     fn split_matches_one_gemm() {
         let pool = rayon::ThreadPoolBuilder::new()
@@ -428,16 +437,7 @@ mod tests {
         ] {
             let a = data(m * k, 8);
             let b = data(k * n, 9);
-            let am = if ta {
-                Mat::rm(&a, k, m).t()
-            } else {
-                Mat::rm(&a, m, k)
-            };
-            let bm = if tb {
-                Mat::rm(&b, n, k).t()
-            } else {
-                Mat::rm(&b, k, n)
-            };
+            let (am, bm) = (view(&a, m, k, ta), view(&b, k, n, tb));
             for acc in [false, true] {
                 let start = data(m * n, 10);
                 let mut want = start.clone();
@@ -508,16 +508,7 @@ mod tests {
         for (m, k, n, ta, tb) in shapes {
             let a = data(m * k, 1);
             let b = data(k * n, 2);
-            let am = if ta {
-                Mat::rm(&a, k, m).t()
-            } else {
-                Mat::rm(&a, m, k)
-            };
-            let bm = if tb {
-                Mat::rm(&b, n, k).t()
-            } else {
-                Mat::rm(&b, k, n)
-            };
+            let (am, bm) = (view(&a, m, k, ta), view(&b, k, n, tb));
             let mut d = vec![0.0f32; m * n];
             let mut best = |f: &mut dyn FnMut(&mut [f32])| {
                 let mut t = f64::INFINITY;
