@@ -271,3 +271,20 @@ impl<'de> Deserialize<'de> for Record {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `tune report DIR` rebuilds a report from the journal, and it must equal the
+        /// one written from memory: every measured f64 has to come back bit for bit.
+        #[test]
+        fn every_finite_f64_comes_back_from_json_bit_for_bit(x in any::<f64>()) {
+            prop_assume!(x.is_finite());
+            let text = serde_json::to_string(&x).unwrap();
+            let back: f64 = serde_json::from_str(&text).unwrap();
+            prop_assert_eq!(back.to_bits(), x.to_bits(), "{} read back as {}", text, back);
+        }
+    }
+}
