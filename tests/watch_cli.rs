@@ -251,9 +251,29 @@ fn watch_flag_errors_exit_2() {
         vec!["watch", "--out", "/proc/no-such-dir/x", "--", "true"],
         vec!["watch", "--", "/nonexistent/tune-no-such-program"],
     ] {
-        let out = tune(&args);
+        // In an empty folder, where the default report folder (reports/watch-...) would go.
+        let cwd = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_tune"))
+            .args(&args)
+            .current_dir(cwd.path())
+            .output()
+            .expect("run tune");
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{args:?} wrote {left:?}");
     }
+    // A folder named with --out that could not be used is not left behind either.
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("a/b");
+    let out = tune(&[
+        "watch",
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--",
+        "/nonexistent/tune-no-such-program",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(!dir.path().join("a").exists(), "{}", stderr(&out));
 }
 
 #[test]

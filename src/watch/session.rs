@@ -2,7 +2,7 @@
 //! tree, the host and the GPUs on one timeline, show them live, and at exit summarise,
 //! judge and write the report.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -47,14 +47,56 @@ pub fn default_out() -> PathBuf {
     PathBuf::from("reports").join(format!("watch-{secs}-{}", std::process::id()))
 }
 
+/// What `prepare_out` made, taken back unless the watch gets as far as a running target:
+/// a command that cannot start is bad input, and bad input writes nothing.
+struct OutGuard {
+    /// Folders that did not exist before, the report folder first.
+    made: Vec<PathBuf>,
+    /// The `--tui` command log, when this run would be the one to create it.
+    new_log: Option<PathBuf>,
+    armed: bool,
+}
+
+impl OutGuard {
+    fn keep(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for OutGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Best effort, and never more than this run made: `remove_dir` leaves a folder
+        // that something else has written into since.
+        if let Some(log) = &self.new_log {
+            let _ = std::fs::remove_file(log);
+        }
+        for dir in &self.made {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
 /// Fails now, before any command runs, if the report could not be written later.
-fn prepare_out(dir: &std::path::Path) -> Result<()> {
+fn prepare_out(dir: &Path, log: Option<PathBuf>) -> Result<OutGuard> {
+    let made = dir
+        .ancestors()
+        .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
+        .map(Path::to_path_buf)
+        .collect();
+    let guard = OutGuard {
+        made,
+        new_log: log.filter(|l| !l.exists()),
+        armed: true,
+    };
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let probe = dir.join(format!(".tune-watch-probe.{}", std::process::id()));
     std::fs::write(&probe, b"").map_err(|e| Error::io(dir, e))?;
     // Best effort: a leftover empty probe file is harmless.
     let _ = std::fs::remove_file(&probe);
-    Ok(())
+    Ok(guard)
 }
 
 /// Prints what arrived since the last call: every sample as JSON at once, or one plain
@@ -114,7 +156,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         What::Pid(p) => Some(Target::attach(*p)?),
         What::Command(_) => None,
     };
-    prepare_out(&opts.out)?;
+    let mut out_guard = prepare_out(&opts.out, opts.tui.then(|| log_path(opts)))?;
     catch_stop_signals()?;
     // A Python job started here reports its steps through the PyTorch hooks.
     let mut link: Option<Link> = None;
@@ -130,6 +172,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         (None, What::Command(c)) => Target::spawn(c, opts.json, prep)?,
         (None, What::Pid(p)) => Target::attach(*p)?,
     };
+    out_guard.keep();
     if let Some(l) = link.as_mut() {
         l.spawned();
     }
