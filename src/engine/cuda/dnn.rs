@@ -21,6 +21,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
 use crate::engine::cuda::gpu::cuda_err;
 use crate::engine::device::{MemCategory, MemTracker};
+use crate::engine::ops::conv2d::ConvGeom;
 use crate::engine::tensor::DType;
 use crate::error::{Error, Result};
 
@@ -35,29 +36,17 @@ fn err(what: &str, e: dnn::CudnnError) -> Error {
 /// One convolution's geometry and operand type (NHWC input `n x h x w x c_in`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ConvKey {
-    pub n: usize,
-    pub h: usize,
-    pub w: usize,
-    pub c_in: usize,
-    pub c_out: usize,
-    pub k: usize,
-    pub stride: usize,
-    pub pad: usize,
+    pub g: ConvGeom,
     pub dt: DType,
 }
 
 impl ConvKey {
-    pub fn out_hw(&self) -> (usize, usize) {
-        (
-            (self.h + 2 * self.pad - self.k) / self.stride + 1,
-            (self.w + 2 * self.pad - self.k) / self.stride + 1,
-        )
-    }
     /// The autotune key: every dimension and the operand type.
     fn name(&self) -> String {
+        let g = &self.g;
         format!(
             "n{} {}x{}x{} -> {} k{} s{} p{} {:?}",
-            self.n, self.h, self.w, self.c_in, self.c_out, self.k, self.stride, self.pad, self.dt
+            g.n, g.h, g.w, g.c_in, g.c_out, g.k, g.stride, g.pad, self.dt
         )
     }
 }
@@ -284,7 +273,7 @@ impl Dnn {
     fn plan(&self, key: &ConvKey) -> Result<Plan> {
         let dt = data_type(key.dt)?;
         let nhwc = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC;
-        let (oh, ow) = key.out_hw();
+        let g = &key.g;
         let mut p = Plan {
             x: std::ptr::null_mut(),
             w: std::ptr::null_mut(),
@@ -297,14 +286,14 @@ impl Dnn {
         p.y = dnn::create_tensor_descriptor().map_err(|e| err("tensor descriptor", e))?;
         p.w = dnn::create_filter_descriptor().map_err(|e| err("filter descriptor", e))?;
         p.conv = dnn::create_convolution_descriptor().map_err(|e| err("conv descriptor", e))?;
-        let (n, ci, co, k) = (int(key.n)?, int(key.c_in)?, int(key.c_out)?, int(key.k)?);
-        let (pad, stride) = (int(key.pad)?, int(key.stride)?);
+        let (n, ci, co, k) = (int(g.n)?, int(g.c_in)?, int(g.c_out)?, int(g.k)?);
+        let (pad, stride) = (int(g.pad)?, int(g.stride)?);
         // SAFETY: the descriptors were created above and are live; the values describe
         // NHWC tensors and a KRSC filter of these dimensions.
         unsafe {
-            dnn::set_tensor4d_descriptor(p.x, nhwc, dt, [n, ci, int(key.h)?, int(key.w)?])
+            dnn::set_tensor4d_descriptor(p.x, nhwc, dt, [n, ci, int(g.h)?, int(g.w)?])
                 .map_err(|e| err("input descriptor", e))?;
-            dnn::set_tensor4d_descriptor(p.y, nhwc, dt, [n, co, int(oh)?, int(ow)?])
+            dnn::set_tensor4d_descriptor(p.y, nhwc, dt, [n, co, int(g.oh())?, int(g.ow())?])
                 .map_err(|e| err("output descriptor", e))?;
             dnn::set_filter4d_descriptor(p.w, dt, nhwc, [co, ci, k, k])
                 .map_err(|e| err("filter descriptor", e))?;
@@ -497,11 +486,11 @@ impl Dnn {
     ) -> Result<f64> {
         let st = &self.stream;
         let ev = |e| Error::Runtime(format!("CUDA: autotune timing event: {e}"));
-        let (oh, ow) = key.out_hw();
+        let g = &key.g;
         let elems = match dir {
-            Dir::Forward => key.n * oh * ow * key.c_out,
-            Dir::BackwardData => key.n * key.h * key.w * key.c_in,
-            Dir::BackwardFilter => key.c_out * key.k * key.k * key.c_in,
+            Dir::Forward => g.rows() * g.c_out,
+            Dir::BackwardData => g.n * g.h * g.w * g.c_in,
+            Dir::BackwardFilter => g.c_out * g.kkc(),
         };
         let mut scratch = st
             .alloc_zeros::<f32>(crate::engine::cuda::gpu::words(elems, key.dt).max(1))

@@ -20,6 +20,7 @@ use crate::engine::cuda::layers::{
     half_weights, missing, operand, out, shape_err, store, GParam, Pass,
 };
 use crate::engine::device::MemCategory;
+use crate::engine::ops::conv2d::ConvGeom;
 use crate::engine::tensor::DType;
 use crate::error::Result;
 
@@ -34,19 +35,31 @@ pub struct GConv {
     pub(crate) saved_x: Option<GTensor>,
 }
 
-/// NHWC geometry: (n, h, w, oh, ow).
-fn conv_geom(c: &GConv, x: &GTensor) -> Result<(usize, usize, usize, usize, usize)> {
+/// The layer's geometry on NHWC input `x`.
+fn conv_geom(c: &GConv, x: &GTensor) -> Result<ConvGeom> {
     match *x.shape.as_slice() {
         [n, h, w, ci] if ci == c.c_in && h + 2 * c.pad >= c.k && w + 2 * c.pad >= c.k => {
-            let oh = (h + 2 * c.pad - c.k) / c.stride + 1;
-            let ow = (w + 2 * c.pad - c.k) / c.stride + 1;
-            Ok((n, h, w, oh, ow))
+            Ok(ConvGeom {
+                n,
+                h,
+                w,
+                c_in: c.c_in,
+                c_out: c.c_out,
+                k: c.k,
+                stride: c.stride,
+                pad: c.pad,
+            })
         }
         _ => Err(shape_err(
             "conv2d",
             format!("input {:?} is not NHWC with {} channels", x.shape, c.c_in),
         )),
     }
+}
+
+/// The im2col and col2im kernels' geometry arguments.
+fn index_args(g: &ConvGeom) -> [i32; 9] {
+    [g.n, g.h, g.w, g.c_in, g.k, g.stride, g.pad, g.oh(), g.ow()].map(|v| v as i32)
 }
 
 /// im2col or col2im (same geometry arguments): `dst` from `src`, one thread per `dst`
@@ -94,16 +107,8 @@ impl GConv {
     }
 
     fn key(&self, x: &GTensor, dt: DType) -> Result<ConvKey> {
-        let (n, h, w, _, _) = conv_geom(self, x)?;
         Ok(ConvKey {
-            n,
-            h,
-            w,
-            c_in: self.c_in,
-            c_out: self.c_out,
-            k: self.k,
-            stride: self.stride,
-            pad: self.pad,
+            g: conv_geom(self, x)?,
             dt,
         })
     }
@@ -123,9 +128,9 @@ impl GConv {
         key: ConvKey,
         p: Pass,
     ) -> Result<GTensor> {
-        let (oh, ow) = key.out_hw();
-        let rows = key.n * oh * ow;
-        let shape = [key.n, oh, ow, self.c_out];
+        let g = key.g;
+        let rows = g.rows();
+        let shape = [g.n, g.oh(), g.ow(), self.c_out];
         let x = operand(gpu, &x, p)?;
         let wh = half_weights(gpu, &self.w, p)?;
         let wbuf = wh.as_ref().map_or(&self.w.w.s, |h| &h.s);
@@ -225,12 +230,10 @@ impl GConv {
     /// The im2col matrix of `x` (rows = output pixels, columns = ky, kx, c), in the
     /// pass's GEMM operand type.
     fn columns(&self, x: &GTensor, gpu: &Gpu, p: Pass) -> Result<DBuf> {
-        let (n, h, w, oh, ow) = conv_geom(self, x)?;
-        let kkc = self.k * self.k * self.c_in;
-        let len = n * oh * ow * kkc;
+        let g = conv_geom(self, x)?;
+        let len = g.rows() * g.kkc();
         let mut col = gpu.alloc(len, MemCategory::Workspace)?;
-        let a = [n, h, w, self.c_in, self.k, self.stride, self.pad, oh, ow].map(|v| v as i32);
-        conv_index(gpu, "im2col", &mut col, gpu.widen(x)?.s(), a)?;
+        conv_index(gpu, "im2col", &mut col, gpu.widen(x)?.s(), index_args(&g))?;
         let Some(dt) = p.half else { return Ok(col) };
         let mut half = gpu.alloc(words(len, dt), MemCategory::Workspace)?;
         gpu.narrow_into(&mut half.s, &col.s, len, dt)?;
@@ -241,9 +244,8 @@ impl GConv {
         if let Some((d, key)) = self.dnn(gpu, &x, p)? {
             return self.forward_dnn(x, gpu, d, key, p);
         }
-        let (n, _, _, oh, ow) = conv_geom(self, &x)?;
-        let rows = n * oh * ow;
-        let kkc = self.k * self.k * self.c_in;
+        let g = conv_geom(self, &x)?;
+        let (rows, kkc) = (g.rows(), g.kkc());
         let x = operand(gpu, &x, p)?;
         let wh = half_weights(gpu, &self.w, p)?;
         let wbuf = wh.as_ref().map_or(&self.w.w.s, |h| &h.s);
@@ -267,7 +269,7 @@ impl GConv {
         if p.save {
             self.saved_x = Some(x);
         }
-        store(gpu, GTensor::new(&[n, oh, ow, self.c_out], y)?, p)
+        store(gpu, GTensor::new(&[g.n, g.oh(), g.ow(), self.c_out], y)?, p)
     }
 
     pub(crate) fn backward(
@@ -282,9 +284,8 @@ impl GConv {
             return self.backward_dnn(dy, need_dx, gpu, (d, key), p);
         }
         let x = self.saved_x.take().ok_or_else(|| missing("conv2d"))?;
-        let (n, h, w, oh, ow) = conv_geom(self, &x)?;
-        let rows = n * oh * ow;
-        let kkc = self.k * self.k * self.c_in;
+        let g = conv_geom(self, &x)?;
+        let (rows, kkc) = (g.rows(), g.kkc());
         if let Some(b) = &mut self.b {
             let (gb, _) = b.slot(gpu)?;
             gpu.channel_sum(&mut gb.s, gpu.widen(&dy)?.s(), self.c_out)?;
@@ -333,8 +334,7 @@ impl GConv {
         gpu.gemm(&s, dy.s(), wbuf, &mut dcol.s)?;
         drop(wh);
         let mut dx = out(gpu, x.len(), p)?;
-        let a = [n, h, w, self.c_in, self.k, self.stride, self.pad, oh, ow].map(|v| v as i32);
-        conv_index(gpu, "col2im", &mut dx, &dcol.s, a)?;
+        conv_index(gpu, "col2im", &mut dx, &dcol.s, index_args(&g))?;
         store(gpu, GTensor::new(&x.shape, dx)?, p).map(Some)
     }
 }
