@@ -229,11 +229,10 @@ impl GConv {
 
     /// The im2col matrix of `x` (rows = output pixels, columns = ky, kx, c), in the
     /// pass's GEMM operand type.
-    fn columns(&self, x: &GTensor, gpu: &Gpu, p: Pass) -> Result<DBuf> {
-        let g = conv_geom(self, x)?;
+    fn columns(x: &GTensor, g: &ConvGeom, gpu: &Gpu, p: Pass) -> Result<DBuf> {
         let len = g.rows() * g.kkc();
         let mut col = gpu.alloc(len, MemCategory::Workspace)?;
-        conv_index(gpu, "im2col", &mut col, gpu.widen(x)?.s(), index_args(&g))?;
+        conv_index(gpu, "im2col", &mut col, gpu.widen(x)?.s(), index_args(g))?;
         let Some(dt) = p.half else { return Ok(col) };
         let mut half = gpu.alloc(words(len, dt), MemCategory::Workspace)?;
         gpu.narrow_into(&mut half.s, &col.s, len, dt)?;
@@ -263,7 +262,7 @@ impl GConv {
         if self.pointwise() {
             gpu.gemm(&s, x.s(), wbuf, &mut y.s)?;
         } else {
-            let col = self.columns(&x, gpu, p)?;
+            let col = Self::columns(&x, &g, gpu, p)?;
             gpu.gemm(&s, &col.s, wbuf, &mut y.s)?;
         }
         if p.save {
@@ -294,7 +293,7 @@ impl GConv {
         let col = if self.pointwise() {
             None
         } else {
-            Some(self.columns(&x, gpu, p)?)
+            Some(Self::columns(&x, &g, gpu, p)?)
         };
         {
             let (gw, acc) = self.w.slot(gpu)?;
