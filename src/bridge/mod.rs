@@ -1,12 +1,13 @@
 //! The PyTorch bridge: tune's instrumentation module for Python commands it starts.
 //!
-//! The module (`tune_hook.py`, with a `sitecustomize.py` that activates it) is compiled
-//! into the binary and written to the cache on use; the child finds it through
-//! `PYTHONPATH`, so the user installs nothing and changes nothing. It writes one JSON line
-//! per training step to a pipe tune hands it (`TUNE_BRIDGE_FD`, identified by
-//! `TUNE_BRIDGE_INO`); processes the job starts (torchrun's ranks) reopen that pipe, so
-//! their steps arrive tagged with their rank. `events` reads and summarises those lines.
-//! `TUNE_BRIDGE=0` turns it off.
+//! The module (`tune_hook.py` and its transport `tune_pipe.py`, with a
+//! `sitecustomize.py` that activates them) is compiled into the binary and written to the
+//! cache on use; the child finds it through `PYTHONPATH`, so the user installs nothing
+//! and changes nothing. It writes one JSON line per training step to a pipe tune hands it
+//! (`TUNE_BRIDGE_FD`, identified by `TUNE_BRIDGE_INO`), and nowhere else whatever the
+//! script does to that descriptor; processes the job starts (torchrun's ranks) reopen
+//! that pipe, so their steps arrive tagged with their rank. `events` reads and
+//! summarises those lines. `TUNE_BRIDGE=0` turns it off.
 
 mod attach;
 mod events;
@@ -31,7 +32,19 @@ use crate::process::pipes::spawn_reader;
 const MAX_EVENT_LINE: usize = 1 << 20;
 
 const HOOK_PY: &str = include_str!("tune_hook.py");
+const PIPE_PY: &str = include_str!("tune_pipe.py");
 const SITE_PY: &str = include_str!("sitecustomize.py");
+/// The module's files: name and text.
+const FILES: [(&str, &str); 3] = [
+    ("tune_hook.py", HOOK_PY),
+    ("tune_pipe.py", PIPE_PY),
+    ("sitecustomize.py", SITE_PY),
+];
+/// Room in the event pipe: with Linux's default 64 KiB, a few hundred step lines fill
+/// it, and the hooks give up on a pipe that stays full for 2 s (`tune_pipe.FULL_WAIT_S`);
+/// 1 MiB (the unprivileged maximum, `/proc/sys/fs/pipe-max-size`) rides out a reader
+/// thread starved for longer on a loaded machine.
+const PIPE_BYTES: libc::c_int = 1 << 20;
 
 /// Whether the bridge is on (`TUNE_BRIDGE=0` turns it off).
 pub fn enabled() -> bool {
@@ -41,21 +54,20 @@ pub fn enabled() -> bool {
 /// Writes the module into the cache (once per module text) and returns its folder.
 fn install() -> Result<PathBuf> {
     // FNV-1a of the module text: a new tune version with new hooks gets a new folder.
-    let hash = SITE_PY
-        .bytes()
-        .chain(HOOK_PY.bytes())
+    let hash = FILES
+        .iter()
+        .flat_map(|(name, text)| name.bytes().chain(text.bytes()))
         .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
     let dir = crate::engine::train::default_cache_dir().join(format!("pybridge-{hash:016x}"));
-    let hook = dir.join("tune_hook.py");
-    let site = dir.join("sitecustomize.py");
-    if hook.is_file() && site.is_file() {
+    if FILES.iter().all(|(name, _)| dir.join(name).is_file()) {
         return Ok(dir);
     }
     std::fs::create_dir_all(&dir).map_err(|e| Error::write(&dir, e))?;
-    crate::fsio::atomic_write(&hook, HOOK_PY.as_bytes())?;
-    crate::fsio::atomic_write(&site, SITE_PY.as_bytes())?;
+    for (name, text) in FILES {
+        crate::fsio::atomic_write(dir.join(name), text.as_bytes())?;
+    }
     Ok(dir)
 }
 
@@ -79,6 +91,12 @@ impl Link {
         let (rd, wr) = std::io::pipe()
             .map_err(|e| Error::Runtime(format!("bridge: cannot create a pipe: {e}")))?;
         let fd = wr.as_raw_fd();
+        // SAFETY: fcntl on a descriptor this function owns; F_SETPIPE_SZ only resizes the
+        // pipe's buffer. Best effort: a refusal (a lower system maximum) keeps the default.
+        #[cfg(target_os = "linux")]
+        unsafe {
+            libc::fcntl(fd, libc::F_SETPIPE_SZ, PIPE_BYTES);
+        }
         // The pipe's identity: a process that did not inherit the descriptor (torchrun
         // closes it for its ranks) may hold another file under the same number.
         let ino = std::fs::metadata(format!("/proc/self/fd/{fd}"))

@@ -3,10 +3,12 @@ PYTHONPATH (through sitecustomize) by `tune watch` and `[workload.python]` sweep
 
 Nothing happens until the script imports torch. Then it hooks DataLoader iteration,
 backward, Optimizer.step/zero_grad and host-to-device copies, and writes one JSON line
-per training step (bounded by Optimizer.step) to the pipe named by TUNE_BRIDGE_FD.
+per training step (bounded by Optimizer.step) to tune's event pipe (tune_pipe: it never
+writes anywhere else, whatever the script does to its descriptors).
 It applies the knobs in TUNE_BRIDGE_KNOBS (a JSON object), reports every knob the
 script sets explicitly to another value ("override") and every knob that cannot act in
-this job ("not_applicable"). Any failure disables the hooks, never the script.
+this job ("not_applicable"). Any failure of a hook disables the hooks (they pass every
+call straight through from then on), never the script.
 
 Processes started by the script (torchrun's ranks, mp.spawn workers) find the same pipe:
 launchers close inherited descriptors, so a child that lacks it reopens it through
@@ -15,16 +17,17 @@ launchers close inherited descriptors, so a child that lacks it reopens it throu
 
 import json
 import os
-import stat
 import sys
 import threading
 import time
 
+import tune_pipe
+
 _now = time.perf_counter
-_lock = threading.Lock()
 _tl = threading.local()
-_out = None
 _pid = os.getpid()
+# Set when a hook of tune's failed: every wrapper then calls straight through.
+_off = False
 _rank = None
 _knobs = {}
 # PyTorch's own defaults, which are tune's (src/knobs.rs): a knob at its default needs no
@@ -49,16 +52,22 @@ _state = {
 }
 
 
-def _emit(obj):
-    global _out
-    if _out is None or os.getpid() != _pid:
+_emit = tune_pipe.emit
+
+
+def _fail(where, e):
+    """A hook of tune's raised: the hooks step aside for the rest of the run, said once on
+    stderr and in tune's report; the script's call goes on as if tune were not there."""
+    global _off
+    if _off:
         return
-    line = json.dumps(obj, separators=(",", ":")) + "\n"
+    _off = True
+    message = "%s: %s: %s" % (where, type(e).__name__, e)
     try:
-        with _lock:
-            os.write(_out, line.encode())
-    except OSError:
-        _out = None  # tune went away: keep the script running, stop reporting
+        sys.stderr.write("tune: PyTorch hooks disabled (%s); the script runs on\n" % message)
+    except Exception:
+        pass
+    _emit({"ev": "error", "message": message[:1000]})
 
 
 def _add(phase, dt):
@@ -114,11 +123,20 @@ def _install_dataloader(torch):
     dl_knobs = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
 
     def init(self, *args, **kwargs):
+        if _off:
+            return orig_init(self, *args, **kwargs)
         try:
-            bound = sig.bind(self, *args, **kwargs)
+            given = _loader_args(self, args, kwargs)
         except TypeError:
             return orig_init(self, *args, **kwargs)  # let DataLoader name the mistake
-        given = dict(bound.arguments)
+        except Exception as e:
+            _fail("DataLoader.__init__", e)
+            return orig_init(self, *args, **kwargs)
+        return orig_init(self, **given)
+
+    def _loader_args(self, args, kwargs):
+        """The DataLoader's arguments with the trial's knobs applied."""
+        given = dict(sig.bind(self, *args, **kwargs).arguments)
         given.pop(next(iter(sig.parameters)), None)
         extra = given.pop("kwargs", {}) if "kwargs" in sig.parameters else {}
         for knob in dl_knobs:
@@ -139,7 +157,7 @@ def _install_dataloader(torch):
             if given.get("persistent_workers"):
                 given["persistent_workers"] = False
         given.update(extra)
-        return orig_init(self, **given)
+        return given
 
     if any(k in _knobs for k in dl_knobs):
         dl.DataLoader.__init__ = init
@@ -147,6 +165,8 @@ def _install_dataloader(torch):
     orig_next = dl._BaseDataLoaderIter.__next__
 
     def next_(self):
+        if _off:
+            return orig_next(self)
         t = _now()
         try:
             batch = orig_next(self)
@@ -175,21 +195,29 @@ def _scaler_for(loss):
 def _install_backward(torch):
     # Tensor.backward calls torch.autograd.backward: time (and scale) once.
     def timed(orig, is_method):
+        def scaled(args, kwargs):
+            """The loss scaled by tune's GradScaler (amp = fp16), else `args` as given."""
+            if args and not kwargs.get("create_graph"):
+                loss = args[0]
+                plain = len(args) == 1 and kwargs.get(
+                    "gradient" if is_method else "grad_tensors"
+                ) is None
+                if plain and isinstance(loss, torch.Tensor) and loss.numel() == 1:
+                    scaler = _scaler_for(loss)
+                    if scaler is not None:
+                        return (scaler.scale(loss),)
+            return args
+
         def wrapper(*args, **kwargs):
-            if _depth["backward"]:
+            if _off or _depth["backward"]:
                 return orig(*args, **kwargs)
             _depth["backward"] += 1
             t = _now()
             try:
-                if args and not kwargs.get("create_graph"):
-                    loss = args[0]
-                    plain = len(args) == 1 and kwargs.get(
-                        "gradient" if is_method else "grad_tensors"
-                    ) is None
-                    if plain and isinstance(loss, torch.Tensor) and loss.numel() == 1:
-                        scaler = _scaler_for(loss)
-                        if scaler is not None:
-                            args = (scaler.scale(loss),)
+                try:
+                    args = scaled(args, kwargs)
+                except Exception as e:
+                    _fail("backward", e)
                 return orig(*args, **kwargs)
             finally:
                 if _sync is not None:
@@ -207,13 +235,16 @@ def _install_backward(torch):
     def clip_grad_norm_(*args, **kwargs):
         # Clipping must see true gradients: the GradScaler recipe unscales first.
         sc = _state["scaler"]
-        if sc is not None and sc._scale is not None and len(_state["optimizers"]) == 1:
-            opt = _state["optimizers"][0]()
-            if opt is not None:
-                try:
-                    sc.unscale_(opt)
-                except RuntimeError:
-                    pass  # already unscaled this step
+        try:
+            if not _off and sc is not None and sc._scale is not None and len(_state["optimizers"]) == 1:
+                opt = _state["optimizers"][0]()
+                if opt is not None:
+                    try:
+                        sc.unscale_(opt)
+                    except RuntimeError:
+                        pass  # already unscaled this step
+        except Exception as e:
+            _fail("clip_grad_norm_", e)
         return clip(*args, **kwargs)
 
     if _knobs.get("amp") == "fp16":
@@ -225,7 +256,7 @@ def _install_copies(torch):
     orig_cuda = torch.Tensor.cuda
 
     def to(self, *args, **kwargs):
-        if self.device.type != "cpu":
+        if _off or self.device.type != "cpu":
             return orig_to(self, *args, **kwargs)
         t = _now()
         out = orig_to(self, *args, **kwargs)
@@ -234,6 +265,8 @@ def _install_copies(torch):
         return out
 
     def cuda(self, *args, **kwargs):
+        if _off:
+            return orig_cuda(self, *args, **kwargs)
         t = _now()
         out = orig_cuda(self, *args, **kwargs)
         _add("h2d", _now() - t)
@@ -250,13 +283,15 @@ def _install_optimizer(torch):
     orig_zero = opt.zero_grad
 
     def zero_grad(self, *args, **kwargs):
+        if _off:
+            return orig_zero(self, *args, **kwargs)
         if "zero_grad" in _knobs:
             want = _knobs["zero_grad"] == "none"
-            given = kwargs.pop("set_to_none", args[0] if args else None)
-            args = ()
+            given = kwargs.get("set_to_none", args[0] if args else None)
             if given is not None and bool(given) != want:
                 _override("zero_grad", "none" if given else "memset", _knobs["zero_grad"])
-            kwargs["set_to_none"] = want
+            kwargs = dict(kwargs, set_to_none=want)
+            args = ()
         t = _now()
         try:
             return orig_zero(self, *args, **kwargs)
@@ -269,9 +304,14 @@ def _install_optimizer(torch):
 
     def init(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
-        _state["optimizers"].append(weakref.ref(self))
-        if _knobs.get("amp") == "fp16":
-            self.step = _scaled_step(self, self.step)
+        if _off:
+            return
+        try:
+            _state["optimizers"].append(weakref.ref(self))
+            if _knobs.get("amp") == "fp16":
+                self.step = _scaled_step(self, self.step)
+        except Exception as e:
+            _fail("Optimizer.__init__", e)
 
     opt.__init__ = init
 
@@ -282,12 +322,17 @@ def _install_optimizer(torch):
         step_start[id(optimizer)] = _now()
 
     def post(optimizer, args, kwargs):
+        if _off:
+            return
         t = _now()
         if _sync is not None:
             _sync()
             t = _now()
         _add("optimizer", t - step_start.pop(id(optimizer), t))
-        _step_end(t)
+        try:
+            _step_end(t)
+        except Exception as e:
+            _fail("the optimizer step's end", e)
 
     from torch.optim.optimizer import (
         register_optimizer_step_post_hook,
@@ -306,7 +351,7 @@ def _scaled_step(opt, step):
         sc = _state["scaler"]
         # No scaled backward yet (GradScaler then has no scale to unscale by), a closure,
         # or GradScaler's own call of optimizer.step(): the plain step.
-        if sc is None or sc._scale is None or getattr(_tl, "in_step", False) or args or kwargs:
+        if _off or sc is None or sc._scale is None or getattr(_tl, "in_step", False) or args or kwargs:
             return step(*args, **kwargs)
         _state["stepped"] = False
         _tl.in_step = True
@@ -338,7 +383,9 @@ def _install_backends(torch):
                     return torch._C._get_cudnn_benchmark()
 
                 def __set__(self, obj, val):
-                    if bool(val) != want:
+                    if _off:
+                        torch._C._set_cudnn_benchmark(bool(val))
+                    elif bool(val) != want:
                         _override("autotune", bool(val), want)
 
             cudnn.benchmark = Benchmark()
@@ -354,7 +401,7 @@ def _install_backends(torch):
     orig_setattr = matmul.__setattr__
 
     def setattr_(self, name, value):
-        if name == "allow_tf32" and bool(value) != tf32:
+        if not _off and name == "allow_tf32" and bool(value) != tf32:
             _override("amp", "tf32" if value else "off (allow_tf32=False)", amp)
             return None
         return orig_setattr(self, name, value)
@@ -363,7 +410,7 @@ def _install_backends(torch):
     orig_prec = torch.set_float32_matmul_precision
 
     def set_precision(precision):
-        if (precision != "highest") != tf32:
+        if not _off and (precision != "highest") != tf32:
             _override("amp", "set_float32_matmul_precision(%r)" % precision, amp)
             return None
         return orig_prec(precision)
@@ -387,15 +434,23 @@ def _install_autocast(torch):
 
     def enter(self):
         # A region the script turns autocast off in (a loss kept in float32) stays off.
-        if self._enabled and not getattr(_tl, "ours", False) and self.fast_dtype != dtype:
-            seen = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
-                self.fast_dtype, str(self.fast_dtype)
-            )
-            _override("amp", "torch.autocast(%s)" % seen, amp)
-            if dtype is None:
-                self._enabled = False
-            else:
-                self.fast_dtype = dtype
+        try:
+            if (
+                not _off
+                and self._enabled
+                and not getattr(_tl, "ours", False)
+                and self.fast_dtype != dtype
+            ):
+                seen = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
+                    self.fast_dtype, str(self.fast_dtype)
+                )
+                _override("amp", "torch.autocast(%s)" % seen, amp)
+                if dtype is None:
+                    self._enabled = False
+                else:
+                    self.fast_dtype = dtype
+        except Exception as e:
+            _fail("autocast.__enter__", e)
         return orig_enter(self)
 
     ac.__enter__ = enter
@@ -405,8 +460,11 @@ def _install_autocast(torch):
 
     def gs_init(self, *args, **kwargs):
         orig_gs_init(self, *args, **kwargs)
-        if not getattr(_tl, "ours", False) and self.is_enabled():
-            _state["script_scaler"] = True
+        try:
+            if not getattr(_tl, "ours", False) and self.is_enabled():
+                _state["script_scaler"] = True
+        except Exception as e:
+            _fail("GradScaler.__init__", e)
 
     gs.__init__ = gs_init
 
@@ -463,24 +521,36 @@ def _install_module_call(torch):
             return x.contiguous()
         return x
 
+    def prepare(module, args):
+        """The call's arguments in the trial's layout, and tune's autocast entered (or
+        None): the outermost call of the thread."""
+        if cl is not None:
+            layout(module)
+            args = tuple(batch(a) for a in args)
+        if dtype is None:
+            return args, None
+        dev = _device_of(torch, module, args)
+        _tl.device = dev
+        _tl.ours = True
+        try:
+            ctx = torch.autocast(dev, dtype=dtype)
+            ctx.__enter__()
+        finally:
+            _tl.ours = False
+        return args, ctx
+
     def call(self, *args, **kwargs):
-        if getattr(_tl, "inside", False) or os.getpid() != _pid:
+        if _off or getattr(_tl, "inside", False) or os.getpid() != _pid:
             return orig_call(self, *args, **kwargs)
         _tl.inside = True
         try:
-            if cl is not None:
-                layout(self)
-                args = tuple(batch(a) for a in args)
-            if dtype is None:
-                return orig_call(self, *args, **kwargs)
-            dev = _device_of(torch, self, args)
-            _tl.device = dev
-            _tl.ours = True
             try:
-                ctx = torch.autocast(dev, dtype=dtype)
-                ctx.__enter__()
-            finally:
-                _tl.ours = False
+                args, ctx = prepare(self, args)
+            except Exception as e:
+                _fail("nn.Module.__call__", e)
+                ctx = None
+            if ctx is None:
+                return orig_call(self, *args, **kwargs)
             try:
                 return orig_call(self, *args, **kwargs)
             finally:
@@ -497,6 +567,14 @@ def _install_dp(torch):
 
     def init(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
+        if _off:
+            return
+        try:
+            notice_dp(self)
+        except Exception as e:
+            _fail("nn.DataParallel.__init__", e)
+
+    def notice_dp(self):
         n = len(getattr(self, "device_ids", None) or [])
         if not torch.cuda.is_available():
             _notice(
@@ -604,56 +682,16 @@ class _TorchFinder:
             try:
                 _install(module)
             except Exception as e:  # never break the user's script
-                _emit({"ev": "error", "message": "%s: %s" % (type(e).__name__, e)})
+                _fail("installing the hooks", e)
 
         spec.loader.exec_module = exec_module
         return spec
 
 
-def _is_pipe(fd, ino):
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        return False
-    return stat.S_ISFIFO(st.st_mode) and (ino is None or st.st_ino == ino)
-
-
-def _open_pipe():
-    """The event pipe: inherited, or reopened through the holder's /proc entry."""
-    try:
-        fd = int(os.environ["TUNE_BRIDGE_FD"])
-    except (KeyError, ValueError):
-        return None
-    try:
-        ino = int(os.environ["TUNE_BRIDGE_INO"])
-    except (KeyError, ValueError):
-        ino = None
-    if _is_pipe(fd, ino):
-        return fd
-    holder = os.environ.get("TUNE_BRIDGE_HOLDER")
-    if not holder or ino is None:
-        return None
-    try:
-        # Non-blocking: with tune gone (no reader) the open fails instead of waiting.
-        new = os.open("/proc/%s/fd/%d" % (holder, fd), os.O_WRONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    if not _is_pipe(new, ino):
-        os.close(new)
-        return None
-    os.set_blocking(new, True)
-    os.set_inheritable(new, True)
-    return new
-
-
 def activate():
-    global _out, _knobs, _rank
-    _out = _open_pipe()
-    if _out is None:
+    global _knobs, _rank
+    if not tune_pipe.open_pipe():
         return
-    # This process's children (a launcher's ranks) reopen the pipe from here.
-    os.environ["TUNE_BRIDGE_FD"] = str(_out)
-    os.environ["TUNE_BRIDGE_HOLDER"] = str(_pid)
     _rank = os.environ.get("RANK")
     if _rank is not None:
         try:
@@ -664,7 +702,12 @@ def activate():
         _knobs = json.loads(os.environ.get("TUNE_BRIDGE_KNOBS", "{}"))
     except ValueError:
         _knobs = {}
+    if not isinstance(_knobs, dict):
+        _knobs = {}
     if "torch" in sys.modules:
-        _install(sys.modules["torch"])
+        try:
+            _install(sys.modules["torch"])
+        except Exception as e:  # never break the user's script
+            _fail("installing the hooks", e)
     else:
         sys.meta_path.insert(0, _TorchFinder())
