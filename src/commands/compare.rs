@@ -15,7 +15,7 @@
 //! A sweep and a watch cannot be compared (their measurements differ in kind): that is
 //! refused as bad input (exit 2), as is anything that is neither.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -24,7 +24,7 @@ use super::cli::CompareArgs;
 use crate::error::{shown, Error, Result};
 use crate::report::{Report, REPORT_JSON};
 use crate::results::build::steady_times;
-use crate::results::model::TimelineSample;
+use crate::results::model::{TimelineSample, TrialReport};
 use crate::stats::{mann_whitney_u, median, ratio_ci, Bootstrap};
 use crate::watch::report::WatchReport;
 
@@ -114,8 +114,14 @@ fn ratio(before: Option<f64>, after: Option<f64>) -> Option<f64> {
 pub fn compare_sweeps(a: &Report, b: &Report) -> Vec<Change> {
     let boot = Bootstrap::default();
     let mut out = Vec::new();
+    // Indexed once: a scan of the other report per trial was quadratic (#27).
+    let mut in_b: HashMap<&str, &TrialReport> = HashMap::new();
+    for t in &b.trials {
+        in_b.entry(t.label.as_str()).or_insert(t);
+    }
+    let in_a: HashSet<&str> = a.trials.iter().map(|t| t.label.as_str()).collect();
     for ta in &a.trials {
-        let Some(tb) = b.trials.iter().find(|t| t.label == ta.label) else {
+        let Some(tb) = in_b.get(ta.label.as_str()).copied() else {
             out.push(Change::untested(&ta.label, "only in A", None, None));
             continue;
         };
@@ -142,13 +148,13 @@ pub fn compare_sweeps(a: &Report, b: &Report) -> Vec<Change> {
                 significant: Some(e.significant),
             });
         }
-        let mib = |t: &crate::results::model::TrialReport| t.peak_mib();
+        let mib = |t: &TrialReport| t.peak_mib();
         if mib(ta).is_some() || mib(tb).is_some() {
             out.push(Change::untested(&ta.label, "peak MiB", mib(ta), mib(tb)));
         }
     }
     for tb in &b.trials {
-        if !a.trials.iter().any(|t| t.label == tb.label) {
+        if !in_a.contains(tb.label.as_str()) {
             out.push(Change::untested(&tb.label, "only in B", None, None));
         }
     }

@@ -3,6 +3,8 @@
 //! what a step costs) and the same knobs. Labels are not used, since they depend on
 //! each spec's baseline.
 
+use std::collections::{HashMap, HashSet};
+
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 use crate::results::model::{Report, TrialReport};
@@ -93,10 +95,16 @@ pub fn match_reports<'a>(
             describe(&cur.spec.workload)
         )));
     }
+    // Indexed once: a scan of the other report per trial was quadratic (100,000 trials, #27).
+    let mut by_knobs: HashMap<&Knobs, &TrialReport> = HashMap::new();
+    for b in &base.trials {
+        by_knobs.entry(&b.knobs).or_insert(b);
+    }
+    let current: HashSet<&Knobs> = cur.trials.iter().map(|c| &c.knobs).collect();
     let mut pairs = Vec::new();
     let mut only_current = Vec::new();
     for c in &cur.trials {
-        match base.trials.iter().find(|b| b.knobs == c.knobs) {
+        match by_knobs.get(&c.knobs).copied() {
             Some(b) => pairs.push(Pair {
                 label: c.label.clone(),
                 knobs: c.knobs.clone(),
@@ -109,7 +117,7 @@ pub fn match_reports<'a>(
     let only_baseline: Vec<&TrialReport> = base
         .trials
         .iter()
-        .filter(|b| !cur.trials.iter().any(|c| c.knobs == b.knobs))
+        .filter(|b| !current.contains(&b.knobs))
         .collect();
     if pairs.is_empty() {
         return Err(Error::Invalid(format!(

@@ -13,7 +13,8 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::axis::Span;
 use super::chart_key::{legend, Key, CHAR_W};
-pub use super::charts_xy::{loss, pareto};
+pub(super) use super::charts_xy::{loss, pareto};
+use super::shown::Shown;
 use crate::results::model::{Report, TrialReport};
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
@@ -150,12 +151,12 @@ struct Row<'a> {
     fill: RGBColor,
 }
 
-/// Horizontal bars of median samples/s per configuration, with the 95% interval as an
-/// error bar and the baseline's median as a vertical rule. The confirmation run, when
-/// there is one, is the last row. `fastest` (green) is the trial the report calls
+/// Horizontal bars of median samples/s per configuration shown, with the 95% interval
+/// as an error bar and the baseline's median as a vertical rule. The confirmation run,
+/// when there is one, is the last row. `fastest` (green) is the trial the report calls
 /// fastest: significantly faster than the baseline, or none.
-pub fn throughput(r: &Report, fastest: Option<&str>) -> String {
-    let mut rows: Vec<Row> = r
+pub(super) fn throughput(r: &Report, shown: &Shown, fastest: Option<&str>) -> String {
+    let mut rows: Vec<Row> = shown
         .trials
         .iter()
         .map(|t| Row {
@@ -257,7 +258,7 @@ pub fn throughput(r: &Report, fastest: Option<&str>) -> String {
 
 /// Phase names in a fixed, meaningful order; `recompute` is inside `backward` and
 /// stacking it would count it twice.
-fn phase_order(r: &Report) -> Vec<String> {
+fn phase_order(trials: &[&TrialReport]) -> Vec<String> {
     const ORDER: [&str; 8] = [
         "data_wait",
         "h2d",
@@ -270,10 +271,10 @@ fn phase_order(r: &Report) -> Vec<String> {
     ];
     let mut names: Vec<String> = ORDER
         .iter()
-        .filter(|n| r.trials.iter().any(|t| t.phase_share.contains_key(**n)))
+        .filter(|n| trials.iter().any(|t| t.phase_share.contains_key(**n)))
         .map(|n| n.to_string())
         .collect();
-    for t in &r.trials {
+    for t in trials {
         for k in t.phase_share.keys() {
             if k != "recompute" && !names.contains(k) {
                 names.push(k.clone());
@@ -283,12 +284,13 @@ fn phase_order(r: &Report) -> Vec<String> {
     names
 }
 
-/// One stacked bar per configuration: the share of a step in each phase.
-pub fn phases(r: &Report) -> String {
-    let names = phase_order(r);
-    let rows: Vec<&TrialReport> = r
+/// One stacked bar per configuration shown: the share of a step in each phase.
+pub(super) fn phases(shown: &Shown) -> String {
+    let names = phase_order(&shown.trials);
+    let rows: Vec<&TrialReport> = shown
         .trials
         .iter()
+        .copied()
         .filter(|t| !t.phase_share.is_empty())
         .collect();
     if rows.is_empty() {
@@ -407,6 +409,10 @@ pub fn device_timeline(r: &Report) -> String {
     if util.is_empty() && mem.is_empty() {
         return note("The timeline has no utilization or memory samples.");
     }
+    for pts in util.values_mut().chain(mem.values_mut()) {
+        *pts = decimated(pts, WIDTH as usize);
+    }
+    let banded = r.trial_spans.len() <= BANDS_MAX;
     let t_end = r
         .timeline
         .iter()
@@ -426,7 +432,7 @@ pub fn device_timeline(r: &Report) -> String {
             series: &util,
             limit: None,
         };
-        line_panel(&top, r, xs, &util_panel, &names)?;
+        line_panel(&top, r, xs, &util_panel, &names, banded)?;
         // The per-trial cap is what resident memory is held against.
         let cap = r
             .spec
@@ -445,7 +451,7 @@ pub fn device_timeline(r: &Report) -> String {
             series: &mem,
             limit: cap,
         };
-        line_panel(&bottom, r, xs, &mem_panel, &names)
+        line_panel(&bottom, r, xs, &mem_panel, &names, banded)
     });
     let keys: Vec<Key> = names
         .iter()
@@ -460,14 +466,21 @@ pub fn device_timeline(r: &Report) -> String {
         .collect();
     // Bands too narrow for their name show its number; the full names are listed here.
     let mut bands = String::new();
-    for (i, s) in r.trial_spans.iter().enumerate() {
+    if !banded {
+        bands = note(&format!(
+            "The {} trials are not marked on the timeline: their bands would be narrower than \
+             a pixel.",
+            r.trial_spans.len()
+        ));
+    }
+    for (i, s) in r.trial_spans.iter().enumerate().filter(|_| banded) {
         bands.push_str(&format!(
             "<li><b>{}</b> {}</li>",
             i + 1,
             super::html::esc(&s.label)
         ));
     }
-    if !bands.is_empty() {
+    if banded && !bands.is_empty() {
         bands = format!("<ol class=\"chart-bands\">{bands}</ol>");
     }
     chart + &legend(&keys) + &bands
@@ -482,7 +495,37 @@ struct Panel<'a> {
     limit: Option<(f64, String)>,
 }
 
-fn line_panel(area: &Area, r: &Report, xs: Span, p: &Panel, all_names: &[String]) -> Drawn {
+/// Most trials the timeline marks with bands; more would be narrower than a pixel each.
+const BANDS_MAX: usize = 200;
+
+/// At most about `columns` buckets' worth of `pts`: each bucket of consecutive points
+/// keeps its lowest and highest value, in time order, so spikes survive. A line of more
+/// points than the chart has pixels draws nothing more, only a longer SVG path.
+fn decimated(pts: &[(f64, f64)], columns: usize) -> Vec<(f64, f64)> {
+    if pts.len() <= 2 * columns {
+        return pts.to_vec();
+    }
+    let per = pts.len().div_ceil(columns);
+    let mut out = Vec::with_capacity(2 * columns);
+    for chunk in pts.chunks(per) {
+        let lo = (0..chunk.len()).fold(0, |a, i| if chunk[i].1 < chunk[a].1 { i } else { a });
+        let hi = (0..chunk.len()).fold(0, |a, i| if chunk[i].1 > chunk[a].1 { i } else { a });
+        out.push(chunk[lo.min(hi)]);
+        if lo != hi {
+            out.push(chunk[lo.max(hi)]);
+        }
+    }
+    out
+}
+
+fn line_panel(
+    area: &Area,
+    r: &Report,
+    xs: Span,
+    p: &Panel,
+    all_names: &[String],
+    banded: bool,
+) -> Drawn {
     let (ys, y_desc, series) = (p.ys, p.y_desc, p.series);
     let (t_end, y_max) = (xs.hi(), ys.hi());
     // The chart maps to whole-SVG pixels; this panel draws relative to its own corner.
@@ -495,7 +538,7 @@ fn line_panel(area: &Area, r: &Report, xs: Span, p: &Panel, all_names: &[String]
         .y_label_area_size(60)
         .build_cartesian_2d(xs.range(), ys.range())?;
     mesh(&mut chart, "time (s), trials end to end", Some(y_desc))?;
-    for (i, s) in r.trial_spans.iter().enumerate() {
+    for (i, s) in r.trial_spans.iter().enumerate().filter(|_| banded) {
         let (start, end) = (xs.put(s.start_s), xs.put(s.end_s));
         if i % 2 == 0 {
             chart.draw_series(std::iter::once(Rectangle::new(
@@ -544,12 +587,13 @@ fn line_panel(area: &Area, r: &Report, xs: Span, p: &Panel, all_names: &[String]
     Ok(())
 }
 
-/// Per trial, one bar per device: peak memory, with the device's busy share written at
-/// the end. DataParallel's device 0 stands out here.
-pub fn device_memory(r: &Report) -> String {
-    let rows: Vec<(&TrialReport, usize)> = r
+/// Per trial shown, one bar per device: peak memory, with the device's busy share
+/// written at the end. DataParallel's device 0 stands out here.
+pub(super) fn device_memory(shown: &Shown) -> String {
+    let rows: Vec<(&TrialReport, usize)> = shown
         .trials
         .iter()
+        .copied()
         .filter(|t| t.devices.iter().any(|d| d.peak().is_some()))
         .flat_map(|t| (0..t.devices.len()).map(move |i| (t, i)))
         .collect();
@@ -635,7 +679,7 @@ mod tests {
                     .devices(&[(0.95, 180, 0.0), (0.55, 100, 0.0)]),
             ],
         );
-        let svg = device_memory(&r);
+        let svg = device_memory(&Shown::of(&r, None));
         assert!(svg.starts_with("<svg"), "{svg}");
         for text in [
             "parallel=dp devices=2 · cpu:0",
@@ -647,6 +691,19 @@ mod tests {
         }
         // No samples: a sentence, not an empty chart.
         assert!(device_timeline(&r).contains("No device samples"));
+    }
+
+    #[test]
+    fn decimation_keeps_each_buckets_extremes_in_time_order() {
+        let pts: Vec<(f64, f64)> = (0..10_000)
+            .map(|i| (i as f64, if i == 4321 { 1e6 } else { (i % 7) as f64 }))
+            .collect();
+        let d = decimated(&pts, 100);
+        assert!(d.len() <= 200, "{}", d.len());
+        assert!(d.windows(2).all(|w| w[0].0 < w[1].0), "time order");
+        assert!(d.contains(&(4321.0, 1e6)), "the spike survives");
+        assert_eq!(d.iter().map(|p| p.1).fold(f64::MAX, f64::min), 0.0);
+        assert_eq!(decimated(&pts[..150], 100), pts[..150].to_vec());
     }
 
     #[test]

@@ -10,19 +10,20 @@ use super::charts::{
     anchored, color, note, svg, text_style, tick, BAR, BEST, GRID, INK, MUTED, WIDTH,
 };
 use super::html::esc;
+use super::shown::{Shown, CHART_MAX};
 use crate::results::model::{Report, TrialReport};
 use crate::results::record::Status;
 
 /// Longest name drawn beside its point; longer ones are numbered.
 const MAX_LABEL: usize = 32;
 
-/// Loss per step of each configuration's first repeat.
-pub fn loss(r: &Report) -> String {
+/// Loss per step of the first repeat of each configuration shown.
+pub(super) fn loss(shown: &Shown) -> String {
     let finite = |v: f32| v.is_finite() && v < f32::MAX;
-    let curves: Vec<(&TrialReport, Vec<(f64, f64)>)> = r
+    let curves: Vec<(&TrialReport, Vec<(f64, f64)>)> = shown
         .trials
         .iter()
-        .filter_map(|t| {
+        .filter_map(|&t| {
             let l = &t.repeats.first()?.losses;
             let pts: Vec<(f64, f64)> = l
                 .iter()
@@ -121,38 +122,94 @@ fn same_curve(a: &[(f64, f64)], b: &[(f64, f64)]) -> bool {
             .all(|(p, q)| p.0 == q.0 && (p.1 - q.1).abs() <= 1e-6 * p.1.abs().max(1.0))
 }
 
-/// The configurations no other beats on both throughput and peak memory, by memory.
+/// The configurations no other beats on both throughput and peak memory, by memory:
+/// `points` are (memory, throughput); a point is dominated by one with no more memory
+/// and no less throughput, better in one of them. A point with a NaN coordinate is
+/// neither dominated nor dominating.
+///
+/// One sort and one sweep, O(n log n): comparing every pair never finished at 100,000
+/// configurations (#27). Sorted by memory, then throughput downwards, a point is on the
+/// front when it has its memory's highest throughput and beats every smaller memory's.
 pub fn pareto_front(points: &[(f64, f64)]) -> Vec<usize> {
-    let mut front: Vec<usize> = (0..points.len())
-        .filter(|&i| {
-            let (m, s) = points[i];
-            !points
-                .iter()
-                .enumerate()
-                .any(|(j, &(m2, s2))| j != i && m2 <= m && s2 >= s && (m2 < m || s2 > s))
-        })
-        .collect();
+    let nan = |i: &usize| points[*i].0.is_nan() || points[*i].1.is_nan();
+    let (mut front, mut order): (Vec<usize>, Vec<usize>) = (0..points.len()).partition(nan);
+    order.sort_by(|&a, &b| {
+        let (p, q) = (points[a], points[b]);
+        p.0.total_cmp(&q.0).then(q.1.total_cmp(&p.1))
+    });
+    let mut best_below = f64::NEG_INFINITY;
+    let mut i = 0;
+    while i < order.len() {
+        let m = points[order[i]].0;
+        let top = points[order[i]].1;
+        let mut j = i;
+        // The points of equal memory: only its highest throughput can be on the front.
+        while j < order.len() && points[order[j]].0 == m {
+            let s = points[order[j]].1;
+            if s == top && s > best_below {
+                front.push(order[j]);
+            }
+            j += 1;
+        }
+        best_below = best_below.max(top);
+        i = j;
+    }
     front.sort_by(|&a, &b| points[a].0.total_cmp(&points[b].0));
     front
 }
 
-/// Throughput against peak memory, one point per successful configuration with its
-/// interval; the Pareto front is joined and drawn solid.
-pub fn pareto(r: &Report) -> String {
-    let pts: Vec<(&TrialReport, f64, f64, f64, f64)> = r
-        .trials
-        .iter()
-        .filter(|t| t.status == Status::Ok)
-        .filter_map(|t| {
-            let c = t.samples_per_s?;
-            Some((t, t.peak_mib()?, c.median, c.lo, c.hi))
-        })
-        .collect();
+/// At most `n` of `items`, evenly spaced, the first and the last kept.
+fn thinned<T: Copy>(items: &[T], n: usize) -> Vec<T> {
+    if items.len() <= n {
+        return items.to_vec();
+    }
+    if n < 2 {
+        return items[..n].to_vec();
+    }
+    (0..n)
+        .map(|k| items[k * (items.len() - 1) / (n - 1)])
+        .collect()
+}
+
+/// The successful configurations with memory figures the Pareto chart draws: all of
+/// them, or when the charts show a part ([`Shown`]), those shown and the sweep's Pareto
+/// front (at most [`CHART_MAX`] of its points, evenly spaced, when it is longer).
+fn pareto_points<'a>(r: &'a Report, shown: &Shown) -> Vec<(&'a TrialReport, f64, f64, f64, f64)> {
+    let point = |t: &'a TrialReport| {
+        let c = t.samples_per_s.filter(|_| t.status == Status::Ok)?;
+        Some((t, t.peak_mib()?, c.median, c.lo, c.hi))
+    };
+    let all: Vec<_> = r.trials.iter().filter_map(point).collect();
+    if !shown.partial() {
+        return all;
+    }
+    let xy: Vec<(f64, f64)> = all.iter().map(|p| (p.1, p.2)).collect();
+    let mut keep = vec![false; all.len()];
+    for i in thinned(&pareto_front(&xy), CHART_MAX) {
+        keep[i] = true;
+    }
+    let on_chart: std::collections::HashSet<&str> =
+        shown.trials.iter().map(|t| t.id.as_str()).collect();
+    all.into_iter()
+        .zip(keep)
+        .filter(|(p, k)| *k || on_chart.contains(p.0.id.as_str()))
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// Throughput against peak memory, one point per successful configuration drawn with
+/// its interval; the Pareto front is joined and drawn solid.
+pub(super) fn pareto(r: &Report, shown: &Shown) -> String {
+    let pts = pareto_points(r, shown);
     if pts.len() < 2 {
         return note("Fewer than two successful configurations with memory figures.");
     }
     let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.1, p.2)).collect();
     let front = pareto_front(&xy);
+    let mut on_front = vec![false; pts.len()];
+    for &i in &front {
+        on_front[i] = true;
+    }
     let (x_lo, x_hi) = pts
         .iter()
         .fold((f64::MAX, 0.0f64), |(a, b), p| (a.min(p.1), b.max(p.1)));
@@ -196,7 +253,6 @@ pub fn pareto(r: &Report) -> String {
         let mut marks = Vec::new();
         let mut spots = Vec::new();
         for (i, p) in pts.iter().enumerate() {
-            let on_front = front.contains(&i);
             let (x, mid, lo, hi) = at(p);
             chart.draw_series(std::iter::once(ErrorBar::new_vertical(
                 x,
@@ -206,7 +262,7 @@ pub fn pareto(r: &Report) -> String {
                 MUTED.stroke_width(1),
                 6,
             )))?;
-            let style = if on_front {
+            let style = if on_front[i] {
                 BEST.filled()
             } else {
                 BAR.stroke_width(2)
@@ -224,7 +280,7 @@ pub fn pareto(r: &Report) -> String {
         let (xr, yr) = chart.plotting_area().get_pixel_range();
         let mut placer = Placer::new((xr.start, yr.start, xr.end, yr.end), marks);
         for (i, p) in pts.iter().enumerate() {
-            let ink = if front.contains(&i) { &INK } else { &MUTED };
+            let ink = if on_front[i] { &INK } else { &MUTED };
             let name = p.0.label.as_str();
             // A long name would cover half the plot: it gets a number, and its full text
             // goes in the key under the chart; so does a label with no free spot.
@@ -343,7 +399,7 @@ mod tests {
                 _ => format!("a_very_long_configuration_name_{i}_that_cannot_fit_beside_a_point"),
             };
         }
-        let html = pareto(&r);
+        let html = pareto(&r, &Shown::of(&r, None));
         let svg = &html[..html.find("</svg>").unwrap()];
         let boxes = text_boxes(svg);
         assert!(boxes.len() > 14, "{svg}");
@@ -372,5 +428,59 @@ mod tests {
             (90.0, 50.0),
         ];
         assert_eq!(pareto_front(&pts), vec![3, 1, 4]);
+    }
+
+    /// The sweep finds what comparing every pair finds, ties and NaN included.
+    #[test]
+    fn pareto_front_matches_the_pairwise_definition() {
+        let naive = |points: &[(f64, f64)]| {
+            let mut front: Vec<usize> = (0..points.len())
+                .filter(|&i| {
+                    let (m, s) = points[i];
+                    !points
+                        .iter()
+                        .enumerate()
+                        .any(|(j, &(m2, s2))| j != i && m2 <= m && s2 >= s && (m2 < m || s2 > s))
+                })
+                .collect();
+            front.sort_by(|&a, &b| points[a].0.total_cmp(&points[b].0));
+            front
+        };
+        let mut rng = crate::stats::SplitMix64::new(3);
+        for round in 0..300 {
+            // Few distinct values: many ties in memory, throughput or both.
+            let pts: Vec<(f64, f64)> = (0..1 + round % 40)
+                .map(|_| {
+                    let v = |r: &mut crate::stats::SplitMix64| match r.below(12) {
+                        0 => f64::NAN,
+                        k => k as f64,
+                    };
+                    (v(&mut rng), v(&mut rng))
+                })
+                .collect();
+            let (mut got, mut want) = (pareto_front(&pts), naive(&pts));
+            // Equal memories may come in either order.
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "{pts:?}");
+        }
+    }
+
+    /// A million configurations: one sort. Comparing every pair (10^12 comparisons)
+    /// would run for hours; the deadline is far above the sort's time on a loaded machine.
+    #[test]
+    fn pareto_front_of_a_million_points_is_not_quadratic() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut rng = crate::stats::SplitMix64::new(9);
+            let pts: Vec<(f64, f64)> = (0..1_000_000)
+                .map(|_| (rng.next_f64() * 1e3, rng.next_f64() * 1e3))
+                .collect();
+            let _ = tx.send(pareto_front(&pts).len());
+        });
+        let n = rx
+            .recv_timeout(std::time::Duration::from_secs(300))
+            .expect("the Pareto front of 10^6 points took over 300 s");
+        assert!(n >= 1);
     }
 }

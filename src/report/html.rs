@@ -5,7 +5,8 @@
 use std::fmt::Write;
 
 use super::charts;
-use super::markdown::{ratio_cell, throughput_cell};
+use super::markdown::{loads, ratio_cell, throughput_cell};
+use super::shown::Shown;
 use crate::advisor::{fmt_ratio, mib, story, Story};
 use crate::results::model::{RecKind, Report};
 use crate::results::record::Status;
@@ -178,6 +179,7 @@ fn trials_table(r: &Report, story: &Story) -> String {
         .confirmation
         .iter()
         .flat_map(|c| c.baseline_rerun.iter().chain(c.trial.iter()));
+    let loaded = loads(story);
     for t in r.trials.iter().chain(confirm) {
         let is_base = r.baseline.as_deref() == Some(t.id.as_str());
         let mut notes: Vec<String> = t
@@ -188,8 +190,11 @@ fn trials_table(r: &Report, story: &Story) -> String {
         if let Some(e) = &t.error {
             notes.insert(0, e.clone());
         }
-        if let Some(flag) = story.load_flag(&t.id) {
-            notes.insert(0, format!("⚠ {flag}"));
+        if let Some(l) = loaded.get(t.id.as_str()) {
+            notes.insert(
+                0,
+                format!("⚠ measured under load: other processes used {l:.0}% of the CPU"),
+            );
         }
         let _ = write!(
             s,
@@ -281,6 +286,10 @@ pub const CHARTS: [&str; 6] = [
 
 pub fn render(r: &Report) -> String {
     let story = story(r);
+    let shown = Shown::of(r, story.fastest.as_deref());
+    let scale = shown.note().map_or(String::new(), |n| {
+        format!("<p class=\"muted\" id=\"chart-scale\">{}</p>", esc(&n))
+    });
     let mut s = String::new();
     let title = format!("tune sweep: {}", r.spec.name);
     let _ = write!(
@@ -299,7 +308,7 @@ pub fn render(r: &Report) -> String {
     let _ = write!(
         s,
         "<h2>Recommendations</h2>{}{}\
-         <h2>Throughput per configuration</h2>{}\
+         <h2>Throughput per configuration</h2>{scale}{}\
          <h2>Where a step's time goes</h2>{}\
          <h2>Throughput vs peak memory</h2>{}\
          <h2>Devices</h2>{}{}\
@@ -309,18 +318,18 @@ pub fn render(r: &Report) -> String {
         confirmation(r),
         figure(
             CHARTS[0],
-            charts::throughput(r, story.fastest.as_deref()),
+            charts::throughput(r, &shown, story.fastest.as_deref()),
             "Median samples/s over steady-state steps with the 95% bootstrap interval; green: significantly faster than the baseline (the headline's fastest), \
              purple: the confirmation runs (after the sweep), grey rule: the baseline."
         ),
         figure(
             CHARTS[1],
-            charts::phases(r),
+            charts::phases(&shown),
             "Mean share of a step in each phase; `other` is the untimed remainder."
         ),
         figure(
             CHARTS[2],
-            charts::pareto(r),
+            charts::pareto(r, &shown),
             "Each successful configuration with its 95% interval; the green line joins the Pareto front \
              (no other configuration is both faster and smaller)."
         ),
@@ -332,12 +341,12 @@ pub fn render(r: &Report) -> String {
         ),
         figure(
             CHARTS[4],
-            charts::device_memory(r),
+            charts::device_memory(&shown),
             "Peak memory and busy share per device per configuration: an imbalance between devices shows here."
         ),
         figure(
             CHARTS[5],
-            charts::loss(r),
+            charts::loss(&shown),
             "Training loss per step of each configuration's first repeat."
         ),
         trials_table(r, &story)

@@ -1,8 +1,9 @@
 //! `summary.md`: a short markdown summary for CI step summaries and PR comments.
 
+use std::collections::HashMap;
 use std::fmt::Write;
 
-use crate::advisor::story;
+use crate::advisor::{story, Story};
 use crate::results::model::{RecKind, Report, TrialReport};
 use crate::results::record::Status;
 
@@ -91,8 +92,19 @@ pub fn ratio_cell(t: &TrialReport, is_baseline: bool) -> String {
     }
 }
 
+/// The story's loaded trials by id: looked up once per table row, a scan of the list
+/// per row was quadratic in trials.
+pub(super) fn loads(story: &Story) -> HashMap<&str, f64> {
+    story
+        .loaded
+        .iter()
+        .map(|(id, l)| (id.as_str(), *l))
+        .collect()
+}
+
 pub fn render(r: &Report) -> String {
     let story = story(r);
+    let loaded = loads(&story);
     let mut s = String::new();
     let _ = writeln!(s, "# tune sweep: {}\n", cell(&r.spec.name));
     let e = &r.environment;
@@ -126,8 +138,8 @@ pub fn render(r: &Report) -> String {
         } else {
             ""
         };
-        let load = story
-            .load_of(&t.id)
+        let load = loaded
+            .get(t.id.as_str())
             .map_or(String::new(), |l| format!(" ⚠ under load ({l:.0}% CPU)"));
         let _ = writeln!(
             s,

@@ -8,6 +8,7 @@ mod charts_xy;
 pub mod html;
 pub mod lines;
 pub mod markdown;
+mod shown;
 
 use std::path::{Path, PathBuf};
 

@@ -119,7 +119,13 @@ pub struct RowView {
 }
 
 impl RowView {
-    fn new(r: &Report, story: &Story, t: &TrialReport, plan_index: usize) -> RowView {
+    fn new(
+        r: &Report,
+        story: &Story,
+        loads: &Loads,
+        t: &TrialReport,
+        plan_index: usize,
+    ) -> RowView {
         let baseline = r.baseline.as_deref() == Some(t.id.as_str());
         RowView {
             id: t.id.clone(),
@@ -130,7 +136,7 @@ impl RowView {
             peak: t.peak_mib().map_or("–".into(), |m| format!("{m:.1}")),
             baseline,
             best: story.fastest.as_deref() == Some(t.id.as_str()),
-            loaded: story.load_of(&t.id),
+            loaded: loads.get(t.id.as_str()).copied(),
             significant: t.ratio_vs_baseline.is_some_and(|x| x.significant),
             sps: t.samples_per_s.map(|c| c.median),
             ratio_value: t.ratio_vs_baseline.map(|x| x.ratio),
@@ -139,6 +145,9 @@ impl RowView {
         }
     }
 }
+
+/// The story's loaded trials: id to load (percent of all cores).
+type Loads<'a> = std::collections::HashMap<&'a str, f64>;
 
 /// Missing values sort after present ones whichever way the present ones go.
 fn by_option<T: PartialOrd>(a: Option<T>, b: Option<T>, descending: bool) -> std::cmp::Ordering {
@@ -242,11 +251,17 @@ impl App {
     ) {
         let keep = self.selected_row().map(|r| r.id.clone());
         let story = crate::advisor::story(&report);
+        // By id once: the story's list scanned per row was quadratic in trials.
+        let loads: Loads = story
+            .loaded
+            .iter()
+            .map(|(id, l)| (id.as_str(), *l))
+            .collect();
         self.rows = report
             .trials
             .iter()
             .enumerate()
-            .map(|(i, t)| RowView::new(&report, &story, t, i))
+            .map(|(i, t)| RowView::new(&report, &story, &loads, t, i))
             .collect();
         self.story = Some(story);
         self.name = report.spec.name.clone();

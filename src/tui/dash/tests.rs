@@ -368,3 +368,23 @@ fn a_live_trial_during_warmup_and_a_command_trial() {
     let s = screen(&app, 120, 30);
     assert!(s.contains("command workloads report no steps"), "{s}");
 }
+
+/// The results table draws only a window of rows around the selection (#27: all rows
+/// were formatted every frame); the selected row is on screen, marked, wherever it is.
+#[test]
+fn the_selected_row_is_drawn_wherever_it_is_in_a_long_table() {
+    let mut app = app_with(150, 0, 1);
+    app.focus = Panel::Results;
+    for k in 0..150 {
+        let s = screen(&app, 120, 40);
+        let label = &app.rows[app.order[k]].label;
+        let line = s
+            .lines()
+            .find(|l| l.contains("▶ "))
+            .unwrap_or_else(|| panic!("no selection marker at row {k}:\n{s}"));
+        assert!(line.contains(label.as_str()), "row {k} ({label}):\n{s}");
+        key(&mut app, KeyCode::Down);
+    }
+    key(&mut app, KeyCode::Home);
+    assert!(screen(&app, 120, 40).contains(&format!("▶ {}", app.rows[app.order[0]].label)));
+}

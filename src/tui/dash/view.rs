@@ -395,7 +395,13 @@ impl App {
             "peak MiB",
         ])
         .style(Style::new().bold().underlined());
-        let rows = self.order.iter().map(|&i| {
+        // Only the rows that can be on screen: the table keeps the selection in view, so
+        // a window of a screen's height either side of it draws the same frame as all
+        // rows would, without formatting 100,000 of them per frame.
+        let height = usize::from(area.height);
+        let first = self.selected.saturating_sub(height);
+        let window = &self.order[first..self.order.len().min(self.selected + height + 1)];
+        let rows = window.iter().map(|&i| {
             let r = &self.rows[i];
             let mark = match (r.best, r.loaded) {
                 (true, _) => "★ ",
@@ -431,7 +437,7 @@ impl App {
                 Style::new().add_modifier(Modifier::BOLD)
             })
             .highlight_symbol("▶ ");
-        let mut state = TableState::new().with_selected(Some(self.selected));
+        let mut state = TableState::new().with_selected(Some(self.selected - first));
         StatefulWidget::render(table, area, buf, &mut state);
     }
 
