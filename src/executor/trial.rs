@@ -266,6 +266,15 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
     if dropped > 0 {
         eprintln!("note: `{line}` printed more than {MAX_VALUES} metric values; the first {MAX_VALUES} are used");
     }
+    if values.len() > crate::stats::BOOTSTRAP_MAX {
+        // What the analysis does with them, said before it runs (a second or two).
+        eprintln!(
+            "note: `{line}`: {} values; their median is exact, its 95% interval is bootstrapped \
+             over {} of them, evenly spaced (docs/performance.md, \"Scale of the faces\")",
+            values.len(),
+            crate::stats::BOOTSTRAP_MAX
+        );
+    }
     // Each reported figure is one sample of samples/s: as a "step" of one sample, its
     // time is the reciprocal, so the same statistics apply as to engine trials.
     let step_times: Vec<f64> = values.iter().map(|v| 1.0 / v).collect();
