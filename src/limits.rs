@@ -8,9 +8,11 @@
 //! Messages here say what is wrong and what is allowed; the caller adds where (the flag
 //! name, or `file:line:col` and the spec key).
 
+use std::ffi::OsStr;
 use std::path::Path;
+use std::time::Duration;
 
-use crate::error::shown;
+use crate::error::{shown, Error, Result};
 
 /// An inclusive integer range and why it ends where it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,6 +140,174 @@ pub const BENCH_RUNS: Bound = Bound {
     why: "runs multiply the benchmark's time",
 };
 
+/// Configurations in one sweep's plan (the baseline included; for `halving`, its first
+/// round). A plan is held in memory, journaled and drawn in every face, and each trial
+/// is at least one child process: a week of one-second trials is 600,000, and the
+/// reports are built (and benchmarked) for 100,000 trials.
+pub const PLAN_TRIALS: Bound = Bound {
+    min: 1,
+    max: 100_000,
+    why: "configurations one sweep plans, runs and reports",
+};
+
+/// Runs of one sweep: every configuration times its repeats, and every round of
+/// `halving`. Each is at least one child process and one journal line.
+pub const PLAN_RUNS: Bound = Bound {
+    min: 1,
+    max: 1_000_000,
+    why: "runs of one sweep, each a child process: configurations x repeats (x rounds)",
+};
+
+/// Bytes of parameter text the plan holds: each configuration carries its own copy of
+/// every parameter's value (in its knobs, label and journal record), so long values
+/// times many configurations are the plan's memory.
+pub const PLAN_BYTES: Bound = Bound {
+    min: 0,
+    max: 256 << 20,
+    why: "the plan's parameter values, one copy per configuration, held in memory",
+};
+
+/// Values in one `[knobs]` or `[params]` list.
+pub const LIST_VALUES: Bound = Bound {
+    min: 1,
+    max: 10_000,
+    why: "values of one knob or parameter",
+};
+
+/// Bytes of one `[params]` value: a command-line argument, far below the kernel's
+/// 128 KiB limit on one argument (`MAX_ARG_STRLEN`), which the whole `sh -c` line must
+/// also fit.
+pub const PARAM_VALUE_BYTES: Bound = Bound {
+    min: 0,
+    max: 4096,
+    why: "one value of a command-line parameter",
+};
+
+/// Bytes of the command line a trial hands to `sh -c`: Linux refuses to start a
+/// program with one argument longer than 32 pages (`MAX_ARG_STRLEN`, 128 KiB).
+pub const COMMAND_BYTES: Bound = Bound {
+    min: 1,
+    max: 128 << 10,
+    why: "the kernel's limit on one argument (MAX_ARG_STRLEN)",
+};
+
+/// Characters of a sweep's name, which names its report folder: a folder name's limit.
+pub const NAME_BYTES: Bound = Bound {
+    min: 1,
+    max: 255,
+    why: "it names the report folder, and a file name has at most 255 bytes",
+};
+
+/// The side in pixels of a stored `shapes:N@S` image: larger PNGs are decoded and
+/// shrunk for every sample the loader reads.
+pub const SHAPES_SIDE: Bound = Bound {
+    min: 1,
+    max: 1024,
+    why: "the stored side of a generated image",
+};
+
+/// Pixels of a generated `shapes` set (samples x side x side): what is rendered and
+/// cached before the first step. 10^6 samples of 64x64 pixels.
+pub const SHAPES_PIXELS: Bound = Bound {
+    min: 1,
+    max: 1_000_000 * 64 * 64,
+    why: "the generated set is rendered and cached on disk before the first step",
+};
+
+/// A sampling interval in milliseconds (`tune watch --interval`, `tune train
+/// --sample-interval`, `TUNE_SAMPLE_MS`): above ten minutes a run gets no samples.
+pub const SAMPLE_INTERVAL_MS: Bound = Bound {
+    min: 1,
+    max: 600_000,
+    why: "a longer interval samples nothing in most runs",
+};
+
+/// Entries of a list flag (`tune bench --threads 1,2 --what mlp,cnn`): each entry is a
+/// whole benchmark.
+pub const FLAG_LIST: Bound = Bound {
+    min: 1,
+    max: 64,
+    why: "each entry is a whole benchmark",
+};
+
+/// The per-trial memory cap of `TUNE_TRIAL_MEM_CAP_BYTES`: `search.mem_cap_mib`'s range
+/// in bytes. Below 1 MiB no process starts, so every trial would read as `oom`.
+pub const MEM_CAP_BYTES: Bound = Bound {
+    min: MEM_CAP_MIB.min << 20,
+    max: MEM_CAP_MIB.max << 20,
+    why: "1 MiB to 16 TiB; unset it for no cap",
+};
+
+/// Seconds a distributed run waits for a rank (`TUNE_DIST_TIMEOUT`): a trial's limit.
+pub const DIST_TIMEOUT_S: Bound = Bound {
+    min: 0,
+    max: TIMEOUT_S.max,
+    why: "one week, a trial's longest limit",
+};
+
+/// A TCP port to listen on or connect to (`MASTER_PORT`, `TUNE_DIST_PORT`): port 0
+/// asks the system for any port, which the other ranks could not know.
+pub const PORT: Bound = Bound {
+    min: 1,
+    max: 65_535,
+    why: "a TCP port the other ranks can name",
+};
+
+/// A numeric environment variable within `bound`: `None` when it is unset or empty,
+/// one line naming the variable when it is not a whole number or out of range. `raw`
+/// is the variable's value (`std::env::var_os`), passed in so launchers' variable
+/// sources and tests share this reader.
+pub fn env_u64(var: &str, raw: Option<&OsStr>, bound: &Bound) -> Result<Option<u64>> {
+    let Some(text) = env_text(var, raw)? else {
+        return Ok(None);
+    };
+    text.parse::<u64>()
+        .ok()
+        .filter(|v| (bound.min..=bound.max).contains(v))
+        .map(Some)
+        .ok_or_else(|| env_refusal(var, bound.refusal(&text)))
+}
+
+/// [`env_u64`] for seconds, which may be fractional (`TUNE_DIST_TIMEOUT=2.5`): more than
+/// 0 and at most `bound.max`.
+pub fn env_secs(var: &str, raw: Option<&OsStr>, bound: &Bound) -> Result<Option<Duration>> {
+    let Some(text) = env_text(var, raw)? else {
+        return Ok(None);
+    };
+    text.parse::<f64>()
+        .ok()
+        .filter(|s| *s > 0.0 && *s <= bound.max as f64)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            env_refusal(
+                var,
+                format!(
+                    "{}: must be more than 0 and at most {} seconds ({})",
+                    shown(&text),
+                    bound.max,
+                    bound.why
+                ),
+            )
+        })
+}
+
+/// The trimmed text of a variable; `None` when unset or blank (`VAR= cmd` unsets it).
+fn env_text(var: &str, raw: Option<&OsStr>) -> Result<Option<String>> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let text = raw
+        .to_str()
+        .ok_or_else(|| env_refusal(var, format!("{}: not UTF-8", shown(&raw.to_string_lossy()))))?
+        .trim();
+    Ok((!text.is_empty()).then(|| text.to_string()))
+}
+
+fn env_refusal(var: &str, msg: String) -> Error {
+    Error::Invalid(format!("{var}={msg} (in the environment)"))
+}
+
 /// The learning rate as the engine uses it (f32): positive, finite and a normal number,
 /// so `1e308` (infinite as f32) and `5e-324` (zero as f32) are refused.
 pub fn lr(x: f64) -> Result<f32, String> {
@@ -177,20 +347,34 @@ pub fn dataset(spec: &str) -> Result<(), String> {
     match (kind, arg) {
         ("synthetic", None) | ("shapes", None) => Ok(()),
         ("shapes", Some(a)) => {
-            let n = a.split_once('@').map_or(a, |(n, _)| n).trim();
-            match n.parse::<u64>() {
-                Ok(v) => SHAPES_N
-                    .check(v)
-                    .map(|_| ())
-                    .map_err(|e| format!("`{}`: sample count {e}", shown(spec))),
-                Err(_) => Err(format!(
+            let (n, side) = match a.split_once('@') {
+                Some((n, s)) => (n.trim(), Some(s.trim())),
+                None => (a.trim(), None),
+            };
+            let n = n.parse::<u64>().map_err(|_| {
+                format!(
                     "`{}`: '{}' is not a sample count from {} to {} (try shapes:20000)",
                     shown(spec),
                     shown(n),
                     SHAPES_N.min,
                     SHAPES_N.max
-                )),
-            }
+                )
+            })?;
+            SHAPES_N
+                .check(n)
+                .map_err(|e| format!("`{}`: sample count {e}", shown(spec)))?;
+            let Some(side) = side else {
+                return Ok(());
+            };
+            let side = side
+                .parse::<u64>()
+                .map_err(|_| SHAPES_SIDE.refusal(side))
+                .and_then(|s| SHAPES_SIDE.check(s))
+                .map_err(|e| format!("`{}`: stored side {e}", shown(spec)))?;
+            SHAPES_PIXELS
+                .check(n.saturating_mul(side).saturating_mul(side))
+                .map(|_| ())
+                .map_err(|e| format!("`{}`: samples x side x side = {e}", shown(spec)))
         }
         ("mnist" | "cifar10", Some(dir)) if !dir.is_empty() => {
             if Path::new(dir).is_dir() {
@@ -242,6 +426,7 @@ mod tests {
             "shapes",
             "shapes:4000",
             "shapes:4000@128",
+            "shapes:1200@512",
             "mnist:/",
         ] {
             assert_eq!(dataset(ok), Ok(()), "{ok}");
@@ -254,6 +439,9 @@ mod tests {
             "mnist:",
             "cifar10:/nonexistent/tune-test",
             "synthetic:3",
+            "shapes:10@100000",
+            "shapes:10@x",
+            "shapes:1000000@1024",
         ] {
             assert!(dataset(bad).is_err(), "{bad}");
         }

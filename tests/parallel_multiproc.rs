@@ -399,10 +399,11 @@ fn a_launch_that_contradicts_the_flags_exits_2_before_any_rendezvous() {
             &["RANK"][..],
         ),
         // A GPU rank with no GPU of its own: no driver here, or (on the stand-in or a
-        // GPU machine) fewer GPUs than LOCAL_RANK needs.
+        // GPU machine) fewer GPUs than LOCAL_RANK needs. A local rank is below the world
+        // size, so the world is large enough to hold it.
         (
             &["--parallel", "ddp", "--device", "cuda"][..],
-            vec![("LOCAL_RANK", "9")],
+            vec![("LOCAL_RANK", "9"), ("WORLD_SIZE", "16")],
             &["libcuda.so.1", "LOCAL_RANK 9 but this node has"][..],
         ),
     ] {

@@ -3,43 +3,15 @@
 //! and one line that names where, before anything is created or run. Everything runs
 //! the real binary on temporary folders.
 
+#[path = "common/cli.rs"]
+mod cli;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Output, Stdio};
+use std::time::Duration;
 
-use proptest::prelude::*;
+use cli::{refused, show, tune, wait_with_rusage};
 use serde_json::Value;
-use tune::spec::Spec;
-use tune::Error;
-
-fn tune() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tune"));
-    c.env_remove("TUNE_TRIAL_FAULT")
-        .env_remove("TUNE_TRIAL_MEM_CAP_BYTES");
-    c
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Asserts exit 2 and a single stderr line, and returns that line.
-fn refused(o: &Output) -> String {
-    assert_eq!(o.status.code(), Some(2), "{}", show(o));
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "not one line: {}", show(o));
-    assert!(
-        !err.bytes().any(|b| b == 0x1b || b == 0),
-        "raw control characters reach the terminal: {err:?}"
-    );
-    lines[0].to_string()
-}
 
 /// A spec of a tiny mlp/synthetic workload with `extra` appended to `[workload]` and the
 /// given `[knobs]` and `[search]` bodies.
@@ -305,33 +277,9 @@ fn control_characters_and_huge_values_are_escaped_and_cut() {
     }
 }
 
-/// Waits for `child` with a deadline, returning its exit code and peak resident memory.
-fn wait_with_rusage(child: std::process::Child, limit: Duration) -> (Option<i32>, u64) {
-    let pid = child.id() as libc::pid_t;
-    let start = Instant::now();
-    loop {
-        let mut status = 0;
-        // SAFETY: zeroed rusage is a valid value of this plain C struct.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: pid is our own child, not yet reaped; both pointers are to live locals.
-        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
-        if r == pid {
-            let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-            return (code, ru.ru_maxrss as u64 * 1024);
-        }
-        if start.elapsed() > limit {
-            // SAFETY: sending a signal to our own unreaped child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 fn sweep_of_dev_zero_exits_2_quickly_with_bounded_memory() {
     let d = tempfile::tempdir().unwrap();
-    let started = Instant::now();
     let child = tune()
         .args(["sweep", "/dev/zero", "--out"])
         .arg(d.path().join("out"))
@@ -339,8 +287,7 @@ fn sweep_of_dev_zero_exits_2_quickly_with_bounded_memory() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let (code, peak) = wait_with_rusage(child, Duration::from_secs(20));
-    let took = started.elapsed();
+    let (code, peak, took) = wait_with_rusage(child, Duration::from_secs(20));
     assert_eq!(code, Some(2));
     assert!(took < Duration::from_secs(5), "took {took:?}");
     // The spec limit is 1 MiB; the binary itself is a few tens of MB resident.
@@ -460,111 +407,4 @@ fn resume_accepts_more_repeats_old_unstamped_journals_and_refuses_garbage() {
     std::fs::write(out.join("journal.jsonl"), text).unwrap();
     let line = refused(&sweep(&spec, &out, &["--resume"]));
     assert!(line.contains("line 2"), "{line}");
-}
-
-/// The parser's contract on any text: a spec, or one `Error::Spec` line whose position
-/// lies inside the text.
-fn check_parse(text: &str) -> std::result::Result<(), TestCaseError> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/fuzz.toml");
-    match Spec::parse(text, &path) {
-        Ok(_) => Ok(()),
-        Err(Error::Spec { line, col, msg, .. }) => {
-            let lines: Vec<&str> = text.split('\n').collect();
-            prop_assert!(
-                line >= 1 && line <= lines.len(),
-                "line {line} of {}",
-                lines.len()
-            );
-            prop_assert!(
-                col >= 1 && col <= lines[line - 1].chars().count() + 1,
-                "col {col} past line {line}"
-            );
-            prop_assert!(
-                !msg.contains('\n') && !msg.chars().any(char::is_control),
-                "{msg:?}"
-            );
-            prop_assert!(msg.len() < 2000, "{} bytes", msg.len());
-            Ok(())
-        }
-        Err(e) => Err(TestCaseError::fail(format!("not a spec error: {e:?}"))),
-    }
-}
-
-fn examples() -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
-    v.sort();
-    v
-}
-
-/// Pieces a mutation splices in: giant numbers, control characters, nesting, TOML syntax.
-const SPLICES: &[&str] = &[
-    "99999999999999999999999999",
-    "-9223372036854775808",
-    "1e308",
-    "5e-324",
-    "nan",
-    "-inf",
-    "\0",
-    "\u{1b}[2J",
-    "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
-    "{a={b={c={d={e={f={g={h={}}}}}}}}",
-    "\"",
-    "'''",
-    "\n[knobs]\n",
-    "\n[search]\nbaseline = { batch_size = 0 }\n",
-    "= [",
-    "\u{feff}",
-    "\r\n",
-];
-
-fn mutated() -> impl Strategy<Value = String> {
-    let n = examples().len();
-    (
-        0..n,
-        proptest::collection::vec(
-            (any::<prop::sample::Index>(), 0..SPLICES.len(), 0..3u8),
-            1..6,
-        ),
-    )
-        .prop_map(|(which, edits)| {
-            let mut s = examples().swap_remove(which).into_bytes();
-            for (at, piece, kind) in edits {
-                let i = at.index(s.len() + 1);
-                match kind {
-                    0 => {
-                        let p = SPLICES[piece].as_bytes();
-                        s.splice(i..i, p.iter().copied());
-                    }
-                    1 => {
-                        let end = (i + 1 + piece * 3).min(s.len());
-                        s.drain(i.min(end)..end);
-                    }
-                    _ => {
-                        let deep = "[".repeat(10_000);
-                        s.splice(i..i, deep.bytes());
-                    }
-                }
-            }
-            String::from_utf8_lossy(&s).into_owned()
-        })
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
-
-    #[test]
-    fn spec_parser_survives_mutated_examples(text in mutated()) {
-        check_parse(&text)?;
-    }
-
-    #[test]
-    fn spec_parser_survives_random_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
-        check_parse(&String::from_utf8_lossy(&bytes))?;
-    }
 }

@@ -504,3 +504,38 @@ fn device_flag_moves_an_engine_spec_to_cuda_and_refuses_a_command_spec() {
     }
     assert_eq!(r["spec"]["workload"]["device"], "cuda", "{}", r["spec"]);
 }
+
+/// Issue #27: a speed-up found by sweeping only a command's `[params]` is recommended
+/// (the parameter change, with the command as its line) and confirmed by a measured run,
+/// as a knob's would be.
+#[test]
+fn a_params_only_speedup_is_recommended_and_confirmed() {
+    let d = tempfile::tempdir().unwrap();
+    let spec = d.path().join("p.toml");
+    std::fs::write(
+        &spec,
+        "name = \"p\"\n[workload.command]\n\
+         run = \"r={rate}; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo samples/s: $((r + i % 3)); done\"\n\
+         metric_regex = 'samples/s: ([0-9.]+)'\n[params]\nrate = [100, 200]\n[search]\nrepeats = 2\n",
+    )
+    .unwrap();
+    let out = d.path().join("out");
+    let o = sweep(&spec, &out, &[], &[("TUNE_SAMPLE_MS", "0")]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let r = report_json(&out);
+    let recs = r["recommendations"].as_array().unwrap();
+    let rec = recs
+        .iter()
+        .find(|x| x["rule"] == "faster")
+        .unwrap_or_else(|| panic!("no recommendation: {recs:?}"));
+    assert_eq!(rec["change"]["rate"], "200", "{rec}");
+    assert!(rec["title"].as_str().unwrap().contains("rate=200"), "{rec}");
+    assert!(rec["pytorch"].as_str().unwrap().contains("r=200;"), "{rec}");
+    let c = &r["confirmation"];
+    assert_eq!(c["knobs"]["params"]["rate"], "200", "{c}");
+    assert_eq!(
+        c["trial"]["status"], "ok",
+        "the confirmation did not run: {c}"
+    );
+    assert_eq!(c["verdict"], "matches", "{c}");
+}

@@ -43,7 +43,14 @@ fn combine(report: &Report) -> (Knobs, Vec<usize>, Option<Ratio>) {
             continue;
         }
         let mut next = knobs.clone();
-        if rec.change.iter().any(|(k, v)| next.set(k, v).is_err()) || next.validate().is_err() {
+        // A `[params]` change is set like a knob's: the confirmation runs the command
+        // with the new value.
+        if rec
+            .change
+            .iter()
+            .any(|(k, v)| next.set_or_param(k, v).is_err())
+            || next.validate().is_err()
+        {
             continue;
         }
         knobs = next;

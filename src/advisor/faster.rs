@@ -2,8 +2,9 @@
 //! baseline (its interval excludes 1) that learns the same is always a recommendation,
 //! even when no phase rule explains it. Command and Python workloads report throughput
 //! only, so without this rule the one change that doubled a user's throughput would go
-//! unsaid. It runs after the phase rules and only speaks for knobs they left alone, so a
-//! phase rule's "why" is never duplicated.
+//! unsaid; a change of the script's own `[params]` counts like a knob's, its line being
+//! the user's command with the new value. It runs after the phase rules and only speaks
+//! for knobs they left alone, so a phase rule's "why" is never duplicated.
 
 use std::collections::BTreeMap;
 
@@ -11,16 +12,47 @@ use super::{effect_evidence, flag, Ctx, Say};
 use crate::knobs::Knobs;
 use crate::results::model::{Recommendation, TrialReport};
 use crate::results::Finding;
+use crate::spec::Workload;
 
-/// Knobs where `t` differs from the baseline, with `t`'s values.
+/// Knobs and `[params]` where `t` differs from the baseline, with `t`'s values.
 pub(crate) fn changed(t: &TrialReport, base: &Knobs) -> BTreeMap<String, String> {
+    let params = t
+        .knobs
+        .params
+        .iter()
+        .filter(|(n, v)| base.params.get(*n) != Some(*v))
+        .map(|(n, v)| (n.clone(), v.clone()));
     Knobs::NAMES
         .iter()
         .filter_map(|n| {
             let v = t.knobs.get(n)?;
             (base.get(n).as_ref() != Some(&v)).then(|| ((*n).to_string(), v))
         })
+        .chain(params)
         .collect()
+}
+
+/// The change as `tune` takes it (knob flags; a parameter, which has no flag, as
+/// `name=value`) and as the line to run (the PyTorch line of each knob, the user's
+/// command with the new parameter values).
+fn lines(cx: &Ctx, t: &TrialReport, change: &BTreeMap<String, String>) -> (String, String) {
+    let (knobs, params): (Vec<_>, Vec<_>) = change
+        .iter()
+        .partition(|(k, _)| crate::knobs::knob(k).is_some());
+    let mut tune: Vec<String> = knobs.iter().map(|(k, v)| flag(k, v)).collect();
+    tune.extend(params.iter().map(|(k, v)| format!("{k}={v}")));
+    tune.retain(|f| !f.is_empty());
+    let mut line = crate::knobs::torch_lines(
+        knobs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        cx.backend(),
+    );
+    if let (false, Workload::Command(c)) = (params.is_empty(), &cx.report.spec.workload) {
+        if !line.is_empty() {
+            line.push_str("; ");
+        }
+        line.push_str(&c.render(&t.knobs));
+    }
+    (tune.join(" "), line)
 }
 
 /// Whether an earlier recommendation (a change, a suggestion or a warning) already
@@ -46,19 +78,12 @@ fn recommend(cx: &Ctx, t: &TrialReport, earlier: &[Recommendation]) -> Option<Re
         evidence.push("no phase rule explains this gain".into());
     }
     let noise = base.noise_floor.max(t.noise_floor);
+    let (tune_flag, pytorch) = lines(cx, t, &change);
     let say = Say {
         title: format!("Use {} (measured {:.2}× faster)", t.label, r.ratio),
         evidence,
-        tune_flag: change
-            .iter()
-            .map(|(k, v)| flag(k, v))
-            .filter(|f| !f.is_empty())
-            .collect::<Vec<_>>()
-            .join(" "),
-        pytorch: crate::knobs::torch_lines(
-            change.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-            cx.backend(),
-        ),
+        tune_flag,
+        pytorch,
     };
     Some(Recommendation {
         rule: "faster".into(),
@@ -76,12 +101,14 @@ fn recommend(cx: &Ctx, t: &TrialReport, earlier: &[Recommendation]) -> Option<Re
 }
 
 /// Recommendations for significant speedups the rules in `earlier` did not cover: the
-/// best one-knob change per knob, then the best multi-knob configuration whose knobs no
-/// recommendation claims yet (a random search may have no one-knob trials).
+/// best one-knob (or one-parameter) change per knob and parameter, then the best
+/// multi-knob configuration whose knobs no recommendation claims yet (a random search
+/// may have no one-knob trials).
 pub fn check(cx: &Ctx, earlier: &[Recommendation]) -> Vec<Recommendation> {
     let mut out: Vec<Recommendation> = Vec::new();
     let mut seen = earlier.to_vec();
-    for knob in Knobs::NAMES {
+    let params = cx.base_knobs().params.keys().map(String::as_str);
+    for knob in Knobs::NAMES.iter().copied().chain(params) {
         let Some((t, _)) = cx.best_gain(&cx.varying(knob)) else {
             continue;
         };
@@ -165,6 +192,42 @@ mod tests {
             );
             assert!(by_rule(&r, "faster").is_empty(), "{step} {acc:?}");
         }
+    }
+
+    /// A command whose `[params]` alone were swept: its measured speed-up is recommended
+    /// like a knob's, the line is the command with the new value, and the confirmation
+    /// runs it.
+    #[test]
+    fn a_params_only_speedup_is_recommended_and_confirmed() {
+        let s = crate::spec::Spec::parse(
+            "name = \"p\"\n[workload.command]\nrun = \"python train.py --lr {lr}\"\n\
+             metric_json_key = \"k\"\n[params]\nlr = [\"0.1\", \"0.01\"]\n",
+            "p.toml",
+        )
+        .unwrap();
+        let r = report(
+            &s,
+            vec![trial(&s, &[], 0.010), trial(&s, &[("lr", "0.01")], 0.007)],
+        );
+        let recs = by_rule(&r, "faster");
+        assert_eq!(recs.len(), 1, "{:?}", r.recommendations);
+        let rec = &recs[0];
+        assert_eq!(rec.change["lr"], "0.01");
+        assert!(
+            rec.finding.title.contains("lr=0.01"),
+            "{}",
+            rec.finding.title
+        );
+        assert!(
+            rec.pytorch.contains("python train.py --lr") && rec.pytorch.contains("0.01"),
+            "{}",
+            rec.pytorch
+        );
+        // No tune flag exists for a script's own parameter; none is made up.
+        assert!(!rec.tune_flag.contains("--lr"), "{}", rec.tune_flag);
+        let c = r.confirmation.as_ref().unwrap();
+        assert_eq!(c.knobs.params["lr"], "0.01");
+        assert_eq!(c.rules, vec!["faster"]);
     }
 
     #[test]

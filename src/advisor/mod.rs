@@ -225,13 +225,19 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// `a` and `base` agree on every knob except `knob`, where they differ.
+/// `a` and `base` agree on every knob and `[params]` entry except `knob` (either),
+/// where they differ.
 pub fn differs_only_in(a: &Knobs, base: &Knobs, knob: &str) -> bool {
-    a.get(knob) != base.get(knob)
+    a.value(knob) != base.value(knob)
         && Knobs::NAMES
             .iter()
             .filter(|n| **n != knob)
             .all(|n| a.get(n) == base.get(n))
+        && a.params
+            .keys()
+            .chain(base.params.keys())
+            .filter(|n| *n != knob)
+            .all(|n| a.params.get(n) == base.params.get(n))
 }
 
 /// "1.31× [1.27, 1.35]".

@@ -38,7 +38,7 @@ pub fn trial(spec: &Spec, overrides: &[(&str, &str)], step_s: f64) -> Trial {
     let base = &spec.search.baseline;
     let mut k: Knobs = base.clone();
     for (n, v) in overrides {
-        k.set(n, v).unwrap();
+        k.set_or_param(n, v).unwrap();
     }
     let mut rng = SplitMix64::new(crate::spec::plan::knobs_hash(&k));
     let repeats = (0..REPEATS)

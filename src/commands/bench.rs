@@ -271,14 +271,35 @@ fn print_sampling(r: &SamplingRow, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// What `--what` can name.
+const WHAT: &[&str] = &["mlp", "cnn", "gemm", "dash", "sampling"];
+
+fn unknown_what(other: &str) -> Error {
+    Error::Invalid(format!(
+        "bench: --what: unknown workload '{other}': allowed values are {}",
+        WHAT.join(", ")
+    ))
+}
+
 pub fn main(a: &BenchArgs) -> Result<i32> {
     check_flag("runs", &limits::BENCH_RUNS, a.runs)?;
     // Each configuration trains warm-up plus runs x steps steps in one run.
     check_flag("steps", &limits::STEPS, a.steps.saturating_mul(a.runs))
         .map_err(|e| Error::Invalid(format!("{e} (counting all {} runs)", a.runs)))?;
+    for (flag, n) in [("threads", a.threads.len()), ("what", a.what.len())] {
+        limits::FLAG_LIST.check_usize(n).map_err(|_| {
+            let n = format!("{n} entries");
+            Error::Invalid(format!("--{flag} {}", limits::FLAG_LIST.refusal(&n)))
+        })?;
+    }
     for &t in &a.threads {
         check_flag("threads", &limits::THREADS, t)?;
     }
+    // Every entry is checked before the first benchmark runs.
+    if let Some(other) = a.what.iter().find(|w| !WHAT.contains(&w.as_str())) {
+        return Err(unknown_what(other));
+    }
+    crate::process::alloc::mark_training();
     for what in &a.what {
         if what == "dash" {
             dash_row(a)?;
@@ -296,11 +317,7 @@ pub fn main(a: &BenchArgs) -> Result<i32> {
                     .into_iter()
                     .map(|n| gemm_row(n, t))
                     .collect::<Result<_>>()?,
-                other => {
-                    return Err(Error::Invalid(format!(
-                        "bench: unknown workload '{other}': allowed values are mlp, cnn, gemm, dash, sampling"
-                    )))
-                }
+                other => return Err(unknown_what(other)),
             };
             for r in rows {
                 if a.json {

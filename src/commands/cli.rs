@@ -324,8 +324,26 @@ pub struct TrainCmdArgs {
     pub run: TrainArgs,
     /// Sample host, process, engine devices and GPUs every MS milliseconds on one
     /// timeline, and print per-device summaries and findings (off by default).
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS")]
     pub sample_interval: Option<u64>,
+}
+
+impl TrainCmdArgs {
+    /// The run flags (`TrainArgs::check`), then the interval.
+    pub fn check(&self) -> Result<()> {
+        self.run.check()?;
+        match self.sample_interval {
+            Some(ms) => check_ms("sample-interval", ms).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A sampling interval flag in milliseconds, within `limits::SAMPLE_INTERVAL_MS`.
+pub fn check_ms(flag: &str, ms: u64) -> Result<u64> {
+    limits::SAMPLE_INTERVAL_MS
+        .check(ms)
+        .map_err(|e| Error::Invalid(format!("--{flag} {e}")))
 }
 
 #[derive(Debug, Args, Clone)]
@@ -334,7 +352,7 @@ pub struct WatchArgs {
     #[arg(long, conflicts_with = "command")]
     pub pid: Option<u32>,
     /// Sampling interval in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", default_value_t = 100)]
     pub interval: u64,
     /// Stream one JSON sample per line on stdout (the command's stdout goes to stderr).
     #[arg(long)]

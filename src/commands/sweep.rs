@@ -15,6 +15,7 @@ use crate::advisor::{self, confirm};
 use crate::error::{Error, Result};
 use crate::executor::slurm::SlurmEnv;
 use crate::executor::trial::TrialEnv;
+use crate::limits;
 use crate::report::{self, JOURNAL};
 use crate::results::build::CONFIRM_PREFIX;
 use crate::results::{Report, Status, TrialRecord};
@@ -106,12 +107,28 @@ impl SweepObserver for Progress {
     }
 }
 
-/// The per-trial memory cap: `TUNE_TRIAL_MEM_CAP_BYTES` if set, else the spec's.
-fn mem_cap(spec: &Spec) -> Option<u64> {
-    std::env::var("TUNE_TRIAL_MEM_CAP_BYTES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .or(spec.search.mem_cap_mib.map(|m| m << 20))
+/// The per-trial memory cap: `TUNE_TRIAL_MEM_CAP_BYTES` if set, else the spec's. A value
+/// out of range (0 would make every trial `oom`) or not a number is refused, not ignored.
+fn mem_cap(spec: &Spec) -> Result<Option<u64>> {
+    let var = crate::executor::child::MEM_CAP_ENV;
+    let env = limits::env_u64(
+        var,
+        std::env::var_os(var).as_deref(),
+        &limits::MEM_CAP_BYTES,
+    )?;
+    Ok(env.or(spec.search.mem_cap_mib.map(|m| m << 20)))
+}
+
+/// `TUNE_SAMPLE_MS`, which the sweep's sampler reads: checked here, before anything is
+/// written, so a bad value is refused rather than silently replaced by the default.
+fn check_sample_ms() -> Result<()> {
+    let var = crate::runner::sampling::SAMPLE_MS_ENV;
+    let raw = std::env::var_os(var);
+    // 0 turns sampling off; anything else is an interval.
+    if raw.as_deref().and_then(|v| v.to_str()).map(str::trim) == Some("0") {
+        return Ok(());
+    }
+    limits::env_u64(var, raw.as_deref(), &limits::SAMPLE_INTERVAL_MS).map(|_| ())
 }
 
 /// `spec` with `--device` in place of its `[workload] device`.
@@ -134,6 +151,8 @@ fn with_device(mut spec: Spec, args: &SweepArgs) -> Result<Spec> {
 
 pub fn main(args: &SweepArgs) -> Result<i32> {
     let spec = with_device(Spec::load(&args.spec)?, args)?;
+    let mem_cap_bytes = mem_cap(&spec)?;
+    check_sample_ms()?;
     if args.tui {
         tui::dash::check_terminal("tune sweep --tui", args.json)?;
     }
@@ -183,7 +202,7 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
             slurm_env = SlurmEnv {
                 exe,
                 dir,
-                mem_cap_bytes: mem_cap(&spec),
+                mem_cap_bytes,
             };
             slurm_env.start()?;
             &slurm_env
@@ -192,7 +211,7 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
             local_env = TrialEnv {
                 exe,
                 timeout: Duration::from_secs(spec.search.timeout_s),
-                mem_cap_bytes: mem_cap(&spec),
+                mem_cap_bytes,
                 live_file: live_file.clone(),
                 cancel: cancel.clone(),
             };

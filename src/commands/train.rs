@@ -119,7 +119,8 @@ fn join_launch(cmd: &TrainCmdArgs, w: &mut Workload, k: &mut Knobs) -> Result<Op
 
 pub fn main(cmd: &TrainCmdArgs) -> Result<i32> {
     let args = &cmd.run;
-    args.check()?;
+    cmd.check()?;
+    crate::process::alloc::mark_training();
     let mut knobs = args.knobs.knobs()?;
     let mut w = args.workload();
     let launch = join_launch(cmd, &mut w, &mut knobs)?;

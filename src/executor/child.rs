@@ -80,9 +80,18 @@ pub fn child_main(knobs: crate::Result<Knobs>, workload: &Workload) -> i32 {
     if std::env::var_os(NODE_ENV).is_some() {
         print_node();
     }
-    let cap = std::env::var(MEM_CAP_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    // The sweep checked its own value; one set by hand on `tune trial` is checked alike.
+    let cap = match crate::limits::env_u64(
+        MEM_CAP_ENV,
+        std::env::var_os(MEM_CAP_ENV).as_deref(),
+        &crate::limits::MEM_CAP_BYTES,
+    ) {
+        Ok(cap) => cap,
+        Err(e) => {
+            print_error("invalid", e.to_string());
+            return 2;
+        }
+    };
     if let Some(cap) = cap {
         start_watchdog(cap);
     }

@@ -5,20 +5,36 @@
 //! which the sweep could only call `crashed`. Here the failure path writes one line with
 //! raw `write(2)` (allocating is what just failed) and `_exit`s: in a trial child the
 //! `{"error":{"kind":"oom",...}}` line and `EXIT_OOM`, elsewhere `error: out of memory
-//! allocating N bytes` on stderr and exit 1. The success path only adds a null check.
-//! Code that would handle a failed `try_reserve` itself loses that chance: tune has none.
+//! allocating N bytes` on stderr and exit 1, saying whose memory it was: a training run's
+//! (`tune train`, `tune bench`: try a smaller batch or model) or tune's own (reading or
+//! planning something larger than this machine holds). The success path only adds a
+//! null check. Code that would handle a failed `try_reserve` itself loses that chance:
+//! tune has none.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The exit status of a trial child that ran out of memory: what a kernel OOM kill reads as.
 pub const EXIT_OOM: i32 = 137;
 
-static IN_TRIAL: AtomicBool = AtomicBool::new(false);
+/// What this process is doing, for the words of an allocation failure.
+static ROLE: AtomicU8 = AtomicU8::new(TUNE);
+/// tune's own work: reading files, planning, reporting.
+const TUNE: u8 = 0;
+/// A trial child: the failure is the trial's `oom` result.
+const TRIAL: u8 = 1;
+/// Training in this process (`tune train`, `tune bench`): the batch and model decide.
+const TRAINING: u8 = 2;
 
 /// Marks this process as a trial child: allocation failures print the trial's JSON line.
 pub(crate) fn mark_trial_child() {
-    IN_TRIAL.store(true, Ordering::Relaxed);
+    ROLE.store(TRIAL, Ordering::Relaxed);
+}
+
+/// Marks this process as one that trains the engine itself: an allocation failure is
+/// then the run's size, and the message says to shrink the batch or model.
+pub fn mark_training() {
+    ROLE.store(TRAINING, Ordering::Relaxed);
 }
 
 pub struct OomExit;
@@ -61,7 +77,7 @@ unsafe impl GlobalAlloc for OomExit {
 
 /// Writes the one-line report without allocating and ends the process.
 fn out_of_memory(size: usize) -> ! {
-    let mut buf = [0u8; 160];
+    let mut buf = [0u8; 256];
     let mut n = 0;
     let mut put = |bytes: &[u8]| {
         for &b in bytes {
@@ -71,7 +87,8 @@ fn out_of_memory(size: usize) -> ! {
             }
         }
     };
-    let trial = IN_TRIAL.load(Ordering::Relaxed);
+    let role = ROLE.load(Ordering::Relaxed);
+    let trial = role == TRIAL;
     if trial {
         // Newline first: stdout may hold a partial line.
         put(b"\n{\"error\":{\"kind\":\"oom\",\"message\":\"out of memory allocating ");
@@ -79,11 +96,11 @@ fn out_of_memory(size: usize) -> ! {
         put(b"error: out of memory allocating ");
     }
     put(decimal(size, &mut [0u8; 20]));
-    if trial {
-        put(b" bytes (the machine could not provide it)\"}}\n");
-    } else {
-        put(b" bytes; try a smaller batch or model\n");
-    }
+    put(match role {
+        TRIAL => b" bytes (the machine could not provide it)\"}}\n".as_slice(),
+        TRAINING => b" bytes for the training run; try a smaller batch or model\n",
+        _ => b" bytes in tune itself (not a training run): what it was reading or planning needs more memory than this process may use\n",
+    });
     let fd = if trial { 1 } else { 2 };
     // SAFETY: `buf[..n]` is initialised memory we own; write(2) and _exit(2) are
     // async-signal-safe and allocate nothing.

@@ -16,6 +16,7 @@ pub mod cluster;
 pub(crate) mod metric;
 mod parse;
 pub mod plan;
+mod shell;
 #[cfg(test)]
 mod tests;
 
@@ -234,21 +235,10 @@ impl Spec {
 }
 
 impl CommandWorkload {
-    /// The command line for one configuration.
+    /// The command line for one configuration: each placeholder's value quoted so that
+    /// `sh -c` reads back exactly that value as one word (`shell`).
     pub fn render(&self, knobs: &Knobs) -> String {
-        let mut out = String::new();
-        for piece in template_pieces(&self.run) {
-            match piece {
-                Piece::Text(t) => out.push_str(t),
-                Piece::Brace(c) => out.push(c),
-                Piece::Placeholder { name, .. } => {
-                    out.push_str(&knobs.value(name).unwrap_or_default())
-                }
-                // Rejected when the spec was parsed; kept verbatim if built by hand.
-                Piece::Unclosed(at) => out.push_str(&self.run[at..]),
-            }
-        }
-        out
+        shell::render(&self.run, |name| knobs.value(name).unwrap_or_default())
     }
 }
 

@@ -1,5 +1,6 @@
 //! Reading a spec: TOML with source spans, so every error points at `file:line:col`.
 
+use std::collections::HashSet;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -7,13 +8,15 @@ use toml::de::{DeString, DeTable, DeValue};
 use toml::Spanned;
 
 use super::{
-    capture_groups, template_pieces, CommandWorkload, EngineWorkload, Metric, Piece, Search, Spec,
-    Strategy, Workload, DEVICES, MODELS,
+    capture_groups, CommandWorkload, EngineWorkload, Metric, Search, Spec, Strategy, Workload,
+    DEVICES, MODELS,
 };
 use crate::error::{shown, Error, Result};
 use crate::knobs::Knobs;
 use crate::limits::{self, Bound};
 
+mod bounds;
+mod params;
 mod slurm;
 
 const TOP_KEYS: &[&str] = &["name", "workload", "knobs", "params", "search", "slurm"];
@@ -209,6 +212,13 @@ impl Cx<'_> {
                         ),
                     ));
                 }
+                limits::NAME_BYTES.check_usize(name.len()).map_err(|_| {
+                    let n = format!("{} bytes", name.len());
+                    self.err(
+                        v.span(),
+                        format!("name of {}", limits::NAME_BYTES.refusal(&n)),
+                    )
+                })?;
                 name
             }
             None => self.default_name(),
@@ -235,6 +245,7 @@ impl Cx<'_> {
             None => Vec::new(),
         };
         let search = self.search(doc, &workload, &knobs, &params)?;
+        self.check_plan(doc, &search, &knobs, &params)?;
         self.check_executor(doc, search.executor, &workload)?;
         let slurm = self.slurm(doc, search.timeout_s)?;
         Ok(Spec {
@@ -388,131 +399,6 @@ impl Cx<'_> {
         Ok(CommandWorkload { run, metric, cwd })
     }
 
-    /// Every `{name}` in a command template names a knob or a `[params]` entry, and every
-    /// parameter is used (an unused one would only make identical trials).
-    fn placeholders(&self, run_v: &Val<'_>, run: &str, what: &str, params: &[Param]) -> Result<()> {
-        let raw = self.text.get(run_v.span()).unwrap_or("");
-        let mut used = Vec::new();
-        for piece in template_pieces(run) {
-            let (name, at_byte) = match piece {
-                Piece::Placeholder { name, at } => (name, at),
-                Piece::Unclosed(at) => {
-                    return Err(self.err(
-                        self.locate(run_v, raw, &run[at..]),
-                        format!("unclosed '{{' in {what} (write {{{{ for a literal brace)"),
-                    ))
-                }
-                _ => continue,
-            };
-            used.push(name);
-            if !Knobs::NAMES.contains(&name) && !params.iter().any(|p| p.0 == name) {
-                let needle = &run[at_byte..at_byte + name.len() + 2];
-                let declared: Vec<&str> = params.iter().map(|p| p.0.as_str()).collect();
-                return Err(self.err(
-                    self.locate(run_v, raw, needle),
-                    format!(
-                        "placeholder {{{}}} is neither a knob nor a parameter: declare it under [params] \
-                         (e.g. {} = [\"a\", \"b\"]); parameters declared: {}; knobs: {} (write {{{{ for a literal brace)",
-                        shown(name),
-                        shown(name),
-                        if declared.is_empty() { "none".into() } else { declared.join(", ") },
-                        Knobs::NAMES.join(", ")
-                    ),
-                ));
-            }
-        }
-        if let Some(p) = params.iter().find(|p| !used.contains(&p.0.as_str())) {
-            return Err(self.err(
-                p.2.clone(),
-                format!(
-                    "parameter {} is declared under [params] but {what} has no {{{}}}: every trial would run the same command",
-                    p.0, p.0
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// `[params]`: a command's own parameters, `name = [values]` or `name = value`.
-    /// Values keep their source spelling (`1e-3` stays `1e-3`), since they are pasted
-    /// into a command line.
-    fn params(&self, key: &Key<'_>, t: &DeTable<'_>) -> Result<Vec<Param>> {
-        let mut out: Vec<Param> = Vec::new();
-        for (k, v) in entries(t) {
-            let name = k.get_ref().to_string();
-            let ident = name
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !ident {
-                return Err(self.err(
-                    k.span(),
-                    format!(
-                        "parameter name '{}' is not a plain name: use letters, digits and '_', not starting with a digit",
-                        shown(&name)
-                    ),
-                ));
-            }
-            if Knobs::NAMES.contains(&name.as_str()) {
-                return Err(self.err(
-                    k.span(),
-                    format!("parameter {name} is a knob: list it under [knobs], where its values are checked"),
-                ));
-            }
-            let items: Vec<&Val<'_>> = match v.get_ref() {
-                DeValue::Array(a) => a.iter().collect(),
-                _ => vec![v],
-            };
-            if items.is_empty() {
-                return Err(self.err(
-                    v.span(),
-                    format!("parameter {name} has no values: list at least one"),
-                ));
-            }
-            let mut values: Vec<String> = Vec::new();
-            for item in items {
-                let value = match item.get_ref() {
-                    DeValue::String(s) => s.to_string(),
-                    DeValue::Integer(_) | DeValue::Float(_) | DeValue::Boolean(_) => self
-                        .text
-                        .get(item.span())
-                        .unwrap_or_default()
-                        .trim()
-                        .to_string(),
-                    _ => {
-                        return Err(self.wrong_type(
-                            item,
-                            &format!("parameter {name}"),
-                            "a string, number or boolean",
-                        ))
-                    }
-                };
-                if value.contains(['\n', '\r', '\0']) {
-                    return Err(self.err(
-                        item.span(),
-                        format!("parameter {name}: a value cannot hold a line break or NUL"),
-                    ));
-                }
-                if values.contains(&value) {
-                    return Err(self.err(
-                        item.span(),
-                        format!("parameter {name} lists '{}' twice", shown(&value)),
-                    ));
-                }
-                values.push(value);
-            }
-            out.push((name, values, k.span()));
-        }
-        if out.is_empty() {
-            return Err(self.err(
-                key.span(),
-                "[params] is empty: declare name = [values] or remove it",
-            ));
-        }
-        Ok(out)
-    }
-
     /// A workload's `cwd`, which must exist: trials run the command in this folder, and a
     /// missing one would fail every trial later as "cannot start sh".
     fn cwd(&self, t: &DeTable<'_>, what: &str) -> Result<Option<PathBuf>> {
@@ -613,20 +499,12 @@ impl Cx<'_> {
         let mut out = Vec::new();
         for (k, v) in entries(t) {
             let name = self.knob_name(k)?;
-            let items: Vec<&Val<'_>> = match v.get_ref() {
-                DeValue::Array(a) => a.iter().collect(),
-                _ => vec![v],
-            };
-            if items.is_empty() {
-                return Err(self.err(
-                    v.span(),
-                    format!("knob {name} has no values: list at least one"),
-                ));
-            }
+            let items = self.items(v, &format!("knob {name}"))?;
             let mut values: Vec<String> = Vec::new();
+            let mut seen = HashSet::new();
             for item in items {
                 let value = self.knob_value(&name, item)?;
-                if values.contains(&value) {
+                if !seen.insert(value.clone()) {
                     return Err(self.err(item.span(), format!("knob {name} lists '{value}' twice")));
                 }
                 values.push(value);

@@ -5,9 +5,11 @@
 //! (`SLURM_LAUNCH_NODE_IPADDR`, else the first node of `SLURM_NODELIST`) as the master
 //! when `MASTER_ADDR` is unset.
 
+use std::ffi::OsStr;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::limits::{self, Bound};
 
 /// PyTorch's default `MASTER_PORT`.
 pub const DEFAULT_PORT: u16 = 29500;
@@ -37,12 +39,20 @@ pub fn from_env() -> Result<Option<Launch>> {
     from_vars(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
 }
 
-fn num<T: std::str::FromStr>(var: &str, v: &str) -> Result<T> {
-    v.trim().parse().map_err(|_| {
-        Error::Invalid(format!(
-            "invalid {var}={v:?} in the environment: expected a non-negative integer"
-        ))
-    })
+/// A launch variable within `bound`: `None` when unset, one line naming it otherwise.
+fn num(get: &impl Fn(&str) -> Option<String>, var: &str, bound: &Bound) -> Result<Option<usize>> {
+    let v = limits::env_u64(var, get(var).as_deref().map(OsStr::new), bound)?;
+    // Every bound here is far below usize::MAX.
+    Ok(v.map(|v| v as usize))
+}
+
+/// A rank or local rank: below the world size.
+fn rank_bound(world: usize) -> Bound {
+    Bound {
+        min: 0,
+        max: world.saturating_sub(1) as u64,
+        why: "a rank is below the world size",
+    }
 }
 
 /// `from_env` over any variable source (tests).
@@ -52,31 +62,19 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>>
             Error::Invalid(format!("{var} is not set in the environment, but {why}"))
         })
     };
-    let (rank, world, local_rank, launcher) = if let Some(ws) = get("WORLD_SIZE") {
-        let world: usize = num("WORLD_SIZE", &ws)?;
-        let rank: usize = num("RANK", &req("RANK", "WORLD_SIZE is")?)?;
-        let local = match get("LOCAL_RANK") {
-            Some(v) => num("LOCAL_RANK", &v)?,
-            None => rank,
-        };
-        (rank, world, local, "torchrun")
-    } else if let Some(nt) = get("SLURM_NTASKS") {
-        let world: usize = num("SLURM_NTASKS", &nt)?;
-        let rank: usize = num("SLURM_PROCID", &req("SLURM_PROCID", "SLURM_NTASKS is")?)?;
-        let local = match get("SLURM_LOCALID") {
-            Some(v) => num("SLURM_LOCALID", &v)?,
-            None => rank,
-        };
-        (rank, world, local, "srun")
+    let (world_var, rank_var, local_var, launcher) = if get("WORLD_SIZE").is_some() {
+        ("WORLD_SIZE", "RANK", "LOCAL_RANK", "torchrun")
+    } else if get("SLURM_NTASKS").is_some() {
+        ("SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "srun")
     } else {
         return Ok(None);
     };
-    if world == 0 || rank >= world {
-        return Err(Error::Invalid(format!(
-            "invalid rank {rank} of world size {world} in the environment ({launcher}): the \
-             rank must be below the world size"
-        )));
-    }
+    // A world of more processes than tune has devices is refused by every command that
+    // reads it; bounded here so no rank sizes anything by it first.
+    let world = num(&get, world_var, &limits::DEVICES)?.unwrap_or(1);
+    req(rank_var, &format!("{world_var} is"))?;
+    let rank = num(&get, rank_var, &rank_bound(world))?.unwrap_or(0);
+    let local_rank = num(&get, local_var, &rank_bound(world))?.unwrap_or(rank);
     let master = match get("MASTER_ADDR") {
         Some(m) => m,
         None => match get("SLURM_LAUNCH_NODE_IPADDR") {
@@ -97,15 +95,12 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>>
             },
         },
     };
-    let master_port = match get("MASTER_PORT") {
-        Some(p) => num::<u16>("MASTER_PORT", &p)?,
-        None => DEFAULT_PORT,
-    };
+    let master_port = num(&get, "MASTER_PORT", &limits::PORT)?.map_or(DEFAULT_PORT, |p| p as u16);
     // torchrun's agent already listens on MASTER_PORT with its own store (the workers
     // see TORCHELASTIC_USE_AGENT_STORE=True), so tune's rendezvous takes the next port.
     let agent_store = get("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v == "True");
-    let port = match get("TUNE_DIST_PORT") {
-        Some(p) => num::<u16>("TUNE_DIST_PORT", &p)?,
+    let port = match num(&get, "TUNE_DIST_PORT", &limits::PORT)? {
+        Some(p) => p as u16,
         None if agent_store => master_port.checked_add(1).ok_or_else(|| {
             Error::Invalid(format!(
                 "MASTER_PORT={master_port} under torchrun: tune's rendezvous uses \
@@ -114,22 +109,12 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>>
         })?,
         None => master_port,
     };
-    let timeout = match get("TUNE_DIST_TIMEOUT") {
-        Some(t) => {
-            let s: f64 = t
-                .trim()
-                .parse()
-                .ok()
-                .filter(|s: &f64| *s > 0.0 && s.is_finite())
-                .ok_or_else(|| {
-                    Error::Invalid(format!(
-                        "invalid TUNE_DIST_TIMEOUT={t:?} in the environment: expected seconds > 0"
-                    ))
-                })?;
-            Duration::from_secs_f64(s)
-        }
-        None => DEFAULT_TIMEOUT,
-    };
+    let timeout = limits::env_secs(
+        "TUNE_DIST_TIMEOUT",
+        get("TUNE_DIST_TIMEOUT").as_deref().map(OsStr::new),
+        &limits::DIST_TIMEOUT_S,
+    )?
+    .unwrap_or(DEFAULT_TIMEOUT);
     Ok(Some(Launch {
         rank,
         world,
@@ -237,6 +222,40 @@ mod tests {
         assert_eq!(first_node("n1,n2").as_deref(), Some("n1"));
         assert_eq!(first_node("a[7]").as_deref(), Some("a7"));
         assert_eq!(first_node("[]"), None);
+    }
+
+    /// Every size the launch variables set is bounded, one line naming the variable:
+    /// `TUNE_DIST_TIMEOUT=1e20` panicked in `Duration::from_secs_f64`, `1e18` meant no
+    /// limit, port 0 and a world of a billion were taken as given.
+    #[test]
+    fn sizes_from_the_environment_are_bounded() {
+        let ok = [
+            ("WORLD_SIZE", "2"),
+            ("RANK", "1"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "1234"),
+        ];
+        for (var, value) in [
+            ("TUNE_DIST_TIMEOUT", "1e20"),
+            ("TUNE_DIST_TIMEOUT", "1e18"),
+            ("TUNE_DIST_TIMEOUT", "604801"),
+            ("TUNE_DIST_TIMEOUT", "inf"),
+            ("TUNE_DIST_TIMEOUT", "0"),
+            ("WORLD_SIZE", "1000000000"),
+            ("LOCAL_RANK", "2"),
+            ("MASTER_PORT", "0"),
+            ("TUNE_DIST_PORT", "0"),
+            ("TUNE_DIST_PORT", "65536"),
+        ] {
+            let mut kv: Vec<(&str, &str)> = ok.iter().copied().filter(|(k, _)| *k != var).collect();
+            kv.push((var, value));
+            let e = vars(&kv).unwrap_err().to_string();
+            assert!(e.contains(var) && !e.contains('\n'), "{var}={value}: {e}");
+        }
+        let mut kv = ok.to_vec();
+        kv.push(("TUNE_DIST_TIMEOUT", "2.5"));
+        let l = vars(&kv).unwrap().unwrap();
+        assert_eq!(l.timeout, Duration::from_millis(2500));
     }
 
     #[test]

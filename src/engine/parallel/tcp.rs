@@ -17,10 +17,14 @@
 //! over it (one JSON line each, then a final line with their memory), so rank 0 builds
 //! the same summary as one process with N virtual devices.
 //!
-//! Nothing waits forever: connecting, every read and every write give up after the
-//! timeout, and a peer's death closes its sockets, which ends every read on them.
+//! Nothing waits forever: connecting, every write and every read give up after the
+//! timeout (a read by a deadline, which a trickle of bytes cannot push back, and of a
+//! bounded size), and a peer's death closes its sockets, which ends every read on them.
+//! A connector that is not a rank is dropped, never fatal (`guard`).
 
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+mod guard;
+
+use std::io::{BufReader, ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Mutex;
@@ -37,6 +41,7 @@ use crate::engine::parallel::summary::DeviceStep;
 use crate::engine::parallel::StepReport;
 use crate::engine::train::Phases;
 use crate::error::{Error, Result};
+use guard::{listen, read_line_by, time_left, Arrivals, LineError, Until};
 
 /// Largest message a ring link accepts (a 25 MB bucket is far below): a corrupt or
 /// foreign header must not allocate without bound.
@@ -128,7 +133,7 @@ impl TcpLink {
     }
 
     pub(crate) fn recv(&self) -> Result<Chunk> {
-        let mut s = self
+        let s = self
             .prev
             .lock()
             .map_err(|_| self.gone(self.prev_rank, "closed its connection"))?;
@@ -145,8 +150,9 @@ impl TcpLink {
                 self.gone(self.prev_rank, "closed its connection")
             }
         };
+        let mut from = Until::new(&s, self.timeout);
         let mut head = [0u8; 9];
-        s.read_exact(&mut head).map_err(map)?;
+        from.read_exact(&mut head).map_err(map)?;
         let mut len8 = [0u8; 8];
         len8.copy_from_slice(&head[1..]);
         let len = u64::from_le_bytes(len8);
@@ -166,8 +172,15 @@ impl TcpLink {
                 self.rank, self.prev_rank
             )));
         }
-        let mut bytes = vec![0u8; (len * width) as usize];
-        s.read_exact(&mut bytes).map_err(map)?;
+        // Grown as the bytes come, so a header that lies costs nothing up front.
+        let mut bytes = Vec::new();
+        (&mut from)
+            .take(len * width)
+            .read_to_end(&mut bytes)
+            .map_err(map)?;
+        if bytes.len() as u64 != len * width {
+            return Err(self.gone(self.prev_rank, "closed its connection"));
+        }
         Ok(if width == 4 {
             Chunk::F32(
                 bytes
@@ -272,25 +285,31 @@ fn write_line<T: Serialize>(s: &mut TcpStream, v: &T) -> Result<()> {
         .map_err(io_err("rendezvous: cannot send".into()))
 }
 
-fn read_line<T: for<'a> Deserialize<'a>>(r: &mut BufReader<TcpStream>, from: &str) -> Result<T> {
-    let mut line = String::new();
-    match r.read_line(&mut line) {
-        Ok(0) => Err(Error::Runtime(format!(
-            "rendezvous: {from} closed the connection"
-        ))),
-        Ok(_) => serde_json::from_str(&line).map_err(|e| {
-            Error::Runtime(format!(
-                "rendezvous: {from} sent something that is not tune's rendezvous ({e}): is \
-                 another program using MASTER_PORT?"
-            ))
-        }),
-        Err(e) if timed_out(&e) => Err(Error::Runtime(format!(
-            "rendezvous: no answer from {from} in time (TUNE_DIST_TIMEOUT)"
-        ))),
-        Err(e) => Err(Error::Runtime(format!(
-            "rendezvous: reading from {from}: {e}"
-        ))),
-    }
+/// One line from `from`, by `deadline`, parsed.
+fn read_line<T: for<'a> Deserialize<'a>>(
+    r: &mut BufReader<TcpStream>,
+    deadline: Instant,
+    from: &str,
+) -> Result<T> {
+    let line = read_line_by(r, deadline).map_err(|e| {
+        Error::Runtime(match e {
+            LineError::Closed => format!("rendezvous: {from} closed the connection"),
+            LineError::TimedOut => {
+                format!("rendezvous: no answer from {from} in time (TUNE_DIST_TIMEOUT)")
+            }
+            LineError::TooLong => format!(
+                "rendezvous: {from} sent a line longer than {} bytes",
+                guard::LINE_MAX
+            ),
+            LineError::Io(e) => format!("rendezvous: reading from {from}: {e}"),
+        })
+    })?;
+    serde_json::from_slice(&line).map_err(|e| {
+        Error::Runtime(format!(
+            "rendezvous: {from} sent something that is not tune's rendezvous ({e}): is \
+             another program using MASTER_PORT?"
+        ))
+    })
 }
 
 /// Where `settings` and `other` differ, as `key: A on rank 0, B on rank r` lines.
@@ -326,12 +345,6 @@ fn differences(mine: &Value, other: &Value, rank: usize) -> Vec<String> {
     out
 }
 
-fn deadline_left(deadline: Instant) -> Option<Duration> {
-    deadline
-        .checked_duration_since(Instant::now())
-        .filter(|d| !d.is_zero())
-}
-
 /// Accepts one connection before `deadline`.
 fn accept_by(l: &TcpListener, deadline: Instant) -> std::io::Result<Option<TcpStream>> {
     l.set_nonblocking(true)?;
@@ -342,7 +355,7 @@ fn accept_by(l: &TcpListener, deadline: Instant) -> std::io::Result<Option<TcpSt
                 return Ok(Some(s));
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if deadline_left(deadline).is_none() {
+                if time_left(deadline).is_none() {
                     return Ok(None);
                 }
                 std::thread::sleep(Duration::from_millis(10));
@@ -442,10 +455,11 @@ fn root(
     deadline: Instant,
     master: &str,
 ) -> Result<Rendezvous> {
-    let listener = TcpListener::bind(("0.0.0.0", l.port)).map_err(io_err(format!(
+    let listener = listen(&l.master, l.port).map_err(io_err(format!(
         "rendezvous: rank 0 cannot listen on port {} (MASTER_PORT, or TUNE_DIST_PORT)",
         l.port
     )))?;
+    let mut arrivals = Arrivals::default();
     let mut peers: Vec<Option<(BufReader<TcpStream>, Hello)>> =
         (1..l.world).map(|_| None).collect();
     let mut problems = Vec::new();
@@ -454,8 +468,9 @@ fn root(
     let mut bad_input = true;
     let mut arrived = 0;
     while arrived + 1 < l.world {
-        let Some(s) =
-            accept_by(&listener, deadline).map_err(io_err("rendezvous: accept".into()))?
+        let Some((s, line)) = arrivals
+            .next_hello(&listener, deadline)
+            .map_err(io_err("rendezvous: accept".into()))?
         else {
             let missing: Vec<String> = peers
                 .iter()
@@ -464,23 +479,30 @@ fn root(
                 .map(|(i, _)| (i + 1).to_string())
                 .collect();
             bad_input = false;
+            let strangers = match (&arrivals.last_drop, arrivals.dropped) {
+                (Some(why), n) => {
+                    format!("; {n} other connection(s) were dropped as not tune's (the last {why})")
+                }
+                (None, _) => String::new(),
+            };
             problems.push(format!(
-                "rank(s) {} never joined rank 0 at {master} within {:.0} s (TUNE_DIST_TIMEOUT)",
+                "rank(s) {} never joined rank 0 at {master} within {:.0} s (TUNE_DIST_TIMEOUT){strangers}",
                 missing.join(", "),
                 l.timeout.as_secs_f64()
             ));
             break;
         };
-        prepare(&s, l.timeout).map_err(io_err("rendezvous".into()))?;
-        let mut r = BufReader::new(s);
-        let h: Hello = match read_line(&mut r, "a connecting rank") {
+        // Whatever is not a hello is a stranger (a scanner, another program on the
+        // port): dropped, and rank 0 goes on waiting for its ranks.
+        let h: Hello = match serde_json::from_slice(&line) {
             Ok(h) => h,
             Err(e) => {
-                bad_input = false;
-                problems.push(e.to_string());
-                break;
+                arrivals.refuse(format!("sent something that is not a rank's hello: {e}"));
+                continue;
             }
         };
+        prepare(&s, l.timeout).map_err(io_err("rendezvous".into()))?;
+        let mut r = BufReader::new(s);
         if h.world != l.world {
             problems.push(format!(
                 "rank {} says the world size is {}, rank 0 says {}",
@@ -590,7 +612,7 @@ fn member(
         if let Some(s) = got {
             break s;
         }
-        if deadline_left(deadline).is_none() {
+        if time_left(deadline).is_none() {
             let why = last_err.map_or("no address".to_string(), |e| e.to_string());
             return Err(Error::Runtime(format!(
                 "rendezvous: rank {} cannot reach rank 0 at {master} within {:.0} s \
@@ -601,8 +623,7 @@ fn member(
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    // Rank 0 answers once every rank has come, which may take up to the whole timeout.
-    prepare(&s, l.timeout + Duration::from_secs(5)).map_err(io_err("rendezvous".into()))?;
+    prepare(&s, l.timeout).map_err(io_err("rendezvous".into()))?;
     let ip = s.local_addr().map_err(io_err("rendezvous".into()))?.ip();
     let (listener, addr) = ring_listener(ip)?;
     let mut r = BufReader::new(s);
@@ -616,7 +637,9 @@ fn member(
             settings,
         },
     )?;
-    match read_line::<Answer>(&mut r, "rank 0")? {
+    // Rank 0 answers once every rank has come, which may take up to the whole timeout.
+    let answer = read_line::<Answer>(&mut r, deadline + Duration::from_secs(5), "rank 0")?;
+    match answer {
         Answer::Error { msg, .. } if msg.is_empty() => Err(Error::Invalid(format!(
             "distributed rendezvous failed: another process is also rank {}",
             l.rank
@@ -669,10 +692,16 @@ pub(crate) fn forward_reports(
     rank: usize,
     tx: Sender<StepReport>,
 ) -> Result<MemSnapshot> {
+    // Each report by the limit the connection was given (TUNE_DIST_TIMEOUT).
+    let limit = s
+        .read_timeout()
+        .ok()
+        .flatten()
+        .unwrap_or(crate::engine::parallel::launch::DEFAULT_TIMEOUT);
     let mut r = BufReader::new(s);
     let from = format!("rank {rank}");
     loop {
-        let line: Line = read_line(&mut r, &from).map_err(|e| {
+        let line: Line = read_line(&mut r, Instant::now() + limit, &from).map_err(|e| {
             Error::Runtime(format!(
                 "{PEER_STOPPED} (rank {rank} went away before finishing; it stopped or was \
                  killed: {e})"
