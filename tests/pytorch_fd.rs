@@ -11,7 +11,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -24,9 +24,12 @@ const DEADLINE: Duration = Duration::from_secs(240);
 /// optimizer step after the first (which only starts their clock).
 const AT: u64 = 10;
 
-/// `tune watch` of `args`, ended with SIGTERM at the deadline: the output, the report
-/// (or Null) and whether it finished by itself.
+/// `tune watch` of `args`, ended with SIGTERM at the deadline (so that it ends the job's
+/// tree): the output, the report (or Null) and whether it finished by itself. Output goes
+/// to files, which never fill up as an unread pipe would.
 fn watch(py: &Path, out: &Path, args: &[&str]) -> (Output, Value, bool) {
+    std::fs::create_dir_all(out).unwrap();
+    let (so, se) = (out.join("stdout.txt"), out.join("stderr.txt"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_tune"))
         .arg("watch")
         .arg("--out")
@@ -35,8 +38,8 @@ fn watch(py: &Path, out: &Path, args: &[&str]) -> (Output, Value, bool) {
         .arg(py)
         .args(args)
         .env("TUNE_CACHE_DIR", out.join("cache"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(std::fs::File::create(&so).unwrap())
+        .stderr(std::fs::File::create(&se).unwrap())
         .spawn()
         .unwrap();
     let start = Instant::now();
@@ -45,14 +48,18 @@ fn watch(py: &Path, out: &Path, args: &[&str]) -> (Output, Value, bool) {
             break true;
         }
         if start.elapsed() > DEADLINE {
-            // SAFETY: kill(2) on our own child, not yet reaped; SIGTERM lets tune end the
-            // job's tree and write its report.
+            // SAFETY: kill(2) on our own child, not yet reaped.
             unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
             break false;
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let o = child.wait_with_output().unwrap();
+    let status = child.wait().unwrap();
+    let o = Output {
+        status,
+        stdout: std::fs::read(&so).unwrap_or_default(),
+        stderr: std::fs::read(&se).unwrap_or_default(),
+    };
     let text = std::fs::read_to_string(out.join("report.json")).unwrap_or_default();
     (
         o,

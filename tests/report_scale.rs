@@ -6,9 +6,11 @@
 //! (`report::chart_key`). The timings are benchmarks in docs/performance.md ("Scale of
 //! the faces").
 
+#[path = "common/cli.rs"]
+mod cli;
+
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -60,21 +62,7 @@ fn big_report(n: usize) -> Value {
 }
 
 fn run(args: &[&std::ffi::OsStr]) -> std::process::Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tune"))
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > DEADLINE {
-            child.kill().unwrap();
-            panic!("tune {args:?} still running after {DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
+    cli::output_within(cli::tune().args(args), DEADLINE)
 }
 
 /// The markup of the chart figure `id`.

@@ -126,32 +126,34 @@ impl Placer {
     /// The top-left corner of a free box for `chars` characters near `at`, taken; None
     /// when every candidate spot collides.
     pub(super) fn place(&mut self, at: (i32, i32), chars: usize) -> Option<(i32, i32)> {
-        let w = CHAR_W * chars as i32;
-        let h = LINE_H;
-        let (x, y) = at;
-        let mut spots = Vec::new();
-        // Nearest first: right, left, above, below, then the diagonals, then further out.
-        for d in [1, 2, 3, 4] {
-            let g = 8 * d;
-            spots.extend([
-                (x + g, y - h / 2),
-                (x - g - w, y - h / 2),
-                (x - w / 2, y - g - h),
-                (x - w / 2, y + g),
-                (x + g, y - g - h),
-                (x + g, y + g),
-                (x - g - w, y - g - h),
-                (x - g - w, y + g),
-            ]);
-        }
+        let (w, h) = (CHAR_W * chars as i32, LINE_H);
         let a = self.area;
-        let free = spots.into_iter().find(|&(l, t)| {
+        let free = spots(at, w, h).find(|&(l, t)| {
             let b = (l, t, l + w, t + h);
             b.0 >= a.0 && b.1 >= a.1 && b.2 <= a.2 && b.3 <= a.3 && self.clear(b)
         })?;
         self.take((free.0, free.1, free.0 + w, free.1 + h));
         Some(free)
     }
+}
+
+/// Top-left corners of the spots a `w`x`h` label may take around `at`, nearest first:
+/// right, left, above, below, then the diagonals, then further out.
+fn spots(at: (i32, i32), w: i32, h: i32) -> impl Iterator<Item = (i32, i32)> {
+    let (x, y) = at;
+    (1..=4).flat_map(move |d| {
+        let g = 8 * d;
+        [
+            (x + g, y - h / 2),
+            (x - g - w, y - h / 2),
+            (x - w / 2, y - g - h),
+            (x - w / 2, y + g),
+            (x + g, y - g - h),
+            (x + g, y + g),
+            (x - g - w, y - g - h),
+            (x - g - w, y + g),
+        ]
+    })
 }
 
 #[cfg(test)]
@@ -180,29 +182,14 @@ mod tests {
             let got = grid.place(p, chars);
             // The same search, checked against every box.
             let (w, h) = (CHAR_W * chars as i32, LINE_H);
-            let want = (1..=4)
-                .flat_map(|d| {
-                    let g = 8 * d;
-                    let (x, y) = p;
-                    [
-                        (x + g, y - h / 2),
-                        (x - g - w, y - h / 2),
-                        (x - w / 2, y - g - h),
-                        (x - w / 2, y + g),
-                        (x + g, y - g - h),
-                        (x + g, y + g),
-                        (x - g - w, y - g - h),
-                        (x - g - w, y + g),
-                    ]
-                })
-                .find(|&(l, t)| {
-                    let b = (l, t, l + w, t + h);
-                    b.0 >= area.0
-                        && b.1 >= area.1
-                        && b.2 <= area.2
-                        && b.3 <= area.3
-                        && !all.iter().any(|&o| overlaps(o, b))
-                });
+            let want = spots(p, w, h).find(|&(l, t)| {
+                let b = (l, t, l + w, t + h);
+                b.0 >= area.0
+                    && b.1 >= area.1
+                    && b.2 <= area.2
+                    && b.3 <= area.3
+                    && !all.iter().any(|&o| overlaps(o, b))
+            });
             assert_eq!(got, want, "label {i} at {p:?}");
             if let Some((l, t)) = want {
                 all.push((l, t, l + w, t + h));
