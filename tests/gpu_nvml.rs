@@ -132,7 +132,7 @@ fn watch(b: &Bench, out: &Path, parallel: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
-fn gpu<'a>(r: &'a serde_json::Value, i: u64) -> &'a serde_json::Value {
+fn gpu(r: &serde_json::Value, i: u64) -> &serde_json::Value {
     r["devices"]
         .as_array()
         .unwrap()

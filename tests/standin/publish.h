@@ -28,8 +28,10 @@ static uint64_t act_now_ns() {
         .count();
 }
 
+// At exit, by the process that made the file only (a forked child exiting must not
+// remove its parent's).
 static void act_unlink() {
-    if (g_act_path[0]) unlink(g_act_path);
+    if (g_act_path[0] && g_act && g_act->pid == (uint32_t)getpid()) unlink(g_act_path);
 }
 
 static void act_open(int ndev) {
