@@ -249,11 +249,12 @@ fn lines_of(out: &Path, kind: &str) -> Vec<Value> {
 #[test]
 fn a_kill_in_the_third_repeat_loses_only_that_repeat() {
     let d = tempfile::tempdir().unwrap();
-    // Each run leaves a line in runs.log; the third one hangs until the sweep is killed.
+    // Each run leaves a line in runs.log and lasts a second (shorter repeats are not
+    // journaled one by one); the third one hangs until the sweep is killed.
     let spec = write(
         &d.path().join("s.toml"),
         "name = \"k\"\n[workload.command]\n\
-         run = \"echo run >> runs.log; n=$(wc -l < runs.log); if [ $n -eq 3 ]; then sleep 60; fi; echo samples/s: 7\"\n\
+         run = \"echo run >> runs.log; n=$(wc -l < runs.log); if [ $n -eq 3 ]; then sleep 60; fi; sleep 1; echo samples/s: 7\"\n\
          metric_regex = 'samples/s: ([0-9.]+)'\n[search]\nrepeats = 3\n",
     );
     let out = d.path().join("out");

@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::journal::Journal;
 use super::live::{self, LiveTrial};
@@ -144,6 +145,12 @@ pub struct Sweep<'a> {
     /// Journaled repeats of trials that have no record yet, by (id, round), in order.
     partial: HashMap<(String, usize), Vec<RepeatRecord>>,
 }
+
+/// A finished repeat with more to follow is journaled on its own when it ran at least
+/// this long; a shorter one costs less to run again after a kill than its fsync'd line
+/// costs every sweep: about 10 ms per line on the loaded 2-core machine
+/// (`scripts/sweep-overhead.sh`, 100 trials x 3 repeats: 7.7 s -> 9.9 s median).
+const JOURNAL_REPEATS_FROM: Duration = Duration::from_secs(1);
 
 /// Median of the repeats' own throughput figures: the halving score and the progress line.
 pub fn median_sps(rec: &TrialRecord) -> Option<f64> {
@@ -337,11 +344,13 @@ impl<'a> Sweep<'a> {
                 r + 1,
                 repeats.max(1),
             );
+            let began = Instant::now();
             let o = self.exec.run(self.spec, &trial.knobs, steps);
             self.check_cancel(&trial.label)?;
             let run = o.repeat.map(clean);
             let node = o.node.map(|n| NodeRun { repeat: r, ..n });
-            if let (Some(run), Status::Ok, true) = (&run, o.status, r + 1 < reps) {
+            let worth = began.elapsed() >= JOURNAL_REPEATS_FROM;
+            if let (Some(run), Status::Ok, true, true) = (&run, o.status, r + 1 < reps, worth) {
                 // Durable before the next repeat starts: a kill there costs only that one.
                 let done = RepeatRecord {
                     id: trial.id.clone(),
