@@ -378,10 +378,7 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
     if k.sync_bn {
         let sync = Rc::new(NcclSync::new(Rc::clone(&comm), Arc::clone(&cs)));
         for l in &mut model.layers {
-            l.visit_batch_norms(&mut |bn| {
-                bn.sync = Some(Rc::clone(&sync));
-                has_bn = true;
-            });
+            has_bn |= l.use_sync_bn(&sync);
         }
     }
     // DDP's constructor: rank 0's parameters everywhere.

@@ -5,6 +5,7 @@ pub mod init;
 pub mod model;
 pub mod model_cuda;
 pub mod residual;
+pub mod residual_cuda;
 pub mod zoo;
 
 /// The layer contract lives with the ops (`ops/layer.rs`); this keeps `nn::layer` paths.

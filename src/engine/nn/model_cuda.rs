@@ -10,13 +10,14 @@ use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
 use crate::engine::device::MemCategory;
 use crate::engine::nn::init::{HostParam, Initial};
 use crate::engine::nn::model::{LayerOps, Model, PassCtx};
-use crate::engine::ops::activation_cuda::{relu_backward, relu_forward};
+use crate::engine::nn::residual_cuda::GBasicBlock;
+use crate::engine::ops::activation_cuda::GRelu;
 use crate::engine::ops::batchnorm_cuda::GBatchNorm;
 use crate::engine::ops::conv2d_cuda::GConv;
 use crate::engine::ops::layer::LayerDesc;
-use crate::engine::ops::layer_cuda::{f32_unique, missing, store, GParam, Pass};
+use crate::engine::ops::layer_cuda::{GParam, GpuLayer, Pass};
 use crate::engine::ops::linear_cuda::GLinear;
-use crate::engine::ops::pool_cuda::{gap_backward, gap_forward};
+use crate::engine::ops::pool_cuda::{GFlatten, GGlobalAvgPool};
 use crate::error::{Error, Result};
 
 /// The CUDA backend's pass context: the GPU the layers run on and the pass's flags.
@@ -57,44 +58,24 @@ impl LayerOps for GLayer {
     type Ctx = GCtx;
     type Param = GParam;
     fn name(&self) -> String {
-        match self {
-            GLayer::Linear(_) => "linear",
-            GLayer::Conv(_) => "conv2d",
-            GLayer::BatchNorm(_) => "batchnorm2d",
-            GLayer::Relu(_) => "relu",
-            GLayer::Flatten(_) => "flatten",
-            GLayer::GlobalAvgPool(_) => "global_avg_pool",
-            GLayer::Block { .. } => "basic_block",
-        }
-        .into()
+        GpuLayer::name(self.as_ref()).into()
     }
     fn forward(&mut self, x: GTensor, ctx: &GCtx) -> Result<GTensor> {
-        GLayer::forward(self, x, &ctx.gpu, ctx.pass)
+        GpuLayer::forward(self.as_mut(), x, &ctx.gpu, ctx.pass)
     }
     fn backward(&mut self, dy: GTensor, need_dx: bool, ctx: &GCtx) -> Result<Option<GTensor>> {
-        GLayer::backward(self, dy, need_dx, &ctx.gpu, ctx.pass)
+        GpuLayer::backward(self.as_mut(), dy, need_dx, &ctx.gpu, ctx.pass)
     }
     fn clear_saved(&mut self) {
-        GLayer::clear_saved(self)
+        GpuLayer::clear_saved(self.as_mut())
     }
     fn visit_params(&mut self, f: &mut dyn FnMut(&mut GParam)) {
-        GLayer::visit_params(self, f)
+        GpuLayer::visit_params(self.as_mut(), f)
     }
 }
 
-pub enum GLayer {
-    Linear(GLinear),
-    Conv(GConv),
-    BatchNorm(GBatchNorm),
-    Relu(Option<GTensor>),
-    Flatten(Option<Vec<usize>>),
-    GlobalAvgPool(Option<Vec<usize>>),
-    Block {
-        main: Vec<GLayer>,
-        shortcut: Vec<GLayer>,
-        out: Box<GLayer>,
-    },
-}
+/// A GPU model's layer: any op's `GpuLayer` (`ops/<op>_cuda.rs`).
+pub type GLayer = Box<dyn GpuLayer>;
 
 /// Parameters and buffers in visit order, consumed while building.
 struct Source(Initial);
@@ -133,9 +114,10 @@ impl Source {
     }
 }
 
+/// The one place a `LayerDesc` meets its GPU layer.
 fn build(d: &LayerDesc, gpu: &Gpu, src: &mut Source) -> Result<GLayer> {
-    Ok(match d {
-        LayerDesc::Linear { d_in, d_out } => GLayer::Linear(GLinear {
+    let layer: GLayer = match d {
+        LayerDesc::Linear { d_in, d_out } => Box::new(GLinear {
             d_in: *d_in,
             d_out: *d_out,
             w: src.param(gpu, "weight", d_in * d_out)?,
@@ -149,7 +131,7 @@ fn build(d: &LayerDesc, gpu: &Gpu, src: &mut Source) -> Result<GLayer> {
             stride,
             pad,
             bias,
-        } => GLayer::Conv(GConv {
+        } => Box::new(GConv {
             c_in: *c_in,
             c_out: *c_out,
             k: *k,
@@ -163,7 +145,7 @@ fn build(d: &LayerDesc, gpu: &Gpu, src: &mut Source) -> Result<GLayer> {
             },
             saved_x: None,
         }),
-        LayerDesc::BatchNorm2d { c, eps, momentum } => GLayer::BatchNorm(GBatchNorm {
+        LayerDesc::BatchNorm2d { c, eps, momentum } => Box::new(GBatchNorm {
             c: *c,
             eps: *eps,
             momentum: *momentum,
@@ -174,9 +156,9 @@ fn build(d: &LayerDesc, gpu: &Gpu, src: &mut Source) -> Result<GLayer> {
             saved: None,
             sync: None,
         }),
-        LayerDesc::Relu => GLayer::Relu(None),
-        LayerDesc::Flatten => GLayer::Flatten(None),
-        LayerDesc::GlobalAvgPool => GLayer::GlobalAvgPool(None),
+        LayerDesc::Relu => Box::<GRelu>::default(),
+        LayerDesc::Flatten => Box::<GFlatten>::default(),
+        LayerDesc::GlobalAvgPool => Box::<GGlobalAvgPool>::default(),
         LayerDesc::BasicBlock {
             main,
             shortcut,
@@ -191,18 +173,19 @@ fn build(d: &LayerDesc, gpu: &Gpu, src: &mut Source) -> Result<GLayer> {
                 .iter()
                 .map(|l| build(l, gpu, src))
                 .collect::<Result<Vec<_>>>()?;
-            GLayer::Block {
+            Box::new(GBasicBlock {
                 main,
                 shortcut,
-                out: Box::new(build(out, gpu, src)?),
-            }
+                out: build(out, gpu, src)?,
+            })
         }
         LayerDesc::Other(name) => {
             return Err(Error::Unavailable(format!(
                 "CUDA backend: layer {name} has no GPU kernels yet"
             )))
         }
-    })
+    };
+    Ok(layer)
 }
 
 /// GPU layers for `descs`, starting from `init` (which must hold exactly their
@@ -243,209 +226,4 @@ pub fn from_cpu(model: &mut Model, gpu: &Gpu) -> Result<Vec<GLayer>> {
     model.visit_buffers(&mut |name, v| init.buffers.push_back((name.to_string(), v.clone())));
     let descs: Vec<LayerDesc> = model.layers.iter().map(|l| l.describe()).collect();
     from_desc(&descs, init, gpu)
-}
-
-impl GLayer {
-    pub fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
-        match self {
-            GLayer::Linear(l) => l.forward(x, gpu, p),
-            GLayer::Conv(l) => l.forward(x, gpu, p),
-            GLayer::BatchNorm(l) => l.forward(x, gpu, p),
-            GLayer::Relu(saved) => {
-                let y = store(gpu, relu_forward(&gpu.widen(&x)?, gpu, p)?, p)?;
-                if p.save {
-                    *saved = Some(y.clone());
-                }
-                Ok(y)
-            }
-            GLayer::Flatten(saved) => {
-                let n = x.shape.first().copied().unwrap_or(0);
-                let rest = x.len().checked_div(n).unwrap_or(0);
-                if p.save {
-                    *saved = Some(x.shape.clone());
-                }
-                x.reshape(&[n, rest])
-            }
-            GLayer::GlobalAvgPool(saved) => {
-                let y = store(gpu, gap_forward(&gpu.widen(&x)?, gpu, p)?, p)?;
-                if p.save {
-                    *saved = Some(x.shape.clone());
-                }
-                Ok(y)
-            }
-            GLayer::Block {
-                main,
-                shortcut,
-                out,
-            } => {
-                let mut sc = x.clone();
-                for l in shortcut.iter_mut() {
-                    sc = l.forward(sc, gpu, p)?;
-                }
-                let mut h = x;
-                for l in main.iter_mut() {
-                    h = l.forward(h, gpu, p)?;
-                }
-                // The sum is formed in f32 from (possibly half) branches; the output
-                // ReLU stores it.
-                let shape = h.shape.clone();
-                let mut sum = f32_unique(gpu, h)?;
-                gpu.axpy(&mut sum.s, gpu.widen(&sc)?.s(), 1.0)?;
-                drop(sc);
-                out.forward(GTensor::new(&shape, sum)?, gpu, p)
-            }
-        }
-    }
-
-    pub fn backward(
-        &mut self,
-        dy: GTensor,
-        need_dx: bool,
-        gpu: &Gpu,
-        p: Pass,
-    ) -> Result<Option<GTensor>> {
-        match self {
-            GLayer::Linear(l) => l.backward(dy, need_dx, gpu, p),
-            GLayer::Conv(l) => l.backward(dy, need_dx, gpu, p),
-            GLayer::BatchNorm(l) => l.backward(dy, need_dx, gpu, p),
-            GLayer::Relu(saved) => {
-                let y = saved.take().ok_or_else(|| missing("relu"))?;
-                let dx = relu_backward(&gpu.widen(&dy)?, &gpu.widen(&y)?, gpu, p)?;
-                store(gpu, dx, p).map(Some)
-            }
-            GLayer::Flatten(saved) => {
-                let shape = saved.take().ok_or_else(|| missing("flatten"))?;
-                Ok(Some(dy.reshape(&shape)?))
-            }
-            GLayer::GlobalAvgPool(saved) => {
-                let shape = saved.take().ok_or_else(|| missing("global_avg_pool"))?;
-                let dx = gap_backward(&gpu.widen(&dy)?, &shape, gpu, p)?;
-                store(gpu, dx, p).map(Some)
-            }
-            GLayer::Block {
-                main,
-                shortcut,
-                out,
-            } => {
-                let d = out
-                    .backward(dy, true, gpu, p)?
-                    .ok_or_else(|| Error::Runtime("basic_block: relu gave no gradient".into()))?;
-                let mut dmain = Some(d.clone());
-                for (i, l) in main.iter_mut().enumerate().rev() {
-                    let g = dmain.take().ok_or_else(|| missing("basic_block"))?;
-                    dmain = l.backward(g, need_dx || i > 0, gpu, p)?;
-                }
-                let mut dsc = Some(d);
-                for l in shortcut.iter_mut().rev() {
-                    let g = dsc.take().ok_or_else(|| missing("basic_block"))?;
-                    dsc = l.backward(g, need_dx, gpu, p)?;
-                }
-                if !need_dx {
-                    return Ok(None);
-                }
-                match (dmain, dsc) {
-                    (Some(a), Some(b)) => {
-                        let shape = a.shape.clone();
-                        let mut s = f32_unique(gpu, a)?;
-                        gpu.axpy(&mut s.s, gpu.widen(&b)?.s(), 1.0)?;
-                        store(gpu, GTensor::new(&shape, s)?, p).map(Some)
-                    }
-                    _ => Err(Error::Runtime("basic_block: missing input gradient".into())),
-                }
-            }
-        }
-    }
-
-    pub fn clear_saved(&mut self) {
-        match self {
-            GLayer::Linear(l) => l.saved_x = None,
-            GLayer::Conv(l) => l.saved_x = None,
-            GLayer::BatchNorm(l) => l.saved = None,
-            GLayer::Relu(s) => *s = None,
-            GLayer::Flatten(s) | GLayer::GlobalAvgPool(s) => *s = None,
-            GLayer::Block {
-                main,
-                shortcut,
-                out,
-            } => {
-                for l in main.iter_mut().chain(shortcut.iter_mut()) {
-                    l.clear_saved();
-                }
-                out.clear_saved();
-            }
-        }
-    }
-
-    /// Parameters in the CPU model's visit order.
-    pub fn visit_params(&mut self, f: &mut dyn FnMut(&mut GParam)) {
-        match self {
-            GLayer::Linear(l) => {
-                f(&mut l.w);
-                f(&mut l.b);
-            }
-            GLayer::Conv(l) => {
-                f(&mut l.w);
-                if let Some(b) = &mut l.b {
-                    f(b);
-                }
-            }
-            GLayer::BatchNorm(l) => {
-                f(&mut l.gamma);
-                f(&mut l.beta);
-            }
-            GLayer::Block { main, shortcut, .. } => {
-                for l in main.iter_mut().chain(shortcut.iter_mut()) {
-                    l.visit_params(f);
-                }
-            }
-            GLayer::Relu(_) | GLayer::Flatten(_) | GLayer::GlobalAvgPool(_) => {}
-        }
-    }
-
-    /// Buffers (BN running statistics) in the CPU model's visit order: what DDP's
-    /// `broadcast_buffers` sends from rank 0.
-    pub fn visit_buffers(&mut self, f: &mut dyn FnMut(&mut DBuf)) {
-        match self {
-            GLayer::BatchNorm(l) => {
-                f(&mut l.run_mean);
-                f(&mut l.run_var);
-            }
-            GLayer::Block {
-                main,
-                shortcut,
-                out,
-            } => {
-                for l in main.iter_mut().chain(shortcut.iter_mut()) {
-                    l.visit_buffers(f);
-                }
-                out.visit_buffers(f);
-            }
-            _ => {}
-        }
-    }
-
-    /// Every batch-norm layer, nested ones included (SyncBatchNorm's conversion, as
-    /// `torch.nn.SyncBatchNorm.convert_sync_batchnorm`).
-    pub fn visit_batch_norms(&mut self, f: &mut dyn FnMut(&mut GBatchNorm)) {
-        match self {
-            GLayer::BatchNorm(l) => f(l),
-            GLayer::Block {
-                main,
-                shortcut,
-                out,
-            } => {
-                for l in main.iter_mut().chain(shortcut.iter_mut()) {
-                    l.visit_batch_norms(f);
-                }
-                out.visit_batch_norms(f);
-            }
-            _ => {}
-        }
-    }
-
-    pub fn has_params(&mut self) -> bool {
-        let mut has = false;
-        self.visit_params(&mut |_| has = true);
-        has
-    }
 }

@@ -13,7 +13,7 @@ use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::{channel_reduce, elementwise, per_item};
 use crate::engine::cuda::sync_bn::NcclSync;
 use crate::engine::device::MemCategory;
-use crate::engine::ops::layer_cuda::{missing, out, shape_err, store, GParam, Pass};
+use crate::engine::ops::layer_cuda::{missing, out, shape_err, store, GParam, GpuLayer, Pass};
 use crate::error::Result;
 
 pub struct GBatchNorm {
@@ -251,5 +251,38 @@ impl GBatchNorm {
             }
         }
         store(gpu, GTensor::new(&xhat.shape, dx)?, p).map(Some)
+    }
+}
+
+impl GpuLayer for GBatchNorm {
+    fn name(&self) -> &'static str {
+        "batchnorm2d"
+    }
+    fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+        GBatchNorm::forward(self, x, gpu, p)
+    }
+    fn backward(
+        &mut self,
+        dy: GTensor,
+        need_dx: bool,
+        gpu: &Gpu,
+        p: Pass,
+    ) -> Result<Option<GTensor>> {
+        GBatchNorm::backward(self, dy, need_dx, gpu, p)
+    }
+    fn clear_saved(&mut self) {
+        self.saved = None;
+    }
+    fn visit_params(&mut self, f: &mut dyn FnMut(&mut GParam)) {
+        f(&mut self.gamma);
+        f(&mut self.beta);
+    }
+    fn visit_buffers(&mut self, f: &mut dyn FnMut(&mut DBuf)) {
+        f(&mut self.run_mean);
+        f(&mut self.run_var);
+    }
+    fn use_sync_bn(&mut self, sync: &Rc<NcclSync>) -> bool {
+        self.sync = Some(Rc::clone(sync));
+        true
     }
 }

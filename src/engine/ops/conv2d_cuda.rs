@@ -19,7 +19,7 @@ use crate::engine::cuda::kernels::elementwise;
 use crate::engine::device::MemCategory;
 use crate::engine::geom::ConvGeom;
 use crate::engine::ops::layer_cuda::{
-    half_weights, missing, operand, out, shape_err, store, GParam, Pass,
+    half_weights, missing, operand, out, shape_err, store, GParam, GpuLayer, Pass,
 };
 use crate::engine::tensor::DType;
 use crate::error::Result;
@@ -335,5 +335,32 @@ impl GConv {
         let mut dx = out(gpu, x.len(), p)?;
         conv_index(gpu, "col2im", &mut dx, &dcol.s, index_args(&g))?;
         store(gpu, GTensor::new(&x.shape, dx)?, p).map(Some)
+    }
+}
+
+impl GpuLayer for GConv {
+    fn name(&self) -> &'static str {
+        "conv2d"
+    }
+    fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+        GConv::forward(self, x, gpu, p)
+    }
+    fn backward(
+        &mut self,
+        dy: GTensor,
+        need_dx: bool,
+        gpu: &Gpu,
+        p: Pass,
+    ) -> Result<Option<GTensor>> {
+        GConv::backward(self, dy, need_dx, gpu, p)
+    }
+    fn clear_saved(&mut self) {
+        self.saved_x = None;
+    }
+    fn visit_params(&mut self, f: &mut dyn FnMut(&mut GParam)) {
+        f(&mut self.w);
+        if let Some(b) = &mut self.b {
+            f(b);
+        }
     }
 }

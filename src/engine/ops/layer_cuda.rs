@@ -2,7 +2,10 @@
 //! GPU, the pass flags every GPU layer reads, and the buffer helpers the `<op>_cuda.rs`
 //! layers share. It knows the CUDA runtime (`cuda::gpu`) and no model.
 
+use std::rc::Rc;
+
 use crate::engine::cuda::gpu::{words, DBuf, GTensor, Gpu};
+use crate::engine::cuda::sync_bn::NcclSync;
 use crate::engine::device::MemCategory;
 use crate::engine::tensor::DType;
 use crate::error::{Error, Result};
@@ -102,4 +105,37 @@ pub(crate) fn missing(layer: &str) -> Error {
     Error::Runtime(format!(
         "{layer}: backward called without a saved forward (GPU)"
     ))
+}
+
+/// A layer on the GPU, the CUDA side of `Layer`: forward keeps what backward needs,
+/// backward adds into the parameter gradients and returns the input gradient. Each op
+/// implements it in its own `<op>_cuda.rs`, so a new op is new files, not new arms of a
+/// closed enum; `nn/model_cuda.rs` builds them from `LayerDesc`s.
+pub trait GpuLayer {
+    fn name(&self) -> &'static str;
+    fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor>;
+    fn backward(
+        &mut self,
+        dy: GTensor,
+        need_dx: bool,
+        gpu: &Gpu,
+        p: Pass,
+    ) -> Result<Option<GTensor>>;
+    /// Drops what forward kept for backward.
+    fn clear_saved(&mut self);
+    /// Parameters in the CPU model's visit order.
+    fn visit_params(&mut self, _f: &mut dyn FnMut(&mut GParam)) {}
+    /// Buffers (BN running statistics) in the CPU model's visit order: what DDP's
+    /// `broadcast_buffers` sends from rank 0.
+    fn visit_buffers(&mut self, _f: &mut dyn FnMut(&mut DBuf)) {}
+    /// SyncBatchNorm's conversion (as `torch.nn.SyncBatchNorm.convert_sync_batchnorm`):
+    /// every batch-norm layer, nested ones included, takes `sync`; true when one did.
+    fn use_sync_bn(&mut self, _sync: &Rc<NcclSync>) -> bool {
+        false
+    }
+    fn has_params(&mut self) -> bool {
+        let mut has = false;
+        self.visit_params(&mut |_| has = true);
+        has
+    }
 }

@@ -9,7 +9,7 @@ use crate::engine::cuda::blas::Shape;
 use crate::engine::cuda::gpu::{GTensor, Gpu};
 use crate::engine::cuda::kernels::elementwise;
 use crate::engine::ops::layer_cuda::{
-    half_weights, missing, operand, out, shape_err, store, GParam, Pass,
+    half_weights, missing, operand, out, shape_err, store, GParam, GpuLayer, Pass,
 };
 use crate::error::Result;
 
@@ -112,5 +112,30 @@ impl GLinear {
             &mut dx.s,
         )?;
         store(gpu, GTensor::new(&x.shape, dx)?, p).map(Some)
+    }
+}
+
+impl GpuLayer for GLinear {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+    fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+        GLinear::forward(self, x, gpu, p)
+    }
+    fn backward(
+        &mut self,
+        dy: GTensor,
+        need_dx: bool,
+        gpu: &Gpu,
+        p: Pass,
+    ) -> Result<Option<GTensor>> {
+        GLinear::backward(self, dy, need_dx, gpu, p)
+    }
+    fn clear_saved(&mut self) {
+        self.saved_x = None;
+    }
+    fn visit_params(&mut self, f: &mut dyn FnMut(&mut GParam)) {
+        f(&mut self.w);
+        f(&mut self.b);
     }
 }
