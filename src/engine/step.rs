@@ -335,6 +335,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::engine::clock::HostClock;
     use crate::engine::cpu::CpuExec;
     use crate::engine::data::ImageShape;
     use crate::engine::device::Device;

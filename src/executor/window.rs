@@ -15,12 +15,19 @@ use crate::spec::{Spec, Window, Workload};
 /// Most metric values kept from one command: a command printing a figure per line for
 /// hours must not grow the sweep without limit.
 pub(super) const MAX_VALUES: usize = 1 << 20;
+/// Metric values taken as throughput. Beyond it a figure's reciprocal (its step time) or
+/// its ratio to another is not finite: `samples/s: 1e-320` put `null` into the journal
+/// and report, which no reader accepts (#27). Within it every ratio, square and sum of a
+/// million values stays finite.
+const METRIC_RANGE: std::ops::RangeInclusive<f64> = 1e-30..=1e30;
 
 /// Metric values read from a command's stdout, and its window's progress.
 #[derive(Default)]
 pub(super) struct Values {
     pub kept: Vec<f64>,
     pub dropped: usize,
+    /// Positive values outside `METRIC_RANGE`: how many, and the first.
+    extreme: (usize, Option<f64>),
     window: Option<Window>,
     /// When the first value after warm-up came.
     measuring_since: Option<Instant>,
@@ -38,9 +45,15 @@ impl Values {
         self.window.as_ref().and_then(|w| w.warmup).unwrap_or(0)
     }
 
-    /// One positive value (others are not throughput); none once the window is full.
+    /// One positive value within `METRIC_RANGE` (others are not throughput); none once
+    /// the window is full.
     pub fn push(&mut self, v: f64) {
-        if v <= 0.0 || !v.is_finite() || self.full() {
+        if v <= 0.0 || v.is_nan() || self.full() {
+            return;
+        }
+        if !METRIC_RANGE.contains(&v) {
+            self.extreme.0 += 1;
+            self.extreme.1.get_or_insert(v);
             return;
         }
         if self.kept.len() >= MAX_VALUES {
@@ -174,9 +187,22 @@ pub(super) fn command_outcome(v: Values, window: Option<&Window>, e: &Ended<'_>)
     let line = e.line;
     let full = v.full();
     let warmup = v.warmup().min(v.kept.len());
-    let Values { kept, dropped, .. } = v;
+    let Values {
+        kept,
+        dropped,
+        extreme,
+        ..
+    } = v;
+    if let (n, Some(x)) = extreme {
+        eprintln!(
+            "note: `{line}` printed {n} metric value(s) outside {:e}..{:e} (first: {x:e}); \
+             they are not a throughput and are not used",
+            METRIC_RANGE.start(),
+            METRIC_RANGE.end()
+        );
+    }
     if kept.len() <= warmup {
-        let none = format!("`{line}` printed no positive metric value on stdout");
+        let none = format!("`{line}` printed no positive metric value in range on stdout");
         let none = if kept.is_empty() {
             none
         } else {
