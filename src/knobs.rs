@@ -530,7 +530,8 @@ knob_table! {
         /// Micro-batch size (the global batch under dp and ddp).
         batch_size: usize = 64,
         Values::Count(&limits::BATCH_SIZE),
-        CPU_CUDA,
+        // The PyTorch hooks pass it to the script's DataLoader.
+        EVERYWHERE,
         Torch::Line("DataLoader(dataset, batch_size={value})  # and scale the learning rate");
 
         /// Micro-batches accumulated per optimizer step.

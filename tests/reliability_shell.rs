@@ -162,6 +162,7 @@ proptest! {
                 run: run.to_string(),
                 metric: Metric::JsonKey("k".into()),
                 cwd: None,
+                window: None,
             };
             let mut k = Knobs::default();
             k.params.insert("v".into(), value.clone());

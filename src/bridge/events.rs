@@ -88,6 +88,18 @@ pub struct Events {
     /// Lines that were not events, or steps with figures out of range (counted, never
     /// trusted).
     pub malformed: usize,
+    /// The measurement window (`TUNE_BRIDGE_WINDOW`): warm-up steps, once measuring began.
+    pub window_warmup: Option<usize>,
+    /// Set when the window filled and the hooks asked the job to stop.
+    pub window_full: Option<WindowFull>,
+}
+
+/// The hooks' word that the window filled: steps skipped, steps measured, and seconds.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct WindowFull {
+    pub warmup: usize,
+    pub measured: usize,
+    pub seconds: f64,
 }
 
 #[derive(Deserialize)]
@@ -112,6 +124,10 @@ enum Line {
     Notice {
         message: String,
     },
+    Window {
+        warmup: usize,
+    },
+    WindowFull(WindowFull),
 }
 
 impl Events {
@@ -140,14 +156,33 @@ impl Events {
                 self.not_applicable.insert(knob, why);
             }
             Ok(Line::Notice { message }) => self.notices.push(message),
+            Ok(Line::Window { warmup }) if self.rank_zero(line) => {
+                self.window_warmup = Some(warmup)
+            }
+            Ok(Line::WindowFull(w)) if self.rank_zero(line) => self.window_full = Some(w),
+            Ok(Line::Window { .. } | Line::WindowFull(_)) => {}
             _ => self.malformed += 1,
         }
     }
 
-    /// Steps after warm-up: the first tenth (at least one when there are five or more)
+    /// Whether a window line came from the process whose steps are `steps`: rank 0 under
+    /// torchrun, else the one process that reports.
+    fn rank_zero(&self, line: &str) -> bool {
+        #[derive(Deserialize)]
+        struct Rank {
+            rank: Option<u32>,
+        }
+        serde_json::from_str::<Rank>(line).map_or(true, |r| r.rank.unwrap_or(0) == 0)
+    }
+
+    /// Steps after warm-up: the measurement window's, when the hooks had one and began
+    /// measuring; else the first tenth (at least one when there are five or more)
     /// carries start-up costs (worker processes, allocator, caches).
     pub fn steady(&self) -> &[Step] {
-        steady(&self.steps)
+        match self.window_warmup {
+            Some(w) if w < self.steps.len() => &self.steps[w..],
+            _ => steady(&self.steps),
+        }
     }
 
     /// Mean time per phase over the steady steps.

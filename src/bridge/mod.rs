@@ -22,11 +22,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 pub use attach::{classify, StackSampler, StackSummary};
-pub use events::{Events, Override, RankSummary, Step, StepSummary};
+pub use events::{Events, Override, RankSummary, Step, StepSummary, WindowFull};
 pub use inject::{injected, knob_values, repeat};
 
 use crate::error::{Error, Result};
 use crate::process::pipes::spawn_reader;
+
+/// The trial's measurement window, as JSON, for the hooks (`spec::Window::hook_json`).
+const WINDOW_ENV: &str = "TUNE_BRIDGE_WINDOW";
 
 /// Longest event line read from the hooks (one step's JSON is a few hundred bytes).
 const MAX_EVENT_LINE: usize = 1 << 20;
@@ -111,6 +114,7 @@ impl Link {
             .env("TUNE_BRIDGE_FD", fd.to_string())
             .env("TUNE_BRIDGE_INO", ino.to_string())
             .env_remove("TUNE_BRIDGE_HOLDER")
+            .env_remove(WINDOW_ENV)
             .env(
                 "TUNE_BRIDGE_KNOBS",
                 serde_json::Value::Object(knobs.clone()).to_string(),
@@ -151,7 +155,31 @@ impl Link {
         spec: &crate::spec::Spec,
         knobs: &crate::knobs::Knobs,
     ) -> Result<Link> {
-        Link::attach(cmd, &knob_values(spec, knobs))
+        let link = Link::attach(cmd, &knob_values(spec, knobs))?;
+        if let crate::spec::Workload::Command(c) = &spec.workload {
+            if let Some(w) = &c.window {
+                cmd.env(WINDOW_ENV, w.hook_json());
+            }
+        }
+        Ok(link)
+    }
+
+    /// Whether the hooks said the job's measurement window is full.
+    pub fn window_full(&self) -> bool {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .window_full
+            .is_some()
+    }
+
+    /// Steps the job has reported so far.
+    pub fn steps_seen(&self) -> usize {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .steps
+            .len()
     }
 
     /// Closes tune's copy of the write end, so the stream ends when the child's does.

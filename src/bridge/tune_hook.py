@@ -114,13 +114,25 @@ def _batch_size(batch):
     return 0
 
 
+def _batch_injectable(given):
+    """batch_size can replace the script's only where the DataLoader batches by it: not
+    with a batch_sampler (its batches are the sampler's) nor batch_size=None (samples)."""
+    if given.get("batch_sampler") is not None:
+        _not_applicable("batch_size", "the DataLoader takes a batch_sampler: its batches are the sampler's")
+        return False
+    if "batch_size" in given and given["batch_size"] is None:
+        _not_applicable("batch_size", "the DataLoader is built with batch_size=None (no batching)")
+        return False
+    return True
+
+
 def _install_dataloader(torch):
     from torch.utils.data import dataloader as dl
     import inspect
 
     orig_init = dl.DataLoader.__init__
     sig = inspect.signature(orig_init)
-    dl_knobs = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+    dl_knobs = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
 
     def init(self, *args, **kwargs):
         if _off:
@@ -141,6 +153,8 @@ def _install_dataloader(torch):
         extra = given.pop("kwargs", {}) if "kwargs" in sig.parameters else {}
         for knob in dl_knobs:
             if knob not in _knobs:
+                continue
+            if knob == "batch_size" and not _batch_injectable(given):
                 continue
             want = _knobs[knob]
             if knob in given and given[knob] is not None and given[knob] != want:
@@ -635,7 +649,92 @@ def _step_end(t):
         _acc[k] = 0.0
     # Forward, loss and the script's own Python: everything between the hooks.
     ev["forward"] = max(other, 0.0)
+    if _window_ended():
+        return
     _emit(ev)
+    _window_step(dur, t)
+
+
+# The measurement window (TUNE_BRIDGE_WINDOW, issue #26): warm-up steps (or until the step
+# times are steady), then `steps` measured steps or `seconds` of measuring; then the job is
+# stopped at this step boundary by raising SystemExit(0) out of optimizer.step(). tune ends
+# a job that ignores it after a grace period, and its process tree either way.
+_win = None
+_wst = {"warm": 0, "start": None, "measured": 0, "full": False, "durs": []}
+
+
+def _steady(durs):
+    """The last 8 step times hold no slow outlier: none above their median by more than
+    max(3 sigma from the MAD, 10%), the rule of tune's steady-state analysis (stats.rs)
+    with a wider floor for a job's own jitter."""
+    if len(durs) < 8:
+        return False
+    last = sorted(durs[-8:])
+    m = (last[3] + last[4]) / 2.0
+    dev = sorted(abs(x - m) for x in last)
+    mad = (dev[3] + dev[4]) / 2.0
+    return last[-1] <= m + max(3.0 * 1.4826 * mad, 0.1 * m)
+
+
+def _ranked(ev):
+    if _rank is not None:
+        ev["rank"] = _rank
+    return ev
+
+
+def _window_ended():
+    """After the window filled, a job that caught tune's SystemExit trains on unmeasured:
+    no more steps are reported, and each step asks it again to stop."""
+    if _win is None or not _wst["full"] or os.getpid() != _pid:
+        return False
+    raise SystemExit(0)
+
+
+def _window_step(dur, t):
+    w, ws = _win, _wst
+    if w is None or os.getpid() != _pid:
+        return
+    if ws["start"] is None:
+        warm = w.get("warmup")
+        if warm is not None and int(warm) <= 0:
+            # No warm-up: this step is the window's first.
+            ws["start"] = t - dur
+            _emit(_ranked({"ev": "window", "warmup": 0}))
+        else:
+            ws["warm"] += 1
+            ws["durs"].append(dur)
+            if warm is None:
+                steady = _steady(ws["durs"])
+                done = steady or ws["warm"] >= int(w.get("steady_max", 200))
+                if done and not steady:
+                    _notice(
+                        "step times were not steady after %d warm-up steps; measuring anyway"
+                        % ws["warm"]
+                    )
+            else:
+                done = ws["warm"] >= int(warm)
+            if done:
+                ws["start"] = t
+                _emit(_ranked({"ev": "window", "warmup": ws["warm"]}))
+            return
+    ws["measured"] += 1
+    sec = w.get("seconds")
+    if ws["measured"] >= int(w["steps"]) or (sec is not None and t - ws["start"] >= float(sec)):
+        ws["full"] = True
+        n = ws["measured"]
+        _emit(
+            _ranked(
+                {"ev": "window_full", "warmup": ws["warm"], "measured": n, "seconds": t - ws["start"]}
+            )
+        )
+        try:
+            sys.stderr.write(
+                "tune: measurement window full after %d measured step%s: stopping the job at "
+                "this step boundary\n" % (n, "" if n == 1 else "s")
+            )
+        except Exception:
+            pass
+        raise SystemExit(0)
 
 
 _torch = None
@@ -688,10 +787,22 @@ class _TorchFinder:
         return spec
 
 
+def _read_window():
+    """TUNE_BRIDGE_WINDOW: the trial's window as tune wrote it, or None (no window)."""
+    try:
+        w = json.loads(os.environ.get("TUNE_BRIDGE_WINDOW", "null"))
+    except ValueError:
+        return None
+    if not isinstance(w, dict) or not isinstance(w.get("steps"), int) or w["steps"] < 1:
+        return None
+    return w
+
+
 def activate():
-    global _knobs, _rank
+    global _knobs, _rank, _win
     if not tune_pipe.open_pipe():
         return
+    _win = _read_window()
     _rank = os.environ.get("RANK")
     if _rank is not None:
         try:

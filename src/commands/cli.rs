@@ -364,6 +364,14 @@ pub struct WatchArgs {
     /// Folder for report.json and summary.md (default: reports/watch-<time>-<pid>).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// End after N training steps (PyTorch hooks): the job is stopped at a step boundary
+    /// and the report written.
+    #[arg(long, value_name = "N")]
+    pub steps: Option<u64>,
+    /// End after S seconds: a command tune started is stopped (SIGINT, then killed after
+    /// 10 s), an attached process is left running; the report is written.
+    #[arg(long, value_name = "S")]
+    pub duration: Option<f64>,
     /// The command to start and watch, after `--`; its exit code becomes tune's.
     #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
     pub command: Vec<String>,

@@ -6,6 +6,7 @@
 //! session). `run` dispatches all ten; `trial`, `supervise` and `dash`
 //! go straight into their stage with plain values. Nothing below this module imports it.
 
+mod answer;
 pub mod bench;
 pub mod cli;
 pub mod compare;

@@ -90,7 +90,10 @@ impl SweepObserver for Progress {
             return;
         }
         let text = match (rec.status, sps) {
-            (Status::Ok, Some(v)) => format!("{}: {v:.1} samples/s", rec.label),
+            (Status::Ok, Some(v)) => match &rec.error {
+                Some(note) => format!("{}: {v:.1} samples/s ({note})", rec.label),
+                None => format!("{}: {v:.1} samples/s", rec.label),
+            },
             (s, _) => format!(
                 "{}: {} ({})",
                 rec.label,
@@ -179,6 +182,7 @@ fn with_device(mut spec: Spec, args: &SweepArgs) -> Result<Spec> {
 }
 
 pub fn main(args: &SweepArgs) -> Result<i32> {
+    let began = std::time::Instant::now();
     let spec = with_device(Spec::load(&args.spec)?, args)?;
     let mem_cap_bytes = mem_cap(&spec)?;
     check_sample_ms()?;
@@ -298,13 +302,15 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
         .iter()
         .filter(|t| t.status == Status::Ok)
         .count();
+    let answer = super::answer::line(&report, began.elapsed());
     if args.json {
         crate::fsio::print_out(&format!(
             "{}\n",
-            json!({"report": paths[0], "html": paths[1], "summary": paths[2], "ok": ok, "trials": report.trials.len()})
+            json!({"report": paths[0], "html": paths[1], "summary": paths[2], "ok": ok, "trials": report.trials.len(), "time_to_answer": answer})
         ));
     } else {
         super::summary::print(&report);
+        eprintln!("{answer}");
         for p in &paths {
             crate::fsio::print_out(&format!("{}\n", p.display()));
         }

@@ -5,3 +5,4 @@
 pub mod child;
 pub mod slurm;
 pub mod trial;
+mod window;

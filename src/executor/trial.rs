@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 pub use super::child::child_main;
 use super::child::MEM_CAP_ENV;
+use super::window::Values;
 use crate::engine::train::RunSummary;
 use crate::fsio::MAX_INPUT_BYTES;
 use crate::knobs::Knobs;
@@ -22,7 +23,7 @@ use crate::process::alloc::EXIT_OOM;
 use crate::process::pipes::{lock, spawn_reader, Shared, Tail};
 use crate::process::procs::{die_with_parent, kill_descendants, kill_group};
 use crate::process::supervise::{Report as SupReport, REPORT_PREFIX};
-use crate::results::record::{Repeat, Status};
+use crate::results::record::Status;
 use crate::runner::live::LIVE_ENV;
 use crate::runner::sweep::{Executor, Outcome};
 use crate::spec::metric::{json_value, NumberPattern};
@@ -119,7 +120,7 @@ fn run_engine(env: &TrialEnv, w: &EngineWorkload, knobs: &Knobs, steps: usize) -
         }
     };
     let max_line = usize::try_from(MAX_INPUT_BYTES).unwrap_or(usize::MAX);
-    let fin = match run_child(cmd, env, false, max_line, on_line) {
+    let fin = match run_child(cmd, env, false, max_line, on_line, None) {
         Ok(f) => f,
         Err(e) => return Outcome::fail(Status::Failed, e),
     };
@@ -172,22 +173,12 @@ pub(super) fn line_outcome(line: ChildLine) -> Outcome {
 /// Finds the metric in one line of a command's stdout.
 type Extract = dyn Fn(&str) -> Option<f64> + Send;
 
-/// Metric values read from a command's stdout. Bounded: a command printing a figure per
-/// line for hours must not grow the sweep without limit.
-#[derive(Default)]
-struct Values {
-    kept: Vec<f64>,
-    dropped: usize,
-}
-
-const MAX_VALUES: usize = 1 << 20;
-/// Metric values taken as throughput. Beyond it a figure's reciprocal (its step time) or
-/// its ratio to another is not finite: `samples/s: 1e-320` put `null` into the journal
-/// and report, which no reader accepts (#27). Within it every ratio, square and sum of a
-/// million values stays finite.
-const METRIC_RANGE: std::ops::RangeInclusive<f64> = 1e-30..=1e30;
 /// Bytes of one stdout line of a command that are looked at.
 const COMMAND_LINE_BYTES: usize = 1 << 20;
+/// How long a Python job has to end by itself once its window is full (the hooks raise
+/// SystemExit at the step boundary; PyTorch joins each DataLoader worker for up to 5 s,
+/// `MP_STATUS_CHECK_INTERVAL`), before tune ends its process tree.
+const POLITE_GRACE: Duration = Duration::from_secs(10);
 
 fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) -> Outcome {
     let line = c.render(knobs);
@@ -207,16 +198,14 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
         // `[workload.python]`: the figures come from the hooks' step events.
         Metric::Hooks => Box::new(|_| None),
     };
-    let values: Shared<Values> = Arc::default();
+    let hooked = c.metric == Metric::Hooks;
+    let values: Shared<Values> = Arc::new(Mutex::new(Values::new(
+        c.window.clone().filter(|_| !hooked),
+    )));
     let sink = Arc::clone(&values);
     let on_line = move |l: &str| {
         if let Some(v) = extract(l) {
-            let mut s = lock(&sink);
-            if s.kept.len() < MAX_VALUES {
-                s.kept.push(v);
-            } else {
-                s.dropped += 1;
-            }
+            lock(&sink).push(v);
         }
     };
     // The supervisor (`tune supervise`) runs `sh -c` and ends the whole tree; the hooks'
@@ -236,80 +225,57 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
         },
         _ => None,
     };
-    let fin = match run_child(cmd, env, true, COMMAND_LINE_BYTES, on_line) {
+    let full_hooks = || link.as_ref().is_some_and(|l| l.window_full());
+    let full_values = || lock(&values).full();
+    // A Python job is asked to stop at its step boundary by the hooks and given a grace;
+    // a command has no boundary tune can reach: its window ends at the value line.
+    let window = match (&link, &c.window) {
+        (Some(_), _) => Some(WindowWatch {
+            full: &full_hooks,
+            grace: POLITE_GRACE,
+        }),
+        (None, Some(_)) => Some(WindowWatch {
+            full: &full_values,
+            grace: Duration::ZERO,
+        }),
+        (None, None) => None,
+    };
+    let fin = match run_child(cmd, env, true, COMMAND_LINE_BYTES, on_line, window) {
         Ok(f) => f,
         Err(e) => return Outcome::fail(Status::Failed, e),
     };
-    let sup = match supervised_end(env, &fin, &line) {
-        Ok(sup) => sup,
-        Err((status, why)) => return Outcome::fail(status, why),
-    };
+    let end = supervised_end(env, &fin, &line).map(|_| ());
+    let peak_rss = fin.report.as_ref().map_or(0, |r| r.peak_rss_bytes);
     let wall_s = fin.elapsed.as_secs_f64();
     if let Some(link) = link {
         let events = link.finish(Duration::from_secs(2));
-        return match crate::bridge::repeat(&events, spec, knobs, wall_s) {
-            Ok(r) => Outcome {
-                status: Status::Ok,
-                error: None,
-                repeat: Some(Repeat {
-                    peak_total_bytes: r.peak_total_bytes.max(sup.peak_rss_bytes),
-                    ..r
-                }),
-                node: None,
+        return super::window::hooked_outcome(
+            &events,
+            spec,
+            knobs,
+            &super::window::Ended {
+                end: end.clone(),
+                peak_rss,
+                window_stop: fin.window_stop,
+                grace: POLITE_GRACE,
+                line: &line,
+                wall_s,
             },
-            Err(e) => Outcome::fail(Status::Failed, format!("`{line}`: {e}")),
-        };
-    }
-    let Values { kept, dropped } = std::mem::take(&mut *lock(&values));
-    let (values, extreme): (Vec<f64>, Vec<f64>) = kept
-        .into_iter()
-        .filter(|v| *v > 0.0)
-        .partition(|v| METRIC_RANGE.contains(v));
-    if let Some(x) = extreme.first() {
-        eprintln!(
-            "note: `{line}` printed {} metric value(s) outside {:e}..{:e} (first: {x:e}); \
-             they are not a throughput and are not used",
-            extreme.len(),
-            METRIC_RANGE.start(),
-            METRIC_RANGE.end()
         );
     }
-    if values.is_empty() {
-        return Outcome::fail(
-            Status::Failed,
-            format!("`{line}` printed no positive metric value in range on stdout"),
-        );
-    }
-    if dropped > 0 {
-        eprintln!("note: `{line}` printed more than {MAX_VALUES} metric values; the first {MAX_VALUES} are used");
-    }
-    if values.len() > crate::stats::BOOTSTRAP_MAX {
-        // What the analysis does with them, said before it runs (a second or two).
-        eprintln!(
-            "note: `{line}`: {} values; their median is exact, its 95% interval is bootstrapped \
-             over {} of them, evenly spaced (docs/performance.md, \"Scale of the faces\")",
-            values.len(),
-            crate::stats::BOOTSTRAP_MAX
-        );
-    }
-    // Each reported figure is one sample of samples/s: as a "step" of one sample, its
-    // time is the reciprocal, so the same statistics apply as to engine trials.
-    let step_times: Vec<f64> = values.iter().map(|v| 1.0 / v).collect();
-    let median = crate::stats::median(&values);
-    Outcome {
-        status: Status::Ok,
-        error: None,
-        repeat: Some(Repeat {
-            step_times,
-            samples_per_step: 1,
-            samples_per_s: median,
-            backend: "command".into(),
+    let vals = std::mem::take(&mut *lock(&values));
+    super::window::command_outcome(
+        vals,
+        c.window.as_ref(),
+        &super::window::Ended {
+            end,
+            peak_rss,
+            window_stop: fin.window_stop,
+            grace: Duration::ZERO,
+            line: &line,
             wall_s,
-            peak_total_bytes: sup.peak_rss_bytes,
-            ..Repeat::default()
-        }),
-        node: None,
-    }
+        },
+    )
 }
 
 /// How a supervised command ended, as a trial status: its report when the command
@@ -355,12 +321,20 @@ fn supervised_end<'a>(
     Ok(sup)
 }
 
+/// When a job's measurement window is full, and how long it then has to end by itself.
+pub(super) struct WindowWatch<'a> {
+    pub full: &'a dyn Fn() -> bool,
+    pub grace: Duration,
+}
+
 /// How a child process ended.
-struct Finished {
+pub(super) struct Finished {
     status: Option<ExitStatus>,
     /// The supervisor's report, for command trials.
     report: Option<SupReport>,
     timed_out: bool,
+    /// Ended by tune after its measurement window filled (the job did not end by itself).
+    window_stop: bool,
     stderr_tail: Vec<String>,
     elapsed: Duration,
 }
@@ -440,6 +414,7 @@ fn run_child<F>(
     supervised: bool,
     max_line: usize,
     on_stdout: F,
+    window: Option<WindowWatch<'_>>,
 ) -> Result<Finished, String>
 where
     F: FnMut(&str) + Send + 'static,
@@ -478,7 +453,13 @@ where
             }
         })
     });
-    let (status, timed_out) = wait_until(&mut child, deadline, env.cancel.as_deref(), supervised);
+    let (status, timed_out, window_stop) = wait_until(
+        &mut child,
+        deadline,
+        env.cancel.as_deref(),
+        supervised,
+        window,
+    );
     // Every writer is dead now, so EOF is near; an escaped holder only costs the grace.
     let grace = Instant::now() + READER_GRACE;
     for rx in [out, err].into_iter().flatten() {
@@ -489,28 +470,42 @@ where
         status,
         report,
         timed_out,
+        window_stop,
         stderr_tail: tail.lines(),
         elapsed: started.elapsed(),
     })
 }
 
+/// The child's exit status, whether the time limit ended it, and whether tune ended it
+/// after its measurement window filled.
 fn wait_until(
     child: &mut Child,
     deadline: Option<Instant>,
     cancel: Option<&AtomicBool>,
     supervised: bool,
-) -> (Option<ExitStatus>, bool) {
+    window: Option<WindowWatch<'_>>,
+) -> (Option<ExitStatus>, bool, bool) {
     let mut poll = Duration::from_millis(5);
+    let mut full_at: Option<Instant> = None;
     loop {
         match child.try_wait() {
-            Ok(Some(s)) => return (Some(s), false),
+            Ok(Some(s)) => return (Some(s), false, false),
             Ok(None) => {}
-            Err(_) => return (child.wait().ok(), false),
+            Err(_) => return (child.wait().ok(), false, false),
+        }
+        if let Some(w) = &window {
+            if full_at.is_none() && (w.full)() {
+                full_at = Some(Instant::now());
+            }
+            if full_at.is_some_and(|at| at.elapsed() >= w.grace) {
+                stop(child, supervised);
+                return (child.wait().ok(), false, true);
+            }
         }
         let cancelled = cancel.is_some_and(|c| c.load(Ordering::Relaxed));
         if cancelled || deadline.is_some_and(|d| Instant::now() >= d) {
             stop(child, supervised);
-            return (child.wait().ok(), !cancelled);
+            return (child.wait().ok(), !cancelled, false);
         }
         std::thread::sleep(poll);
         // Short trials answer fast; long ones need not be polled 200 times a second.

@@ -187,6 +187,9 @@ fn trials_table(r: &Report, story: &Story) -> String {
             .iter()
             .map(|(k, v)| format!("{k}: not applicable ({v})"))
             .collect();
+        if let Some(p) = &t.partial {
+            notes.insert(0, p.note.clone());
+        }
         if let Some(e) = &t.error {
             notes.insert(0, e.clone());
         }

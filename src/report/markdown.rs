@@ -213,7 +213,10 @@ pub fn render(r: &Report) -> String {
                 "- **{}** ({}): {}",
                 cell(&t.label),
                 t.status.as_str(),
-                cell(t.error.as_deref().unwrap_or("no error text"))
+                cell(&match (&t.error, &t.partial) {
+                    (Some(e), Some(p)) => format!("{e}; {}", p.note),
+                    (e, _) => e.as_deref().unwrap_or("no error text").to_string(),
+                })
             );
         }
     }

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::model::{
-    Ci, Environment, NoiseFloor, Ratio, Report, TimelineSample, TrialReport, TrialSpan,
-    FOREIGN_CPU_PCT, SCHEMA_VERSION,
+    Ci, Environment, NoiseFloor, Partial, Ratio, Report, TimelineSample, TrialReport, TrialSpan,
+    FOREIGN_CPU_PCT, MIN_PARTIAL_STEADY, SCHEMA_VERSION,
 };
 use crate::engine::parallel::DeviceSummary;
 use crate::engine::train::Phases;
@@ -184,7 +184,8 @@ fn trial_report(
     let (times, sps) = steady(rec);
     let (same_times, same_sps) = steady_on(rec, ref_type);
     let boot = Bootstrap::with_seed(knobs_hash(&rec.knobs));
-    let thr = (rec.status == Status::Ok)
+    let partial = partial(rec, times.len());
+    let thr = (rec.status == Status::Ok || partial.as_ref().is_some_and(|p| p.used))
         .then(|| Throughput::from_step_times(&times, sps, &boot))
         .flatten();
     let samples_per_s = thr.and_then(|t| {
@@ -238,7 +239,34 @@ fn trial_report(
         devices: devices(rec),
         nodes: rec.nodes.clone(),
         foreign_cpu_pct: foreign_cpu(rec),
+        partial,
     }
+}
+
+/// The partial mark of a trial that failed after measuring steps (None otherwise).
+fn partial(rec: &TrialRecord, steady_steps: usize) -> Option<Partial> {
+    if rec.status == Status::Ok || rec.repeats.is_empty() {
+        return None;
+    }
+    let steps: usize = rec.repeats.iter().map(|r| r.step_times.len()).sum();
+    let used = steady_steps >= MIN_PARTIAL_STEADY;
+    let note = if used {
+        format!(
+            "partial ({}): its figures are from the {steady_steps} steady steps it measured",
+            rec.status.as_str()
+        )
+    } else {
+        format!(
+            "partial ({}): {steady_steps} steady steps, too few for figures (at least {MIN_PARTIAL_STEADY})",
+            rec.status.as_str()
+        )
+    };
+    Some(Partial {
+        steps,
+        steady_steps,
+        used,
+        note,
+    })
 }
 
 /// Median over the trial's samples of other processes' share of all cores; the median
@@ -510,6 +538,7 @@ mod tests {
             rss_peak_bytes: None,
             nodes: Vec::new(),
             foreign_cpu_pct: None,
+            partial: None,
         }
     }
 

@@ -162,6 +162,27 @@ pub struct TrialReport {
     /// sampled.
     #[serde(default)]
     pub foreign_cpu_pct: Option<f64>,
+    /// A trial that timed out, crashed or ran out of memory after measuring steps: they
+    /// are kept (in `repeats`), and used in its figures only when enough are steady.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial: Option<Partial>,
+}
+
+/// Steady steps a failed trial needs before its figures (`samples_per_s`) use them: a
+/// bootstrap interval over fewer is wider than the effects a sweep looks for.
+pub const MIN_PARTIAL_STEADY: usize = 10;
+
+/// The steps a failed trial measured before it ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Partial {
+    /// Steps measured, over all its repeats.
+    pub steps: usize,
+    /// Of those, the steady ones (after warm-up and slow leading steps).
+    pub steady_steps: usize,
+    /// Whether its figures use them (at least `MIN_PARTIAL_STEADY` steady steps).
+    pub used: bool,
+    /// "partial (timeout): its figures are from the 18 steady steps it measured".
+    pub note: String,
 }
 
 impl TrialReport {

@@ -29,6 +29,8 @@ use crate::stats;
 #[derive(Clone, Debug)]
 pub struct Outcome {
     pub status: Status,
+    /// Why a failed run failed; for an ok run, a note for the report (a Python job's
+    /// measurement window: "stopped by tune after 30 measured steps").
     pub error: Option<String>,
     pub repeat: Option<Repeat>,
     /// The node a cluster ran it on (its `repeat` index is set by the runner).
@@ -370,6 +372,10 @@ impl<'a> Sweep<'a> {
                 rec.status = o.status;
                 rec.error = o.error;
                 break;
+            }
+            if o.error.is_some() {
+                // An ok run's text is a note ("stopped by tune after 30 measured steps").
+                rec.error = o.error;
             }
         }
         rec.timeline = self.sampler.since(started_ms);

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::fsio::read_text_limited;
 use crate::knobs::Knobs;
 pub use cluster::{ExecutorKind, SlurmSpec};
+pub use window::Window;
 
 pub mod cluster;
 pub(crate) mod metric;
@@ -19,6 +20,7 @@ pub mod plan;
 mod shell;
 #[cfg(test)]
 mod tests;
+pub mod window;
 
 /// Largest spec read. Real specs are a few KB; TOML parsing costs many times the text's
 /// size in memory, so a bound far below `fsio::MAX_INPUT_BYTES` keeps `tune sweep
@@ -87,6 +89,11 @@ pub struct CommandWorkload {
     pub metric: Metric,
     /// Working folder as written; relative to the spec's folder (`Spec::dir`).
     pub cwd: Option<PathBuf>,
+    /// How much of the job a trial measures before tune ends it: always set for
+    /// `[workload.python]` (defaults in `window`), set for `[workload.command]` only
+    /// when it names `samples`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
 }
 
 /// How a command reports samples per second.

@@ -18,6 +18,7 @@ use crate::limits::{self, Bound};
 mod bounds;
 mod params;
 mod slurm;
+mod window;
 
 const TOP_KEYS: &[&str] = &["name", "workload", "knobs", "params", "search", "slurm"];
 const ENGINE_KEYS: &[&str] = &[
@@ -31,7 +32,16 @@ const ENGINE_KEYS: &[&str] = &[
     "threads",
     "lr",
 ];
-const COMMAND_KEYS: &[&str] = &["run", "metric_regex", "metric_json_key", "cwd"];
+const COMMAND_KEYS: &[&str] = &[
+    "run",
+    "metric_regex",
+    "metric_json_key",
+    "cwd",
+    "warmup",
+    "samples",
+    "seconds",
+];
+const PYTHON_KEYS: &[&str] = &["run", "cwd", "warmup", "steps", "seconds"];
 const SEARCH_KEYS: &[&str] = &[
     "strategy",
     "repeats",
@@ -396,7 +406,13 @@ impl Cx<'_> {
             (None, Some(j)) => Metric::JsonKey(self.string(j, "workload.command.metric_json_key")?),
         };
         let cwd = self.cwd(t, "workload.command.cwd")?;
-        Ok(CommandWorkload { run, metric, cwd })
+        let window = self.command_window(t, "workload.command")?;
+        Ok(CommandWorkload {
+            run,
+            metric,
+            cwd,
+            window,
+        })
     }
 
     /// A workload's `cwd`, which must exist: trials run the command in this folder, and a
@@ -441,7 +457,7 @@ impl Cx<'_> {
             ));
         }
         let t = self.table(v, "workload.python")?;
-        self.check_keys(t, &["run", "cwd"], "[workload.python]")?;
+        self.check_keys(t, PYTHON_KEYS, "[workload.python]")?;
         let run_v = t.get("run").ok_or_else(|| {
             self.err(
                 key.span(),
@@ -454,6 +470,7 @@ impl Cx<'_> {
             run,
             metric: Metric::Hooks,
             cwd: self.cwd(t, "workload.python.cwd")?,
+            window: Some(self.python_window(t, "workload.python")?),
         }))
     }
 

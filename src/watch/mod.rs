@@ -12,7 +12,8 @@
 //! - `steps`: findings from the PyTorch hooks' step events (`crate::bridge`);
 //! - `session`: one watch from start to report;
 //! - `tui`: the full-screen live view (`--tui`), on the dashboard's devices widget;
-//! - `procs`: its per-process table (htop keys).
+//! - `procs`: its per-process table (htop keys);
+//! - `window`: `--steps`/`--duration`, which end a watch (and the job tune started).
 
 pub(crate) mod findings;
 pub(crate) mod html;
@@ -26,3 +27,4 @@ pub(crate) mod session;
 pub(crate) mod steps;
 pub mod target;
 pub(crate) mod tui;
+pub(crate) mod window;

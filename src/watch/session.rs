@@ -37,6 +37,9 @@ pub struct Options {
     /// The full-screen view (`super::tui`) instead of plain lines.
     pub tui: bool,
     pub out: PathBuf,
+    /// End the watch (and a command tune started) after this many steps or this long.
+    pub steps: Option<u64>,
+    pub duration: Option<Duration>,
 }
 
 /// The default report folder: `reports/watch-<unix seconds>-<tune's pid>`.
@@ -160,9 +163,20 @@ pub fn run(opts: &Options) -> Result<i32> {
     catch_stop_signals()?;
     // A Python job started here reports its steps through the PyTorch hooks.
     let mut link: Option<Link> = None;
+    let mut window = super::window::WatchWindow::new(opts.steps, opts.duration);
+    if window.steps.is_some() && (matches!(opts.what, What::Pid(_)) || !crate::bridge::enabled()) {
+        return Err(Error::Invalid(
+            "watch: --steps counts the steps the PyTorch hooks report, which needs a command              tune starts with the hooks on (not --pid, not TUNE_BRIDGE=0); use --duration"
+                .into(),
+        ));
+    }
+    let hook_window = window.hook_json();
     let prep = |cmd: &mut std::process::Command| -> Result<()> {
         if crate::bridge::enabled() {
             link = Some(Link::attach(cmd, &serde_json::Map::new())?);
+            if let Some(w) = &hook_window {
+                cmd.env("TUNE_BRIDGE_WINDOW", w);
+            }
         }
         Ok(())
     };
@@ -234,6 +248,9 @@ pub fn run(opts: &Options) -> Result<i32> {
     let ended = loop {
         if let Some(e) = target.poll()? {
             break e;
+        }
+        if window.check(started, link.as_ref(), &target) {
+            break Ended::Interrupted;
         }
         let keys = match screen.as_mut().map(Screen::take_keys) {
             Some(Err(msg)) => {
@@ -342,6 +359,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         ),
         _ => {}
     }
+    notes.extend(window.note());
     let report = WatchReport {
         schema_version: SCHEMA_VERSION.into(),
         kind: KIND.into(),
@@ -364,7 +382,12 @@ pub fn run(opts: &Options) -> Result<i32> {
     };
     let paths = report.write(&opts.out)?;
     print_outcome(&report, &paths);
-    Ok(ended.exit_code())
+    // A command tune itself stopped at the end of its window did what was asked.
+    Ok(if window.stopped_it() {
+        0
+    } else {
+        ended.exit_code()
+    })
 }
 
 fn looks_like_python(command: Option<&[String]>) -> bool {

@@ -1,0 +1,97 @@
+//! Time to the first answer (issue #26): at the end of every sweep, how long it took
+//! from start to report and where that time went: measured steps, warm-up steps, the
+//! jobs' start-up and shutdown (interpreter, imports, DataLoader workers, ending), and
+//! tune's own share (planning, analysis, reports).
+
+use std::time::Duration;
+
+use crate::results::model::TrialReport;
+use crate::results::Report;
+
+/// Seconds in one bucket of the sweep's wall time.
+#[derive(Debug, Default, PartialEq)]
+pub struct Spent {
+    pub measuring: f64,
+    pub warmup: f64,
+    pub startup: f64,
+}
+
+/// What the trials of `report` (confirmation included) spent, from their repeats.
+pub fn spent(report: &Report) -> Spent {
+    let confirm = report
+        .confirmation
+        .iter()
+        .flat_map(|c| c.trial.iter().chain(c.baseline_rerun.iter()));
+    let mut s = Spent::default();
+    for t in report.trials.iter().chain(confirm) {
+        add(&mut s, t);
+    }
+    s
+}
+
+fn add(s: &mut Spent, t: &TrialReport) {
+    for r in &t.repeats {
+        // A command's figures are samples/s, not step times: its wall time is split no
+        // further.
+        if r.backend == "command" {
+            s.startup += r.wall_s.max(0.0);
+            continue;
+        }
+        let w = r.warmup.min(r.step_times.len());
+        let warm: f64 = r.step_times[..w].iter().sum();
+        let measured: f64 = r.step_times[w..].iter().sum();
+        s.warmup += warm;
+        s.measuring += measured;
+        s.startup += (r.wall_s - warm - measured).max(0.0);
+    }
+}
+
+fn mmss(x: f64) -> String {
+    let x = x.max(0.0).round() as u64;
+    if x >= 60 {
+        format!("{}m{:02}s", x / 60, x % 60)
+    } else {
+        format!("{x}s")
+    }
+}
+
+/// "time to answer: 4m12s; measuring 3m05s (73%), warm-up steps 20s (8%), job start-up
+/// and shutdown 40s (16%), tune's own 7s (3%)".
+pub fn line(report: &Report, wall: Duration) -> String {
+    let wall = wall.as_secs_f64();
+    let s = spent(report);
+    let own = (wall - s.measuring - s.warmup - s.startup).max(0.0);
+    let pct = |x: f64| {
+        if wall > 0.0 {
+            100.0 * x / wall
+        } else {
+            0.0
+        }
+    };
+    let mut parts = Vec::new();
+    if s.measuring > 0.0 || s.warmup > 0.0 {
+        parts.push(format!(
+            "measuring {} ({:.0}%)",
+            mmss(s.measuring),
+            pct(s.measuring)
+        ));
+        parts.push(format!(
+            "warm-up steps {} ({:.0}%)",
+            mmss(s.warmup),
+            pct(s.warmup)
+        ));
+        parts.push(format!(
+            "job start-up and shutdown {} ({:.0}%)",
+            mmss(s.startup),
+            pct(s.startup)
+        ));
+    } else {
+        parts.push(format!(
+            "running the trials {} ({:.0}%)",
+            mmss(s.startup),
+            pct(s.startup)
+        ));
+    }
+    parts.push(format!("tune's own {} ({:.0}%)", mmss(own), pct(own)));
+    format!("time to answer: {}; {}", mmss(wall), parts.join(", "))
+}

@@ -1,0 +1,97 @@
+//! The measurement window's keys in `[workload.python]` (`warmup`, `steps`, `seconds`)
+//! and `[workload.command]` (`warmup`, `samples`, `seconds`), checked when
+//! the spec is read.
+
+use toml::de::{DeTable, DeValue};
+
+use super::{Cx, Val};
+use crate::error::Result;
+use crate::limits;
+use crate::spec::window::{Window, DEFAULT_STEPS, DEFAULT_WARMUP};
+
+/// Longest measuring time a window may ask for: a trial's own limit is at most a week.
+const MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
+
+impl Cx<'_> {
+    /// `[workload.python]`'s window: every key optional, defaults in `spec::window`.
+    pub(super) fn python_window(&self, t: &DeTable<'_>, table: &str) -> Result<Window> {
+        let warmup = match t.get("warmup") {
+            Some(v) => self.warmup(v, &format!("{table}.warmup"))?,
+            None => Some(DEFAULT_WARMUP),
+        };
+        let steps = match t.get("steps") {
+            Some(v) => self.count(v, &format!("{table}.steps"), &limits::STEPS)?,
+            None => DEFAULT_STEPS,
+        };
+        Ok(Window {
+            warmup,
+            steps,
+            seconds: self.seconds(t, table)?,
+        })
+    }
+
+    /// `[workload.command]`'s window: only when it names `samples` (a command that ends
+    /// by itself is measured whole, as before).
+    pub(super) fn command_window(&self, t: &DeTable<'_>, table: &str) -> Result<Option<Window>> {
+        let Some(samples) = t.get("samples") else {
+            if let Some((k, _)) = t
+                .get_key_value("warmup")
+                .or_else(|| t.get_key_value("seconds"))
+            {
+                return Err(self.err(
+                    k.span(),
+                    format!(
+                        "{table}.{} needs samples = N: the window ends after N metric values",
+                        k.get_ref()
+                    ),
+                ));
+            }
+            return Ok(None);
+        };
+        let warmup = match t.get("warmup") {
+            Some(v) => Some(self.count(v, &format!("{table}.warmup"), &limits::WARMUP)?),
+            None => Some(0),
+        };
+        Ok(Some(Window {
+            warmup,
+            steps: self.count(samples, &format!("{table}.samples"), &limits::STEPS)?,
+            seconds: self.seconds(t, table)?,
+        }))
+    }
+
+    /// `warmup = N` steps, or `warmup = "steady"`.
+    fn warmup(&self, v: &Val<'_>, what: &str) -> Result<Option<usize>> {
+        match v.get_ref() {
+            DeValue::String(s) if s.as_ref() == "steady" => Ok(None),
+            DeValue::String(_) => Err(self.err(
+                v.span(),
+                format!("{what}: expected a number of steps or \"steady\""),
+            )),
+            _ => self.count(v, what, &limits::WARMUP).map(Some),
+        }
+    }
+
+    /// `seconds`: a positive number of seconds of measuring, at most a week.
+    fn seconds(&self, t: &DeTable<'_>, table: &str) -> Result<Option<f64>> {
+        let Some(v) = t.get("seconds") else {
+            return Ok(None);
+        };
+        let what = format!("{table}.seconds");
+        let x = match v.get_ref() {
+            DeValue::Float(f) => f.as_str().parse::<f64>().ok(),
+            DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
+                .ok()
+                .map(|n| n as f64),
+            _ => return Err(self.wrong_type(v, &what, "a number of seconds")),
+        };
+        match x {
+            Some(x) if x > 0.0 && x <= MAX_SECONDS => Ok(Some(x)),
+            _ => Err(self.err(
+                v.span(),
+                format!(
+                    "{what}: must be more than 0 and at most {MAX_SECONDS} (one week, the longest trial)"
+                ),
+            )),
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! How much of a user's job one trial measures (issue #26): a real training script runs
+//! for hours, so a `[workload.python]` trial skips a warm-up, measures a window of steps
+//! (or seconds), and then tune ends the job at a step boundary. A `[workload.command]`
+//! trial does the same in metric samples when it names `samples`.
+
+use serde::{Deserialize, Serialize};
+
+/// Warm-up steps when the spec names none: enough for DataLoader workers to start and
+/// the allocator and caches to settle on the small jobs measured here (the steady-state
+/// analysis drops any slow steps left after them).
+pub const DEFAULT_WARMUP: usize = 5;
+/// Measured steps when the spec names none: about 30 steps give a bootstrap interval a
+/// few percent wide on a 2-core machine (tests/pytorch_window.rs's jobs).
+pub const DEFAULT_STEPS: usize = 30;
+/// The most warm-up steps "until steady" waits before measuring anyway.
+pub const STEADY_MAX_WARMUP: usize = 200;
+
+/// One trial's measurement window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    /// Steps (samples, for a command) skipped before measuring; None: until the step
+    /// times are steady (at most `STEADY_MAX_WARMUP`).
+    pub warmup: Option<usize>,
+    /// Measured steps (samples) after warm-up: the window is full at this count.
+    pub steps: usize,
+    /// Or full after this many seconds of measuring, whichever comes first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Window {
+            warmup: Some(DEFAULT_WARMUP),
+            steps: DEFAULT_STEPS,
+            seconds: None,
+        }
+    }
+}
+
+impl Window {
+    /// "5 warm-up + 30 steps", "until steady + 30 steps or 60 s": for messages.
+    pub fn describe(&self, unit: &str) -> String {
+        let warm = match self.warmup {
+            Some(w) => format!("{w} warm-up"),
+            None => "warm-up until steady".into(),
+        };
+        let s = if self.steps == 1 { "" } else { "s" };
+        match self.seconds {
+            Some(sec) => format!("{warm} + {} {unit}{s} or {sec} s", self.steps),
+            None => format!("{warm} + {} {unit}{s}", self.steps),
+        }
+    }
+
+    /// The JSON the hooks read (`TUNE_BRIDGE_WINDOW`).
+    pub fn hook_json(&self) -> String {
+        serde_json::json!({
+            "warmup": self.warmup,
+            "steps": self.steps,
+            "seconds": self.seconds,
+            "steady_max": STEADY_MAX_WARMUP,
+        })
+        .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{Spec, Workload};
+
+    fn window(text: &str) -> Result<Option<Window>, String> {
+        match Spec::parse(text, "w.toml") {
+            Ok(Spec {
+                workload: Workload::Command(c),
+                ..
+            }) => Ok(c.window),
+            Ok(_) => Err("not a command workload".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    #[test]
+    fn a_python_spec_with_only_run_measures_the_default_window() {
+        let w = window("[workload.python]\nrun = \"python t.py\"\n").unwrap();
+        assert_eq!(w, Some(Window::default()));
+        let w = window(
+            "[workload.python]\nrun = \"python t.py\"\nwarmup = \"steady\"\nsteps = 40\nseconds = 2.5\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((w.warmup, w.steps, w.seconds), (None, 40, Some(2.5)));
+        assert_eq!(
+            w.describe("step"),
+            "warm-up until steady + 40 steps or 2.5 s"
+        );
+    }
+
+    #[test]
+    fn bad_window_keys_are_refused_with_their_place() {
+        let bad = [
+            (
+                "warmup = \"later\"",
+                "expected a number of steps or \"steady\"",
+            ),
+            ("steps = 0", "steps 0: must be at least 1"),
+            ("seconds = -1", "must be more than 0"),
+            ("seconds = \"x\"", "expected a number of seconds"),
+        ];
+        for (line, want) in bad {
+            let e = window(&format!(
+                "[workload.python]\nrun = \"python t.py\"\n{line}\n"
+            ))
+            .unwrap_err();
+            assert!(e.contains(want) && e.contains("w.toml:3:"), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_command_has_a_window_only_with_samples() {
+        let base = "[workload.command]\nrun = \"x\"\nmetric_json_key = \"k\"\n";
+        assert_eq!(window(base).unwrap(), None);
+        let w = window(&format!("{base}samples = 5\nwarmup = 2\n"))
+            .unwrap()
+            .unwrap();
+        assert_eq!((w.warmup, w.steps), (Some(2), 5));
+        let e = window(&format!("{base}warmup = 2\n")).unwrap_err();
+        assert!(e.contains("needs samples = N"), "{e}");
+    }
+}

@@ -1,0 +1,370 @@
+//! A real training script that trains "forever" (tests/pytorch/forever.py: 100,000
+//! epochs), swept and watched in bounded time (issue #26): each trial measures its
+//! window and is stopped by tune at a step boundary, `ok`, its processes gone; a job
+//! that ignores the polite stop is ended after the grace; a crashing or timed-out trial
+//! keeps the steps it measured, marked partial; a window that cannot fill and a script
+//! that never steps say so in one line; `tune watch --steps` ends the job; `batch_size`
+//! reaches the script's DataLoader. Real PyTorch (PyPI's, on CPU), real processes.
+
+#[path = "pytorch/support.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Processes whose command line holds `tag` (the test's temp folder).
+fn alive_with(tag: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(tag) && !cmd.contains("cargo") {
+                found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+/// Runs a `[workload.python]` sweep of forever.py; returns the output, report.json and
+/// the tag its processes carry.
+fn sweep(
+    d: &Path,
+    py: &Path,
+    script_args: &str,
+    window: &str,
+    knobs: &str,
+    timeout_s: u32,
+) -> (Output, Value, String) {
+    let tag = d.display().to_string();
+    let spec = d.join("spec.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"window\"\n[workload.python]\n\
+             run = \"{} {} --tag {tag} {script_args}\"\n{window}\n\
+             [knobs]\n{knobs}\n[search]\nrepeats = 1\ntimeout_s = {timeout_s}\n",
+            py.display(),
+            support::script("forever.py").display()
+        ),
+    )
+    .unwrap();
+    let out = d.join("out");
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .env("TUNE_CACHE_DIR", d.join("cache"))
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(out.join("report.json")).unwrap_or_default();
+    let r = serde_json::from_str(&text).unwrap_or(Value::Null);
+    (o, r, tag)
+}
+
+fn trials(r: &Value) -> Vec<Value> {
+    r["trials"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_forever_script_is_measured_for_its_window_stopped_and_leaves_no_process() {
+    let _serial = support::serial();
+    let Some(py) = support::python(
+        "a_forever_script_is_measured_for_its_window_stopped_and_leaves_no_process",
+    ) else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let (o, r, tag) = sweep(
+        d.path(),
+        &py,
+        "",
+        "warmup = 3\nsteps = 20",
+        "num_workers = [0, 2]",
+        120,
+    );
+    assert!(o.status.success(), "{}", show(&o));
+    let ts = trials(&r);
+    assert!(ts.len() >= 2, "{r}");
+    for t in &ts {
+        assert_eq!(t["status"], "ok", "{t}\n{}", show(&o));
+        let note = t["error"].as_str().unwrap_or("");
+        assert!(
+            note.contains("stopped by tune after 20 measured steps"),
+            "{note}"
+        );
+        let rep = &t["repeats"][0];
+        assert_eq!(rep["step_times"].as_array().unwrap().len(), 23, "{rep}");
+        assert_eq!(rep["warmup"], 3, "{rep}");
+    }
+    // Stopped by its window, not by the 120 s limit.
+    assert!(
+        t0.elapsed() < Duration::from_secs(100),
+        "{:?}",
+        t0.elapsed()
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("time to answer:"), "{err}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        alive_with(&tag),
+        Vec::<String>::new(),
+        "processes left behind"
+    );
+}
+
+#[test]
+fn a_job_that_ignores_the_polite_stop_is_ended_after_the_grace_and_still_ok() {
+    let _serial = support::serial();
+    let Some(py) =
+        support::python("a_job_that_ignores_the_polite_stop_is_ended_after_the_grace_and_still_ok")
+    else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (o, r, tag) = sweep(
+        d.path(),
+        &py,
+        "--ignore-exit --workers 2",
+        "warmup = 2\nsteps = 10",
+        "zero_grad = [\"none\"]",
+        120,
+    );
+    let ts = trials(&r);
+    let t = ts
+        .first()
+        .unwrap_or_else(|| panic!("no trial: {}", show(&o)));
+    assert_eq!(t["status"], "ok", "{t}\n{}", show(&o));
+    let note = t["error"].as_str().unwrap_or("");
+    assert!(
+        note.contains("stopped by tune after 10 measured steps"),
+        "{note}"
+    );
+    assert!(note.contains("did not end at the polite stop"), "{note}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        alive_with(&tag),
+        Vec::<String>::new(),
+        "processes left behind"
+    );
+}
+
+#[test]
+fn crashed_and_timed_out_trials_keep_their_steps_marked_partial() {
+    let _serial = support::serial();
+    let Some(py) = support::python("crashed_and_timed_out_trials_keep_their_steps_marked_partial")
+    else {
+        return;
+    };
+    // A crash after 30 steps, with a window of 100: 27 measured steps kept.
+    let d = tempfile::tempdir().unwrap();
+    let (o, r, _) = sweep(
+        d.path(),
+        &py,
+        "--crash-after 30",
+        "warmup = 3\nsteps = 100",
+        "num_workers = [0]",
+        120,
+    );
+    let t = trials(&r)
+        .first()
+        .cloned()
+        .unwrap_or_else(|| panic!("{}", show(&o)));
+    assert_eq!(t["status"], "crashed", "{t}");
+    assert!(
+        t["error"].as_str().unwrap().contains("partial: 29 steps"),
+        "{t}"
+    );
+    assert_eq!(t["partial"]["steps"], 29, "{t}");
+    assert_eq!(t["partial"]["used"], true, "{t}");
+    assert!(t["samples_per_s"]["median"].as_f64().unwrap() > 0.0, "{t}");
+    let md = std::fs::read_to_string(d.path().join("out/summary.md")).unwrap();
+    assert!(md.contains("partial (crashed)"), "{md}");
+    // A window the time limit cuts short: a timeout with what it measured. The limit
+    // leaves room for `import torch`, seconds on a loaded 2-core machine.
+    let d = tempfile::tempdir().unwrap();
+    let (o, r, tag) = sweep(
+        d.path(),
+        &py,
+        "--cost-ms 20",
+        "warmup = 2\nsteps = 100000",
+        "num_workers = [0]",
+        30,
+    );
+    let t = trials(&r)
+        .first()
+        .cloned()
+        .unwrap_or_else(|| panic!("{}", show(&o)));
+    assert_eq!(t["status"], "timeout", "{t}");
+    let steps = t["partial"]["steps"].as_u64().unwrap_or(0);
+    assert!(steps >= 3, "{t}");
+    assert!(
+        t["error"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("partial: {steps} steps")),
+        "{t}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        alive_with(&tag),
+        Vec::<String>::new(),
+        "processes left behind"
+    );
+}
+
+#[test]
+fn a_window_that_cannot_fill_and_a_script_that_never_steps_say_so() {
+    let _serial = support::serial();
+    let Some(py) =
+        support::python("a_window_that_cannot_fill_and_a_script_that_never_steps_say_so")
+    else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (o, r, _) = sweep(
+        d.path(),
+        &py,
+        "--total 12",
+        "warmup = 2\nsteps = 50",
+        "num_workers = [0]",
+        120,
+    );
+    let t = trials(&r)
+        .first()
+        .cloned()
+        .unwrap_or_else(|| panic!("{}", show(&o)));
+    assert_eq!(t["status"], "ok", "{t}");
+    let note = t["error"].as_str().unwrap_or("");
+    assert!(
+        note.contains(
+            "ended by itself after 11 steps, before its window (2 warm-up + 50 steps) filled"
+        ),
+        "{note}"
+    );
+    let d = tempfile::tempdir().unwrap();
+    let (o, r, tag) = sweep(
+        d.path(),
+        &py,
+        "--never-step",
+        "",
+        "num_workers = [0, 2]",
+        20,
+    );
+    // The sweep goes on past the first trial.
+    let ts = trials(&r);
+    assert_eq!(ts.len(), 2, "{}", show(&o));
+    for t in &ts {
+        assert_eq!(t["status"], "timeout", "{t}");
+        assert!(
+            t["error"]
+                .as_str()
+                .unwrap()
+                .contains("fewer than 3 optimizer steps"),
+            "{t}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        alive_with(&tag),
+        Vec::<String>::new(),
+        "processes left behind"
+    );
+}
+
+#[test]
+fn batch_size_reaches_the_scripts_dataloader() {
+    let _serial = support::serial();
+    let Some(py) = support::python("batch_size_reaches_the_scripts_dataloader") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (o, r, _) = sweep(
+        d.path(),
+        &py,
+        "--batch 8",
+        "warmup = 2\nsteps = 10",
+        "batch_size = [8, 24]",
+        120,
+    );
+    assert!(o.status.success(), "{}", show(&o));
+    let per: Vec<(u64, u64)> = trials(&r)
+        .iter()
+        .map(|t| {
+            (
+                t["knobs"]["batch_size"].as_u64().unwrap(),
+                t["repeats"][0]["samples_per_step"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(per.contains(&(8, 8)) && per.contains(&(24, 24)), "{per:?}");
+    // The script passes batch_size=8 itself: tune says it replaced it.
+    let t24 = trials(&r)
+        .into_iter()
+        .find(|t| t["knobs"]["batch_size"] == 24)
+        .unwrap();
+    assert!(
+        t24["not_applicable"]["batch_size"]
+            .as_str()
+            .unwrap_or("")
+            .contains("batch_size=8"),
+        "{t24}"
+    );
+}
+
+/// Not PyTorch: a command that prints a metric value forever is stopped after its
+/// window of samples.
+#[test]
+fn a_command_window_stops_after_n_metric_values() {
+    let d = tempfile::tempdir().unwrap();
+    let spec = d.path().join("spec.toml");
+    std::fs::write(
+        &spec,
+        "name = \"cmd-window\"\n[workload.command]\n\
+         run = \"while true; do echo '{{\\\"sps\\\": 100}}'; sleep 0.02; done\"\n\
+         metric_json_key = \"sps\"\nwarmup = 2\nsamples = 7\n\
+         [knobs]\nnum_workers = [0]\n[search]\nrepeats = 1\ntimeout_s = 60\n",
+    )
+    .unwrap();
+    let out = d.path().join("out");
+    let t0 = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let t = &r["trials"][0];
+    assert_eq!(t["status"], "ok", "{t}");
+    assert!(
+        t["error"]
+            .as_str()
+            .unwrap()
+            .contains("stopped by tune after 7 measured metric values"),
+        "{t}"
+    );
+    assert_eq!(
+        t["repeats"][0]["step_times"].as_array().unwrap().len(),
+        9,
+        "{t}"
+    );
+}
