@@ -19,6 +19,7 @@ pub(crate) mod dp_imbalance;
 pub(crate) mod faster;
 pub(crate) mod h2d;
 pub(crate) mod memory;
+pub(crate) mod screen;
 pub(crate) mod utilization;
 pub mod verdict;
 pub(crate) mod zero_grad;

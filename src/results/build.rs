@@ -209,8 +209,12 @@ fn trial_report(
     };
     let last = rec.repeats.last();
     let mut not_applicable = BTreeMap::new();
+    let mut overrides = BTreeMap::new();
+    let mut script_knobs = BTreeMap::new();
     for r in &rec.repeats {
         not_applicable.extend(r.not_applicable.clone());
+        overrides.extend(r.overrides.clone());
+        script_knobs.extend(r.script_knobs.clone());
     }
     TrialReport {
         id: rec.id.clone(),
@@ -238,6 +242,8 @@ fn trial_report(
         devices: devices(rec),
         nodes: rec.nodes.clone(),
         foreign_cpu_pct: foreign_cpu(rec),
+        overrides,
+        script_knobs,
     }
 }
 
@@ -510,6 +516,8 @@ mod tests {
             rss_peak_bytes: None,
             nodes: Vec::new(),
             foreign_cpu_pct: None,
+            overrides: BTreeMap::new(),
+            script_knobs: BTreeMap::new(),
         }
     }
 
