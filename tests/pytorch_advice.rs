@@ -146,3 +146,66 @@ fn a_knob_the_hooks_cannot_inject_is_refused_when_the_spec_is_read() {
     let parsed = tune::spec::Spec::load(d.path().join("ok.toml"));
     assert!(parsed.is_ok(), "{parsed:?}");
 }
+
+#[test]
+fn a_busy_baseline_minute_cannot_make_a_change_stand() {
+    let _serial = support::serial();
+    let Some(py) = support::python("a_busy_baseline_minute_cannot_make_a_change_stand") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    // The script as written wastes 2 forward passes per batch (extra = 0 is a real
+    // gain) and its seed changes nothing. Its first run, the baseline, keeps the machine
+    // busy with 4 spinning processes; every later run is quiet.
+    let marker = d.path().join("burned");
+    let spec = format!(
+        "name = \"drift\"\n[workload.python]\n\
+         run = \"{} {} --steps 30 --width 1024 --burn-once {} --seed {{seed}} --extra {{extra}}\"\n\
+         [params]\nseed = [0, 1]\nextra = [2, 0]\n\
+         [search]\nstrategy = \"one-at-a-time\"\nrepeats = 1\ntimeout_s = 180\n",
+        py.display(),
+        support::script("plain_loop.py").display(),
+        marker.display()
+    );
+    let (o, out) = run_sweep(d.path(), &spec);
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(marker.exists(), "the baseline never burned: {}", show(&o));
+    let r = report(&out);
+    let trials = r["trials"].as_array().unwrap();
+    let sps = |label: &str| {
+        trials.iter().find(|t| t["label"] == label).unwrap()["samples_per_s"]["median"]
+            .as_f64()
+            .unwrap()
+    };
+    // The set-up did what it says: the busy baseline measured far slower than a trial
+    // that changes nothing.
+    assert!(
+        sps("baseline") < 0.75 * sps("seed=1"),
+        "the burner did not slow the baseline: {}",
+        show(&o)
+    );
+    let recs = r["recommendations"].as_array().unwrap();
+    // The seed changes nothing: whatever the busy baseline made it look like, it does
+    // not stand.
+    for x in recs.iter().filter(|x| x["change"]["seed"] == "1") {
+        assert!(
+            x["confidence"] == "withdrawn" || x["confidence"] == "unconfirmed",
+            "seed=1 stands: {x}\n{}",
+            show(&o)
+        );
+    }
+    // The real gain is still recommended (it beats the quiet re-run too), and a
+    // confirmation below its prediction is never "partly confirmed".
+    let extra = recs
+        .iter()
+        .find(|x| x["change"]["extra"] == "0")
+        .unwrap_or_else(|| panic!("extra=0 not recommended: {recs:?}\n{}", show(&o)));
+    assert_ne!(extra["confidence"], "withdrawn", "{extra}\n{}", show(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(!stdout.contains("partly confirmed"), "{stdout}");
+    if recs.iter().any(|x| x["confidence"] == "withdrawn") {
+        assert!(stdout.contains("drift"), "{stdout}");
+        let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+        assert!(md.contains("withdrawn"), "{md}");
+    }
+}

@@ -16,6 +16,7 @@ pub(crate) mod comm;
 pub(crate) mod confirm;
 pub(crate) mod data_wait;
 pub(crate) mod dp_imbalance;
+pub(crate) mod drift;
 pub(crate) mod faster;
 pub(crate) mod h2d;
 pub(crate) mod memory;
