@@ -209,3 +209,87 @@ fn a_busy_baseline_minute_cannot_make_a_change_stand() {
         assert!(md.contains("withdrawn"), "{md}");
     }
 }
+
+fn watch(py: &Path, out: &Path, args: &[&str]) -> (Output, Value) {
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("watch")
+        .arg("--out")
+        .arg(out)
+        .arg("--")
+        .arg(py)
+        .arg(support::script("bound.py"))
+        .args(args)
+        .env("TUNE_CACHE_DIR", out.join("cache"))
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(out.join("report.json")).unwrap_or_default();
+    (o, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn kinds(r: &Value) -> Vec<String> {
+    r["findings"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .filter_map(|x| x["kind"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_watch_names_an_optimizer_bound_and_a_compute_bound_step() {
+    let _serial = support::serial();
+    let Some(py) = support::python("the_watch_names_an_optimizer_bound_and_a_compute_bound_step")
+    else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("opt");
+    let (o, r) = watch(&py, &out, &["--kind", "optimizer", "--steps", "30"]);
+    assert!(o.status.success(), "{}", show(&o));
+    let k = kinds(&r);
+    assert!(
+        k.contains(&"optimizer".to_string()),
+        "{k:?}\n{}",
+        r["python"]
+    );
+    assert!(
+        !k.contains(&"compute".to_string()),
+        "{k:?}\n{}",
+        r["python"]
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("the optimizer step is the largest cost"),
+        "{stderr}"
+    );
+
+    let out = d.path().join("compute");
+    let (o, r) = watch(&py, &out, &["--kind", "compute", "--steps", "20"]);
+    assert!(o.status.success(), "{}", show(&o));
+    let k = kinds(&r);
+    assert!(k.contains(&"compute".to_string()), "{k:?}\n{}", r["python"]);
+    let f = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["kind"] == "compute")
+        .unwrap();
+    assert!(f["hint"].as_str().unwrap().contains("bfloat16"), "{f}");
+    // One definition of throughput: the batch (no DataLoader: the model's input) over
+    // the median step.
+    let p = &r["python"];
+    let per_step =
+        p["samples_per_s"].as_f64().unwrap() * p["median_step_ms"].as_f64().unwrap() / 1e3;
+    assert!((per_step - 4096.0).abs() < 1.0, "{p}");
+    // The sweep that tests the hypothesis, written beside the report, is a spec tune reads.
+    let spec = tune::spec::Spec::load(out.join("sweep.toml")).unwrap();
+    assert!(
+        spec.knobs
+            .iter()
+            .any(|(n, v)| n == "amp" && v.contains(&"bf16".to_string())),
+        "{:?}",
+        spec.knobs
+    );
+}

@@ -14,6 +14,7 @@
 //! - `tui`: the full-screen live view (`--tui`), on the dashboard's devices widget;
 //! - `procs`: its per-process table (htop keys).
 
+pub(crate) mod dominant;
 pub(crate) mod findings;
 pub(crate) mod html;
 pub(crate) mod live;
