@@ -10,16 +10,17 @@
 
 use tune::engine::cuda::blas::Shape;
 use tune::engine::cuda::gpu::{GTensor, Gpu};
-use tune::engine::cuda::layers::{self, Pass};
 use tune::engine::cuda::train::softmax_xent;
 use tune::engine::device::{Device, MemCategory};
 use tune::engine::nn::layer::{Ctx, Layer};
 use tune::engine::nn::model::Model;
+use tune::engine::nn::model_cuda as layers;
 use tune::engine::nn::residual::BasicBlock;
 use tune::engine::nn::zoo::ModelKind;
 use tune::engine::ops::activation::Relu;
 use tune::engine::ops::batchnorm::BatchNorm2d;
 use tune::engine::ops::conv2d::Conv2d;
+use tune::engine::ops::layer_cuda::Pass;
 use tune::engine::ops::linear::Linear;
 use tune::engine::ops::loss::softmax_cross_entropy;
 use tune::engine::ops::pool::{Flatten, GlobalAvgPool};

@@ -43,9 +43,26 @@ pub mod metric {
 static NVML: OnceLock<Result<Nvml, String>> = OnceLock::new();
 
 fn nvml() -> Result<&'static Nvml, &'static str> {
-    NVML.get_or_init(|| Nvml::init().map_err(|e| notice_for(&e)))
+    NVML.get_or_init(|| init().map_err(|e| notice_for(&e)))
         .as_ref()
         .map_err(String::as_str)
+}
+
+/// NVML by its soname, as the driver installs it; where the loader cannot find it, from
+/// the folders of [`LIB_DIRS_ENV`](crate::culibs::LIB_DIRS_ENV), where `tune probe` and
+/// the CUDA backend look for the other CUDA libraries (and the tests put their stand-ins).
+fn init() -> Result<Nvml, NvmlError> {
+    let first = match Nvml::init() {
+        Err(e @ NvmlError::LibloadingError(_)) => e,
+        other => return other,
+    };
+    for dir in crate::culibs::extra_dirs() {
+        let path = dir.join("libnvidia-ml.so.1");
+        if path.is_file() {
+            return Nvml::builder().lib_path(path.as_os_str()).init();
+        }
+    }
+    Err(first)
 }
 
 /// One sentence for users, naming the likely cause rather than the API error.

@@ -37,6 +37,32 @@ pub struct Step {
     pub backwards: u32,
 }
 
+/// Bounds of a step's figures, seconds. Outside them a figure is no measurement (a
+/// subnormal duration made samples/s infinite, phases near f64::MAX summed to infinity:
+/// `null` in the journal, which no reader accepts), so the step is not trusted.
+const MIN_STEP_S: f64 = 1e-9;
+const MAX_STEP_S: f64 = 604_800.0;
+/// Samples in one step: far above any batch, low enough that a million steps' sum fits.
+const MAX_BATCH: u64 = 1 << 32;
+
+impl Step {
+    /// Every figure finite and in range: the duration within `MIN_STEP_S..=MAX_STEP_S`,
+    /// each phase `0..=MAX_STEP_S`, the batch at most `MAX_BATCH`.
+    fn plausible(&self) -> bool {
+        let phases = [
+            self.data_wait,
+            self.h2d,
+            self.zero_grad,
+            self.forward,
+            self.backward,
+            self.optimizer,
+        ];
+        (MIN_STEP_S..=MAX_STEP_S).contains(&self.dur)
+            && phases.iter().all(|p| (0.0..=MAX_STEP_S).contains(p))
+            && self.batch <= MAX_BATCH
+    }
+}
+
 /// A knob tune applied where the script passed another value explicitly.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Override {
@@ -66,7 +92,8 @@ pub struct Events {
     pub notices: Vec<String>,
     /// Hook failures the module reported (the script ran on without hooks).
     pub errors: Vec<String>,
-    /// Lines that were not events (counted, never trusted).
+    /// Lines that were not events, or steps with figures out of range (counted, never
+    /// trusted).
     pub malformed: usize,
 }
 
@@ -102,7 +129,7 @@ impl Events {
     pub fn push_line(&mut self, line: &str) {
         match serde_json::from_str::<Line>(line) {
             Ok(Line::Hello { torch }) => self.torch = Some(torch),
-            Ok(Line::Step(s)) if s.dur.is_finite() && s.dur > 0.0 => {
+            Ok(Line::Step(s)) if s.plausible() => {
                 if let Some(r) = s.rank {
                     self.ranks.entry(r).or_default().push(s.clone());
                 }
@@ -316,5 +343,33 @@ mod tests {
         assert_eq!(e.malformed, 1);
         assert_eq!(s.overrides[0].knob, "num_workers");
         assert_eq!(s.torch.as_deref(), Some("2.5"));
+    }
+
+    /// A subnormal duration made samples/s infinite and phases near f64::MAX summed to
+    /// infinity, both written as `null` into the journal (#27): such steps are not trusted.
+    #[test]
+    fn steps_with_figures_out_of_range_are_counted_not_used() {
+        let mut e = Events::default();
+        for i in 1..=6 {
+            e.push_line(&format!(
+                r#"{{"ev":"step","step":{i},"dur":0.01,"batch":8,"forward":0.005}}"#
+            ));
+        }
+        let hostile = [
+            r#""dur":5e-324"#,
+            r#""dur":1e-300"#,
+            r#""dur":1.7976931348623157e308"#,
+            r#""dur":0.01,"forward":1.7976931348623157e308"#,
+            r#""dur":0.01,"data_wait":1e300,"backward":1e300"#,
+            r#""dur":0.01,"h2d":-1"#,
+            r#""dur":0.01,"optimizer":5e-324,"batch":18446744073709551615"#,
+        ];
+        for h in hostile {
+            e.push_line(&format!(r#"{{"ev":"step","step":9,{h}}}"#));
+        }
+        assert_eq!((e.steps.len(), e.malformed), (6, hostile.len()));
+        let s = e.summary().unwrap();
+        assert!(s.samples_per_s.unwrap().is_finite() && s.median_step_ms.is_finite());
+        assert!(s.phase_share.values().all(|v| v.is_finite()), "{s:?}");
     }
 }

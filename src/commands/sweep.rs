@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::executor::slurm::SlurmEnv;
 use crate::executor::trial::TrialEnv;
 use crate::limits;
-use crate::report::{self, JOURNAL};
+use crate::report::{self, JOURNAL, REPORT_HTML, REPORT_JSON, SUMMARY_MD};
 use crate::results::build::CONFIRM_PREFIX;
 use crate::results::{Report, Status, TrialRecord};
 use crate::runner::live::LIVE_JSON;
@@ -131,6 +131,35 @@ fn check_sample_ms() -> Result<()> {
     limits::env_u64(var, raw.as_deref(), &limits::SAMPLE_INTERVAL_MS).map(|_| ())
 }
 
+/// Refuses an output folder whose report files would be overwritten without a journal
+/// of their own there: another sweep's report, a `tune watch` report, or files that are
+/// not tune's (#27). A folder with a journal is checked by the journal (`--resume`, same
+/// spec); a missing or empty folder, or one without any of tune's file names, is used.
+fn check_out(out: &Path) -> Result<()> {
+    let shown_out = crate::error::shown(&out.display().to_string());
+    match std::fs::metadata(out) {
+        Ok(m) if !m.is_dir() => {
+            return Err(Error::Invalid(format!(
+                "--out {shown_out}: not a folder; give a folder for the journal and the reports"
+            )))
+        }
+        Ok(_) => {}
+        Err(_) => return Ok(()),
+    }
+    if std::fs::symlink_metadata(out.join(JOURNAL)).is_ok() {
+        return Ok(());
+    }
+    let theirs = [REPORT_JSON, REPORT_HTML, SUMMARY_MD]
+        .into_iter()
+        .find(|f| std::fs::symlink_metadata(out.join(f)).is_ok());
+    match theirs {
+        Some(f) => Err(Error::Invalid(format!(
+            "--out {shown_out}: holds a {f} but no {JOURNAL}: another sweep's or tool's report, which tune does not overwrite; give another --out or remove it"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// `spec` with `--device` in place of its `[workload] device`.
 fn with_device(mut spec: Spec, args: &SweepArgs) -> Result<Spec> {
     let Some(d) = &args.device else {
@@ -167,6 +196,7 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("reports").join(&spec.name));
+    check_out(&out)?;
     let exe = std::env::current_exe()
         .map_err(|e| Error::Runtime(format!("cannot find the tune executable: {e}")))?;
     let steps = measured_steps(&spec);

@@ -98,25 +98,6 @@ impl Algos {
 
     /// Autotuning on, with an optional disk cache. Returns a note when an existing cache
     /// file was ignored (other version or candidates), so the user learns why it re-tunes.
-    /// The workload's autotune cache (its `autotune_cache`, else `autotune.json` in its
-    /// cache folder) for `device`, with the cache's note handed to `obs`: the one way
-    /// every backend opens it.
-    pub fn for_workload(
-        w: &crate::engine::train::Workload,
-        device: &str,
-        obs: &mut dyn crate::engine::train::Observer,
-    ) -> Result<Arc<Algos>> {
-        let file = w
-            .autotune_cache
-            .clone()
-            .unwrap_or_else(|| w.cache_dir.join("autotune.json"));
-        let (a, note) = Algos::tuned(device, Some(file))?;
-        if let Some(n) = note {
-            obs.on_note(&n);
-        }
-        Ok(a)
-    }
-
     pub fn tuned(
         device: &str,
         cache_file: Option<PathBuf>,

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::engine::device::Backend;
-use crate::engine::train::Observer;
+use crate::engine::vocab::Observer;
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs, Parallel};
 
@@ -264,8 +264,10 @@ mod tests {
     /// keep the meaning of the messages they replace.
     #[test]
     fn run_refuses_from_the_table_with_one_line() {
+        use crate::engine::device::DeviceChoice;
         use crate::engine::nn::zoo::ModelKind;
-        use crate::engine::train::{run, DeviceChoice, NoObserver, Workload};
+        use crate::engine::train::run;
+        use crate::engine::vocab::{NoObserver, Workload};
         let cache = tempfile::tempdir().unwrap();
         let w = |device| Workload {
             steps: 1,

@@ -7,6 +7,41 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
+use crate::knobs::{Knobs, Parallel};
+
+/// Which device a run asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceChoice {
+    Cpu,
+    Cuda,
+    Auto,
+}
+
+impl std::str::FromStr for DeviceChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim() {
+            "cpu" => Ok(DeviceChoice::Cpu),
+            "cuda" => Ok(DeviceChoice::Cuda),
+            "auto" => Ok(DeviceChoice::Auto),
+            o => Err(Error::Invalid(format!(
+                "invalid device '{o}': allowed values are cpu, cuda, auto"
+            ))),
+        }
+    }
+}
+
+/// Whether `k` needs the multi-device path (DP on one device is plain training).
+pub fn is_multi_device(k: &Knobs) -> bool {
+    match k.parallel {
+        Parallel::Single => false,
+        Parallel::Dp => k.devices > 1,
+        Parallel::Ddp => true,
+    }
+}
+
 /// What a buffer is for. Mirrors how PyTorch memory is usually broken down.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -165,11 +200,6 @@ impl Device {
             mem: Arc::new(MemTracker::default()),
             workspace: Mutex::new(Vec::new()),
         })
-    }
-
-    /// What this device's backend can honour, knob by knob (`engine::caps`).
-    pub fn capabilities(&self) -> &'static [crate::engine::caps::Capability] {
-        crate::engine::caps::table(self.backend)
     }
 
     pub fn mem(&self) -> &Arc<MemTracker> {

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::engine::device::{Device, MemCategory};
-use crate::engine::nn::layer::{Ctx, Layer};
+use crate::engine::ops::layer::{Ctx, Layer};
 use crate::engine::rng::Rng;
 use crate::engine::tensor::Tensor;
 
@@ -253,7 +253,7 @@ mod tests {
     /// itself is checked above.
     #[test]
     fn residual_blocks_identity_and_projection() {
-        let gelu = || -> Box<dyn crate::engine::nn::layer::Layer> { Box::new(Gelu::default()) };
+        let gelu = || -> Box<dyn crate::engine::ops::layer::Layer> { Box::new(Gelu::default()) };
         check(
             Box::new(BasicBlock::with_activation(3, 3, 1, gelu, &mut Rng::new(6), &dev()).unwrap()),
             &[4, 4, 4, 3],

@@ -4,11 +4,16 @@
 pub mod amp;
 pub mod autotune;
 pub mod caps;
+pub mod clock;
+pub mod collective;
+pub mod cpu;
 pub mod cuda;
 pub mod data;
 pub mod device;
+pub mod geom;
 #[cfg(test)]
 mod gradcheck;
+pub mod host;
 pub mod nn;
 pub mod ops;
 pub mod optim;
@@ -18,5 +23,6 @@ pub mod rng;
 pub mod step;
 pub mod tensor;
 pub mod train;
+pub mod vocab;
 
 pub use train::{run, NoObserver, Observer, RunSummary, StepEvent, Workload};

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use rayon::prelude::*;
 
 use crate::engine::device::MemCategory;
-use crate::engine::nn::layer::Param;
+use crate::engine::ops::layer::Param;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
 

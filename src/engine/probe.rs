@@ -18,7 +18,7 @@ use tune_probes::{
 };
 
 use crate::engine::device::{Device, MemTracker};
-use crate::engine::train::{Observer, StepEvent};
+use crate::engine::vocab::{Observer, StepEvent};
 use crate::error::{Error, Result};
 
 /// The memory trackers of the run's devices, by device index; empty until the run
@@ -166,8 +166,8 @@ impl Observer for ProbedObserver<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::clock::Phases;
     use crate::engine::device::MemCategory;
-    use crate::engine::train::Phases;
     use tune_probes::engine::metric;
     use tune_probes::Source;
 
@@ -201,7 +201,7 @@ mod tests {
         s.sample(0.0, &mut out);
         assert!(out.is_empty(), "no devices yet must mean no samples");
 
-        let mut inner = crate::engine::NoObserver;
+        let mut inner = crate::engine::vocab::NoObserver;
         let mut obs = ProbedObserver {
             inner: &mut inner,
             counters: Arc::clone(&counters),

@@ -11,71 +11,13 @@
 use std::time::Instant;
 
 use crate::engine::amp::GradScaler;
+use crate::engine::clock::{Clock, Phase, Phases};
 use crate::engine::data::Batch;
 use crate::engine::device::{MemCategory, MemSnapshot};
 use crate::engine::nn::model::{LayerOps, Model};
-use crate::engine::train::{Measured, Observer, Phases, Source, StepEvent, Workload};
+use crate::engine::vocab::{Measured, Observer, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Knobs, ZeroGrad};
-
-/// A timed phase of a step (`data_wait` is host time, measured by the loop itself).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    H2d,
-    ZeroGrad,
-    Forward,
-    Backward,
-    Recompute,
-    /// Communication a strategy waits for (DDP's buffer broadcast and bucket wait).
-    Comm,
-    Optimizer,
-}
-
-impl Phases {
-    pub(crate) fn add_to(&mut self, p: Phase, s: f64) {
-        match p {
-            Phase::H2d => self.h2d += s,
-            Phase::ZeroGrad => self.zero_grad += s,
-            Phase::Forward => self.forward += s,
-            Phase::Backward => self.backward += s,
-            Phase::Recompute => self.recompute += s,
-            Phase::Comm => self.comm += s,
-            Phase::Optimizer => self.optimizer += s,
-        }
-    }
-}
-
-/// A backend's phase timer: `Instant` on the CPU, events on a GPU's stream (whose
-/// times can only be read after the step's sync, hence marks rather than durations).
-pub trait Clock {
-    type Mark;
-    fn mark(&mut self) -> Result<Self::Mark>;
-    /// Charges the time from `from` to now to `phase`.
-    fn add(&mut self, phase: Phase, from: Self::Mark) -> Result<()>;
-}
-
-/// The host clock: work is done when the call returns.
-#[derive(Debug, Default)]
-pub struct HostClock {
-    ph: Phases,
-}
-
-impl HostClock {
-    pub fn phases(&self) -> Phases {
-        self.ph
-    }
-}
-
-impl Clock for HostClock {
-    type Mark = Instant;
-    fn mark(&mut self) -> Result<Instant> {
-        Ok(Instant::now())
-    }
-    fn add(&mut self, phase: Phase, from: Instant) -> Result<()> {
-        self.ph.add_to(phase, from.elapsed().as_secs_f64());
-        Ok(())
-    }
-}
 
 /// What the step loop needs of a device.
 pub(crate) trait Exec {
@@ -393,12 +335,14 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::engine::clock::HostClock;
+    use crate::engine::cpu::CpuExec;
     use crate::engine::data::ImageShape;
     use crate::engine::device::Device;
-    use crate::engine::nn::layer::{Ctx, Layer};
     use crate::engine::nn::zoo::{self, ModelKind};
+    use crate::engine::ops::layer::{Ctx, Layer};
     use crate::engine::optim::{OptimConfig, OptimKind, Optimizer};
-    use crate::engine::train::{synthetic_batch, CpuExec, NoObserver};
+    use crate::engine::vocab::{synthetic_batch, NoObserver};
 
     /// Writes down every hook call, and checks at `before_update` that every
     /// parameter already holds its gradient and no weight has moved yet.

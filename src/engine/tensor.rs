@@ -251,6 +251,14 @@ impl Tensor {
     }
 }
 
+/// 32-bit words holding `n` elements of `dt`.
+pub fn words(n: usize, dt: DType) -> usize {
+    match dt {
+        DType::Bf16 | DType::F16 => n.div_ceil(2),
+        DType::F32 | DType::U32 => n,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -181,6 +181,11 @@ struct Values {
 }
 
 const MAX_VALUES: usize = 1 << 20;
+/// Metric values taken as throughput. Beyond it a figure's reciprocal (its step time) or
+/// its ratio to another is not finite: `samples/s: 1e-320` put `null` into the journal
+/// and report, which no reader accepts (#27). Within it every ratio, square and sum of a
+/// million values stays finite.
+const METRIC_RANGE: std::ops::RangeInclusive<f64> = 1e-30..=1e30;
 /// Bytes of one stdout line of a command that are looked at.
 const COMMAND_LINE_BYTES: usize = 1 << 20;
 
@@ -256,11 +261,23 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
         };
     }
     let Values { kept, dropped } = std::mem::take(&mut *lock(&values));
-    let values: Vec<f64> = kept.into_iter().filter(|v| *v > 0.0).collect();
+    let (values, extreme): (Vec<f64>, Vec<f64>) = kept
+        .into_iter()
+        .filter(|v| *v > 0.0)
+        .partition(|v| METRIC_RANGE.contains(v));
+    if let Some(x) = extreme.first() {
+        eprintln!(
+            "note: `{line}` printed {} metric value(s) outside {:e}..{:e} (first: {x:e}); \
+             they are not a throughput and are not used",
+            extreme.len(),
+            METRIC_RANGE.start(),
+            METRIC_RANGE.end()
+        );
+    }
     if values.is_empty() {
         return Outcome::fail(
             Status::Failed,
-            format!("`{line}` printed no positive metric value on stdout"),
+            format!("`{line}` printed no positive metric value in range on stdout"),
         );
     }
     if dropped > 0 {

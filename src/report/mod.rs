@@ -34,10 +34,12 @@ pub fn read_journal(path: &Path) -> Result<(Spec, Vec<TrialRecord>)> {
         match r {
             Record::Header { spec: s, .. } => spec = spec.or(Some(s)),
             Record::Trial(t) => trials.push(t),
-            // A job still queued or running when the journal was read: not a result yet.
-            Record::Submitted(_) => {}
+            // A job still queued or running, or a finished repeat of a trial that had more
+            // to run, when the journal was read: not a result yet.
+            Record::Submitted(_) | Record::Repeat(_) => {}
         }
     }
+    crate::results::record::last_of_each(&mut trials);
     let spec = spec.ok_or_else(|| Error::format(path, "no header record with the spec"))?;
     Ok((spec, trials))
 }

@@ -52,29 +52,86 @@ impl Status {
 /// non-finite figures are replaced before the summary is written.
 pub type Repeat = RunSummary;
 
+/// Largest magnitude of a figure in a record. Every sum over a run's steps, product of
+/// two figures and ratio of two stays finite within it, so nothing built from records
+/// (statistics, the report) becomes infinite: JSON has no infinity, serde writes it as
+/// `null`, and readers refuse a `null` where they need a number (#27).
+pub const MAX_FIGURE: f64 = 1e30;
+/// Smallest positive figure that may divide (a step time, a throughput): its reciprocal
+/// is at most `MAX_FIGURE`.
+pub const MIN_DIVISOR: f64 = 1.0 / MAX_FIGURE;
+
+/// `x` when it is in `0..=MAX_FIGURE`, else 0 (unknown).
+pub fn figure(x: f64) -> f64 {
+    if (0.0..=MAX_FIGURE).contains(&x) {
+        x
+    } else {
+        0.0
+    }
+}
+
+/// Whether `x` can divide: in `MIN_DIVISOR..=MAX_FIGURE`.
+pub fn divisor(x: f64) -> bool {
+    (MIN_DIVISOR..=MAX_FIGURE).contains(&x)
+}
+
 /// The summary as the record stores it: a non-finite loss (only a diverged run has one)
-/// becomes `f32::MAX`, any other non-finite figure 0, so the journal line can be read back.
+/// becomes `f32::MAX`; a figure outside `0..=MAX_FIGURE` becomes 0 (unknown) and a step
+/// time or autotune timing outside it is dropped, so the line reads back and nothing
+/// built from it overflows. The runner passes every repeat of every executor through
+/// this before it is journaled, and every journal line read is passed through it again
+/// (an older tune or an edited file may hold anything).
 pub fn clean(mut s: RunSummary) -> Repeat {
     let loss = |l: f32| if l.is_finite() { l } else { f32::MAX };
     s.losses.iter_mut().for_each(|l| *l = loss(*l));
     s.final_loss = loss(s.final_loss);
-    s.samples_per_s = finite_or_zero(s.samples_per_s);
-    s.step_ms_median = finite_or_zero(s.step_ms_median);
-    s.wall_s = finite_or_zero(s.wall_s);
-    s.accuracy = s.accuracy.filter(|a| a.is_finite());
+    // Step times divide (throughput and its interval).
+    s.step_times.retain(|t| divisor(*t));
+    let p = &mut s.phases_mean;
+    for v in [
+        &mut p.data_wait,
+        &mut p.h2d,
+        &mut p.zero_grad,
+        &mut p.forward,
+        &mut p.backward,
+        &mut p.recompute,
+        &mut p.comm,
+        &mut p.optimizer,
+    ] {
+        *v = figure(*v);
+    }
+    for a in &mut s.algorithms {
+        a.timings_ms.retain(|_, ms| divisor(*ms));
+    }
+    if !divisor(s.samples_per_s) {
+        s.samples_per_s = 0.0;
+    }
+    s.step_ms_median = figure(s.step_ms_median);
+    s.wall_s = figure(s.wall_s);
+    s.accuracy = s.accuracy.filter(|a| (0.0..=1.0).contains(a));
     s.loss_scale_final = s.loss_scale_final.filter(|v| v.is_finite());
     for d in &mut s.devices {
-        d.busy_s = finite_or_zero(d.busy_s);
-        d.busy_fraction = finite_or_zero(d.busy_fraction);
-        d.comm_s = finite_or_zero(d.comm_s);
-        d.comm_fraction = finite_or_zero(d.comm_fraction);
-        d.comm_overlap = d.comm_overlap.filter(|v| v.is_finite());
+        d.busy_s = figure(d.busy_s);
+        d.busy_fraction = figure(d.busy_fraction);
+        d.comm_s = figure(d.comm_s);
+        d.comm_fraction = figure(d.comm_fraction);
+        d.comm_overlap = d.comm_overlap.filter(|v| (0.0..=MAX_FIGURE).contains(v));
     }
     if let Some(i) = &mut s.imbalance {
-        i.busy = finite_or_zero(i.busy);
-        i.memory = finite_or_zero(i.memory);
+        i.busy = figure(i.busy);
+        i.memory = figure(i.memory);
     }
     s
+}
+
+/// [`clean`] for every repeat of a trial, and its device samples kept within
+/// `MAX_FIGURE` (a sample out of it is dropped).
+pub fn clean_trial(t: &mut TrialRecord) {
+    for r in &mut t.repeats {
+        *r = clean(std::mem::take(r));
+    }
+    t.timeline
+        .retain(|x| figure(x.t_s) == x.t_s && x.value.abs() <= MAX_FIGURE);
 }
 
 /// The record's reading of the engine's per-device figures: what the advisor and the
@@ -108,6 +165,21 @@ pub fn finite_or_zero(x: f64) -> f64 {
     } else {
         0.0
     }
+}
+
+/// Keeps the last record of each (id, round), in journal order: a confirmation killed
+/// between its two journal lines wrote one of them twice before #27, and a trial counts
+/// once.
+pub fn last_of_each(trials: &mut Vec<TrialRecord>) {
+    let mut seen = std::collections::HashSet::new();
+    let mut keep: Vec<bool> = trials
+        .iter()
+        .rev()
+        .map(|t| seen.insert((t.id.clone(), t.round)))
+        .collect();
+    keep.reverse();
+    let mut flags = keep.into_iter();
+    trials.retain(|_| flags.next().unwrap_or(true));
 }
 
 /// One configuration's result: all its repeats, or the failure that stopped them.
@@ -192,6 +264,20 @@ pub struct Submission {
     pub job_id: String,
 }
 
+/// One finished repeat of a trial that has more to run, journaled as it ends so that a
+/// sweep killed in a later repeat loses only that one (`--resume` goes on from the next).
+/// The trial's own line, written when its last repeat ends, holds every repeat again.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RepeatRecord {
+    pub id: String,
+    pub round: usize,
+    /// Which repeat of the trial (0-based).
+    pub index: usize,
+    pub run: Repeat,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeRun>,
+}
+
 /// The version of the journal's line format, written into every line; a line without
 /// one is 1.x and is converted on read (`upgrade`). Same meaning as report.json's.
 pub const RECORD_VERSION: &str = super::model::SCHEMA_VERSION;
@@ -205,6 +291,7 @@ pub enum Record {
     Header { tune_version: String, spec: Spec },
     Trial(TrialRecord),
     Submitted(Submission),
+    Repeat(RepeatRecord),
 }
 
 /// The line as written: the record, its type tag and the format version.
@@ -226,6 +313,11 @@ enum LineOut<'a> {
         #[serde(flatten)]
         job: &'a Submission,
     },
+    Repeat {
+        schema_version: &'a str,
+        #[serde(flatten)]
+        done: &'a RepeatRecord,
+    },
 }
 
 /// The line as read, once converted to the current version.
@@ -236,6 +328,7 @@ enum LineIn {
     Header { tune_version: String, spec: Spec },
     Trial(TrialRecord),
     Submitted(Submission),
+    Repeat(RepeatRecord),
 }
 
 impl Serialize for Record {
@@ -254,6 +347,10 @@ impl Serialize for Record {
                 schema_version: RECORD_VERSION,
                 job,
             },
+            Record::Repeat(done) => LineOut::Repeat {
+                schema_version: RECORD_VERSION,
+                done,
+            },
         }
         .serialize(s)
     }
@@ -264,10 +361,19 @@ impl<'de> Deserialize<'de> for Record {
         use serde::de::Error as _;
         let mut v = Value::deserialize(d)?;
         super::upgrade::record(&mut v).map_err(D::Error::custom)?;
+        // What a line holds is cleaned as a fresh repeat is: whatever wrote it, nothing
+        // built from it can overflow.
         Ok(match serde_json::from_value(v).map_err(D::Error::custom)? {
             LineIn::Header { tune_version, spec } => Record::Header { tune_version, spec },
-            LineIn::Trial(t) => Record::Trial(t),
+            LineIn::Trial(mut t) => {
+                clean_trial(&mut t);
+                Record::Trial(t)
+            }
             LineIn::Submitted(j) => Record::Submitted(j),
+            LineIn::Repeat(mut r) => {
+                r.run = clean(r.run);
+                Record::Repeat(r)
+            }
         })
     }
 }

@@ -84,10 +84,95 @@ fn torn_tail(data: &[u8]) -> Option<TornLine> {
     })
 }
 
+/// Whether a journal's first line is a record: a JSON object, or, when it is the whole
+/// journal and unfinished, the start of one (a sweep killed while writing its header).
+/// An object of the wrong shape is refused later, by the record's own reader, before
+/// anything is written.
+fn is_record(line: &Line<'_>) -> bool {
+    type Object = serde_json::Map<String, serde_json::Value>;
+    if serde_json::from_slice::<Object>(line.bytes).is_ok() {
+        return true;
+    }
+    let torn = !line.terminated;
+    torn && line.bytes.trim_ascii_start().starts_with(b"{\"")
+}
+
+/// Opens an existing journal without following a symlink and without blocking on a
+/// FIFO, and refuses anything but a regular file: `--resume` truncated a symlinked
+/// user's file and hung on a FIFO (#27). `None` when there is no file.
+fn open_existing(path: &Path, write: bool) -> Result<Option<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let refuse = |what: &str| {
+        Err(Error::Invalid(format!(
+            "{}: {what}, not a journal tune wrote; tune reads and appends only a regular file it made: move it away or give another --out",
+            shown(&path.display().to_string())
+        )))
+    };
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        return refuse("a symbolic link");
+    }
+    if !ft.is_file() {
+        return refuse(if ft.is_dir() {
+            "a folder"
+        } else {
+            "not a regular file (a FIFO, socket or device)"
+        });
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .append(write)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    // Checked again on the open descriptor: the name may have been swapped meanwhile.
+    let same = file.metadata().map_err(|e| Error::io(path, e))?;
+    if !same.is_file() {
+        return refuse("not a regular file");
+    }
+    Ok(Some(file))
+}
+
 /// The whole journal, refusing one larger than any sweep writes (a journal replaced by
-/// a device or a runaway file must not be read into memory whole).
+/// a device or a runaway file must not be read into memory whole), one that is not a
+/// regular file, and one whose first line is not a journal record: a file that is not
+/// tune's must never be repaired (truncated) or appended to.
+fn read_file(path: &Path, file: &File) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut data = Vec::new();
+    file.take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut data)
+        .map_err(|e| Error::io(path, e))?;
+    if data.len() as u64 > MAX_INPUT_BYTES {
+        return Err(Error::format(
+            path,
+            format!(
+                "larger than {} MiB: not a file tune wrote",
+                MAX_INPUT_BYTES >> 20
+            ),
+        ));
+    }
+    if let Some(first) = lines(&data).find(|l| !is_blank(l.bytes)) {
+        if !is_record(&first) {
+            return Err(Error::Invalid(format!(
+                "{}: not a tune journal (its first line is not a journal record); tune leaves it as it is: move it away or give another --out",
+                shown(&path.display().to_string())
+            )));
+        }
+    }
+    Ok(data)
+}
+
 fn read_bytes(path: &Path) -> Result<Vec<u8>> {
-    read_limited(path, MAX_INPUT_BYTES)
+    match open_existing(path, false)? {
+        Some(f) => read_file(path, &f),
+        None => read_limited(path, MAX_INPUT_BYTES),
+    }
 }
 
 impl Journal {
@@ -95,20 +180,29 @@ impl Journal {
     /// torn last line is cut off first (see `repaired`), so the next record starts on a
     /// line of its own instead of being glued to the fragment.
     pub fn open(path: impl AsRef<Path>) -> Result<Journal> {
+        use std::os::unix::fs::OpenOptionsExt;
         let path = path.as_ref().to_path_buf();
         let dir = parent_dir(&path);
         fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let existed = path.exists();
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
-        if !existed {
-            sync_dir(dir)?;
-        }
-        let repaired = torn_tail(&read_bytes(&path)?);
+        let (file, data) = match open_existing(&path, true)? {
+            Some(f) => {
+                let data = read_file(&path, &f)?;
+                (f, data)
+            }
+            None => {
+                // A new file of its own: never one that appeared at this name meanwhile.
+                let f = OpenOptions::new()
+                    .read(true)
+                    .append(true)
+                    .create_new(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&path)
+                    .map_err(|e| Error::io(&path, e))?;
+                sync_dir(dir)?;
+                (f, Vec::new())
+            }
+        };
+        let repaired = torn_tail(&data);
         if let Some(torn) = &repaired {
             file.set_len(torn.offset)
                 .and_then(|()| file.sync_data())
@@ -277,6 +371,30 @@ mod tests {
         let (recs, torn) = Journal::read_all::<Rec>(&path).unwrap();
         assert_eq!(recs, vec![rec("a", 1.0), rec("b", 2.0)]);
         assert!(torn.is_none());
+    }
+
+    /// `--resume` truncated a one-line file that is not JSON as a torn line, and
+    /// followed a symlink into a user's file (#27).
+    #[test]
+    fn a_file_that_is_not_a_journal_is_refused_and_left_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        fs::write(&path, "my notes\n").unwrap();
+        let e = Journal::open(&path).unwrap_err();
+        assert!(e.to_string().contains("not a tune journal"), "{e}");
+        assert!(Journal::read_all::<Rec>(&path).is_err());
+        assert_eq!(fs::read_to_string(&path).unwrap(), "my notes\n");
+        let user = dir.path().join("user.txt");
+        fs::write(&user, "{\"id\":\"a\",\"value\":1.0}\n{\"id\":\"b\",").unwrap();
+        let link = dir.path().join("link.jsonl");
+        std::os::unix::fs::symlink(&user, &link).unwrap();
+        let e = Journal::open(&link).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert!(fs::read_to_string(&user).unwrap().ends_with("\"b\","));
+        // The start of a header, cut by a kill, is a torn journal, not a stranger's file.
+        fs::write(&path, "{\"type\":\"hea").unwrap();
+        let j = Journal::open(&path).unwrap();
+        assert_eq!(j.repaired().map(|t| t.line), Some(1));
     }
 
     #[test]

@@ -83,7 +83,7 @@ impl LiveTrial {
             .file_name()
             .map_or_else(|| LIVE_JSON.into(), |n| n.to_string_lossy().into_owned());
         let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
-        std::fs::write(&tmp, text)
+        write_new(&tmp, &text)
             .and_then(|()| std::fs::rename(&tmp, path))
             .map_err(|e| {
                 let _ = std::fs::remove_file(&tmp);
@@ -98,6 +98,29 @@ impl LiveTrial {
 }
 
 /// Removes the live file; a missing file is fine (the sweep may not have written one).
+/// Writes `bytes` to a file of its own at `tmp`: never through a symlink or into a file
+/// that was there (its name is predictable, #27); one left by a dead process of the same
+/// id is removed first (a symlink is removed, not followed).
+fn write_new(tmp: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(tmp)
+    };
+    let mut f = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(tmp)?;
+            open()?
+        }
+        other => other?,
+    };
+    f.write_all(bytes)
+}
+
 pub fn clear(path: &Path) {
     let _ = std::fs::remove_file(path);
 }

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::journal::Journal;
 use crate::error::{shown, Error, Result};
-use crate::results::record::{Record, Submission, TrialRecord};
+use crate::results::record::{Record, RepeatRecord, Submission, TrialRecord};
 use crate::spec::Spec;
 
 /// The key of the spec fingerprint in a journal's trial lines.
@@ -37,14 +37,20 @@ pub struct Existing {
     /// Every submission journaled, finished or not; the runner keeps those whose trial
     /// has no record yet.
     pub submitted: Vec<Submission>,
+    /// Finished repeats journaled one by one; the runner keeps those whose trial has no
+    /// record yet and goes on from the next repeat.
+    pub repeats: Vec<RepeatRecord>,
     pub has_header: bool,
 }
 
 /// Journal records so far; an existing journal needs `--resume`.
 pub fn existing_records(path: &Path, spec: &Spec, resume: bool) -> Result<Existing> {
-    if !path.exists() {
+    if std::fs::symlink_metadata(path).is_err() {
         return Ok(Existing::default());
     }
+    // Read first: a file that is not tune's journal (or not a regular file) is refused
+    // as such, whether or not --resume was given.
+    let (lines, torn) = Journal::read_numbered::<Value>(path)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     if !resume {
         return Err(Error::Invalid(format!(
@@ -53,7 +59,6 @@ pub fn existing_records(path: &Path, spec: &Spec, resume: bool) -> Result<Existi
             dir.display()
         )));
     }
-    let (lines, torn) = Journal::read_numbered::<Value>(path)?;
     if let Some(t) = torn {
         eprintln!(
             "note: {}: ignoring a torn last line ({} bytes) from an interrupted run",
@@ -65,6 +70,7 @@ pub fn existing_records(path: &Path, spec: &Spec, resume: bool) -> Result<Existi
     let mut header: Option<String> = None;
     let mut trials = Vec::new();
     let mut submitted = Vec::new();
+    let mut repeats = Vec::new();
     for (line, v) in lines {
         let stamp = v
             .get(FINGERPRINT_KEY)
@@ -77,7 +83,10 @@ pub fn existing_records(path: &Path, spec: &Spec, resume: bool) -> Result<Existi
             )
         })?;
         match rec {
-            Record::Header { spec: old, .. } => {
+            Record::Header {
+                spec: old,
+                tune_version,
+            } => {
                 if old.fingerprint() != want {
                     return Err(Error::format(
                         path,
@@ -87,7 +96,22 @@ pub fn existing_records(path: &Path, spec: &Spec, resume: bool) -> Result<Existi
                         ),
                     ));
                 }
+                if header.is_none() {
+                    note_differences(path, &tune_version, &old, spec);
+                }
                 header = Some(want.clone());
+            }
+            Record::Repeat(r) => {
+                if stamp.as_deref() != Some(want.as_str()) {
+                    return Err(Error::format(
+                        path,
+                        format!(
+                            "line {line}: a repeat of trial '{}' was measured for a different spec: remove the line, or give another --out folder to start over",
+                            shown(&r.id)
+                        ),
+                    ));
+                }
+                repeats.push(r);
             }
             Record::Trial(t) => {
                 let Some(fp) = stamp.or_else(|| header.clone()) else {
@@ -114,11 +138,33 @@ pub fn existing_records(path: &Path, spec: &Spec, resume: bool) -> Result<Existi
             Record::Submitted(j) => submitted.push(j),
         }
     }
+    crate::results::record::last_of_each(&mut trials);
     Ok(Existing {
         trials,
         submitted,
+        repeats,
         has_header: header.is_some(),
     })
+}
+
+/// One line each when the journal came from another tune version or was measured with
+/// another number of repeats: the resumed sweep mixes them, and the user should know.
+fn note_differences(path: &Path, version: &str, old: &Spec, spec: &Spec) {
+    let this = env!("CARGO_PKG_VERSION");
+    if version != this {
+        eprintln!(
+            "note: {} was written by tune {}; this is tune {this}: its finished trials are kept as they were measured",
+            path.display(),
+            shown(version)
+        );
+    }
+    let (was, now) = (old.search.repeats, spec.search.repeats);
+    if was != now {
+        eprintln!(
+            "note: repeats is {now} in the spec and was {was} when {} was started: finished trials keep their {was} repeat(s), the others get {now}",
+            path.display()
+        );
+    }
 }
 
 /// The first setting that differs between the journal's spec and this one, as

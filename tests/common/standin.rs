@@ -13,8 +13,11 @@ use std::sync::OnceLock;
 /// figures so a stand-in result is never read as a GPU's.
 pub const DEVICE_NAME: &str = "tune CPU stand-in (not a GPU)";
 
-const SOURCES: [&str; 11] = [
+const SOURCES: [&str; 14] = [
     "tests/standin/cuda_shim.h",
+    "tests/standin/activity.h",
+    "tests/standin/publish.h",
+    "tests/standin/nvml.cpp",
     "tests/standin/half.h",
     "tests/standin/cuda.cpp",
     "tests/standin/launch.h",
@@ -26,6 +29,10 @@ const SOURCES: [&str; 11] = [
     "tests/standin/nccl_remote.h",
     "src/engine/cuda/kernels.cu",
 ];
+
+/// The folder the driver stand-in publishes each process's device activity in, which the
+/// NVML stand-in reads (tests/standin/activity.h).
+pub const ACTIVITY_ENV: &str = "TUNE_STANDIN_ACTIVITY_DIR";
 
 /// The library built last: its presence means the folder is complete.
 const LAST: &str = "libnccl.so.2";
@@ -126,6 +133,15 @@ fn build(root: &Path) -> Result<PathBuf, String> {
         .arg(&tmp)
         .arg("-l:libcuda.so.1")
         .arg("-Wl,-rpath,$ORIGIN"))?;
+    // NVML's soname. tune loads it from `TUNE_CUDA_LIB_DIRS` where the loader does not
+    // find it; it reads what the driver stand-ins of every process did from
+    // `TUNE_STANDIN_ACTIVITY_DIR` (tests/standin/activity.h).
+    run(Command::new(&cxx)
+        .args(common)
+        .arg("-Wl,-soname,libnvidia-ml.so.1")
+        .arg("-o")
+        .arg(tmp.join("libnvidia-ml.so.1"))
+        .arg(root.join("tests/standin/nvml.cpp")))?;
     // NCCL's real soname. No `libnccl.so` link here: tune makes its own private one
     // (engine::cuda::versions::nccl_link_dir), and the tests must see it do so. The
     // driver stand-in's tune_standin_* hooks are found at run time (dlopen RTLD_NOLOAD),
@@ -170,6 +186,18 @@ fn built() -> &'static Result<Option<PathBuf>, String> {
         };
         // Set once, before any test of this binary loads a CUDA library.
         std::env::set_var(var, new);
+        // Where the driver stand-ins of this binary's processes publish what they did, for
+        // the NVML stand-in: one folder per test binary (a test that checks NVML's figures
+        // gives its processes a folder of their own).
+        if std::env::var_os(ACTIVITY_ENV).is_none() {
+            let act = dir
+                .parent()
+                .unwrap_or(&dir)
+                .join(format!("activity-{}", std::process::id()));
+            std::fs::create_dir_all(&act)
+                .map_err(|e| format!("TUNE_CUDA_STANDIN=1 but {}: {e}", act.display()))?;
+            std::env::set_var(ACTIVITY_ENV, &act);
+        }
         Ok(Some(dir))
     })
 }

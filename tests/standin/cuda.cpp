@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "cuda_shim.h"
+#include "publish.h"
 
 tune_dim3 threadIdx, blockIdx, blockDim, gridDim;
 
@@ -88,6 +89,7 @@ struct Alloc {
     char* data;      // what the caller gets: ends at the trailing guard page
     size_t size;
     bool host;       // page-locked host memory (cuMemHostAlloc)
+    int device;      // the device current when it was allocated (published for NVML)
 };
 
 static std::mutex g_mem_mu;
@@ -118,10 +120,12 @@ static CUresult do_alloc(void** out, size_t size, bool host) {
     if (!out) return ERR_INVALID_VALUE;
     Alloc a{};
     a.host = host;
+    a.device = host ? -1 : act_current_device();
     if (!map_guarded(size, &a)) return ERR_OUT_OF_MEMORY;
     std::lock_guard<std::mutex> g(g_mem_mu);
     g_allocs[(uintptr_t)a.data] = a;
     if (!host) g_used += size;
+    if (!host) act_mem(a.device, size, true);
     *out = a.data;
     return OK;
 }
@@ -135,6 +139,7 @@ static CUresult do_free(uintptr_t p, bool host) {
         a = it->second;
         g_allocs.erase(it);
         if (!host) g_used -= a.size;
+        if (!host) act_mem(a.device, a.size, false);
     }
     munmap(a.base, a.map_len);
     return OK;
@@ -203,6 +208,8 @@ struct Stream {
         }
     }
     void push(const char* what, std::function<void()> op) {
+        int d = device >= 0 ? device : act_current_device();
+        op = act_timed(what, d, std::move(op));
         std::lock_guard<std::mutex> g(mu);
         q.emplace_back(what, std::move(op));
         cv.notify_all();
@@ -227,6 +234,10 @@ static Stream* g_null_stream() {
 }
 // 0, CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2) all mean the default stream here.
 static Stream* S(void* h) { return (uintptr_t)h <= 2 ? g_null_stream() : (Stream*)h; }
+static int stream_device(void* h) {
+    int d = S(h)->device;
+    return d >= 0 ? d : act_current_device();
+}
 
 static long copy_lag_us() {
     static long lag = [] {
@@ -275,6 +286,7 @@ struct Ctx {
 static const int MAX_DEVICES = 8;
 static Ctx g_primary[MAX_DEVICES] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
 static thread_local Ctx* t_current = nullptr;
+static int act_current_device() { return t_current ? t_current->device : 0; }
 
 static int device_count() {
     static int n = [] {
@@ -303,6 +315,7 @@ API CUresult cuInit(unsigned) {
         sa.sa_sigaction = on_segv;
         sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
         sigaction(SIGSEGV, &sa, &g_old_segv);
+        act_open(device_count());
     });
     return OK;
 }
@@ -376,6 +389,7 @@ API CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) {
     if (!valid_device(dev)) return ERR_INVALID_DEVICE;
     if (!ctx) return ERR_INVALID_VALUE;
     *ctx = &g_primary[dev];
+    act_ctx(dev);
     return OK;
 }
 API CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
@@ -567,6 +581,7 @@ API CUresult cuMemsetD32Async(CUdeviceptr p, unsigned v, size_t n, void* h) {
 API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* h) {
     if (!check_range(dst, n, "cuMemcpyHtoDAsync destination")) return ERR_INVALID_VALUE;
     if (!src && n) return ERR_INVALID_VALUE;
+    act_copy(stream_device(h), n, true);
     if (is_pinned(src, n)) {
         // Page-locked source: read when the copy runs, as the DMA engine does.
         S(h)->push("cuMemcpyHtoDAsync_v2", [=] {
@@ -591,6 +606,7 @@ API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
 API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* h) {
     if (!check_range(src, n, "cuMemcpyDtoHAsync source")) return ERR_INVALID_VALUE;
     if (!dst && n) return ERR_INVALID_VALUE;
+    act_copy(stream_device(h), n, false);
     bool pinned = is_pinned(dst, n);
     auto done = std::make_shared<std::atomic<bool>>(false);
     Stream* s = S(h);

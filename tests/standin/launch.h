@@ -100,7 +100,9 @@ struct LaunchGeom {
 };
 
 static void run_grid(const char* name, const LaunchGeom& g, std::function<void()> body) {
+    uint64_t w0 = act_now_ns();
     std::lock_guard<std::mutex> l(g_kernel_mu);
+    t_unbusy_ns += act_now_ns() - w0;  // another device's kernel ran meanwhile: not busy
     g_kernel_name = name;
     gridDim = {g.gx, g.gy, g.gz};
     blockDim = {g.bx, g.by, g.bz};

@@ -15,7 +15,7 @@ use cudarc::cublaslt::sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
 use crate::engine::autotune::Algos;
-use crate::engine::cuda::gpu::words;
+use crate::engine::tensor::words;
 use crate::engine::tensor::DType;
 use crate::error::{Error, Result};
 

@@ -27,8 +27,8 @@ use cudarc::nccl::safe::{group_end, group_start, Comm, Id, ReduceOp};
 use crate::engine::amp::GradScaler;
 use crate::engine::autotune::AlgoChoice;
 use crate::engine::caps::{self, Layout};
+use crate::engine::clock::{Clock, Phase};
 use crate::engine::cuda::gpu::{cuda_err, nccl_err, DBuf, Gpu};
-use crate::engine::cuda::layers::GLayer;
 use crate::engine::cuda::libs;
 use crate::engine::cuda::sync_bn::NcclSync;
 use crate::engine::cuda::train::{
@@ -37,12 +37,13 @@ use crate::engine::cuda::train::{
 use crate::engine::data::{Dataset, Normalize};
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 use crate::engine::nn::model::Model;
+use crate::engine::nn::model_cuda::GLayer;
 use crate::engine::parallel::summary::DeviceStep;
 use crate::engine::parallel::{
     collect, digest_words, multi_summary, Collected, Feed, StepReport, DIGEST_START,
 };
-use crate::engine::step::{self, Clock, Phase, Strategy};
-use crate::engine::train::{NoObserver, Observer, RunSummary, Source, StepEvent, Workload};
+use crate::engine::step::{self, Strategy};
+use crate::engine::vocab::{NoObserver, Observer, RunSummary, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
 

@@ -19,9 +19,9 @@ use cudarc::cudnn::{result as dnn, sys};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
 use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
-use crate::engine::cuda::gpu::cuda_err;
+use crate::engine::cuda::err::cuda_err;
 use crate::engine::device::{MemCategory, MemTracker};
-use crate::engine::ops::conv2d::ConvGeom;
+use crate::engine::geom::ConvGeom;
 use crate::engine::tensor::DType;
 use crate::error::{Error, Result};
 
@@ -493,7 +493,7 @@ impl Dnn {
             Dir::BackwardFilter => g.c_out * g.kkc(),
         };
         let mut scratch = st
-            .alloc_zeros::<f32>(crate::engine::cuda::gpu::words(elems, key.dt).max(1))
+            .alloc_zeros::<f32>(crate::engine::tensor::words(elems, key.dt).max(1))
             .map_err(|e| cuda_err("autotune scratch", e))?;
         let (po, _ro) = scratch.device_ptr_mut(st);
         self.launch(mem, p, c, pa, pb, po, 0.0)?;

@@ -38,18 +38,19 @@ use crate::engine::amp::{self, GradScaler};
 use crate::engine::autotune::AlgoChoice;
 use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, nccl_err, GTensor, Gpu};
-use crate::engine::cuda::layers::{GCtx, GLayer, Pass};
 use crate::engine::cuda::libs;
 use crate::engine::cuda::train::{
     autotune_on, build_model, conv_path, has_conv, note_choices, open_gpus, GpuExec,
 };
 use crate::engine::device::{Backend, MemCategory, MemSnapshot};
 use crate::engine::nn::model::Model;
+use crate::engine::nn::model_cuda::{GCtx, GLayer};
+use crate::engine::ops::layer_cuda::Pass;
 use crate::engine::parallel::summary::DeviceStep;
 use crate::engine::parallel::{collect, multi_summary, Feed, StepReport};
 use crate::engine::step::{self, Strategy};
 use crate::engine::tensor::DType;
-use crate::engine::train::{NoObserver, Observer, RunSummary, StepEvent, Workload};
+use crate::engine::vocab::{NoObserver, Observer, RunSummary, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
 
@@ -328,7 +329,7 @@ impl GpuDp<'_> {
     fn stopped(i: usize) -> Error {
         Error::Runtime(format!(
             "{} (dp: GPU {i} stopped)",
-            crate::engine::parallel::collective::PEER_STOPPED
+            crate::engine::collective::PEER_STOPPED
         ))
     }
 
@@ -671,7 +672,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
         let r = crate::engine::parallel::join_all(hs);
         let out = match (d, r, spawn_err) {
             (_, _, Some(e)) => Err(e),
-            (Err(e), _, _) if !crate::engine::parallel::collective::is_peer_stop(&e) => Err(e),
+            (Err(e), _, _) if !crate::engine::collective::is_peer_stop(&e) => Err(e),
             (_, Err(e), _) => Err(e),
             (Err(e), Ok(_), _) => Err(e),
             (Ok(v), Ok(_), _) => Ok(v),

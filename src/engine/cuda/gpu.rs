@@ -9,22 +9,13 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
 
 use crate::engine::cuda::blas::{Blas, Shape};
 use crate::engine::cuda::dnn::Dnn;
+pub use crate::engine::cuda::err::{cuda_err, nccl_err};
 use crate::engine::cuda::kernels::{self, Kernels};
 use crate::engine::cuda::libs;
 use crate::engine::device::{MemCategory, MemTracker};
+pub use crate::engine::tensor::words;
 use crate::engine::tensor::DType;
 use crate::error::{Error, Result};
-
-/// `pub` (hidden) for `cuda_launch!` used outside the crate (tests/gpu_optim.rs).
-#[doc(hidden)]
-pub fn cuda_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Runtime(format!("CUDA: {what}: {e}"))
-}
-
-/// An NCCL call's error, with NCCL's result code (cudarc's `Debug` hides it).
-pub(crate) fn nccl_err(what: &str, e: cudarc::nccl::result::NcclError) -> Error {
-    Error::Runtime(format!("NCCL: {what}: {:?}", e.0))
-}
 
 /// A device buffer of f32, charged to a memory category until dropped.
 #[derive(Debug)]
@@ -62,14 +53,6 @@ pub struct GTensor {
     pub shape: Vec<usize>,
     pub buf: Arc<DBuf>,
     pub dt: DType,
-}
-
-/// 32-bit words holding `n` elements of `dt`.
-pub fn words(n: usize, dt: DType) -> usize {
-    match dt {
-        DType::Bf16 | DType::F16 => n.div_ceil(2),
-        DType::F32 | DType::U32 => n,
-    }
 }
 
 impl GTensor {

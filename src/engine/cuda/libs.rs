@@ -177,10 +177,10 @@ pub fn nccl_search_dir() -> Option<std::path::PathBuf> {
 /// already re-run: the run's own check then says what is missing), or with the error
 /// `exec` gave.
 pub fn reexec_for_nccl(
-    device: crate::engine::train::DeviceChoice,
+    device: crate::engine::device::DeviceChoice,
     k: &crate::knobs::Knobs,
 ) -> Result<()> {
-    use crate::engine::train::DeviceChoice;
+    use crate::engine::device::DeviceChoice;
     use std::os::unix::process::CommandExt;
     let gpu = match device {
         DeviceChoice::Cuda => true,
@@ -188,7 +188,7 @@ pub fn reexec_for_nccl(
         DeviceChoice::Cpu => false,
     };
     if !gpu
-        || !crate::engine::parallel::is_multi_device(k)
+        || !crate::engine::device::is_multi_device(k)
         || std::env::var_os(NCCL_REEXEC_ENV).is_some()
     {
         return Ok(());

@@ -8,10 +8,10 @@
 pub mod blas;
 pub mod ddp;
 pub mod dnn;
-mod dp;
+pub(crate) mod dp;
+pub mod err;
 pub mod gpu;
 pub mod kernels;
-pub mod layers;
 pub mod libs;
 pub(crate) mod sync_bn;
 pub mod train;

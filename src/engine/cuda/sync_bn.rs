@@ -1,6 +1,6 @@
 //! SyncBatchNorm over NCCL (`torch.nn.SyncBatchNorm` under DDP on GPUs): batch-norm
 //! statistics over every rank's rows instead of each rank's shard, as the CPU backend's
-//! `parallel::sync_bn` does over its collective. The layer (`ops::batchnorm_cuda`) sums
+//! `ops::sync_bn` does over its collective. The layer (`ops::batchnorm_cuda`) sums
 //! its per-channel reductions and its row count across ranks with [`NcclSync::sum`]; the
 //! counts stay on the device, so no rank waits on the host for them.
 

@@ -14,19 +14,22 @@ use crate::cuda_launch;
 use crate::engine::amp::{self, GradScaler, ScalerConfig};
 use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
 use crate::engine::caps::{self, Layout};
+use crate::engine::clock::Phases;
+use crate::engine::clock::{Clock, Phase};
 use crate::engine::cuda::gpu::{cuda_err, DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::{elementwise, per_item};
-use crate::engine::cuda::layers::{self, GCtx, GLayer, GParam, Pass};
 use crate::engine::data::{Batch, ImageShape};
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 use crate::engine::nn::init::Initial;
-use crate::engine::nn::layer::LayerDesc;
 use crate::engine::nn::model::Model;
+use crate::engine::nn::model_cuda::{self, GCtx, GLayer};
 use crate::engine::nn::zoo;
+use crate::engine::ops::layer::LayerDesc;
+use crate::engine::ops::layer_cuda::{self, GParam, Pass};
 use crate::engine::optim::{OptimConfig, OptimKind};
-use crate::engine::parallel;
-use crate::engine::step::{self, Clock, Exec, Phase};
-use crate::engine::train::{open_source, Observer, Phases, RunSummary, Workload};
+use crate::engine::parallel::summary::single_device_summary;
+use crate::engine::step::{self, Exec};
+use crate::engine::vocab::{open_source, Observer, RunSummary, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
 
@@ -390,7 +393,7 @@ impl Exec for GpuExec {
         let d = out
             .dlogits
             .ok_or_else(|| Error::Runtime("loss gave no gradient".into()))?;
-        Ok((out.loss, layers::store(&self.gpu, d, self.ctx.pass)?))
+        Ok((out.loss, layer_cuda::store(&self.gpu, d, self.ctx.pass)?))
     }
 
     fn grads_finite(&mut self, model: &mut Model<GLayer>) -> Result<bool> {
@@ -532,14 +535,8 @@ impl Exec for GpuExec {
     }
 }
 
-/// Trains `w` under `k` on GPU 0.
+/// Trains `w` under `k` on GPU 0 (`train::run` sends DP and DDP to `dp` and `ddp`).
 pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
-    if parallel::is_multi_device(k) {
-        return match k.parallel {
-            crate::knobs::Parallel::Dp => super::dp::run(w, k, obs),
-            _ => super::ddp::run(w, k, obs),
-        };
-    }
     let not_applicable = caps::admit(Backend::Cuda, k, Layout::Single, obs)?;
     let started = Instant::now();
     let dev = Device::cuda(0);
@@ -615,7 +612,7 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
     }
     let m = trained.measured;
     let busy_wall = m.after_warmup(w.warmup).iter().sum();
-    let (devices, imbalance) = parallel::single_device_summary(1, &m.phase_sum, busy_wall, &snap);
+    let (devices, imbalance) = single_device_summary(1, &m.phase_sum, busy_wall, &snap);
     Ok(RunSummary {
         accuracy,
         not_applicable,
@@ -665,7 +662,7 @@ pub(super) fn build_model(
     let init = Initial::of(w.model, classes, w.seed)?;
     let params = init.params.iter().map(|p| p.values.len()).sum();
     let descs = zoo::describe(w.model, classes);
-    let glayers = layers::from_desc(&descs, init, gpu)?;
+    let glayers = model_cuda::from_desc(&descs, init, gpu)?;
     let model = Model::new(&w.model.to_string(), glayers, w.model.input(), classes);
     Ok((model, params, descs))
 }
@@ -681,7 +678,7 @@ pub(super) fn autotune_on(
     if !k.autotune {
         return Ok(None);
     }
-    let a = Algos::for_workload(w, &format!("cuda:{}", gpu.name), obs)?;
+    let a = w.autotune_algos(&format!("cuda:{}", gpu.name), obs)?;
     gpu.blas.autotune_with(Arc::clone(&a))?;
     if let Ok(d) = &gpu.dnn {
         d.autotune_with(Arc::clone(&a))?;

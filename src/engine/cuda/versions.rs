@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use tune_probes::culibs::extra_dirs;
 
-use crate::engine::train::default_cache_dir;
+use crate::engine::host::default_cache_dir;
 
 /// A library's version and the file it came from.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]

@@ -6,8 +6,8 @@
 
 use std::collections::VecDeque;
 
-use crate::engine::nn::layer::LayerDesc;
 use crate::engine::nn::zoo::{self, ModelKind};
+use crate::engine::ops::layer::LayerDesc;
 use crate::engine::rng::Rng;
 use crate::error::{Error, Result};
 

@@ -2,7 +2,10 @@
 //! checkpointing), composite blocks and the model zoo.
 
 pub mod init;
-pub mod layer;
 pub mod model;
+pub mod model_cuda;
 pub mod residual;
 pub mod zoo;
+
+/// The layer contract lives with the ops (`ops/layer.rs`); this keeps `nn::layer` paths.
+pub use crate::engine::ops::layer;

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::nn::layer::{Ctx, Layer, Param};
-use crate::engine::step::{Clock, HostClock, Phase};
+use crate::engine::clock::{Clock, HostClock, Phase};
+use crate::engine::ops::layer::{Ctx, Layer, Param};
 use crate::error::{Error, Result};
 
 /// What the model needs of one layer, whatever device it runs on.

@@ -3,10 +3,10 @@
 //! treats it as one unit.
 
 use crate::engine::device::Device;
-use crate::engine::nn::layer::{Ctx, Layer, LayerDesc, Param};
 use crate::engine::ops::activation::Relu;
 use crate::engine::ops::batchnorm::BatchNorm2d;
 use crate::engine::ops::conv2d::Conv2d;
+use crate::engine::ops::layer::{Ctx, Layer, LayerDesc, Param};
 use crate::engine::rng::Rng;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};

@@ -4,12 +4,12 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::engine::device::Device;
-use crate::engine::nn::layer::{Layer, LayerDesc};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::residual::BasicBlock;
 use crate::engine::ops::activation::Relu;
 use crate::engine::ops::batchnorm::BatchNorm2d;
 use crate::engine::ops::conv2d::Conv2d;
+use crate::engine::ops::layer::{Layer, LayerDesc};
 use crate::engine::ops::linear::Linear;
 use crate::engine::ops::pool::{Flatten, GlobalAvgPool};
 use crate::engine::rng::Rng;

@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use crate::engine::nn::layer::{take_saved, Ctx, Layer, LayerDesc};
+use crate::engine::ops::layer::{take_saved, Ctx, Layer, LayerDesc};
 use crate::engine::tensor::Tensor;
 use crate::error::Result;
 

@@ -4,7 +4,7 @@
 use crate::cuda_launch;
 use crate::engine::cuda::gpu::{GTensor, Gpu};
 use crate::engine::cuda::kernels::elementwise;
-use crate::engine::cuda::layers::{out, Pass};
+use crate::engine::ops::layer_cuda::{out, Pass};
 use crate::error::Result;
 
 pub(crate) fn relu_forward(x: &GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {

@@ -6,8 +6,8 @@
 use rayon::prelude::*;
 
 use crate::engine::device::Device;
-use crate::engine::nn::layer::{Ctx, Layer, LayerDesc, Param};
-use crate::engine::parallel::sync_bn;
+use crate::engine::ops::layer::{Ctx, Layer, LayerDesc, Param};
+use crate::engine::ops::sync_bn;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
 

@@ -11,9 +11,9 @@ use std::rc::Rc;
 use crate::cuda_launch;
 use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::{channel_reduce, elementwise, per_item};
-use crate::engine::cuda::layers::{missing, out, shape_err, store, GParam, Pass};
 use crate::engine::cuda::sync_bn::NcclSync;
 use crate::engine::device::MemCategory;
+use crate::engine::ops::layer_cuda::{missing, out, shape_err, store, GParam, Pass};
 use crate::error::Result;
 
 pub struct GBatchNorm {

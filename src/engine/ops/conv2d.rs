@@ -8,47 +8,14 @@
 use rayon::prelude::*;
 
 use crate::engine::device::Device;
-use crate::engine::nn::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
+pub use crate::engine::geom::ConvGeom;
 use crate::engine::ops::conv_algos;
 use crate::engine::ops::gemm::{matmul, matmul_turned, Mat};
+use crate::engine::ops::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
 use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
-
-/// Geometry of one convolution.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ConvGeom {
-    pub n: usize,
-    pub h: usize,
-    pub w: usize,
-    pub c_in: usize,
-    pub c_out: usize,
-    pub k: usize,
-    pub stride: usize,
-    pub pad: usize,
-}
-
-impl ConvGeom {
-    pub fn oh(&self) -> usize {
-        (self.h + 2 * self.pad - self.k) / self.stride + 1
-    }
-    pub fn ow(&self) -> usize {
-        (self.w + 2 * self.pad - self.k) / self.stride + 1
-    }
-    /// Columns of the im2col matrix.
-    pub fn kkc(&self) -> usize {
-        self.k * self.k * self.c_in
-    }
-    /// Rows of the im2col matrix (output pixels over the batch).
-    pub fn rows(&self) -> usize {
-        self.n * self.oh() * self.ow()
-    }
-    /// A 1x1, stride-1, unpadded conv is a plain GEMM on the input.
-    fn is_pointwise(&self) -> bool {
-        self.k == 1 && self.stride == 1 && self.pad == 0
-    }
-}
 
 /// The kernel columns `kx` that land inside the input for output column `ox`, as
 /// `(first kx, count, first ix)`. Consecutive `kx` read consecutive input pixels whatever

@@ -16,11 +16,11 @@ use crate::engine::cuda::dnn::{ConvKey, Dir, Dnn};
 use crate::engine::cuda::gpu::words;
 use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::elementwise;
-use crate::engine::cuda::layers::{
+use crate::engine::device::MemCategory;
+use crate::engine::geom::ConvGeom;
+use crate::engine::ops::layer_cuda::{
     half_weights, missing, operand, out, shape_err, store, GParam, Pass,
 };
-use crate::engine::device::MemCategory;
-use crate::engine::ops::conv2d::ConvGeom;
 use crate::engine::tensor::DType;
 use crate::error::Result;
 

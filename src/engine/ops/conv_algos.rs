@@ -12,7 +12,7 @@
 
 use rayon::prelude::*;
 
-use crate::engine::ops::conv2d::ConvGeom;
+use crate::engine::geom::ConvGeom;
 use crate::engine::ops::gemm::{matmul, Mat};
 use crate::error::Result;
 

@@ -4,8 +4,8 @@ use rayon::prelude::*;
 
 use crate::engine::autotune;
 use crate::engine::device::Device;
-use crate::engine::nn::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
 use crate::engine::ops::gemm::{matmul, matmul_turned, Mat};
+use crate::engine::ops::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
 use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
 use crate::engine::tensor::Tensor;

@@ -8,7 +8,7 @@ use crate::cuda_launch;
 use crate::engine::cuda::blas::Shape;
 use crate::engine::cuda::gpu::{GTensor, Gpu};
 use crate::engine::cuda::kernels::elementwise;
-use crate::engine::cuda::layers::{
+use crate::engine::ops::layer_cuda::{
     half_weights, missing, operand, out, shape_err, store, GParam, Pass,
 };
 use crate::error::Result;

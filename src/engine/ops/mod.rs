@@ -10,13 +10,16 @@ pub mod conv2d;
 pub mod conv2d_cuda;
 pub mod conv_algos;
 pub mod gemm;
+pub mod layer;
+pub mod layer_cuda;
 pub mod linear;
 pub mod linear_cuda;
 pub mod loss;
 pub mod pool;
 pub mod pool_cuda;
+pub mod sync_bn;
 
-use crate::engine::nn::layer::Param;
+use crate::engine::ops::layer::Param;
 use crate::error::Result;
 
 /// Writes `bias` into every row of `dst` (rows of `bias.len()`), so a following GEMM can

@@ -2,7 +2,7 @@
 //! pooling (NHWC -> NC), and flatten.
 
 use crate::engine::device::MemCategory;
-use crate::engine::nn::layer::{Ctx, Layer, LayerDesc};
+use crate::engine::ops::layer::{Ctx, Layer, LayerDesc};
 use crate::engine::tensor::{Buf, Tensor};
 use crate::error::{Error, Result};
 

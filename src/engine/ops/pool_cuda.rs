@@ -3,7 +3,7 @@
 use crate::cuda_launch;
 use crate::engine::cuda::gpu::{GTensor, Gpu};
 use crate::engine::cuda::kernels::elementwise;
-use crate::engine::cuda::layers::{out, shape_err, Pass};
+use crate::engine::ops::layer_cuda::{out, shape_err, Pass};
 use crate::error::Result;
 
 fn nhwc(shape: &[usize]) -> Result<[usize; 4]> {

@@ -10,10 +10,10 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::engine::collective::{Collective, ReduceOp};
 use crate::engine::device::{Device, MemCategory};
-use crate::engine::nn::layer::Layer;
 use crate::engine::nn::model::Model;
-use crate::engine::parallel::collective::{Collective, ReduceOp};
+use crate::engine::ops::layer::Layer;
 use crate::engine::parallel::summary::DeviceClock;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};

@@ -13,13 +13,16 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::engine::clock::{Clock, HostClock, Phase};
+use crate::engine::collective::Collective;
+use crate::engine::cpu::CpuExec;
 use crate::engine::device::{Device, MemCategory};
-use crate::engine::nn::layer::{Ctx, Layer};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
+use crate::engine::ops::layer::{Ctx, Layer};
 use crate::engine::optim::Optimizer;
 use crate::engine::parallel::bucket::{comm_loop, BucketSpan, ParamLayout, Reducer};
-use crate::engine::parallel::collective::{ring, Collective, Ring, Timed};
+use crate::engine::parallel::collective::{ring, Ring, Timed};
 use crate::engine::parallel::dist;
 use crate::engine::parallel::summary::{ClockReading, DeviceClock, DeviceStep};
 use crate::engine::parallel::tcp::Joined;
@@ -27,9 +30,9 @@ use crate::engine::parallel::{
     join_all, optim_config, param_digest, pool, Feed, Options, Outcome, RankTrace, Span,
     StepReport, Trace,
 };
-use crate::engine::step::{self, Clock, HostClock, Phase, Strategy};
+use crate::engine::step::{self, Strategy};
 use crate::engine::tensor::Tensor;
-use crate::engine::train::{CpuExec, NoObserver, Observer, Source, StepEvent, Workload};
+use crate::engine::vocab::{NoObserver, Observer, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 
@@ -189,7 +192,7 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
 
 fn visit_result(
     model: &mut Model,
-    mut f: impl FnMut(&mut crate::engine::nn::layer::Param) -> Result<()>,
+    mut f: impl FnMut(&mut crate::engine::ops::layer::Param) -> Result<()>,
 ) -> Result<()> {
     let mut res = Ok(());
     model.visit_params(&mut |p| {

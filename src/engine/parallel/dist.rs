@@ -10,7 +10,7 @@ use crate::engine::device::MemSnapshot;
 use crate::engine::parallel::launch::Launch;
 use crate::engine::parallel::tcp::{forward_reports, send_done, send_report, Role};
 use crate::engine::parallel::{collect, join_all, Collected, StepReport};
-use crate::engine::train::{Observer, Workload};
+use crate::engine::vocab::{Observer, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Knobs, Parallel};
 

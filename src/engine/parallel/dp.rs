@@ -20,17 +20,19 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::engine::clock::HostClock;
+use crate::engine::collective::PEER_STOPPED;
+use crate::engine::cpu::CpuExec;
 use crate::engine::device::{Device, MemCategory};
-use crate::engine::nn::layer::Ctx;
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
+use crate::engine::ops::layer::Ctx;
 use crate::engine::optim::Optimizer;
-use crate::engine::parallel::collective::PEER_STOPPED;
 use crate::engine::parallel::summary::{ClockReading, DeviceClock, DeviceStep};
 use crate::engine::parallel::{collect, optim_config, pool, Feed, Outcome, StepReport, Trace};
-use crate::engine::step::{self, HostClock, Strategy};
+use crate::engine::step::{self, Strategy};
 use crate::engine::tensor::Tensor;
-use crate::engine::train::{CpuExec, NoObserver, Observer, Source, StepEvent, Workload};
+use crate::engine::vocab::{NoObserver, Observer, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 

@@ -13,15 +13,16 @@
 //! - `ddp.rs`: every device is a rank with its own replica, data shard and optimizer,
 //!   running the loop in its own thread; gradients are averaged in buckets (`bucket.rs`)
 //!   that all-reduce on a communication thread while backward goes on.
-//! - `collective.rs`: the `Collective` trait (a ring over channels or TCP; the GPU
-//!   backend's collectives are NCCL's, in `cuda::ddp` and `cuda::dp`).
+//! - `collective.rs`: the CPU `Collective`s (the trait is `engine/collective.rs`): a ring
+//!   over channels or TCP; the GPU backend's collectives are NCCL's, in `cuda::ddp` and
+//!   `cuda::dp`.
 //! - `launch.rs`, `tcp.rs`: multi-process DDP as torchrun and srun launch it: the
 //!   environment, the rendezvous on `MASTER_ADDR:MASTER_PORT`, the ring's TCP links.
 //!   Each process is one rank of the same DDP strategy; rank 0 gathers every rank's
 //!   step reports and builds the summary one process with N devices would. `dist.rs`
 //!   routes those reports, for this backend and for DDP on GPUs across processes
 //!   (`cuda::ddp`, whose NCCL unique id crosses this rendezvous).
-//! - `sync_bn.rs`: SyncBatchNorm statistics over the global batch.
+//! - SyncBatchNorm statistics over the global batch are `ops/sync_bn.rs` (a layer's work).
 //! - `summary.rs`: the per-device summary and imbalance figures.
 //!
 //! The launcher here owns the data, starts the device threads, turns their per-step
@@ -34,7 +35,6 @@ pub(crate) mod dist;
 mod dp;
 pub mod launch;
 pub mod summary;
-pub mod sync_bn;
 pub(crate) mod tcp;
 
 use std::collections::BTreeMap;
@@ -47,44 +47,23 @@ pub use bucket::BucketSpan;
 pub use summary::{DeviceSummary, Imbalance};
 
 use crate::engine::caps::{self, Layout};
+use crate::engine::clock::Phases;
+use crate::engine::collective::is_peer_stop;
+use crate::engine::cpu::evaluate;
 use crate::engine::data::{self, Batch, ImageShape, Loader, LoaderConfig, Normalize};
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 use crate::engine::nn::model::Model;
 use crate::engine::optim::{OptimConfig, OptimKind};
-use crate::engine::parallel::collective::is_peer_stop;
 use crate::engine::parallel::summary::{summarize, DeviceStep, DeviceTotals};
-use crate::engine::train::{
-    evaluate, synthetic_batch, Measured, Observer, Phases, RunSummary, Source, StepEvent, Workload,
+use crate::engine::vocab::{
+    synthetic_batch, Measured, Observer, RunSummary, Source, StepEvent, Workload,
 };
 use crate::error::{Error, Result};
 use crate::knobs::{Knobs, Parallel};
 
 pub use crate::limits::MAX_DEVICES;
 
-/// Whether `k` needs the multi-device path (DP on one device is plain training).
-pub fn is_multi_device(k: &Knobs) -> bool {
-    match k.parallel {
-        Parallel::Single => false,
-        Parallel::Dp => k.devices > 1,
-        Parallel::Ddp => true,
-    }
-}
-
-/// The one-device summary of a single-device run: busy = zero-grad, forward (with the
-/// loss), backward and optimizer time; waiting for data is not device work.
-pub fn single_device_summary(
-    threads: usize,
-    phase_sum: &Phases,
-    wall_s: f64,
-    snap: &MemSnapshot,
-) -> (Vec<DeviceSummary>, Imbalance) {
-    let t = DeviceTotals {
-        threads,
-        busy_s: phase_sum.zero_grad + phase_sum.forward + phase_sum.backward + phase_sum.optimizer,
-        ..DeviceTotals::default()
-    };
-    summarize(&[t], std::slice::from_ref(snap), wall_s)
-}
+pub use crate::engine::device::is_multi_device;
 
 /// What to record beyond the summary (tests and traces).
 #[derive(Clone, Copy, Debug, Default)]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::clock::Phases;
 use crate::engine::device::MemSnapshot;
 
 /// Cumulative nanoseconds one device spent working and communicating. Written with
@@ -176,6 +177,22 @@ pub fn summarize(
         memory: max_over_mean(&mem),
     };
     (devices, imbalance)
+}
+
+/// The one-device summary of a single-device run: busy = zero-grad, forward (with the
+/// loss), backward and optimizer time; waiting for data is not device work.
+pub fn single_device_summary(
+    threads: usize,
+    phase_sum: &Phases,
+    wall_s: f64,
+    snap: &MemSnapshot,
+) -> (Vec<DeviceSummary>, Imbalance) {
+    let t = DeviceTotals {
+        threads,
+        busy_s: phase_sum.zero_grad + phase_sum.forward + phase_sum.backward + phase_sum.optimizer,
+        ..DeviceTotals::default()
+    };
+    summarize(&[t], std::slice::from_ref(snap), wall_s)
 }
 
 #[cfg(test)]

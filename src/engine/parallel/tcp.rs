@@ -34,12 +34,13 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::engine::clock::Phases;
+use crate::engine::collective::PEER_STOPPED;
 use crate::engine::device::MemSnapshot;
-use crate::engine::parallel::collective::{Chunk, Ring, PEER_STOPPED};
+use crate::engine::parallel::collective::{Chunk, Ring};
 use crate::engine::parallel::launch::Launch;
 use crate::engine::parallel::summary::DeviceStep;
 use crate::engine::parallel::StepReport;
-use crate::engine::train::Phases;
 use crate::error::{Error, Result};
 use guard::{listen, read_line_by, time_left, Arrivals, LineError, Until};
 

@@ -15,13 +15,13 @@ use cudarc::driver::CudaContext;
 use cudarc::nccl::safe::Id;
 
 use super::{nccl_version, rank_main, summarize, Rank};
+use crate::engine::collective::{Collective, ReduceOp};
 use crate::engine::cuda::gpu::{nccl_err, Gpu};
 use crate::engine::cuda::libs;
 use crate::engine::device::Device;
-use crate::engine::parallel::collective::{Collective, ReduceOp};
 use crate::engine::parallel::launch::Launch;
 use crate::engine::parallel::{dist, settings, tcp, Feed};
-use crate::engine::train::{Observer, RunSummary, Workload};
+use crate::engine::vocab::{Observer, RunSummary, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
 

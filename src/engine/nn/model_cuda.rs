@@ -1,109 +1,23 @@
 //! The model's layers on a GPU, built from the model's [`LayerDesc`]s and its initial
 //! values (`nn::init`, the CPU model's values bit for bit), so both backends start from
-//! identical weights and can be compared step by step. Same contract as the CPU layers: forward keeps what
-//! backward needs, backward adds into parameter gradients and returns the input gradient.
+//! identical weights and can be compared step by step. Same contract as the CPU layers
+//! (`ops/layer_cuda.rs`): forward keeps what backward needs, backward adds into
+//! parameter gradients and returns the input gradient.
 
 use std::sync::Arc;
 
-use crate::engine::cuda::gpu::{words, DBuf, GTensor, Gpu};
+use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
 use crate::engine::device::MemCategory;
 use crate::engine::nn::init::{HostParam, Initial};
-use crate::engine::nn::layer::LayerDesc;
 use crate::engine::nn::model::{LayerOps, Model, PassCtx};
 use crate::engine::ops::activation_cuda::{relu_backward, relu_forward};
 use crate::engine::ops::batchnorm_cuda::GBatchNorm;
 use crate::engine::ops::conv2d_cuda::GConv;
+use crate::engine::ops::layer::LayerDesc;
+use crate::engine::ops::layer_cuda::{f32_unique, missing, store, GParam, Pass};
 use crate::engine::ops::linear_cuda::GLinear;
 use crate::engine::ops::pool_cuda::{gap_backward, gap_forward};
-use crate::engine::tensor::DType;
 use crate::error::{Error, Result};
-
-/// A parameter on the GPU; `g == None` is the set-to-none state, as on the CPU.
-pub struct GParam {
-    pub name: String,
-    pub w: DBuf,
-    pub g: Option<DBuf>,
-    pub decay: bool,
-}
-
-impl GParam {
-    /// The gradient buffer (zeroed when new) and whether a GEMM must accumulate into it.
-    pub(crate) fn slot(&mut self, gpu: &Gpu) -> Result<(&mut DBuf, bool)> {
-        let acc = self.g.is_some();
-        let g = match &mut self.g {
-            Some(g) => g,
-            slot @ None => slot.insert(gpu.zeros(self.w.len(), MemCategory::Grads)?),
-        };
-        Ok((g, acc))
-    }
-}
-
-/// Per-pass flags, as the CPU backend's `Ctx`. `half` is AMP's storage type (bf16 or
-/// fp16): activations, activation gradients and what layers keep for backward are
-/// stored in it, GEMMs take it as operands and accumulate in f32, everything else
-/// computes in f32 between a widen and a narrow, as the CPU backend's AMP does.
-#[derive(Clone, Copy, Debug)]
-pub struct Pass {
-    pub train: bool,
-    pub save: bool,
-    pub recompute: bool,
-    pub half: Option<DType>,
-}
-
-impl Pass {
-    /// The GEMM operand type of this pass.
-    pub fn gemm_dt(&self) -> DType {
-        self.half.unwrap_or(DType::F32)
-    }
-}
-
-/// How a layer's f32 result leaves it (output, input gradient) or is kept for backward:
-/// in the AMP storage type, else as it is.
-pub(crate) fn store(gpu: &Gpu, t: GTensor, p: Pass) -> Result<GTensor> {
-    match p.half {
-        Some(dt) => gpu.narrow(&t, dt),
-        None => Ok(t),
-    }
-}
-
-/// A GEMM operand in the pass's operand type (rounded to the half grid under AMP, as
-/// autocast casts a matmul's inputs).
-pub(crate) fn operand(gpu: &Gpu, t: &GTensor, p: Pass) -> Result<GTensor> {
-    match p.half {
-        Some(dt) => gpu.narrow(t, dt),
-        None => gpu.widen(t),
-    }
-}
-
-/// A weight as a GEMM operand: under AMP a half copy (workspace; the f32 master weights
-/// stay with the optimizer), else `None` (use the weights themselves).
-pub(crate) fn half_weights(gpu: &Gpu, w: &GParam, p: Pass) -> Result<Option<DBuf>> {
-    let Some(dt) = p.half else { return Ok(None) };
-    let n = w.w.len();
-    let mut h = gpu.alloc(words(n, dt), MemCategory::Workspace)?;
-    gpu.narrow_into(&mut h.s, &w.w.s, n, dt)?;
-    Ok(Some(h))
-}
-
-/// `t` as an f32 buffer a kernel may write: its own when f32 and unshared.
-fn f32_unique(gpu: &Gpu, t: GTensor) -> Result<DBuf> {
-    if t.is_half() {
-        gpu.widen(&t)?.into_unique(gpu)
-    } else {
-        t.into_unique(gpu)
-    }
-}
-
-/// A layer's f32 result buffer: the activation itself, or under AMP a compute temporary
-/// (workspace) that `store` narrows.
-pub(crate) fn out(gpu: &Gpu, n: usize, p: Pass) -> Result<DBuf> {
-    let cat = if p.half.is_some() {
-        MemCategory::Workspace
-    } else {
-        MemCategory::Activations
-    };
-    gpu.alloc(n, cat)
-}
 
 /// The CUDA backend's pass context: the GPU the layers run on and the pass's flags.
 #[derive(Clone)]
@@ -166,16 +80,6 @@ impl LayerOps for GLayer {
     fn visit_params(&mut self, f: &mut dyn FnMut(&mut GParam)) {
         GLayer::visit_params(self, f)
     }
-}
-
-pub(crate) fn shape_err(op: &'static str, msg: String) -> Error {
-    Error::Shape { op, msg }
-}
-
-pub(crate) fn missing(layer: &str) -> Error {
-    Error::Runtime(format!(
-        "{layer}: backward called without a saved forward (GPU)"
-    ))
 }
 
 pub enum GLayer {

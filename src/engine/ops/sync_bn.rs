@@ -4,8 +4,8 @@
 //! reduces the two per-channel sums the input gradient needs. The parameter gradients
 //! stay local: DDP's gradient all-reduce averages them like every other gradient.
 
+use crate::engine::collective::{Collective, ReduceOp};
 use crate::engine::ops::batchnorm::channel_sums;
-use crate::engine::parallel::collective::{Collective, ReduceOp};
 use crate::error::{Error, Result};
 
 /// Mean and biased variance per channel over all ranks' rows, and the global row count.

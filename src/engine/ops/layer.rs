@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::engine::amp;
 use crate::engine::autotune::Algos;
+use crate::engine::collective::Collective;
 use crate::engine::device::{Device, MemCategory};
-use crate::engine::parallel::collective::Collective;
 use crate::engine::tensor::{DType, Tensor};
 use crate::error::Result;
 use crate::knobs::Amp;

@@ -1,0 +1,105 @@
+//! The GPU side of the layer contract (`layer.rs` is the CPU side): a parameter on the
+//! GPU, the pass flags every GPU layer reads, and the buffer helpers the `<op>_cuda.rs`
+//! layers share. It knows the CUDA runtime (`cuda::gpu`) and no model.
+
+use crate::engine::cuda::gpu::{words, DBuf, GTensor, Gpu};
+use crate::engine::device::MemCategory;
+use crate::engine::tensor::DType;
+use crate::error::{Error, Result};
+
+/// A parameter on the GPU; `g == None` is the set-to-none state, as on the CPU.
+pub struct GParam {
+    pub name: String,
+    pub w: DBuf,
+    pub g: Option<DBuf>,
+    pub decay: bool,
+}
+
+impl GParam {
+    /// The gradient buffer (zeroed when new) and whether a GEMM must accumulate into it.
+    pub(crate) fn slot(&mut self, gpu: &Gpu) -> Result<(&mut DBuf, bool)> {
+        let acc = self.g.is_some();
+        let g = match &mut self.g {
+            Some(g) => g,
+            slot @ None => slot.insert(gpu.zeros(self.w.len(), MemCategory::Grads)?),
+        };
+        Ok((g, acc))
+    }
+}
+
+/// Per-pass flags, as the CPU backend's `Ctx`. `half` is AMP's storage type (bf16 or
+/// fp16): activations, activation gradients and what layers keep for backward are
+/// stored in it, GEMMs take it as operands and accumulate in f32, everything else
+/// computes in f32 between a widen and a narrow, as the CPU backend's AMP does.
+#[derive(Clone, Copy, Debug)]
+pub struct Pass {
+    pub train: bool,
+    pub save: bool,
+    pub recompute: bool,
+    pub half: Option<DType>,
+}
+
+impl Pass {
+    /// The GEMM operand type of this pass.
+    pub fn gemm_dt(&self) -> DType {
+        self.half.unwrap_or(DType::F32)
+    }
+}
+
+/// How a layer's f32 result leaves it (output, input gradient) or is kept for backward:
+/// in the AMP storage type, else as it is.
+pub(crate) fn store(gpu: &Gpu, t: GTensor, p: Pass) -> Result<GTensor> {
+    match p.half {
+        Some(dt) => gpu.narrow(&t, dt),
+        None => Ok(t),
+    }
+}
+
+/// A GEMM operand in the pass's operand type (rounded to the half grid under AMP, as
+/// autocast casts a matmul's inputs).
+pub(crate) fn operand(gpu: &Gpu, t: &GTensor, p: Pass) -> Result<GTensor> {
+    match p.half {
+        Some(dt) => gpu.narrow(t, dt),
+        None => gpu.widen(t),
+    }
+}
+
+/// A weight as a GEMM operand: under AMP a half copy (workspace; the f32 master weights
+/// stay with the optimizer), else `None` (use the weights themselves).
+pub(crate) fn half_weights(gpu: &Gpu, w: &GParam, p: Pass) -> Result<Option<DBuf>> {
+    let Some(dt) = p.half else { return Ok(None) };
+    let n = w.w.len();
+    let mut h = gpu.alloc(words(n, dt), MemCategory::Workspace)?;
+    gpu.narrow_into(&mut h.s, &w.w.s, n, dt)?;
+    Ok(Some(h))
+}
+
+/// `t` as an f32 buffer a kernel may write: its own when f32 and unshared.
+pub(crate) fn f32_unique(gpu: &Gpu, t: GTensor) -> Result<DBuf> {
+    if t.is_half() {
+        gpu.widen(&t)?.into_unique(gpu)
+    } else {
+        t.into_unique(gpu)
+    }
+}
+
+/// A layer's f32 result buffer: the activation itself, or under AMP a compute temporary
+/// (workspace) that `store` narrows.
+pub(crate) fn out(gpu: &Gpu, n: usize, p: Pass) -> Result<DBuf> {
+    let cat = if p.half.is_some() {
+        MemCategory::Workspace
+    } else {
+        MemCategory::Activations
+    };
+    gpu.alloc(n, cat)
+}
+
+pub(crate) fn shape_err(op: &'static str, msg: String) -> Error {
+    Error::Shape { op, msg }
+}
+
+pub(crate) fn missing(layer: &str) -> Error {
+    Error::Runtime(format!(
+        "{layer}: backward called without a saved forward (GPU)"
+    ))
+}

@@ -1,0 +1,445 @@
+//! The NVML path end to end on the stand-ins: `tune probe`'s NVML inventory, and `tune
+//! watch` of DP and DDP jobs (`tune train --device cuda`) over 2 stand-in GPUs, whose
+//! NVML figures come from what the driver stand-in's devices really did
+//! (tests/standin/nvml.cpp, activity.h), with throttling and a foreign process scripted
+//! through `TUNE_NVML_STANDIN_SCRIPT`.
+//!
+//! Needs `TUNE_CUDA_STANDIN=1` (the scripted faults exist only on the stand-in); skips with
+//! the reason otherwise, and fails instead under `TUNE_REQUIRE_NVML=1` (set by `.ci/run`).
+//! Every figure printed here is the stand-in's, never a GPU's.
+
+#[path = "common/standin.rs"]
+mod standin;
+#[path = "common/tmux.rs"]
+mod tmux;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const TUNE: &str = env!("CARGO_BIN_EXE_tune");
+
+/// A test's own activity folder and script, so no other test's processes show in its
+/// NVML figures.
+struct Bench {
+    dir: tempfile::TempDir,
+}
+
+impl Bench {
+    fn act(&self) -> PathBuf {
+        self.dir.path().join("activity")
+    }
+    fn script(&self) -> PathBuf {
+        self.dir.path().join("nvml-script")
+    }
+    fn write_script(&self, text: &str) {
+        std::fs::write(self.script(), text).unwrap();
+    }
+    /// `tune <args>` on 2 stand-in GPUs, publishing to and reading from this bench.
+    fn tune(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(TUNE);
+        c.args(args)
+            .env("TUNE_CUDA_STANDIN_DEVICES", "2")
+            .env(standin::ACTIVITY_ENV, self.act())
+            .env("TUNE_NVML_STANDIN_SCRIPT", self.script())
+            .env("TUNE_CACHE_DIR", cache())
+            .env_remove("TUNE_NCCL_REEXEC");
+        c
+    }
+}
+
+fn bench(test: &str) -> Option<Bench> {
+    let why = match standin::activate() {
+        Ok(true) => {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(dir.path().join("activity")).unwrap();
+            eprintln!("{test}: [CPU stand-in, not a GPU] NVML and CUDA stand-ins");
+            return Some(Bench { dir });
+        }
+        Ok(false) => "TUNE_CUDA_STANDIN is not 1 (these tests script the NVML stand-in)".into(),
+        Err(e) => e,
+    };
+    if std::env::var("TUNE_REQUIRE_NVML").as_deref() == Ok("1") {
+        panic!("{test}: TUNE_REQUIRE_NVML=1 but {why}");
+    }
+    eprintln!("skipping {test}: {why}");
+    None
+}
+
+/// One cache for every run, so NVRTC compiles the kernels once.
+fn cache() -> PathBuf {
+    let d = std::env::var_os("TUNE_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("tune-gpu-nvml-cache"));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The training job a watch follows: long enough for a hundred samples at 100 ms. Two
+/// rows per device and AdamW, so that DP's device 0 (the optimizer over every parameter,
+/// the loss, the gathers) does a visible share more than the replica.
+fn job(parallel: &str) -> Vec<String> {
+    [
+        TUNE,
+        "train",
+        "--device",
+        "cuda",
+        "--parallel",
+        parallel,
+        "--devices",
+        "2",
+        "--model",
+        "mlp",
+        "--dataset",
+        "synthetic",
+        "--steps",
+        "30",
+        "--warmup",
+        "1",
+        "--batch-size",
+        "4",
+        "--optimizer",
+        "adamw",
+        "--threads",
+        "2",
+        "--no-eval",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn watch(b: &Bench, out: &Path, parallel: &str) -> serde_json::Value {
+    let mut args: Vec<String> = ["watch", "--interval", "100", "--out"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(out.display().to_string());
+    args.push("--".into());
+    args.extend(job(parallel));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = b.tune(&args).output().unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn gpu<'a>(r: &'a serde_json::Value, i: u64) -> &'a serde_json::Value {
+    r["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["source"] == "gpu" && d["index"] == i)
+        .unwrap_or_else(|| panic!("no gpu{i} in {}", r["devices"]))
+}
+
+fn stat(d: &serde_json::Value, metric: &str, what: &str) -> f64 {
+    d["metrics"][metric][what]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no {metric}.{what} in {d}"))
+}
+
+fn findings<'a>(r: &'a serde_json::Value, kind: &str) -> Vec<&'a serde_json::Value> {
+    r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .collect()
+}
+
+/// Per GPU, the processes NVML listed on it.
+fn gpu_pids(r: &serde_json::Value, i: u64) -> Vec<u64> {
+    r["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["source"] == "gpu_process" && d["index"] == i)
+        .filter_map(|d| d["pid"].as_u64())
+        .collect()
+}
+
+#[test]
+fn probe_lists_the_standin_gpus_through_nvml() {
+    let Some(b) = bench("probe_lists_the_standin_gpus_through_nvml") else {
+        return;
+    };
+    b.write_script("");
+    let o = b.tune(&["probe", "--json"]).output().unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let gpus = v["gpus"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(gpus.len(), 2, "{v}");
+    for (i, g) in gpus.iter().enumerate() {
+        assert_eq!(g["index"], i as u64);
+        assert_eq!(
+            g["name"],
+            standin::DEVICE_NAME,
+            "labelled as the stand-in's"
+        );
+        assert!(
+            g["driver_version"].as_str().unwrap().contains("stand-in"),
+            "{g}"
+        );
+        // The driver stand-in's UUID bytes end in the ordinal.
+        assert!(
+            g["uuid"].as_str().unwrap().ends_with(&format!("{i:02x}")),
+            "{g}"
+        );
+        assert_eq!(g["cuda_driver_version"], "13.0");
+        assert_eq!(g["compute_capability"], serde_json::json!([9, 0]));
+        assert_eq!(g["peer_access"][(1 - i).to_string()], "ok", "{g}");
+        assert_eq!(g["memory_total_bytes"], 80u64 << 30);
+    }
+    assert!(v["gpu_notice"].is_null(), "{v}");
+    let o = b.tune(&["probe"]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains(standin::DEVICE_NAME), "{text}");
+}
+
+/// DP's device 0 does the loss, the gathers and the optimizer: NVML (fed by the driver
+/// stand-in's busy time and allocations) must show it busier and holding more memory. An
+/// imbalance finding, where the gap reaches the rule's thresholds, names gpu0 and DP's
+/// cause (on the stand-in mlp's gap is about 15 points and 15 MiB, under the 20-point and
+/// 256 MiB thresholds, so it does not fire: see docs/gpu.md). A thermal throttle scripted
+/// on gpu1 must be flagged with its reason; no process shares a GPU.
+#[test]
+fn watch_of_a_dp_job_shows_device_0_busier_and_the_scripted_throttle() {
+    let test = "watch_of_a_dp_job_shows_device_0_busier_and_the_scripted_throttle";
+    let Some(b) = bench(test) else { return };
+    b.write_script(
+        "gpu 1 throttle hw_thermal_slowdown\ngpu 1 temp_c 91\ngpu 1 sm_clock_mhz 1200\n",
+    );
+    let out = b.dir.path().join("dp");
+    let r = watch(&b, &out, "dp");
+    let (g0, g1) = (gpu(&r, 0), gpu(&r, 1));
+    let (u0, u1) = (
+        stat(g0, "util_gpu_pct", "mean"),
+        stat(g1, "util_gpu_pct", "mean"),
+    );
+    let (m0, m1) = (
+        stat(g0, "mem_used_bytes", "max"),
+        stat(g1, "mem_used_bytes", "max"),
+    );
+    eprintln!(
+        "{test}: [CPU stand-in, not a GPU] DP util mean gpu0 {u0:.1}% gpu1 {u1:.1}%, memory peak gpu0 {m0} B gpu1 {m1} B"
+    );
+    assert!(m0 > 0.0 && m1 > 0.0, "both devices hold the job's memory");
+    assert!(m0 > m1, "DP's device 0 holds more: {m0} vs {m1}");
+    assert!(u0 > u1, "DP's device 0 is busier: {u0} vs {u1}");
+    let imb = findings(&r, "imbalance");
+    eprintln!("{test}: imbalance findings: {imb:?}");
+    for f in imb {
+        assert_eq!(f["device"], "gpu0", "{f}");
+        assert!(f["hint"].as_str().unwrap().contains("DataParallel"), "{f}");
+    }
+    let thr = findings(&r, "throttling");
+    assert_eq!(thr.len(), 1, "{}", r["findings"]);
+    assert_eq!(thr[0]["device"], "gpu1");
+    let ev = thr[0]["evidence"].as_str().unwrap();
+    assert!(
+        ev.contains("hw_thermal_slowdown") && ev.contains("91 C"),
+        "{ev}"
+    );
+    assert!(findings(&r, "shared_gpu").is_empty(), "{}", r["findings"]);
+    // The job's process is on both GPUs in NVML's process table, with its memory.
+    let pid = r["target"]["pid"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{}", r["target"]));
+    for i in 0..2 {
+        assert!(
+            gpu_pids(&r, i).contains(&pid),
+            "pid {pid} on gpu{i}: {}",
+            r["devices"]
+        );
+    }
+    assert!(r["gpus"].as_array().unwrap().len() == 2, "{}", r["gpus"]);
+}
+
+/// DDP's ranks do the same work: no imbalance. A foreign process scripted on gpu0 (a real
+/// process, not in the watched tree) must be flagged as sharing the GPU; no throttle is
+/// scripted, so none is flagged.
+#[test]
+fn watch_of_a_ddp_job_is_balanced_and_flags_a_foreign_process() {
+    let test = "watch_of_a_ddp_job_is_balanced_and_flags_a_foreign_process";
+    let Some(b) = bench(test) else { return };
+    let mut other = Command::new("sleep").arg("300").spawn().unwrap();
+    b.write_script(&format!("gpu 0 process {} 104857600 0\n", other.id()));
+    let out = b.dir.path().join("ddp");
+    let r = watch(&b, &out, "ddp");
+    let _ = other.kill();
+    let _ = other.wait();
+    let (g0, g1) = (gpu(&r, 0), gpu(&r, 1));
+    let (u0, u1) = (
+        stat(g0, "util_gpu_pct", "mean"),
+        stat(g1, "util_gpu_pct", "mean"),
+    );
+    eprintln!("{test}: [CPU stand-in, not a GPU] DDP util mean gpu0 {u0:.1}% gpu1 {u1:.1}%");
+    assert!(u0 > 0.0 && u1 > 0.0, "both ranks worked: {u0} {u1}");
+    assert!(findings(&r, "imbalance").is_empty(), "{}", r["findings"]);
+    assert!(findings(&r, "throttling").is_empty(), "{}", r["findings"]);
+    let shared = findings(&r, "shared_gpu");
+    assert_eq!(shared.len(), 1, "{}", r["findings"]);
+    assert_eq!(shared[0]["device"], "gpu0");
+    let ev = shared[0]["evidence"].as_str().unwrap();
+    assert!(ev.contains(&format!("pid {} 100 MiB", other.id())), "{ev}");
+}
+
+/// `tune watch --tui` of a DP job: the per-process table's GPU columns are filled from
+/// NVML's process list (the job's GPU memory and SM share), not "-".
+#[test]
+fn watch_tui_fills_the_gpu_columns_of_the_process_table() {
+    let test = "watch_tui_fills_the_gpu_columns_of_the_process_table";
+    let Some(b) = bench(test) else { return };
+    if !tmux::have_tmux() {
+        return;
+    }
+    b.write_script("");
+    let out = b.dir.path().join("tui");
+    let env = format!(
+        "export TUNE_CUDA_STANDIN_DEVICES=2 {}={} TUNE_NVML_STANDIN_SCRIPT={} TUNE_CACHE_DIR={} {}={}\nunset TUNE_NCCL_REEXEC",
+        standin::ACTIVITY_ENV,
+        b.act().display(),
+        b.script().display(),
+        cache().display(),
+        tune_probes::culibs::LIB_DIRS_ENV,
+        std::env::var(tune_probes::culibs::LIB_DIRS_ENV).unwrap_or_default(),
+    );
+    let cmd = format!(
+        "{TUNE} watch --tui --out {} -- {}",
+        out.display(),
+        job("dp")[1..]
+            .iter()
+            .fold(TUNE.to_string(), |a, w| a + " " + w)
+    );
+    let script = tmux::script(b.dir.path(), &env, "BEFORE-WATCH", &cmd);
+    let t = tmux::Tmux::start(b.dir.path(), &script, 120, 40);
+    // The job's row: `tune train ...` with GPU MEM and GPU% filled.
+    let row_of = |s: &str| -> Option<String> {
+        s.lines()
+            .find(|l| l.contains(" train --device cuda"))
+            .map(str::to_owned)
+    };
+    let s = t.wait("the job's row with GPU figures", 90, |s| {
+        row_of(s).is_some_and(|r| {
+            let w: Vec<&str> = r.trim_end_matches('│').split_whitespace().collect();
+            r.matches("iB").count() >= 2 && w.last().is_some_and(|u| u.parse::<f64>().is_ok())
+        })
+    });
+    eprintln!(
+        "{test}: [CPU stand-in, not a GPU] {}",
+        row_of(&s).unwrap_or_default().trim()
+    );
+    tmux::assert_restored(
+        &t,
+        b.dir.path(),
+        "EXIT=0",
+        "BEFORE-WATCH",
+        "q stop · P cpu",
+        120,
+    );
+}
+
+/// The mean of `metric` on `device` over the samples inside `[start, end]`.
+fn mean_in(r: &serde_json::Value, device: &str, metric: &str, start: f64, end: f64) -> Option<f64> {
+    let v: Vec<f64> = r["timeline"]
+        .as_array()?
+        .iter()
+        .filter(|s| s["device"] == device && s["metric"] == metric)
+        .filter(|s| s["t_s"].as_f64().is_some_and(|t| t >= start && t <= end))
+        .filter_map(|s| s["value"].as_f64())
+        .collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// `tune sweep experiments/dp-vs-ddp.toml --device cuda` over 2 stand-in GPUs, its
+/// workload shrunk to mlp for a few steps (the stand-in runs every kernel on the CPU; the
+/// knobs are the experiment's): the report's timeline holds NVML's per-GPU utilisation and
+/// memory, report.html charts them per GPU, and over the DP trial NVML shows gpu0 busier
+/// than gpu1, as the engine's own per-device figures do.
+#[test]
+fn sweep_dp_vs_ddp_on_cuda_has_per_gpu_nvml_timelines() {
+    let test = "sweep_dp_vs_ddp_on_cuda_has_per_gpu_nvml_timelines";
+    let Some(b) = bench(test) else { return };
+    b.write_script("");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("experiments/dp-vs-ddp.toml")).unwrap();
+    let mut spec: toml::Table = toml::from_str(&text).unwrap();
+    let w = spec["workload"].as_table_mut().unwrap();
+    for (k, v) in [
+        ("model", toml::Value::from("mlp")),
+        ("dataset", toml::Value::from("synthetic")),
+        ("steps", toml::Value::from(30)),
+        ("warmup", toml::Value::from(2)),
+    ] {
+        w.insert(k.into(), v);
+    }
+    let path = b.dir.path().join("dp-vs-ddp.toml");
+    std::fs::write(&path, toml::to_string(&spec).unwrap()).unwrap();
+    let out = b.dir.path().join("sweep");
+    let o = b
+        .tune(&["sweep", path.to_str().unwrap(), "--device", "cuda", "--out"])
+        .arg(&out)
+        .env("TUNE_SAMPLE_MS", "100")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    for i in 0..2 {
+        for m in ["util_gpu_pct", "mem_used_bytes"] {
+            assert!(
+                mean_in(&r, &format!("gpu:{i}"), m, 0.0, f64::MAX).is_some(),
+                "no {m} for gpu:{i} in the timeline"
+            );
+        }
+    }
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for i in 0..2 {
+        for what in ["utilization", "memory used"] {
+            assert!(
+                html.contains(&format!("gpu:{i} {what}")),
+                "report.html charts gpu:{i} {what}"
+            );
+        }
+    }
+    let spans = r["trial_spans"].as_array().unwrap();
+    let mut dp_seen = 0;
+    for s in spans {
+        let label = s["label"].as_str().unwrap();
+        let (a, z) = (s["start_s"].as_f64().unwrap(), s["end_s"].as_f64().unwrap());
+        let u0 = mean_in(&r, "gpu:0", "util_gpu_pct", a, z);
+        let u1 = mean_in(&r, "gpu:1", "util_gpu_pct", a, z);
+        eprintln!("{test}: [CPU stand-in, not a GPU] {label}: NVML util gpu0 {u0:?} gpu1 {u1:?}");
+        if label.contains("parallel=dp") && label.contains("devices=2") {
+            let (u0, u1) = (u0.unwrap(), u1.unwrap());
+            assert!(u0 > u1, "{label}: DP's gpu0 busier in NVML: {u0} vs {u1}");
+            dp_seen += 1;
+        }
+    }
+    assert!(dp_seen > 0, "a DP trial on 2 GPUs ran: {spans:?}");
+    let recs: Vec<&serde_json::Value> = r["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["rule"] == "dp_imbalance")
+        .collect();
+    eprintln!("{test}: dp_imbalance recommendations: {recs:?}");
+    assert!(
+        !recs.is_empty(),
+        "the DP imbalance is recommended away: {}",
+        r["recommendations"]
+    );
+    assert!(recs[0]["tune_flag"]
+        .as_str()
+        .unwrap()
+        .contains("--parallel ddp"));
+}
