@@ -563,6 +563,20 @@ knob_table! {
         CPU_CUDA,
         Torch::Line("model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)");
 
+        /// Compute threads of a PyTorch script (torch.set_num_threads); 0 keeps the
+        /// script's own.
+        num_threads: usize = 0,
+        Values::Count(&Bound {
+            min: 0,
+            max: 4096,
+            why: "threads beyond the cores only contend for them",
+        }),
+        // The hooks set it in a script. The engine takes its threads from the workload
+        // (`threads` under [workload], `tune train --threads`), so a non-default value is
+        // "not applicable" there; named after PyTorch's call to stay apart from that flag.
+        PYTHON_ONLY,
+        Torch::Line("torch.set_num_threads({value})");
+
         /// Keep DataLoader worker processes alive between epochs (needs num_workers > 0).
         persistent_workers: bool = false,
         Values::Switch,

@@ -75,19 +75,23 @@ fn each_injected_knob_is_what_the_script_observes() {
     assert!(records.len() >= 6, "{records:?}");
     let mut seen_values = std::collections::BTreeSet::new();
     for rec in &records {
-        let k = &rec["knobs"];
+        let mut k = rec["knobs"].clone();
         let s = &rec["seen"];
-        // Every trial gets every named knob, the baseline's values included.
-        for name in [
-            "amp",
-            "channels_last",
-            "persistent_workers",
-            "prefetch_factor",
-            "autotune",
+        // A knob at the baseline's value is not injected: the script runs as written
+        // (here its own values are PyTorch's defaults, which are the baseline's).
+        for (name, default) in [
+            ("amp", serde_json::json!("off")),
+            ("channels_last", serde_json::json!(false)),
+            ("persistent_workers", serde_json::json!(false)),
+            ("prefetch_factor", serde_json::json!(2)),
+            ("autotune", serde_json::json!(false)),
         ] {
-            assert!(!k[name].is_null(), "{name} not injected: {rec}");
+            if k[name].is_null() {
+                k[name] = default;
+            }
             seen_values.insert(format!("{name}={}", k[name]));
         }
+        let k = &k;
         match k["amp"].as_str().unwrap() {
             "off" => {
                 assert_eq!(s["autocast"], false, "{rec}");
@@ -152,52 +156,84 @@ fn each_injected_knob_is_what_the_script_observes() {
 }
 
 #[test]
-fn knobs_the_script_sets_itself_are_reported_and_overruled() {
+fn knobs_the_script_sets_itself_are_its_baseline_and_overrides_are_said() {
     let _serial = support::serial();
-    let Some(py) = support::python("knobs_the_script_sets_itself_are_reported_and_overruled")
+    let Some(py) =
+        support::python("knobs_the_script_sets_itself_are_its_baseline_and_overrides_are_said")
     else {
         return;
     };
     let d = tempfile::tempdir().unwrap();
     // --own: the script passes prefetch_factor=3 and persistent_workers=True to its
     // DataLoader, sets cudnn.benchmark, converts its model and batches to channels_last
-    // and runs its forward under its own bf16 autocast. The sweep's baseline says
-    // otherwise for each.
+    // and runs its forward under its own bf16 autocast.
     let (r, records) = sweep(
         &py,
         d.path(),
         "--workers 1 --own",
-        "amp = [\"off\", \"fp16\"]\nchannels_last = [false]\npersistent_workers = [false]\n\
-         prefetch_factor = [2]\nautotune = [false]",
+        "amp = [\"off\", \"fp16\"]\nprefetch_factor = [2, 4]\npersistent_workers = [false, true]",
     );
     let trials = r["trials"].as_array().unwrap();
     let base = trials.iter().find(|t| t["label"] == "baseline").unwrap();
-    let na = &base["not_applicable"];
-    for knob in [
-        "amp",
-        "channels_last",
-        "persistent_workers",
-        "prefetch_factor",
-        "autotune",
-    ] {
-        assert!(
-            na[knob].as_str().unwrap_or("").contains("explicitly"),
-            "{knob}: {base}"
-        );
-    }
-    // And tune's values are the ones that ran.
-    let rec = records.iter().find(|x| x["knobs"]["amp"] == "off").unwrap();
-    assert_eq!(rec["seen"]["autocast"], false, "{rec}");
-    assert_eq!(rec["seen"]["weight_nhwc"], false, "{rec}");
-    assert_eq!(rec["seen"]["input_nhwc"], false, "{rec}");
-    assert_eq!(rec["loader"]["prefetch_factor"], 2, "{rec}");
-    assert_eq!(rec["loader"]["persistent_workers"], false, "{rec}");
-    assert_eq!(rec["cudnn_benchmark"], false, "{rec}");
-    // The script's bf16 autocast became tune's fp16 in the fp16 trial.
+    // The baseline is the script as written: nothing forced, nothing overridden, and what
+    // the script does by itself is read.
+    assert!(
+        base["overrides"].as_object().is_none_or(|o| o.is_empty()),
+        "{base}"
+    );
+    assert!(
+        base["not_applicable"]
+            .as_object()
+            .is_none_or(|o| o.is_empty()),
+        "{base}"
+    );
+    assert_eq!(base["script_knobs"]["persistent_workers"], "true", "{base}");
+    assert_eq!(base["script_knobs"]["prefetch_factor"], "3", "{base}");
+    let rec = records
+        .iter()
+        .find(|x| x["knobs"] == serde_json::json!({}))
+        .unwrap();
+    assert_eq!(rec["seen"]["autocast_dtype"], "bfloat16", "{rec}");
+    assert_eq!(rec["loader"]["prefetch_factor"], 3, "{rec}");
+    // A trial's value that differs from the script's replaces it, and is said as an
+    // override (applied), never as "not applicable".
+    let fp16 = trials.iter().find(|t| t["knobs"]["amp"] == "fp16").unwrap();
+    assert!(
+        fp16["overrides"]["amp"]
+            .as_str()
+            .unwrap_or("")
+            .contains("your script sets"),
+        "{fp16}"
+    );
+    assert!(fp16["not_applicable"]["amp"].is_null(), "{fp16}");
     let rec = records
         .iter()
         .find(|x| x["knobs"]["amp"] == "fp16")
         .unwrap();
     assert_eq!(rec["seen"]["autocast_dtype"], "float16", "{rec}");
     assert_eq!(rec["seen"]["loss_grad"], 65536.0, "{rec}");
+    let pf = trials
+        .iter()
+        .find(|t| t["knobs"]["prefetch_factor"] == 4)
+        .unwrap();
+    assert!(
+        pf["overrides"]["prefetch_factor"]
+            .as_str()
+            .unwrap_or("")
+            .contains("tune applied 4"),
+        "{pf}"
+    );
+    let rec = records
+        .iter()
+        .find(|x| x["knobs"]["prefetch_factor"] == 4)
+        .unwrap();
+    assert_eq!(rec["loader"]["prefetch_factor"], 4, "{rec}");
+    // persistent_workers=true is what the script already does: never recommended.
+    let recs = r["recommendations"].as_array().unwrap();
+    assert!(
+        !recs
+            .iter()
+            .any(|x| x["change"]["persistent_workers"] == "true"),
+        "{recs:?}"
+    );
 }

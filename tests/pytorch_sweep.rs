@@ -144,13 +144,16 @@ fn python_sweep_injects_knobs_recommends_the_winner_and_confirms() {
         wait(base) > 0.05 && wait(w2) < wait(base) / 2.0,
         "{base}\n{w2}"
     );
+    // The script passes num_workers=0 itself: the trial's 2 is applied and said as an
+    // override, never as "not applicable".
     assert!(
-        w2["not_applicable"]["num_workers"]
+        w2["overrides"]["num_workers"]
             .as_str()
             .unwrap_or("")
-            .contains("explicitly"),
+            .contains("your script sets num_workers=0"),
         "{w2}"
     );
+    assert!(w2["not_applicable"]["num_workers"].is_null(), "{w2}");
     let recs = r["recommendations"].as_array().unwrap();
     let rec = recs
         .iter()

@@ -1,7 +1,7 @@
 //! The advisor's part of a report: the report model summarised by `results::build`, judged
 //! by the rules (recommendations), the confirmation trial's verdict and the drift note.
 
-use super::{advise, confirm, fmt_ratio, Ctx};
+use super::{advise, confirm, fmt_ratio, screen, Ctx};
 use crate::results::build;
 use crate::results::model::Report;
 use crate::results::record::TrialRecord;
@@ -13,7 +13,13 @@ pub fn build_report(spec: &Spec, records: &[TrialRecord]) -> Report {
         mut report,
         confirmations,
     } = build::build(spec, records);
-    report.recommendations = advise(&report);
+    let (recs, cannot) = screen::screen(&report, advise(&report));
+    report.recommendations = recs;
+    for note in cannot.into_iter().chain(screen::sweep_notes(&report)) {
+        if !report.notes.contains(&note) {
+            report.notes.push(note);
+        }
+    }
     report.confirmation = confirm::evaluate(&report, |knobs| confirmations.trial(knobs));
     if let Some(note) = drift_note(&report) {
         report.notes.push(note);

@@ -79,7 +79,17 @@ pub fn evaluate(
     let label = knobs.diff_label(&report.spec.search.baseline);
     let trial = measured(&knobs);
     let baseline_rerun = measured(&report.spec.search.baseline);
-    let pred = predicted.map_or("–".into(), |p| fmt_ratio(&p));
+    // One change: its own measured ratio. Several: the product of their single ratios,
+    // which holds only if their effects multiply; said as that, never as a forecast.
+    let pred = match (predicted, rules.len()) {
+        (None, _) => "–".to_string(),
+        (Some(p), 0 | 1) => fmt_ratio(&p),
+        (Some(p), _) => format!(
+            "{} (the product of the single changes' ratios: an assumption that their effects \
+             multiply, not a forecast)",
+            fmt_ratio(&p)
+        ),
+    };
     let against = if baseline_rerun.is_some() {
         "the baseline re-run beside it"
     } else {

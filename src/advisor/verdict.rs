@@ -57,8 +57,9 @@ impl RecVerdict {
         s
     }
 
+    /// Unconfirmed or withdrawn: the change does not stand.
     pub fn unconfirmed(&self) -> bool {
-        self.confidence == UNCONFIRMED
+        self.confidence == UNCONFIRMED || self.confidence == super::drift::WITHDRAWN
     }
 }
 
@@ -249,27 +250,45 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
         .iter()
         .enumerate()
         .map(|(i, rec)| {
+            if let (Some(why), Some(g)) = (super::drift::withdrawn(r, rec), rec.expected_gain) {
+                return RecVerdict {
+                    confidence: super::drift::WITHDRAWN.into(),
+                    gain: format!("measured {} before the drift check", fmt_ratio(&g)),
+                    confirmation: Some(why),
+                };
+            }
             let in_confirmation = c.filter(|_| combined.contains(&i));
             let failed = in_confirmation
                 .is_some_and(|c| matches!(c.verdict.as_str(), "not_confirmed" | "failed"));
             let gain = match rec.expected_gain {
                 Some(g) if failed => format!("predicted {}", fmt_ratio(&g)),
-                Some(g) => format!("expect {}", fmt_ratio(&g)),
+                Some(g) => match super::drift::against_rerun(r, rec) {
+                    // The first run's figure includes any drift: both are shown.
+                    Some(x) => format!(
+                        "expect {} ({} against the baseline's re-run after the sweep)",
+                        fmt_ratio(&g),
+                        fmt_ratio(&x)
+                    ),
+                    None => format!("expect {}", fmt_ratio(&g)),
+                },
                 None => "gain not measured".into(),
             };
             let confirmation = in_confirmation.map(|c| {
                 let what = match c.verdict.as_str() {
                     "matches" | "better" => "confirmed",
-                    "worse" => "partly confirmed",
+                    "worse" => "downgraded to low: the confirmation measured less than predicted",
                     "not_confirmed" => "not confirmed",
                     "failed" => "confirmation failed",
                     _ => "not yet confirmed",
                 };
                 format!("{what}: {}", c.summary)
             });
+            let worse = in_confirmation.is_some_and(|c| c.verdict == "worse");
             RecVerdict {
                 confidence: if failed {
                     UNCONFIRMED.into()
+                } else if worse && rec.confidence != "low" {
+                    "low".into()
                 } else {
                     rec.confidence.clone()
                 },
@@ -297,6 +316,21 @@ fn empty_reasons(r: &Report, wins: &[&TrialReport], recs: &[RecVerdict]) -> Vec<
             .confirmation
             .as_ref()
             .map_or(String::new(), |c| format!(": {}", c.summary));
+        let withdrawn = changes
+            .iter()
+            .filter(|&&i| recs[i].confidence == super::drift::WITHDRAWN)
+            .count();
+        if withdrawn > 0 {
+            out.push(format!(
+                "Withdrawn: {withdrawn} measured change{} did not beat the baseline when it was \
+                 re-run after the sweep: the machine's speed drifted, and the effect does not \
+                 clear it.",
+                if withdrawn == 1 { "" } else { "s" }
+            ));
+            if withdrawn == changes.len() {
+                return out;
+            }
+        }
         out.push(format!(
             "Not confirmed: the {} recommended change{} did not hold up when measured again \
              beside the baseline{summary}.",

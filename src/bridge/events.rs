@@ -31,6 +31,10 @@ pub struct Step {
     /// torchrun's `RANK` of the process that took the step; none outside torchrun.
     #[serde(default)]
     pub rank: Option<u32>,
+    /// Backward calls in the step: more than one is gradient accumulation (`batch` then
+    /// sums every micro-batch).
+    #[serde(default)]
+    pub backwards: u32,
 }
 
 /// Bounds of a step's figures, seconds. Outside them a figure is no measurement (a
@@ -81,6 +85,9 @@ pub struct Events {
     pub overrides: Vec<Override>,
     /// Knobs that could not act in this job, with the reason (one per knob).
     pub not_applicable: BTreeMap<String, String>,
+    /// What the script itself does for a knob (its own argument or PyTorch's default), in
+    /// the knob's spelling.
+    pub script_knobs: BTreeMap<String, String>,
     /// What the hooks said at run time (also printed on the job's stderr).
     pub notices: Vec<String>,
     /// Hook failures the module reported (the script ran on without hooks).
@@ -128,6 +135,10 @@ enum Line {
         warmup: usize,
     },
     WindowFull(WindowFull),
+    ScriptKnob {
+        knob: String,
+        value: serde_json::Value,
+    },
 }
 
 impl Events {
@@ -161,6 +172,13 @@ impl Events {
             }
             Ok(Line::WindowFull(w)) if self.rank_zero(line) => self.window_full = Some(w),
             Ok(Line::Window { .. } | Line::WindowFull(_)) => {}
+            Ok(Line::ScriptKnob { knob, value }) => {
+                let text = match value {
+                    serde_json::Value::String(s) => s,
+                    v => v.to_string(),
+                };
+                self.script_knobs.entry(knob).or_insert(text);
+            }
             _ => self.malformed += 1,
         }
     }
@@ -260,14 +278,26 @@ fn summarize(steps: &[Step]) -> Option<StepSummary> {
     .into_iter()
     .map(|(k, v)| (k.to_string(), share(v)))
     .collect();
-    let samples: u64 = s.iter().map(|x| x.batch).sum();
     let durs: Vec<f64> = s.iter().map(|x| x.dur).collect();
+    let batches: Vec<f64> = s
+        .iter()
+        .filter(|x| x.batch > 0)
+        .map(|x| x.batch as f64)
+        .collect();
+    let step = median(&durs);
+    // One definition of throughput, the sweep's: the median batch over the median step
+    // (a mean let a few slow steps, or a warm cache, move it away from the median shown
+    // beside it).
+    let samples_per_s = (!batches.is_empty() && step > 0.0).then(|| median(&batches) / step);
+    let accum: Vec<f64> = s.iter().map(|x| f64::from(x.backwards)).collect();
     Some(StepSummary {
         torch: None,
         steps: steps.len(),
         steady_steps: s.len(),
-        median_step_ms: median(&durs) * 1e3,
-        samples_per_s: (samples > 0).then(|| samples as f64 / total),
+        median_step_ms: step * 1e3,
+        steps_per_s: (step > 0.0).then(|| 1.0 / step),
+        backwards_per_step: (accum.iter().any(|b| *b > 0.0)).then(|| median(&accum)),
+        samples_per_s,
         phase_share,
         overrides: Vec::new(),
         not_applicable: BTreeMap::new(),
@@ -284,8 +314,15 @@ pub struct StepSummary {
     pub steps: usize,
     pub steady_steps: usize,
     pub median_step_ms: f64,
-    /// Samples (the batch's first dimension) per second of step time.
+    /// Samples (the batch's first dimension) per second: the median samples of a step
+    /// over the median step. None when the hooks saw no batch (then only steps/s).
     pub samples_per_s: Option<f64>,
+    /// Optimizer steps per second (1 / the median step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_per_s: Option<f64>,
+    /// Median backward calls per optimizer step: above 1 is gradient accumulation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backwards_per_step: Option<f64>,
     /// Share of step time per phase; `forward` is the remainder between the hooks.
     pub phase_share: BTreeMap<String, f64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

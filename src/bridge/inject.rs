@@ -14,9 +14,12 @@ pub fn injected(name: &str) -> bool {
     crate::knobs::knob(name).is_some_and(|k| k.applies.python)
 }
 
-/// The knobs a sweep sets (swept, or moved off the default by its baseline), as the
-/// module's JSON. Every trial, the baseline included, gets the same set, so a script's
-/// own value never silently stands in for the baseline's.
+/// The knobs a trial sets, as the module's JSON: a knob the spec's baseline moved off
+/// the default, in every trial; a swept knob only where the trial's value differs from
+/// the baseline's. Elsewhere the script keeps its own behaviour, so the baseline is the
+/// script as its user runs it (PyTorch >= 2.0's bare `zero_grad()` clears to None; a
+/// forced memset would make the baseline a script nobody runs), and the hooks report
+/// what the script does by itself (`script_knobs`).
 pub fn knob_values(spec: &Spec, knobs: &Knobs) -> Map<String, Value> {
     let mut m = Map::new();
     let def = Knobs::default();
@@ -25,8 +28,10 @@ pub fn knob_values(spec: &Spec, knobs: &Knobs) -> Map<String, Value> {
         return m;
     };
     for (name, v) in all {
-        let named = spec.knobs.iter().any(|(k, _)| *k == name)
-            || spec.search.baseline.get(&name) != def.get(&name);
+        let base = spec.search.baseline.get(&name);
+        let moved = base != def.get(&name);
+        let swept = spec.knobs.iter().any(|(k, _)| *k == name) && knobs.get(&name) != base;
+        let named = moved || swept;
         if injected(&name) && named {
             m.insert(name, v);
         }
@@ -49,6 +54,8 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
     let warmup = events.steps.len() - events.steady().len();
     let mut batches: Vec<f64> = events.steady().iter().map(|s| s.batch as f64).collect();
     batches.retain(|b| *b > 0.0);
+    // No batch seen (no DataLoader, no tensor into the model): a "sample" is a step, and
+    // the report says steps/s.
     let samples_per_step = if batches.is_empty() {
         1.0
     } else {
@@ -56,11 +63,12 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
     };
     let durs: Vec<f64> = events.steady().iter().map(|s| s.dur).collect();
     let mut not_applicable = std::collections::BTreeMap::new();
+    let mut overrides = std::collections::BTreeMap::new();
     for o in &events.overrides {
-        not_applicable.insert(
+        overrides.insert(
             o.knob.clone(),
             format!(
-                "the script sets {}={} explicitly; tune applied {} for this trial",
+                "your script sets {}={}; tune applied {} for this trial",
                 o.knob, o.script, o.applied
             ),
         );
@@ -93,6 +101,8 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
         backend: "pytorch".into(),
         wall_s,
         not_applicable,
+        overrides,
+        script_knobs: events.script_knobs.clone(),
         ..Repeat::default()
     })
 }

@@ -32,7 +32,8 @@ _rank = None
 _knobs = {}
 # PyTorch's own defaults, which are tune's (src/knobs.rs): a knob at its default needs no
 # "not applicable" note when the job cannot use it.
-_DEFAULTS = {"persistent_workers": False, "prefetch_factor": 2, "pin_memory": False}
+_DEFAULTS = {"persistent_workers": False, "prefetch_factor": 2, "pin_memory": False, "num_workers": 0}
+_LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
 # torch.cuda.synchronize at phase boundaries: only on request (TUNE_BRIDGE_SYNC=1), since it
 # removes the overlap of CPU and GPU work that the job has without tune.
 _sync = None
@@ -49,6 +50,9 @@ _state = {
     "optimizers": [],
     "conv_weights": False,
     "cl_undo": False,
+    "loader_batches": 0,
+    "fwd_batch": 0,
+    "backwards": 0,
 }
 
 
@@ -90,6 +94,14 @@ def _override(knob, script_value, applied):
 def _not_applicable(knob, why):
     if _once(("na", knob)):
         _emit({"ev": "not_applicable", "knob": knob, "why": why})
+
+
+def _script_value(knob, value):
+    """What the script itself does for a knob (its own argument, or PyTorch's default when
+    it passes none), once per knob: the report says "your script already does this"
+    rather than recommend it, and the baseline is the script as written."""
+    if os.getpid() == _pid and _once(("script", knob)):
+        _emit({"ev": "script_knob", "knob": knob, "value": value})
 
 
 def _notice(message):
@@ -151,6 +163,7 @@ def _install_dataloader(torch):
         given = dict(sig.bind(self, *args, **kwargs).arguments)
         given.pop(next(iter(sig.parameters)), None)
         extra = given.pop("kwargs", {}) if "kwargs" in sig.parameters else {}
+        _loader_script_values(given)
         for knob in dl_knobs:
             if knob not in _knobs:
                 continue
@@ -160,7 +173,7 @@ def _install_dataloader(torch):
             if knob in given and given[knob] is not None and given[knob] != want:
                 _override(knob, given[knob], want)
             given[knob] = want
-        if not given.get("num_workers"):
+        if not given.get("num_workers") and any(k in _knobs for k in dl_knobs):
             # Valid only with worker processes: this DataLoader loads on the main process.
             for knob in ("prefetch_factor", "persistent_workers"):
                 if knob in _knobs and _knobs[knob] != _DEFAULTS[knob]:
@@ -173,8 +186,17 @@ def _install_dataloader(torch):
         given.update(extra)
         return given
 
-    if any(k in _knobs for k in dl_knobs):
-        dl.DataLoader.__init__ = init
+    def _loader_script_values(given):
+        for knob in dl_knobs:
+            value = given.get(knob)
+            if value is None and knob in sig.parameters:
+                value = sig.parameters[knob].default
+            if isinstance(value, (bool, int)):
+                _script_value(knob, value)
+
+    # Always: the script's own loader settings are read even where no loader knob is
+    # swept (cheap: once per DataLoader, never per batch).
+    dl.DataLoader.__init__ = init
 
     orig_next = dl._BaseDataLoaderIter.__next__
 
@@ -186,7 +208,11 @@ def _install_dataloader(torch):
             batch = orig_next(self)
         finally:
             _add("data_wait", _now() - t)
-        _state["batch"] = _batch_size(batch)
+        if os.getpid() == _pid:
+            # Summed over the step: under gradient accumulation one optimizer step
+            # consumes several batches.
+            _state["batch"] += _batch_size(batch)
+            _state["loader_batches"] += 1
         return batch
 
     dl._BaseDataLoaderIter.__next__ = next_
@@ -226,6 +252,8 @@ def _install_backward(torch):
             if _off or _depth["backward"]:
                 return orig(*args, **kwargs)
             _depth["backward"] += 1
+            if os.getpid() == _pid:
+                _state["backwards"] += 1
             t = _now()
             try:
                 try:
@@ -293,12 +321,30 @@ def _install_copies(torch):
 def _install_optimizer(torch):
     import weakref
 
+    import inspect
+
     opt = torch.optim.Optimizer
     orig_zero = opt.zero_grad
+    try:
+        # PyTorch >= 2.0 clears to None by default: that, not a memset, is what a bare
+        # zero_grad() in the script does.
+        zero_default = inspect.signature(orig_zero).parameters["set_to_none"].default
+        if not isinstance(zero_default, bool):
+            zero_default = None
+    except Exception:
+        zero_default = None
 
     def zero_grad(self, *args, **kwargs):
         if _off:
             return orig_zero(self, *args, **kwargs)
+        try:
+            own = kwargs.get("set_to_none", args[0] if args else None)
+            if own is None:
+                own = zero_default
+            if own is not None:
+                _script_value("zero_grad", "none" if own else "memset")
+        except Exception as e:
+            _fail("Optimizer.zero_grad", e)
         if "zero_grad" in _knobs:
             want = _knobs["zero_grad"] == "none"
             given = kwargs.get("set_to_none", args[0] if args else None)
@@ -432,6 +478,25 @@ def _install_backends(torch):
     torch.set_float32_matmul_precision = set_precision
 
 
+def _install_threads(torch):
+    """num_threads: torch.set_num_threads(n) now, and a script's own call reported and
+    overruled. Without the knob the script's own count is read at its first step."""
+    n = _knobs.get("num_threads")
+    if not n:
+        return
+    orig = torch.set_num_threads
+    orig(int(n))
+
+    def set_num_threads(k):
+        if _off:
+            return orig(k)
+        if int(k) != int(n):
+            _override("num_threads", int(k), int(n))
+        return None
+
+    torch.set_num_threads = set_num_threads
+
+
 def _autocast_dtype(torch, amp):
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
 
@@ -500,8 +565,6 @@ def _install_module_call(torch):
     amp = _knobs.get("amp")
     dtype = _autocast_dtype(torch, amp)
     cl = _knobs.get("channels_last")
-    if dtype is None and cl is None:
-        return
     import weakref
 
     nhwc = torch.channels_last
@@ -558,6 +621,14 @@ def _install_module_call(torch):
             return orig_call(self, *args, **kwargs)
         _tl.inside = True
         try:
+            if not _state["loader_batches"] and self.training and torch.is_grad_enabled():
+                # No DataLoader: the samples are what the training loop feeds its model
+                # (summed over the step, so accumulation counts every micro-batch); a
+                # loss module has no parameters and is not counted again.
+                if next(self.parameters(), None) is not None:
+                    _state["fwd_batch"] += _batch_size(args)
+            if dtype is None and cl is None:
+                return orig_call(self, *args, **kwargs)
             try:
                 args, ctx = prepare(self, args)
             except Exception as e:
@@ -622,6 +693,18 @@ def _first_step_checks():
         )
     if _knobs.get("channels_last") and not _state["conv_weights"]:
         _not_applicable("channels_last", "the model has no 4-D (convolution) weights")
+    if not _state["loader_batches"]:
+        for knob in _LOADER_KNOBS:
+            if knob in _knobs and _knobs[knob] != _DEFAULTS[knob]:
+                _not_applicable(
+                    knob,
+                    "the job takes its batches from no torch DataLoader: there is no loader "
+                    "for this knob to act on",
+                )
+    if "autotune" not in _knobs:
+        _script_value("autotune", bool(torch.backends.cudnn.benchmark))
+    if not _knobs.get("num_threads"):
+        _script_value("num_threads", int(torch.get_num_threads()))
 
 
 def _step_end(t):
@@ -632,6 +715,7 @@ def _step_end(t):
         s["t0"] = t
         for k in _acc:
             _acc[k] = 0.0
+        s["batch"] = s["fwd_batch"] = s["backwards"] = 0
         if os.environ.get("TUNE_BRIDGE_SYNC") == "1" and _torch.cuda.is_initialized():
             _sync = _torch.cuda.synchronize
         _first_step_checks()
@@ -639,7 +723,10 @@ def _step_end(t):
     dur = t - s["t0"]
     s["t0"] = t
     s["step"] += 1
-    ev = {"ev": "step", "step": s["step"], "t": t, "dur": dur, "batch": s["batch"]}
+    # Samples of this optimizer step: the DataLoader's batches, else the model's inputs.
+    batch = s["batch"] if s["loader_batches"] else s["fwd_batch"]
+    ev = {"ev": "step", "step": s["step"], "t": t, "dur": dur, "batch": batch}
+    ev["backwards"] = s["backwards"]
     if _rank is not None:
         ev["rank"] = _rank
     other = dur
@@ -649,6 +736,9 @@ def _step_end(t):
         _acc[k] = 0.0
     # Forward, loss and the script's own Python: everything between the hooks.
     ev["forward"] = max(other, 0.0)
+    s["batch"] = 0
+    s["fwd_batch"] = 0
+    s["backwards"] = 0
     if _window_ended():
         return
     _emit(ev)
@@ -748,6 +838,7 @@ def _install(torch):
     _install_copies(torch)
     _install_optimizer(torch)
     _install_backends(torch)
+    _install_threads(torch)
     _install_autocast(torch)
     _install_module_call(torch)
     _install_dp(torch)

@@ -92,6 +92,11 @@ pub fn render(r: &Report, colour: bool) -> String {
             t.peak_mib().map_or("–".into(), |m| format!("{m:.1}")),
         );
     }
+    for t in &r.trials {
+        for n in markdown::trial_notes(t) {
+            let _ = writeln!(s, "  {}: {}", shown(&t.label), line(&n));
+        }
+    }
     if !story.loaded.is_empty() {
         let _ = writeln!(
             s,

@@ -137,7 +137,16 @@ fn channels_last(k: &Knobs, l: Layout) -> Support {
     )
 }
 
-const PYTHON_ONLY: [Capability; 3] = [
+fn num_threads(k: &Knobs, l: Layout) -> Support {
+    python_only(
+        k,
+        l,
+        "num_threads",
+        "tune's engine takes its threads from the workload (threads under [workload], tune train --threads); this knob is torch.set_num_threads in a PyTorch script",
+    )
+}
+
+const PYTHON_ONLY: [Capability; 4] = [
     Capability {
         knob: "persistent_workers",
         support: persistent_workers,
@@ -149,6 +158,10 @@ const PYTHON_ONLY: [Capability; 3] = [
     Capability {
         knob: "channels_last",
         support: channels_last,
+    },
+    Capability {
+        knob: "num_threads",
+        support: num_threads,
     },
 ];
 
@@ -176,6 +189,7 @@ const CPU: &[Capability] = &[
     PYTHON_ONLY[0],
     PYTHON_ONLY[1],
     PYTHON_ONLY[2],
+    PYTHON_ONLY[3],
 ];
 
 const CUDA: &[Capability] = &[
@@ -190,6 +204,7 @@ const CUDA: &[Capability] = &[
     PYTHON_ONLY[0],
     PYTHON_ONLY[1],
     PYTHON_ONLY[2],
+    PYTHON_ONLY[3],
 ];
 
 /// The backend's table; a knob it does not list is supported.

@@ -178,6 +178,14 @@ pub struct RunSummary {
     /// max/mean over the devices of busy fraction and of peak bytes.
     #[serde(default)]
     pub imbalance: Option<Imbalance>,
+    /// A script's (`[workload.python]`) explicit settings that tune replaced for the
+    /// trial, in words: applied, so never "not applicable".
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub overrides: BTreeMap<String, String>,
+    /// What a script does by itself for a knob (its own argument or PyTorch's default),
+    /// read by the hooks.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub script_knobs: BTreeMap<String, String>,
 }
 
 /// What a step loop measured. Every backend's summary is built from it the same way
@@ -247,6 +255,8 @@ impl RunSummary {
             algorithms: Vec::new(),
             devices,
             imbalance: Some(imbalance),
+            overrides: BTreeMap::new(),
+            script_knobs: BTreeMap::new(),
         }
     }
 }

@@ -182,11 +182,7 @@ fn trials_table(r: &Report, story: &Story) -> String {
     let loaded = loads(story);
     for t in r.trials.iter().chain(confirm) {
         let is_base = r.baseline.as_deref() == Some(t.id.as_str());
-        let mut notes: Vec<String> = t
-            .not_applicable
-            .iter()
-            .map(|(k, v)| format!("{k}: not applicable ({v})"))
-            .collect();
+        let mut notes: Vec<String> = super::markdown::trial_notes(t);
         if let Some(p) = &t.partial {
             notes.insert(0, p.note.clone());
         }

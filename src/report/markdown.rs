@@ -69,6 +69,17 @@ pub fn code(s: &str) -> String {
     out
 }
 
+/// What a trial ran differently from what its knobs say, in words: the script's own
+/// settings tune replaced (applied), and knobs that could not act in the job.
+pub fn trial_notes(t: &TrialReport) -> Vec<String> {
+    let overrides = t.overrides.values().map(|why| format!("override: {why}"));
+    let na = t
+        .not_applicable
+        .iter()
+        .map(|(k, why)| format!("{k} not applicable: {why}"));
+    overrides.chain(na).collect()
+}
+
 pub fn throughput_cell(t: &TrialReport) -> String {
     match t.samples_per_s {
         Some(c) => format!("{:.1} [{:.1}, {:.1}]", c.median, c.lo, c.hi),
@@ -154,6 +165,20 @@ pub fn render(r: &Report) -> String {
             t.accuracy
                 .map_or("–".into(), |a| format!("{:.1}%", a * 100.0)),
         );
+    }
+    let noted: Vec<(&TrialReport, Vec<String>)> = r
+        .trials
+        .iter()
+        .map(|t| (t, trial_notes(t)))
+        .filter(|(_, n)| !n.is_empty())
+        .collect();
+    if !noted.is_empty() {
+        let _ = writeln!(s, "\nWhat the trials ran besides their knobs:\n");
+        for (t, notes) in noted {
+            for n in notes {
+                let _ = writeln!(s, "- {}: {}", cell(&t.label), cell(&n));
+            }
+        }
     }
     let _ = writeln!(
         s,

@@ -210,8 +210,12 @@ fn trial_report(
     };
     let last = rec.repeats.last();
     let mut not_applicable = BTreeMap::new();
+    let mut overrides = BTreeMap::new();
+    let mut script_knobs = BTreeMap::new();
     for r in &rec.repeats {
         not_applicable.extend(r.not_applicable.clone());
+        overrides.extend(r.overrides.clone());
+        script_knobs.extend(r.script_knobs.clone());
     }
     TrialReport {
         id: rec.id.clone(),
@@ -240,6 +244,8 @@ fn trial_report(
         nodes: rec.nodes.clone(),
         foreign_cpu_pct: foreign_cpu(rec),
         partial,
+        overrides,
+        script_knobs,
     }
 }
 
@@ -539,6 +545,8 @@ mod tests {
             nodes: Vec::new(),
             foreign_cpu_pct: None,
             partial: None,
+            overrides: BTreeMap::new(),
+            script_knobs: BTreeMap::new(),
         }
     }
 

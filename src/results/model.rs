@@ -162,6 +162,14 @@ pub struct TrialReport {
     /// sampled.
     #[serde(default)]
     pub foreign_cpu_pct: Option<f64>,
+    /// `[workload.python]`: the script's explicit settings tune replaced for this trial,
+    /// in words ("your script sets num_workers=4; tune applied 0 for this trial").
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub overrides: BTreeMap<String, String>,
+    /// `[workload.python]`: what the script does by itself for a knob, read by the hooks
+    /// (its own argument or PyTorch's default), in the knob's spelling.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub script_knobs: BTreeMap<String, String>,
     /// A trial that timed out, crashed or ran out of memory after measuring steps: they
     /// are kept (in `repeats`), and used in its figures only when enough are steady.
     #[serde(default, skip_serializing_if = "Option::is_none")]

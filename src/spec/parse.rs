@@ -16,6 +16,7 @@ use crate::knobs::Knobs;
 use crate::limits::{self, Bound};
 
 mod bounds;
+mod inject_check;
 mod params;
 mod slurm;
 mod window;
@@ -254,6 +255,7 @@ impl Cx<'_> {
             Some(v) => self.knobs(self.table(v, "knobs")?)?,
             None => Vec::new(),
         };
+        self.check_injectable(doc, &workload)?;
         let search = self.search(doc, &workload, &knobs, &params)?;
         self.check_plan(doc, &search, &knobs, &params)?;
         self.check_executor(doc, search.executor, &workload)?;

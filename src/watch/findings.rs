@@ -60,6 +60,12 @@ pub enum FindingKind {
     DataWait,
     /// From the PyTorch hooks: host-to-device copies.
     H2d,
+    /// From the PyTorch hooks: the optimizer step is the largest cost.
+    Optimizer,
+    /// From the PyTorch hooks: forward and backward computation is the largest cost.
+    Compute,
+    /// Other processes used the CPU the watched job needed.
+    Contention,
 }
 
 /// A finding about one device (or the Python job) of a watched run.

@@ -15,6 +15,7 @@
 //! - `procs`: its per-process table (htop keys);
 //! - `window`: `--steps`/`--duration`, which end a watch (and the job tune started).
 
+pub(crate) mod dominant;
 pub(crate) mod findings;
 pub(crate) mod html;
 pub(crate) mod live;

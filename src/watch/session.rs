@@ -350,7 +350,10 @@ pub fn run(opts: &Options) -> Result<i32> {
         found.extend(super::steps::stack_findings(st));
     }
     match &python {
-        Some(Some(s)) => found.extend(super::steps::findings(s)),
+        Some(Some(s)) => {
+            found.extend(super::steps::findings(s));
+            found.extend(super::dominant::findings(s));
+        }
         // Only where a Python job was expected: for `sleep 5` the note is noise.
         Some(None) if looks_like_python(target.command()) => notes.push(
             "no training steps from the PyTorch hooks (not a Python job that imports torch \
@@ -360,7 +363,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         _ => {}
     }
     notes.extend(window.note());
-    let report = WatchReport {
+    let mut report = WatchReport {
         schema_version: SCHEMA_VERSION.into(),
         kind: KIND.into(),
         environment: crate::results::build::environment("command".into()),
@@ -380,8 +383,30 @@ pub fn run(opts: &Options) -> Result<i32> {
         stacks,
         timeline: timeline_rows(&snap.samples, MAX_POINTS_PER_SERIES),
     };
+    if let Some(line) = super::html::foreign_load(&report) {
+        report.findings.push(super::dominant::contention(line));
+    }
+    let spec = report
+        .python
+        .as_ref()
+        .and(report.target.command.as_deref())
+        .and_then(|c| {
+            let knobs = super::dominant::sweep_knobs(&report.findings, ctx.cores);
+            super::dominant::sweep_spec(c, &knobs)
+        });
     let paths = report.write(&opts.out)?;
+    let spec_path = match spec {
+        Some(text) => {
+            let path = opts.out.join(super::dominant::SWEEP_TOML);
+            crate::fsio::atomic_write(&path, text.as_bytes())?;
+            Some(path)
+        }
+        None => None,
+    };
     print_outcome(&report, &paths);
+    if let Some(p) = spec_path {
+        eprintln!("sweep to test the findings: tune sweep {}", p.display());
+    }
     // A command tune itself stopped at the end of its window did what was asked.
     Ok(if window.stopped_it() {
         0
@@ -435,12 +460,21 @@ fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {
             .filter(|(_, v)| **v >= 0.005)
             .map(|(k, v)| format!("{k} {:.1}%", v * 100.0))
             .collect();
+        let rate = match (p.samples_per_s, p.steps_per_s) {
+            (Some(x), _) => format!(", {x:.1} samples/s"),
+            (None, Some(x)) => format!(", {x:.2} steps/s (batch size unknown)"),
+            _ => String::new(),
+        };
+        let accum = p
+            .backwards_per_step
+            .filter(|b| *b > 1.0)
+            .map_or(String::new(), |b| {
+                format!(", {b:.0} backward calls per step (gradient accumulation)")
+            });
         eprintln!(
-            "steps: {} (median {:.1} ms{}): {}",
+            "steps: {} (median {:.1} ms{rate}{accum}): {}",
             p.steps,
             p.median_step_ms,
-            p.samples_per_s
-                .map_or(String::new(), |x| format!(", {x:.1} samples/s")),
             shares.join(", ")
         );
         for k in &p.ranks {
@@ -469,14 +503,19 @@ fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {
         eprintln!("stack samples: {}: {}", st.samples, shares.join(", "));
     }
     if r.findings.is_empty() {
-        eprintln!("findings: none (no imbalance, starvation, throttling or GPU sharing seen)");
+        eprintln!(
+            "findings: none (no imbalance, starvation, throttling, GPU sharing, contention or \
+             dominant step cost seen)"
+        );
     }
     for WatchFinding {
         finding: Finding { title, evidence },
+        hint,
         ..
     } in &r.findings
     {
         eprintln!("finding: {title}: {evidence}");
+        eprintln!("  try: {hint}");
     }
     let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     eprintln!("report: {}", shown.join(", "));
