@@ -210,7 +210,12 @@ impl Spec {
         let mut baseline = serde_json::to_value(&self.search.baseline).unwrap_or_default();
         if let Some(m) = baseline.as_object_mut() {
             let def = crate::knobs::Knobs::default();
-            for n in ["persistent_workers", "prefetch_factor", "channels_last"] {
+            for n in [
+                "persistent_workers",
+                "prefetch_factor",
+                "channels_last",
+                "num_threads",
+            ] {
                 if self.search.baseline.get(n) == def.get(n) {
                     m.remove(n);
                 }
