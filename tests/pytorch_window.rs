@@ -312,18 +312,20 @@ fn batch_size_reaches_the_scripts_dataloader() {
         })
         .collect();
     assert!(per.contains(&(8, 8)) && per.contains(&(24, 24)), "{per:?}");
-    // The script passes batch_size=8 itself: tune says it replaced it.
+    // The script passes batch_size=8 itself: tune says it replaced it, as an override
+    // (#31), never as "not applicable".
     let t24 = trials(&r)
         .into_iter()
         .find(|t| t["knobs"]["batch_size"] == 24)
         .unwrap();
     assert!(
-        t24["not_applicable"]["batch_size"]
+        t24["overrides"]["batch_size"]
             .as_str()
             .unwrap_or("")
             .contains("batch_size=8"),
         "{t24}"
     );
+    assert!(t24["not_applicable"].get("batch_size").is_none(), "{t24}");
 }
 
 /// Not PyTorch: a command that prints a metric value forever is stopped after its
