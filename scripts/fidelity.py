@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Fidelity benchmark (#30): does a knob change the engine's speed the way it changes
+PyTorch's, on the same model, batch, threads and host?
+
+For each (workload, knob) it measures, in alternating rounds, the engine
+(`tune train --dataset synthetic --json`, a fixed in-memory batch: no loader) and PyTorch
+(the same model in this process' child, a fixed batch, SGD momentum 0.9) with the knob
+off and on, and prints the effect ratio (samples/s with the knob / without) of each side,
+their quotient, and whether they agree: same direction (a ratio inside +-3% counts as no
+effect on either side) and sizes within 20% of each other.
+
+Usage: scripts/fidelity.py TUNE_BIN PYTHON_WITH_TORCH [--rounds 3] [--steps 40]
+       [--workloads mlp,cnn] [--knobs amp_bf16,zero_grad,checkpoint,batch_x2,threads,channels_last]
+       [--json OUT.jsonl]
+Run on a quiet machine: the ratios are paired per round, but a busy machine still moves them.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+TORCH_SIDE = r'''
+import json, statistics, sys, time, contextlib
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint_sequential
+cfg = json.loads(sys.argv[1])
+torch.set_num_threads(cfg["threads"]); torch.manual_seed(0)
+w, batch, steps, warm = cfg["workload"], cfg["batch"], cfg["steps"], cfg["warmup"]
+if w == "mlp":
+    layers = [nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)]
+    shape = (batch, 784)
+else:
+    def block(cin, cout, s):
+        return [nn.Conv2d(cin, cout, 3, stride=s, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+    layers = [*block(3, 32, 1), *block(32, 64, 2), *block(64, 128, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10)]
+    shape = (batch, 3, 32, 32)
+model = nn.Sequential(*layers)
+g = torch.Generator().manual_seed(0)
+x = torch.randn(shape, generator=g); y = torch.randint(0, 10, (batch,), generator=g)
+if cfg.get("channels_last"):
+    model = model.to(memory_format=torch.channels_last); x = x.contiguous(memory_format=torch.channels_last)
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if cfg.get("amp") == "bf16" else contextlib.nullcontext
+segments = cfg.get("checkpoint_segments", 0)
+def step():
+    opt.zero_grad(set_to_none=cfg.get("set_to_none", False))
+    with ctx():
+        out = checkpoint_sequential(model, segments, x, use_reentrant=False) if segments else model(x)
+        loss = F.cross_entropy(out.float(), y)
+    loss.backward(); opt.step()
+for _ in range(warm):
+    step()
+times = []
+for _ in range(steps):
+    t0 = time.perf_counter(); step(); times.append(time.perf_counter() - t0)
+print(json.dumps({"samples_per_s": batch / statistics.median(times), "torch": torch.__version__}))
+'''
+BATCH = {"mlp": 128, "cnn": 64}
+MODEL = {"mlp": "mlp", "cnn": "cnn-small"}
+
+
+def knob_pairs(workload, knob, threads):
+    """(engine flags off, engine flags on, torch cfg off, torch cfg on) for one knob.
+    The engine's default zero_grad is memset, PyTorch's set_to_none=False is the same."""
+    b = BATCH[workload]
+    base_e = ["--batch-size", str(b), "--threads", str(threads)]
+    base_t = {"workload": workload, "batch": b, "threads": threads}
+    if knob == "amp_bf16":
+        return base_e, base_e + ["--amp", "bf16"], base_t, {**base_t, "amp": "bf16"}
+    if knob == "zero_grad":
+        return base_e, base_e + ["--zero-grad", "none"], base_t, {**base_t, "set_to_none": True}
+    if knob == "checkpoint":
+        # The engine's sqrt: segments of about sqrt(layers); torch's checkpoint_sequential
+        # over the same number of segments.
+        n = 5 if workload == "mlp" else 12
+        seg = max(2, round(n ** 0.5))
+        return base_e, base_e + ["--checkpoint", "sqrt"], base_t, {**base_t, "checkpoint_segments": seg}
+    if knob == "batch_x2":
+        e2 = ["--batch-size", str(2 * b), "--threads", str(threads)]
+        return base_e, e2, base_t, {**base_t, "batch": 2 * b}
+    if knob == "threads":
+        e1 = ["--batch-size", str(b), "--threads", "1"]
+        e2 = ["--batch-size", str(b), "--threads", "2"]
+        return e1, e2, {**base_t, "threads": 1}, {**base_t, "threads": 2}
+    if knob == "channels_last":
+        if workload != "cnn":
+            return None
+        return base_e, base_e + ["--channels-last"], base_t, {**base_t, "channels_last": True}
+    raise SystemExit(f"unknown knob {knob}")
+
+
+def engine(tune, workload, flags, steps):
+    cmd = [tune, "train", "--model", MODEL[workload], "--dataset", "synthetic", "--steps",
+           str(steps), "--warmup", "5", "--no-eval", "--json", *flags]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["samples_per_s"]
+
+
+def torch_side(py, cfg, steps):
+    cfg = {**cfg, "steps": steps, "warmup": 5}
+    out = subprocess.run([py, "-c", TORCH_SIDE, json.dumps(cfg)], capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["samples_per_s"]
+
+
+def agree(e, t):
+    flat = lambda r: abs(r - 1) <= 0.03  # noqa: E731
+    if flat(e) and flat(t):
+        return "yes (no effect on either)"
+    if (e > 1) != (t > 1) and not (flat(e) or flat(t)):
+        return "NO: opposite direction"
+    if flat(e) != flat(t):
+        return "NO: one side has no effect"
+    q = e / t
+    return "yes" if 0.8 <= q <= 1.25 else f"NO: size differs ({q:.2f}x)"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("tune")
+    ap.add_argument("python")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--workloads", default="mlp,cnn")
+    ap.add_argument("--knobs", default="amp_bf16,zero_grad,checkpoint,batch_x2,threads,channels_last")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    rows = []
+    sink = open(a.json, "w") if a.json else None
+    for w in a.workloads.split(","):
+        for k in a.knobs.split(","):
+            pair = knob_pairs(w, k, a.threads)
+            if pair is None:
+                continue
+            eo, en, to, tn = pair
+            er, tr = [], []
+            for r in range(a.rounds):
+                e0, e1 = engine(a.tune, w, eo, a.steps), engine(a.tune, w, en, a.steps)
+                t0, t1 = torch_side(a.python, to, a.steps), torch_side(a.python, tn, a.steps)
+                er.append(e1 / e0)
+                tr.append(t1 / t0)
+                rec = {"workload": w, "knob": k, "round": r + 1, "engine_off": e0, "engine_on": e1,
+                       "torch_off": t0, "torch_on": t1}
+                if sink:
+                    sink.write(json.dumps(rec) + "\n")
+                    sink.flush()
+                print(f"  {w} {k} round {r + 1}: engine {e0:.0f} -> {e1:.0f}, torch {t0:.0f} -> {t1:.0f}", file=sys.stderr)
+            e, t = statistics.median(er), statistics.median(tr)
+            rows.append((w, k, e, t, min(er), max(er), min(tr), max(tr)))
+    print(f"| workload | knob | engine effect (median, range) | PyTorch effect (median, range) | engine / PyTorch | agree? |")
+    print("|---|---|---|---|---|---|")
+    for w, k, e, t, el, eh, tl, th in rows:
+        print(f"| {w} | {k} | {e:.2f}x ({el:.2f}-{eh:.2f}) | {t:.2f}x ({tl:.2f}-{th:.2f}) | {e / t:.2f} | {agree(e, t)} |")
+
+
+if __name__ == "__main__":
+    main()
