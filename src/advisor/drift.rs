@@ -49,14 +49,14 @@ pub fn withdrawn(r: &Report, rec: &Recommendation) -> Option<String> {
     let t = trial_of(r, rec)?;
     let cx = Ctx::new(r);
     let after = cx.ratio(rerun, t)?;
+    let unmeasured = r.noise_floor.is_none();
     let noise = t
         .noise_floor
         .max(cx.base.map_or(0.0, |b| b.noise_floor))
-        .max(MIN_MARGIN)
-        .max(if r.noise_floor.is_none() {
+        .max(if unmeasured {
             UNMEASURED_MARGIN
         } else {
-            0.0
+            MIN_MARGIN
         });
     if after.significant && after.lo > 1.0 + noise {
         return None;
@@ -78,7 +78,7 @@ pub fn withdrawn(r: &Report, rec: &Recommendation) -> Option<String> {
         fmt_ratio(&gain),
         fmt_ratio(&after),
         noise * 100.0,
-        if r.noise_floor.is_none() {
+        if unmeasured {
             "; run-to-run noise is unmeasured with one repeat: repeats = 2 measures it"
         } else {
             ""
