@@ -19,20 +19,6 @@ fn show(o: &Output) -> String {
     )
 }
 
-/// Processes whose command line holds `tag` (the test's temp folder).
-fn alive_with(tag: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(tag) && !cmd.contains("cargo") {
-                found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
-            }
-        }
-    }
-    found
-}
-
 #[test]
 fn watch_steps_ends_the_job_and_writes_the_report() {
     let _serial = support::serial();
@@ -62,7 +48,7 @@ fn watch_steps_ends_the_job_and_writes_the_report() {
     assert!(notes.contains("the watch ended after 15 steps"), "{notes}");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        alive_with(&tag),
+        support::alive_with(&tag),
         Vec::<String>::new(),
         "processes left behind"
     );
@@ -88,7 +74,7 @@ fn watch_steps_ends_the_job_and_writes_the_report() {
     );
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        alive_with(&tag),
+        support::alive_with(&tag),
         Vec::<String>::new(),
         "processes left behind"
     );

@@ -24,20 +24,6 @@ fn show(o: &Output) -> String {
     )
 }
 
-/// Processes whose command line holds `tag` (the test's temp folder).
-fn alive_with(tag: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(tag) && !cmd.contains("cargo") {
-                found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
-            }
-        }
-    }
-    found
-}
-
 /// Runs a `[workload.python]` sweep of forever.py; returns the output, report.json and
 /// the tag its processes carry.
 fn sweep(
@@ -121,7 +107,7 @@ fn a_forever_script_is_measured_for_its_window_stopped_and_leaves_no_process() {
     assert!(err.contains("time to answer:"), "{err}");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        alive_with(&tag),
+        support::alive_with(&tag),
         Vec::<String>::new(),
         "processes left behind"
     );
@@ -157,7 +143,7 @@ fn a_job_that_ignores_the_polite_stop_is_ended_after_the_grace_and_still_ok() {
     assert!(note.contains("did not end at the polite stop"), "{note}");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        alive_with(&tag),
+        support::alive_with(&tag),
         Vec::<String>::new(),
         "processes left behind"
     );
@@ -221,7 +207,7 @@ fn crashed_and_timed_out_trials_keep_their_steps_marked_partial() {
     );
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        alive_with(&tag),
+        support::alive_with(&tag),
         Vec::<String>::new(),
         "processes left behind"
     );
@@ -280,7 +266,7 @@ fn a_window_that_cannot_fill_and_a_script_that_never_steps_say_so() {
     }
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        alive_with(&tag),
+        support::alive_with(&tag),
         Vec::<String>::new(),
         "processes left behind"
     );

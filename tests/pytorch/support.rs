@@ -52,3 +52,20 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// Processes whose command line holds `tag` (the test's temp folder).
+// Only the window tests look for leftover processes; the other crates that include this
+// file do not.
+#[allow(dead_code)]
+pub fn alive_with(tag: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(tag) && !cmd.contains("cargo") {
+                found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
