@@ -51,6 +51,8 @@ const SEARCH_KEYS: &[&str] = &[
     "baseline",
     "mem_cap_mib",
     "executor",
+    "hardware_reruns",
+    "max_foreign_cpu_pct",
 ];
 
 pub(super) fn parse(text: &str, path: &Path) -> Result<Spec> {
@@ -570,6 +572,13 @@ impl Cx<'_> {
         let timeout_s = count("timeout_s", &limits::TIMEOUT_S, 600)? as u64;
         let eta = count("eta", &limits::ETA, 3)?;
         let executor = self.executor(t)?;
+        let hardware_reruns = count("hardware_reruns", &limits::HARDWARE_RERUNS, 0)?;
+        let max_foreign_cpu_pct = match t.get("max_foreign_cpu_pct") {
+            Some(v) => {
+                Some(self.count(v, "search.max_foreign_cpu_pct", &limits::FOREIGN_CPU_PCT)? as u64)
+            }
+            None => None,
+        };
         let mem_cap_mib = match t.get("mem_cap_mib") {
             Some(v) => Some(self.count(v, "search.mem_cap_mib", &limits::MEM_CAP_MIB)? as u64),
             None => None,
@@ -652,6 +661,8 @@ impl Cx<'_> {
             eta,
             mem_cap_mib,
             executor,
+            hardware_reruns,
+            max_foreign_cpu_pct,
             baseline,
         })
     }
