@@ -51,6 +51,7 @@ const SEARCH_KEYS: &[&str] = &[
     "baseline",
     "mem_cap_mib",
     "executor",
+    "job_steps",
 ];
 
 pub(super) fn parse(text: &str, path: &Path) -> Result<Spec> {
@@ -569,6 +570,11 @@ impl Cx<'_> {
         let repeats = count("repeats", &limits::REPEATS, 1)?;
         let timeout_s = count("timeout_s", &limits::TIMEOUT_S, 600)? as u64;
         let eta = count("eta", &limits::ETA, 3)?;
+        let job_steps = count(
+            "job_steps",
+            &super::window::JOB_STEPS,
+            super::window::DEFAULT_JOB_STEPS as usize,
+        )? as u64;
         let executor = self.executor(t)?;
         let mem_cap_mib = match t.get("mem_cap_mib") {
             Some(v) => Some(self.count(v, "search.mem_cap_mib", &limits::MEM_CAP_MIB)? as u64),
@@ -653,6 +659,7 @@ impl Cx<'_> {
             mem_cap_mib,
             executor,
             baseline,
+            job_steps,
         })
     }
 }
