@@ -158,6 +158,14 @@ pub struct Search {
     /// Where trials run; `tune sweep --executor` overrides it.
     #[serde(default)]
     pub executor: ExecutorKind,
+    /// Extra runs per trial that may replace repeats the hardware contaminated
+    /// (`runner::hardware`); 0 = flag them and leave them out of the figures only.
+    #[serde(default)]
+    pub hardware_reruns: usize,
+    /// Other processes' CPU share (percent of all cores) above which a repeat counts as
+    /// contaminated; None = recorded, never a reason (the trial-level load flag stays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_foreign_cpu_pct: Option<u64>,
     /// The configuration every other is compared with: workload defaults, then the first
     /// value of each knob list, then `[search] baseline` overrides.
     pub baseline: Knobs,

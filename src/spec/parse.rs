@@ -52,6 +52,8 @@ const SEARCH_KEYS: &[&str] = &[
     "mem_cap_mib",
     "executor",
     "job_steps",
+    "hardware_reruns",
+    "max_foreign_cpu_pct",
 ];
 
 pub(super) fn parse(text: &str, path: &Path) -> Result<Spec> {
@@ -576,6 +578,13 @@ impl Cx<'_> {
             super::window::DEFAULT_JOB_STEPS as usize,
         )? as u64;
         let executor = self.executor(t)?;
+        let hardware_reruns = count("hardware_reruns", &limits::HARDWARE_RERUNS, 0)?;
+        let max_foreign_cpu_pct = match t.get("max_foreign_cpu_pct") {
+            Some(v) => {
+                Some(self.count(v, "search.max_foreign_cpu_pct", &limits::FOREIGN_CPU_PCT)? as u64)
+            }
+            None => None,
+        };
         let mem_cap_mib = match t.get("mem_cap_mib") {
             Some(v) => Some(self.count(v, "search.mem_cap_mib", &limits::MEM_CAP_MIB)? as u64),
             None => None,
@@ -658,6 +667,8 @@ impl Cx<'_> {
             eta,
             mem_cap_mib,
             executor,
+            hardware_reruns,
+            max_foreign_cpu_pct,
             baseline,
             job_steps,
         })
