@@ -111,6 +111,7 @@ pub fn clean(mut s: RunSummary) -> Repeat {
     s.wall_s = figure(s.wall_s);
     s.accuracy = s.accuracy.filter(|a| (0.0..=1.0).contains(a));
     s.loss_scale_final = s.loss_scale_final.filter(|v| v.is_finite());
+    s.compile_s = s.compile_s.filter(|v| (0.0..=MAX_FIGURE).contains(v));
     for d in &mut s.devices {
         d.busy_s = figure(d.busy_s);
         d.busy_fraction = figure(d.busy_fraction);

@@ -169,6 +169,10 @@ pub struct Search {
     /// The configuration every other is compared with: workload defaults, then the first
     /// value of each knob list, then `[search] baseline` overrides.
     pub baseline: Knobs,
+    /// The job's planned length in optimizer steps: a change with a one-off cost (a
+    /// `compile` mode's compile time) is recommended only when it pays off within it.
+    #[serde(default = "window::default_job_steps")]
+    pub job_steps: u64,
 }
 
 fn default_slurm() -> SlurmSpec {
@@ -223,6 +227,7 @@ impl Spec {
                 "prefetch_factor",
                 "channels_last",
                 "num_threads",
+                "compile",
             ] {
                 if self.search.baseline.get(n) == def.get(n) {
                     m.remove(n);

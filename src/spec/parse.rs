@@ -51,6 +51,7 @@ const SEARCH_KEYS: &[&str] = &[
     "baseline",
     "mem_cap_mib",
     "executor",
+    "job_steps",
     "hardware_reruns",
     "max_foreign_cpu_pct",
 ];
@@ -571,6 +572,11 @@ impl Cx<'_> {
         let repeats = count("repeats", &limits::REPEATS, 1)?;
         let timeout_s = count("timeout_s", &limits::TIMEOUT_S, 600)? as u64;
         let eta = count("eta", &limits::ETA, 3)?;
+        let job_steps = count(
+            "job_steps",
+            &super::window::JOB_STEPS,
+            super::window::DEFAULT_JOB_STEPS as usize,
+        )? as u64;
         let executor = self.executor(t)?;
         let hardware_reruns = count("hardware_reruns", &limits::HARDWARE_RERUNS, 0)?;
         let max_foreign_cpu_pct = match t.get("max_foreign_cpu_pct") {
@@ -664,6 +670,7 @@ impl Cx<'_> {
             hardware_reruns,
             max_foreign_cpu_pct,
             baseline,
+            job_steps,
         })
     }
 }
