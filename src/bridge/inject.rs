@@ -43,11 +43,19 @@ pub fn knob_values(spec: &Spec, knobs: &Knobs) -> Map<String, Value> {
 /// knobs the hooks cannot apply listed in `not_applicable`, so the report shows them.
 pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Result<Repeat, String> {
     if events.steps.len() < 3 {
-        let why = if events.torch.is_none() {
+        let why = if !events.compiled.is_empty() && events.steps.is_empty() {
+            // Its first step is the compile: a trial limit shorter than the compile ends
+            // the job there.
+            "the job was still in its first step, compiling (torch.compile of {}); give \
+             the trial a longer timeout_s"
+                .replace("{}", &events.compiled.join(", "))
+        } else if events.torch.is_none() {
             "the script never imported torch with tune's hooks (is it a Python command? \
              does its environment drop PYTHONPATH?)"
+                .into()
         } else {
             "the hooks saw fewer than 3 optimizer steps (does the script call optimizer.step()?)"
+                .into()
         };
         return Err(format!("no step measurements: {why}"));
     }
