@@ -39,7 +39,10 @@ const FLOORS: &[(&str, &[&str])] = &[
         "run vocabulary",
         &["vocab.rs", "parallel/summary.rs", "parallel/launch.rs"],
     ),
-    ("step loop and caps", &["step.rs", "caps.rs", "probe.rs"]),
+    (
+        "step loop, caps, launcher",
+        &["step.rs", "caps.rs", "probe.rs", "launcher.rs"],
+    ),
     ("executors", &["cpu.rs", "cuda/train.rs"]),
     (
         "parallel",

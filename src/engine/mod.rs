@@ -14,6 +14,7 @@ pub mod geom;
 #[cfg(test)]
 mod gradcheck;
 pub mod host;
+pub(crate) mod launcher;
 pub mod nn;
 pub mod ops;
 pub mod optim;
