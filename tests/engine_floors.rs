@@ -48,7 +48,10 @@ const FLOORS: &[(&str, &[&str])] = &[
         "parallel",
         &["parallel/", "cuda/dp.rs", "cuda/ddp.rs", "cuda/ddp/"],
     ),
-    ("dispatch", &["train.rs", "mod.rs", "gradcheck.rs"]),
+    (
+        "dispatch",
+        &["train.rs", "mod.rs", "gradcheck.rs", "testing.rs"],
+    ),
 ];
 
 /// The floor of `rel` (a path under `src/engine/`), by its longest matching prefix.

@@ -23,6 +23,8 @@ pub mod probe;
 pub mod rng;
 pub mod step;
 pub mod tensor;
+#[doc(hidden)]
+pub mod testing;
 pub mod train;
 pub mod vocab;
 

@@ -11,7 +11,7 @@ pub mod conv2d_cuda;
 pub mod conv_algos;
 pub mod gemm;
 pub mod layer;
-pub mod layer_cuda;
+pub(crate) mod layer_cuda;
 pub mod linear;
 pub mod linear_cuda;
 pub mod loss;
