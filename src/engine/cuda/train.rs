@@ -663,15 +663,7 @@ pub(super) fn autotune_on(
 }
 
 pub(super) fn has_conv(descs: &[LayerDesc]) -> bool {
-    descs.iter().any(|d| match d {
-        LayerDesc::Conv2d { .. } => true,
-        LayerDesc::BasicBlock {
-            main,
-            shortcut,
-            out,
-        } => has_conv(main) || has_conv(shortcut) || has_conv(std::slice::from_ref(out)),
-        _ => false,
-    })
+    descs.iter().any(|d| d.holds("conv2d"))
 }
 
 /// Which conv2d path ran, for the trial record: first the path (cuDNN with its version,

@@ -9,6 +9,7 @@ pub mod batchnorm_cuda;
 pub mod conv2d;
 pub mod conv2d_cuda;
 pub mod conv_algos;
+pub mod desc;
 pub mod gemm;
 pub mod layer;
 pub(crate) mod layer_cuda;
