@@ -3,8 +3,11 @@
 //! reason when NVRTC is absent, and fails instead under `TUNE_REQUIRE_NVRTC=1` or
 //! `TUNE_REQUIRE_GPU=1`.
 
-use tune::engine::cuda::kernels;
+#[path = "common/standin.rs"]
+mod standin;
+
 use tune::engine::cuda::libs::{self, Lib};
+use tune::engine::testing::kernels;
 
 fn nvrtc_or_skip(test: &str) -> bool {
     match libs::require(&[Lib::Nvrtc]) {
@@ -29,7 +32,7 @@ fn kernels_compile_for_hopper_and_ampere() {
     eprintln!("NVRTC {}", kernels::nvrtc_version().unwrap());
     for arch in ["sm_90", "sm_80"] {
         let ptx = kernels::compile(arch).unwrap_or_else(|e| panic!("{e}"));
-        for name in kernels::NAMES {
+        for name in kernels::names() {
             assert!(
                 ptx.contains(&format!(".entry {name}(")),
                 "{arch}: no entry for {name}"
@@ -49,7 +52,7 @@ fn every_kernel_assembles_to_cubin_for_sm_90() {
     }
     let cubin = kernels::cubin("sm_90").unwrap_or_else(|e| panic!("{e}"));
     eprintln!("sm_90 CUBIN: {} bytes", cubin.len());
-    for name in kernels::NAMES {
+    for name in kernels::names() {
         // Each kernel is a symbol of the ELF image (its name in the string table).
         let sym = format!("\0{name}\0");
         assert!(
@@ -88,25 +91,30 @@ fn a_kernel_that_does_not_compile_is_a_clear_error() {
     assert!(e.contains("sm_1"), "{e}");
 }
 
-/// The CPU stand-in (its kernel table is in tests/standin/launch.h, part of cuda.cpp) maps
-/// every kernel name of `kernels.cu` to its C++ build; a kernel added to one and not the
-/// other fails here, without NVRTC.
+/// The CPU stand-in's kernel table is generated from `kernels::names()` (the one list, read
+/// from kernels.cu): launch.h holds no list of its own, and the generated table names
+/// every kernel once.
 #[test]
-fn the_cpu_standin_has_every_kernel() {
-    let src = std::fs::read_to_string(concat!(
+fn the_cpu_standin_kernel_table_comes_from_the_kernel_source() {
+    let launch = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/standin/launch.h"
     ))
     .unwrap();
-    let mut table: Vec<&str> = src
-        .split("K(")
-        .skip(1)
-        .filter_map(|s| s.split(')').next())
-        .filter(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|n| *n != "n")
+    let hand_kept: Vec<&str> = kernels::names()
+        .filter(|n| launch.contains(&format!("K({n})")))
         .collect();
-    table.sort_unstable();
-    let mut names = kernels::NAMES.to_vec();
-    names.sort_unstable();
-    assert_eq!(table, names);
+    assert!(
+        hand_kept.is_empty(),
+        "launch.h lists kernels by hand: {hand_kept:?}"
+    );
+    assert!(launch.contains("TUNE_KERNEL_TABLE"));
+    let table = standin::kernel_table();
+    for n in kernels::names() {
+        assert_eq!(
+            table.matches(&format!("K({n})")).count(),
+            1,
+            "{n} in {table}"
+        );
+    }
 }

@@ -39,13 +39,19 @@ const FLOORS: &[(&str, &[&str])] = &[
         "run vocabulary",
         &["vocab.rs", "parallel/summary.rs", "parallel/launch.rs"],
     ),
-    ("step loop and caps", &["step.rs", "caps.rs", "probe.rs"]),
+    (
+        "step loop, caps, launcher",
+        &["step.rs", "caps.rs", "probe.rs", "launcher.rs"],
+    ),
     ("executors", &["cpu.rs", "cuda/train.rs"]),
     (
         "parallel",
         &["parallel/", "cuda/dp.rs", "cuda/ddp.rs", "cuda/ddp/"],
     ),
-    ("dispatch", &["train.rs", "mod.rs", "gradcheck.rs"]),
+    (
+        "dispatch",
+        &["train.rs", "mod.rs", "gradcheck.rs", "testing.rs"],
+    ),
 ];
 
 /// The floor of `rel` (a path under `src/engine/`), by its longest matching prefix.

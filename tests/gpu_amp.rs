@@ -21,13 +21,12 @@
 
 use half::{bf16, f16};
 use tune::engine::amp::ScalerConfig;
-use tune::engine::cuda::blas::Shape;
-use tune::engine::cuda::gpu::{GTensor, Gpu};
 use tune::engine::device::{MemCategory, MemTracker};
 use tune::engine::nn::zoo::ModelKind;
 use tune::engine::optim::OptimKind;
 use tune::engine::rng::Rng;
 use tune::engine::tensor::DType;
+use tune::engine::testing::{GTensor, Gpu, Shape};
 use tune::engine::train::{run, DeviceChoice, NoObserver, RunSummary, Workload};
 use tune::knobs::{Amp, Knobs};
 

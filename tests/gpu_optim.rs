@@ -10,15 +10,12 @@
 
 use tune::cuda_launch;
 use tune::engine::amp::{GradScaler, ScalerConfig};
-use tune::engine::cuda::gpu::{DBuf, Gpu};
-use tune::engine::cuda::kernels;
-use tune::engine::cuda::train::GOptim;
 use tune::engine::device::{Device, MemCategory};
 use tune::engine::nn::layer::Param;
-use tune::engine::ops::layer_cuda::GParam;
 use tune::engine::optim::{OptimConfig, Optimizer};
 use tune::engine::rng::Rng;
 use tune::engine::tensor::Tensor;
+use tune::engine::testing::{kernels, DBuf, GOptim, GParam, Gpu};
 
 #[path = "common/standin.rs"]
 mod standin;
@@ -46,7 +43,7 @@ fn random(n: usize, seed: u64) -> Vec<f32> {
 /// `[loss scale, found_inf, growth tracker, optimizer steps]`, as the training loop
 /// keeps it.
 fn amp_state(gpu: &Gpu, scale: f32) -> DBuf {
-    tune::engine::cuda::train::amp_state(gpu, scale).unwrap()
+    tune::engine::testing::amp_state(gpu, scale).unwrap()
 }
 
 fn find_nonfinite(gpu: &Gpu, amp: &mut DBuf, g: &DBuf) {

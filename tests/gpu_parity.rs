@@ -8,24 +8,20 @@
 //! sides, but cuBLASLt and the CPU GEMM sum in different orders and the channel
 //! reductions use atomics, so forward atol 1e-4 / rtol 1e-3 and gradients 1e-4 / 2e-3.
 
-use tune::engine::cuda::blas::Shape;
-use tune::engine::cuda::gpu::{GTensor, Gpu};
-use tune::engine::cuda::train::softmax_xent;
 use tune::engine::device::{Device, MemCategory};
 use tune::engine::nn::layer::{Ctx, Layer};
 use tune::engine::nn::model::Model;
-use tune::engine::nn::model_cuda as layers;
 use tune::engine::nn::residual::BasicBlock;
 use tune::engine::nn::zoo::ModelKind;
 use tune::engine::ops::activation::Relu;
 use tune::engine::ops::batchnorm::BatchNorm2d;
 use tune::engine::ops::conv2d::Conv2d;
-use tune::engine::ops::layer_cuda::Pass;
 use tune::engine::ops::linear::Linear;
 use tune::engine::ops::loss::softmax_cross_entropy;
 use tune::engine::ops::pool::{Flatten, GlobalAvgPool};
 use tune::engine::rng::Rng;
 use tune::engine::tensor::{DType, Tensor};
+use tune::engine::testing::{gpu_layers_of, softmax_xent, GTensor, Gpu, Pass, Shape};
 use tune::engine::train::{run, DeviceChoice, NoObserver, Workload};
 use tune::knobs::{Checkpoint, Knobs, ZeroGrad};
 
@@ -65,7 +61,7 @@ fn up(gpu: &Gpu, shape: &[usize], v: &[f32]) -> GTensor {
 fn check_layer(gpu: &Gpu, name: &str, layer: Box<dyn Layer>, in_shape: &[usize], train: bool) {
     let dev = Device::cpu(0, 2);
     let mut model = Model::new(name, vec![layer], [1, 1, 1], 10);
-    let mut g = layers::from_cpu(&mut model, gpu).unwrap().remove(0);
+    let mut g = gpu_layers_of(&mut model, gpu).unwrap().remove(0);
     let n: usize = in_shape.iter().product();
     let x = random(n, 1);
     let ctx = if train {

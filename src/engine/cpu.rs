@@ -3,23 +3,23 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::engine::amp::GradScaler;
-use crate::engine::autotune::{Algos, ChoiceSource};
+use crate::engine::autotune::Algos;
 use crate::engine::caps::{self, Layout};
 use crate::engine::clock::{HostClock, Phases};
-use crate::engine::data::{self, Batch, ImageShape};
+use crate::engine::collective::Collective;
+use crate::engine::data::Batch;
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
+use crate::engine::launcher::{self, Rig};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
 use crate::engine::ops::layer::{Ctx, Layer};
 use crate::engine::ops::loss::softmax_cross_entropy;
 use crate::engine::optim::{OptimConfig, Optimizer};
-use crate::engine::parallel::summary::single_device_summary;
-use crate::engine::step::{self, Exec};
+use crate::engine::step::Exec;
 use crate::engine::tensor::Tensor;
-use crate::engine::vocab::{open_source, Observer, RunSummary, Workload};
+use crate::engine::vocab::{Observer, RunSummary, Workload};
 use crate::error::Result;
-use crate::knobs::{Amp, Knobs};
+use crate::knobs::Knobs;
 
 /// The CPU backend of the step loop: the model computes where the loader left the
 /// batch, on this thread's rayon pool, timed by the host clock.
@@ -139,98 +139,76 @@ impl Exec for CpuExec {
     }
 }
 
+/// The CPU backend's setup of one device (`launcher::Rig`): a device with its own
+/// compute threads, and with DDP's SyncBatchNorm collective when it is one rank.
+pub(crate) struct CpuRig {
+    pub(crate) dev: Arc<Device>,
+    pub(crate) sync_bn: Option<Arc<dyn Collective>>,
+}
+
+impl Rig for CpuRig {
+    type E = CpuExec;
+
+    fn device(&self) -> &Arc<Device> {
+        &self.dev
+    }
+
+    fn label(&self) -> String {
+        "cpu".into()
+    }
+
+    fn model(&self, w: &Workload, classes: usize) -> Result<(Model, usize)> {
+        let mut model = zoo::build(w.model, classes, w.seed, &self.dev)?;
+        if std::env::var_os("TUNE_PROFILE_LAYERS").is_some() {
+            model.enable_layer_times();
+        }
+        let params = model.num_params();
+        Ok((model, params))
+    }
+
+    /// Always a table: with autotune off, the heuristic's choices are recorded too.
+    fn algos(&self, w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Option<Arc<Algos>>> {
+        Ok(Some(if k.autotune {
+            w.autotune_algos(&format!("cpu:{}t", self.dev.threads), obs)?
+        } else {
+            Algos::heuristic()
+        }))
+    }
+
+    fn exec(
+        &self,
+        w: &Workload,
+        k: &Knobs,
+        classes: usize,
+        algos: Option<&Arc<Algos>>,
+        _scale: f32,
+    ) -> Result<CpuExec> {
+        let mut ctx = Ctx {
+            amp: k.amp,
+            sync_bn: self.sync_bn.clone(),
+            ..Ctx::train(&self.dev)
+        };
+        if let Some(a) = algos {
+            ctx.algos = Arc::clone(a);
+        }
+        Ok(CpuExec {
+            ctx,
+            dev: Arc::clone(&self.dev),
+            opt: Optimizer::new(OptimConfig::of(w.optimizer, w.lr)?)?,
+            classes,
+        })
+    }
+}
+
 /// The CPU backend's single-device run, on the caller's rayon pool.
 pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
     let started = Instant::now();
-    let dev = Device::cpu(0, w.threads);
-    obs.on_devices(std::slice::from_ref(&dev));
-    let [h, wd, c] = w.model.input();
-    let want = ImageShape { h, w: wd, c };
+    let rig = CpuRig {
+        dev: Device::cpu(0, w.threads),
+        sync_bn: None,
+    };
     let not_applicable = caps::admit(Backend::Cpu, k, Layout::Single, obs)?;
-    let (mut source, test, classes, norm) = open_source(w, k, want)?;
-
-    let mut model = zoo::build(w.model, classes, w.seed, &dev)?;
-    let params = model.num_params();
-    if std::env::var_os("TUNE_PROFILE_LAYERS").is_some() {
-        model.enable_layer_times();
-    }
-    let opt = Optimizer::new(OptimConfig::of(w.optimizer, w.lr)?)?;
-    let algos = if k.autotune {
-        w.autotune_algos(&format!("cpu:{}t", w.threads), obs)?
-    } else {
-        Algos::heuristic()
-    };
-    let ctx = Ctx {
-        amp: k.amp,
-        algos: Arc::clone(&algos),
-        ..Ctx::train(&dev)
-    };
-    let mut scaler = w
-        .scaler
-        .active_for(k.amp)
-        .then(|| GradScaler::new(w.scaler));
-    let mut exec = CpuExec {
-        ctx,
-        dev: Arc::clone(&dev),
-        opt,
-        classes,
-    };
-    let trained = step::train(
-        &mut exec,
-        &mut model,
-        &mut source,
-        w,
-        k,
-        &mut scaler,
-        obs,
-        started,
-    )?;
-    drop(source);
-    if let Some(lt) = &model.layer_times {
-        for (l, (f, b)) in model.layers.iter().zip(lt) {
-            obs.on_note(&format!(
-                "layer {:<28} forward {:8.2} ms/step  backward {:8.2} ms/step",
-                l.name(),
-                f * 1e3 / w.steps as f64,
-                b * 1e3 / w.steps as f64
-            ));
-        }
-    }
-
-    algos.save()?;
-    let algorithms = algos.choices();
-    for c in algorithms
-        .iter()
-        .filter(|c| c.source != ChoiceSource::Heuristic)
-    {
-        obs.on_note(&format!(
-            "autotune {} [{}]: {} ({:?})",
-            c.op, c.key, c.algo, c.source
-        ));
-    }
-
-    // Memory figures describe training; evaluation's bigger batches must not count.
-    let snap = dev.mem().snapshot();
-    let accuracy = match (&test, w.eval) {
-        (Some(test), true) => Some(step::evaluate(
-            &mut exec,
-            &mut model,
-            Arc::clone(test),
-            &norm,
-        )?),
-        _ => None,
-    };
-    let m = trained.measured;
-    let busy_wall = m.after_warmup(w.warmup).iter().sum();
-    let (devices, imbalance) = single_device_summary(w.threads, &m.phase_sum, busy_wall, &snap);
-    Ok(RunSummary {
-        accuracy,
-        not_applicable,
-        skipped_steps: trained.skipped_steps,
-        loss_scale_final: scaler.as_ref().map(GradScaler::scale),
-        algorithms,
-        ..RunSummary::from_measured(w, k, "cpu", params, m, &snap, devices, imbalance)
-    })
+    launcher::single(&rig, w, k, obs, not_applicable, started)
 }
 
 /// True when every gradient is finite (the scaler's inf/nan check).
@@ -267,27 +245,4 @@ fn poison_one_grad(model: &mut Model) -> Result<()> {
         }
     });
     res
-}
-
-/// Held-out accuracy of a trained CPU model (the multi-device launcher's device 0),
-/// through the one `step::evaluate`. Evaluation never steps the optimizer; `CpuExec`
-/// carries one only because training does.
-pub fn evaluate(
-    model: &mut Model,
-    test: Arc<dyn data::Dataset>,
-    norm: &data::Normalize,
-    dev: &Arc<Device>,
-    classes: usize,
-    amp: Amp,
-) -> Result<f64> {
-    let mut exec = CpuExec {
-        ctx: Ctx {
-            amp,
-            ..Ctx::train(dev)
-        },
-        dev: Arc::clone(dev),
-        opt: Optimizer::new(OptimConfig::sgd(0.01))?,
-        classes,
-    };
-    step::evaluate(&mut exec, model, test, norm)
 }

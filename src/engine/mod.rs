@@ -14,6 +14,7 @@ pub mod geom;
 #[cfg(test)]
 mod gradcheck;
 pub mod host;
+pub(crate) mod launcher;
 pub mod nn;
 pub mod ops;
 pub mod optim;
@@ -22,6 +23,8 @@ pub mod probe;
 pub mod rng;
 pub mod step;
 pub mod tensor;
+#[doc(hidden)]
+pub mod testing;
 pub mod train;
 pub mod vocab;
 

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine::amp::ScalerConfig;
 use crate::engine::autotune::{AlgoChoice, Algos};
 pub use crate::engine::clock::Phases;
-use crate::engine::data::{self, Batch, ImageShape, Loader, LoaderConfig};
+use crate::engine::data::{self, Batch, ImageShape, Loader, LoaderConfig, Normalize};
 pub use crate::engine::device::DeviceChoice;
 use crate::engine::device::{Device, MemSnapshot};
 pub use crate::engine::host::{default_cache_dir, default_threads};
@@ -294,44 +294,82 @@ pub(crate) fn synthetic_batch(shape: ImageShape, n: usize, classes: usize, seed:
     }
 }
 
-/// Where a run's batches come from, its held-out set, class count and normalisation:
-/// the same for every backend.
-pub(crate) type Opened = (
-    Source,
-    Option<Arc<dyn data::Dataset>>,
-    usize,
-    data::Normalize,
-);
+/// The training data of a run, from which each device's batches are cut: the same for
+/// every backend and strategy (one device takes rank 0 of 1).
+pub(crate) struct Feed {
+    pub classes: usize,
+    pub norm: Normalize,
+    pub test: Option<Arc<dyn data::Dataset>>,
+    kind: FeedKind,
+}
 
-pub(crate) fn open_source(w: &Workload, k: &Knobs, want: ImageShape) -> Result<Opened> {
-    if w.dataset == "synthetic" {
-        let classes = 10;
-        let b = synthetic_batch(want, k.batch_size, classes, w.seed);
-        Ok((
-            Source::Fixed(b),
-            None,
-            classes,
-            data::default_normalize(want),
-        ))
-    } else {
-        let splits = data::open(&w.dataset, want, &w.cache_dir)?;
-        let classes = splits.train.num_classes();
+enum FeedKind {
+    /// The global synthetic batch; each rank takes its rows.
+    Synthetic(Batch),
+    Dataset(Arc<dyn data::Dataset>),
+}
+
+impl Feed {
+    pub(crate) fn open(w: &Workload, k: &Knobs) -> Result<Feed> {
+        let [h, wd, c] = w.model.input();
+        let want = ImageShape { h, w: wd, c };
         let norm = data::default_normalize(want);
-        let loader = Loader::new(
-            Arc::clone(&splits.train),
-            norm.clone(),
-            LoaderConfig {
-                batch_size: k.batch_size,
-                num_workers: k.num_workers,
-                prefetch: 2,
-                seed: w.seed,
-                shuffle: true,
-                augment: true,
-                drop_last: true,
-                rank: 0,
-                world_size: 1,
-            },
-        )?;
-        Ok((Source::Loader(loader), Some(splits.test), classes, norm))
+        if w.dataset == "synthetic" {
+            let classes = 10;
+            return Ok(Feed {
+                classes,
+                norm,
+                test: None,
+                kind: FeedKind::Synthetic(synthetic_batch(want, k.batch_size, classes, w.seed)),
+            });
+        }
+        let splits = data::open(&w.dataset, want, &w.cache_dir)?;
+        Ok(Feed {
+            classes: splits.train.num_classes(),
+            norm,
+            test: Some(splits.test),
+            kind: FeedKind::Dataset(splits.train),
+        })
+    }
+
+    /// Batches of `batch` samples for `rank` of `world`: a DistributedSampler shard of
+    /// the dataset, or this rank's rows of the synthetic batch.
+    pub(crate) fn source(
+        &self,
+        w: &Workload,
+        k: &Knobs,
+        rank: usize,
+        world: usize,
+        batch: usize,
+    ) -> Result<Source> {
+        match &self.kind {
+            FeedKind::Synthetic(g) => {
+                let len = g.shape.len();
+                let rows = rank * batch..(rank + 1) * batch;
+                Ok(Source::Fixed(Batch {
+                    x: g.x[rows.start * len..rows.end * len].to_vec(),
+                    y: g.y[rows.clone()].to_vec(),
+                    n: batch,
+                    shape: g.shape,
+                    epoch: g.epoch,
+                    index: g.index,
+                }))
+            }
+            FeedKind::Dataset(train) => Ok(Source::Loader(Loader::new(
+                Arc::clone(train),
+                self.norm.clone(),
+                LoaderConfig {
+                    batch_size: batch,
+                    num_workers: k.num_workers,
+                    prefetch: 2,
+                    seed: w.seed,
+                    shuffle: true,
+                    augment: true,
+                    drop_last: true,
+                    rank,
+                    world_size: world,
+                },
+            )?)),
+        }
     }
 }

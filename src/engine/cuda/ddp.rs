@@ -24,26 +24,23 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream};
 use cudarc::nccl::safe::{group_end, group_start, Comm, Id, ReduceOp};
 
-use crate::engine::amp::GradScaler;
 use crate::engine::autotune::AlgoChoice;
 use crate::engine::caps::{self, Layout};
 use crate::engine::clock::{Clock, Phase};
 use crate::engine::cuda::gpu::{cuda_err, nccl_err, DBuf, Gpu};
 use crate::engine::cuda::libs;
 use crate::engine::cuda::sync_bn::NcclSync;
-use crate::engine::cuda::train::{
-    autotune_on, build_model, conv_path, has_conv, note_choices, open_gpus, GpuClock, GpuExec,
-};
-use crate::engine::data::{Dataset, Normalize};
+use crate::engine::cuda::train::{open_gpus, GpuClock, GpuExec, GpuRig};
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
+use crate::engine::launcher::{self, note_choices, Rig};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::model_cuda::GLayer;
 use crate::engine::parallel::summary::DeviceStep;
 use crate::engine::parallel::{
-    collect, digest_words, multi_summary, Collected, Feed, StepReport, DIGEST_START,
+    collect, digest_words, multi_summary, Collected, StepReport, DIGEST_START,
 };
 use crate::engine::step::{self, Strategy};
-use crate::engine::vocab::{NoObserver, Observer, RunSummary, Source, StepEvent, Workload};
+use crate::engine::vocab::{Feed, NoObserver, Observer, RunSummary, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
 
@@ -328,8 +325,8 @@ struct Rank<'a> {
     source: Source,
     reports: Sender<StepReport>,
     verify: bool,
-    /// Rank 0 evaluates the trained replica.
-    eval: Option<(Arc<dyn Dataset>, Normalize)>,
+    /// Rank 0 evaluates the trained replica and records the choices.
+    lead: Option<&'a Feed>,
 }
 
 struct RankEnd {
@@ -360,7 +357,7 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
         mut source,
         reports,
         verify,
-        eval,
+        lead,
     } = r;
     gpu.ctx
         .bind_to_thread()
@@ -373,7 +370,13 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
     let comm = Comm::from_rank(Arc::clone(&cs), rank, world, id)
         .map_err(|e| nccl_err(&format!("rank {rank} joining {world}"), e))?;
     let comm = Rc::new(comm);
-    let (mut model, params, descs) = build_model(w, classes, &gpu)?;
+    // Every rank times its own GEMM candidates (reading the cache first) and only rank 0
+    // writes the cache. Ranks may pick different algorithms; the gradients they average
+    // are then not bit-equal, but every rank applies the same average, so the replicas
+    // still are.
+    let rig = GpuRig { gpu, dev };
+    let mut p = launcher::prepare(&rig, w, k, classes, &mut NoObserver)?;
+    let (gpu, model) = (&rig.gpu, &mut p.model);
     let mut has_bn = false;
     if k.sync_bn {
         let sync = Rc::new(NcclSync::new(Rc::clone(&comm), Arc::clone(&cs)));
@@ -403,27 +406,11 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
     for l in &mut model.layers {
         l.visit_buffers(&mut |_| has_buffers = true);
     }
-    let mut scaler = w
-        .scaler
-        .active_for(k.amp)
-        .then(|| GradScaler::new(w.scaler));
-    let mut exec = GpuExec::new(
-        &gpu,
-        &dev,
-        w,
-        k,
-        scaler.as_ref().map_or(1.0, GradScaler::scale),
-    )?;
-    // Every rank times its own GEMM candidates (reading the cache first) and only rank 0
-    // writes the cache. Ranks may pick different algorithms; the gradients they average
-    // are then not bit-equal, but every rank applies the same average, so the replicas
-    // still are.
-    let algos = autotune_on(w, k, &gpu, &mut NoObserver)?;
-    let (buckets, owner) = plan_buckets(&mut model, k.bucket_mb.saturating_mul(1 << 20), &gpu)?;
+    let (buckets, owner) = plan_buckets(model, k.bucket_mb.saturating_mul(1 << 20), gpu)?;
     let bucket_lens = buckets.iter().map(|b| b.buf.len()).collect();
     let mut ddp = NcclDdp {
         rank,
-        gpu: &gpu,
+        gpu,
         comm: &comm,
         cs: Arc::clone(&cs),
         buckets,
@@ -433,15 +420,15 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
         verify,
         at: StepMarks::default(),
     };
-    dev.mem().reset_peaks();
+    rig.before_loop();
     let trained = step::train_with(
-        &mut exec,
+        &mut p.exec,
         &mut ddp,
-        &mut model,
+        &mut p.model,
         &mut source,
         w,
         k,
-        &mut scaler,
+        &mut p.scaler,
         &mut NoObserver,
         Instant::now(),
     )?;
@@ -450,28 +437,16 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
     // cudarc's Comm aborts when dropped: nothing of this rank's may still be queued.
     cs.synchronize()
         .map_err(|e| cuda_err("communication stream", e))?;
-    let snap = dev.mem().snapshot();
-    let accuracy = match eval {
-        Some((test, norm)) => Some(step::evaluate(&mut exec, &mut model, test, &norm)?),
-        None => None,
-    };
-    let mut algorithms = Vec::new();
-    if let (Some(a), 0) = (&algos, rank) {
-        a.save()?;
-        algorithms = a.choices();
-    }
-    if has_conv(&descs) && rank == 0 {
-        algorithms.extend(conv_path(&gpu));
-    }
+    let end = launcher::finish(&rig, &mut p, w, classes, lead)?;
     Ok(RankEnd {
-        params,
-        accuracy,
-        snap,
+        params: p.params,
+        accuracy: end.accuracy,
+        snap: end.snap,
         buckets: bucket_lens,
-        algorithms,
+        algorithms: end.algorithms,
         synced_bn: has_bn,
         skipped_steps: trained.skipped_steps,
-        loss_scale: scaler.as_ref().map(GradScaler::scale),
+        loss_scale: p.loss_scale(),
     })
 }
 
@@ -524,10 +499,7 @@ pub fn run_verified(
             source: feed.source(w, k, r, world, per_rank)?,
             reports: tx.clone(),
             verify,
-            eval: match (&feed.test, w.eval, r) {
-                (Some(t), true, 0) => Some((Arc::clone(t), feed.norm.clone())),
-                _ => None,
-            },
+            lead: (r == 0).then_some(&feed),
         });
     }
     drop(tx);

@@ -34,23 +34,22 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
 use cudarc::nccl::safe::{group_end, group_start, Comm, Id, ReduceOp};
 
-use crate::engine::amp::{self, GradScaler};
+use crate::engine::amp;
 use crate::engine::autotune::AlgoChoice;
 use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, nccl_err, GTensor, Gpu};
 use crate::engine::cuda::libs;
-use crate::engine::cuda::train::{
-    autotune_on, build_model, conv_path, has_conv, note_choices, open_gpus, GpuExec,
-};
+use crate::engine::cuda::train::{autotune_on, build_model, open_gpus, GpuExec, GpuRig};
 use crate::engine::device::{Backend, MemCategory, MemSnapshot};
+use crate::engine::launcher::{self, note_choices, Rig};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::model_cuda::{GCtx, GLayer};
 use crate::engine::ops::layer_cuda::Pass;
 use crate::engine::parallel::summary::DeviceStep;
-use crate::engine::parallel::{collect, multi_summary, Feed, StepReport};
+use crate::engine::parallel::{collect, multi_summary, StepReport};
 use crate::engine::step::{self, Strategy};
 use crate::engine::tensor::DType;
-use crate::engine::vocab::{NoObserver, Observer, RunSummary, StepEvent, Workload};
+use crate::engine::vocab::{Feed, NoObserver, Observer, RunSummary, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
 
@@ -594,19 +593,11 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
                     .map_err(|e| cuda_err("context", e))?;
                 let comm = Comm::from_rank(Arc::clone(&gpu.stream), 0, n, id)
                     .map_err(|e| nccl_err(&format!("GPU 0 joining {n}"), e))?;
-                let (mut model, params, descs) = build_model(w, feed.classes, gpu)?;
-                let algos = autotune_on(w, k, gpu, &mut NoObserver)?;
-                let mut scaler = w
-                    .scaler
-                    .active_for(k.amp)
-                    .then(|| GradScaler::new(w.scaler));
-                let mut exec = GpuExec::new(
-                    gpu,
-                    &devs[0],
-                    w,
-                    k,
-                    scaler.as_ref().map_or(1.0, GradScaler::scale),
-                )?;
+                let rig = GpuRig {
+                    gpu: Arc::clone(gpu),
+                    dev: Arc::clone(&devs[0]),
+                };
+                let mut p = launcher::prepare(&rig, w, k, feed.classes, &mut NoObserver)?;
                 let mut dp = GpuDp {
                     gpu,
                     comm,
@@ -618,15 +609,15 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
                     dy: None,
                     comm_spans: Vec::new(),
                 };
-                devs[0].mem().reset_peaks();
+                rig.before_loop();
                 let res = step::train_with(
-                    &mut exec,
+                    &mut p.exec,
                     &mut dp,
-                    &mut model,
+                    &mut p.model,
                     &mut source,
                     w,
                     k,
-                    &mut scaler,
+                    &mut p.scaler,
                     &mut NoObserver,
                     Instant::now(),
                 );
@@ -634,31 +625,14 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
                 // Hanging up ends the replicas' loops.
                 drop(dp);
                 let trained = res?;
-                let snap = devs[0].mem().snapshot();
-                let accuracy = match (&feed.test, w.eval) {
-                    (Some(t), true) => Some(step::evaluate(
-                        &mut exec,
-                        &mut model,
-                        Arc::clone(t),
-                        &feed.norm,
-                    )?),
-                    _ => None,
-                };
-                let mut algorithms = Vec::new();
-                if let Some(a) = &algos {
-                    a.save()?;
-                    algorithms = a.choices();
-                }
-                if has_conv(&descs) {
-                    algorithms.extend(conv_path(gpu));
-                }
+                let end = launcher::finish(&rig, &mut p, w, feed.classes, Some(&feed))?;
                 Ok(Driven {
-                    params,
-                    accuracy,
-                    snap,
-                    algorithms,
+                    params: p.params,
+                    accuracy: end.accuracy,
+                    snap: end.snap,
+                    algorithms: end.algorithms,
                     skipped_steps: trained.skipped_steps,
-                    loss_scale: scaler.as_ref().map(GradScaler::scale),
+                    loss_scale: p.loss_scale(),
                 })
             })
             .map_err(|e| Error::Runtime(format!("cannot start GPU 0's driver: {e}")));

@@ -132,7 +132,7 @@ macro_rules! cuda_launch {
         // this context and sized for the launch's index range.
         unsafe { b.launch(cfg) }
             .map(|_| ())
-            .map_err(|e| $crate::engine::cuda::gpu::cuda_err(&format!("kernel {name}"), e))
+            .map_err(|e| $crate::engine::cuda::cuda_err(&format!("kernel {name}"), e))
     }};
 }
 

@@ -12,39 +12,19 @@ use crate::error::{Error, Result};
 
 pub const SOURCE: &str = include_str!("kernels.cu");
 
-/// Every `extern "C" __global__` in [`SOURCE`]; a test checks the two agree.
-pub const NAMES: &[&str] = &[
-    "fill",
-    "fill_rows",
-    "axpy",
-    "scale",
-    "relu_forward",
-    "relu_backward",
-    "narrow_f16",
-    "widen_f16",
-    "narrow_bf16",
-    "widen_bf16",
-    "channel_sum",
-    "channel_sqdev",
-    "channel_dot",
-    "bn_finish",
-    "bn_invstd",
-    "bn_forward",
-    "bn_backward_dx",
-    "bn_sync_mean",
-    "bn_sync_finish",
-    "bn_sync_backward_dx",
-    "im2col",
-    "col2im",
-    "gap_forward",
-    "gap_backward",
-    "softmax_xent",
-    "find_nonfinite",
-    "opt_begin_step",
-    "sgd_step",
-    "adamw_step",
-    "scaler_update",
-];
+/// How every kernel of [`SOURCE`] is declared; what follows, up to `(`, is its name.
+const KERNEL_DECL: &str = "extern \"C\" __global__ void ";
+
+/// Every kernel's name, read from [`SOURCE`]: the one list. The loader loads each of
+/// them, and the CPU stand-in's kernel table (tests/standin/launch.h) is generated from
+/// it, so a new kernel is written once, in `kernels.cu`.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    SOURCE
+        .split(KERNEL_DECL)
+        .skip(1)
+        .filter_map(|s| s.split('(').next())
+        .map(str::trim)
+}
 
 /// FNV-1a, for cache file names.
 fn fnv(parts: &[&[u8]]) -> u64 {
@@ -202,7 +182,7 @@ impl Kernels {
             .load_module(Ptx::from_src(ptx))
             .map_err(|e| Error::Runtime(format!("CUDA: loading tune's kernels: {e}")))?;
         let mut funcs = HashMap::new();
-        for &n in NAMES {
+        for n in names() {
             let f = module
                 .load_function(n)
                 .map_err(|e| Error::Runtime(format!("CUDA: kernel {n}: {e}")))?;
@@ -257,17 +237,31 @@ pub fn per_item(n: usize) -> LaunchConfig {
 mod tests {
     use super::*;
 
+    /// A kernel declared some other way (`__global__` on its own line, another return
+    /// type) would be compiled but never loaded: every `__global__` must be a name here.
     #[test]
-    fn names_list_every_kernel_in_the_source() {
-        let mut in_source: Vec<&str> = SOURCE
-            .split("extern \"C\" __global__ void ")
-            .skip(1)
-            .filter_map(|s| s.split('(').next())
-            .collect();
-        in_source.sort_unstable();
-        let mut listed = NAMES.to_vec();
-        listed.sort_unstable();
-        assert_eq!(in_source, listed);
+    fn names_are_every_global_of_the_source_once() {
+        let listed: Vec<&str> = names().collect();
+        assert_eq!(
+            listed.len(),
+            SOURCE.matches("__global__").count(),
+            "{listed:?}"
+        );
+        for n in &listed {
+            assert!(
+                !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                "not a kernel name: {n:?}"
+            );
+        }
+        let mut unique = listed.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            listed.len(),
+            "a kernel name twice: {listed:?}"
+        );
+        assert!(listed.contains(&"softmax_xent") && listed.contains(&"scaler_update"));
     }
 
     #[test]

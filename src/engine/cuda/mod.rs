@@ -5,19 +5,22 @@
 //! cudarc's panic. Kernels are NVRTC-compiled from `kernels.cu`; GEMM is cuBLASLt;
 //! conv2d is cuDNN where `libcudnn.so.9` loads (`dnn`), else im2col + cuBLASLt.
 
-pub mod blas;
+pub(crate) mod blas;
 pub mod ddp;
 pub mod dnn;
 pub(crate) mod dp;
 pub mod err;
-pub mod gpu;
-pub mod kernels;
+pub(crate) mod gpu;
+pub(crate) mod kernels;
 pub mod libs;
 pub(crate) mod sync_bn;
-pub mod train;
+pub(crate) mod train;
 pub mod versions;
 
 use crate::error::Error;
+
+/// A CUDA driver error as the engine's error, naming what failed (`cuda_launch!` uses it).
+pub use err::cuda_err;
 
 /// The device name of the CPU stand-in of the CUDA driver (tests/standin/cuda.cpp).
 pub const STANDIN_DEVICE: &str = "tune CPU stand-in (not a GPU)";

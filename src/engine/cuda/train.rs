@@ -18,8 +18,9 @@ use crate::engine::clock::Phases;
 use crate::engine::clock::{Clock, Phase};
 use crate::engine::cuda::gpu::{cuda_err, DBuf, GTensor, Gpu};
 use crate::engine::cuda::kernels::{elementwise, per_item};
-use crate::engine::data::{Batch, ImageShape};
+use crate::engine::data::Batch;
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
+use crate::engine::launcher::{self, Rig};
 use crate::engine::nn::init::Initial;
 use crate::engine::nn::model::Model;
 use crate::engine::nn::model_cuda::{self, GCtx, GLayer};
@@ -27,9 +28,8 @@ use crate::engine::nn::zoo;
 use crate::engine::ops::layer::LayerDesc;
 use crate::engine::ops::layer_cuda::{self, GParam, Pass};
 use crate::engine::optim::{OptimConfig, OptimKind};
-use crate::engine::parallel::summary::single_device_summary;
-use crate::engine::step::{self, Exec};
-use crate::engine::vocab::{open_source, Observer, RunSummary, Workload};
+use crate::engine::step::Exec;
+use crate::engine::vocab::{Observer, RunSummary, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
 
@@ -285,7 +285,7 @@ fn input(gpu: &Gpu, up: &mut Uploader, b: &Batch) -> Result<(GTensor, CudaSlice<
 }
 
 /// The CUDA backend of the step loop.
-pub(super) struct GpuExec {
+pub(crate) struct GpuExec {
     pub(super) gpu: Arc<Gpu>,
     ctx: GCtx,
     pub(super) dev: Arc<Device>,
@@ -535,6 +535,60 @@ impl Exec for GpuExec {
     }
 }
 
+/// The CUDA backend's setup of one GPU (`launcher::Rig`).
+pub(crate) struct GpuRig {
+    pub(crate) gpu: Arc<Gpu>,
+    pub(crate) dev: Arc<Device>,
+}
+
+impl Rig for GpuRig {
+    type E = GpuExec;
+
+    fn device(&self) -> &Arc<Device> {
+        &self.dev
+    }
+
+    fn label(&self) -> String {
+        crate::engine::cuda::backend_label(&self.gpu.name).to_string()
+    }
+
+    fn model(&self, w: &Workload, classes: usize) -> Result<(Model<GLayer>, usize)> {
+        let (model, params, _) = build_model(w, classes, &self.gpu)?;
+        Ok((model, params))
+    }
+
+    /// With autotune, the GPU's GEMMs (and cuDNN's convolutions) time their candidates,
+    /// reading the versioned cache first; without, the libraries' heuristics, unrecorded.
+    fn algos(&self, w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Option<Arc<Algos>>> {
+        autotune_on(w, k, &self.gpu, obs)
+    }
+
+    fn exec(
+        &self,
+        w: &Workload,
+        k: &Knobs,
+        _classes: usize,
+        _algos: Option<&Arc<Algos>>,
+        scale: f32,
+    ) -> Result<GpuExec> {
+        GpuExec::new(&self.gpu, &self.dev, w, k, scale)
+    }
+
+    /// Peaks count from the loop: the model's upload and autotune's scratch are not
+    /// training's memory.
+    fn before_loop(&self) {
+        self.dev.mem().reset_peaks();
+    }
+
+    fn path(&self, w: &Workload, classes: usize) -> Vec<AlgoChoice> {
+        if has_conv(&zoo::describe(w.model, classes)) {
+            conv_path(&self.gpu)
+        } else {
+            Vec::new()
+        }
+    }
+}
+
 /// Trains `w` under `k` on GPU 0 (`train::run` sends DP and DDP to `dp` and `ddp`).
 pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
     let not_applicable = caps::admit(Backend::Cuda, k, Layout::Single, obs)?;
@@ -551,85 +605,7 @@ pub fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary
             "compiled by NVRTC"
         }
     ));
-    obs.on_devices(std::slice::from_ref(&dev));
-    let [h, wd, c] = w.model.input();
-    let (mut source, test, classes, norm) = open_source(w, k, ImageShape { h, w: wd, c })?;
-    let mut scaler = w
-        .scaler
-        .active_for(k.amp)
-        .then(|| GradScaler::new(w.scaler));
-    let (mut model, params, descs) = build_model(w, classes, &gpu)?;
-    let algos = autotune_on(w, k, &gpu, obs)?;
-    let mut exec = GpuExec::new(
-        &gpu,
-        &dev,
-        w,
-        k,
-        scaler.as_ref().map_or(1.0, GradScaler::scale),
-    )?;
-    dev.mem().reset_peaks();
-    let trained = step::train(
-        &mut exec,
-        &mut model,
-        &mut source,
-        w,
-        k,
-        &mut scaler,
-        obs,
-        started,
-    )?;
-    drop(source);
-    let snap = dev.mem().snapshot();
-    let accuracy = match (&test, w.eval) {
-        (Some(test), true) => Some(step::evaluate(
-            &mut exec,
-            &mut model,
-            Arc::clone(test),
-            &norm,
-        )?),
-        _ => None,
-    };
-    let mut algorithms = Vec::new();
-    if let Some(a) = &algos {
-        a.save()?;
-        algorithms = a.choices();
-        for c in algorithms
-            .iter()
-            .filter(|c| c.source != ChoiceSource::Heuristic)
-        {
-            obs.on_note(&format!(
-                "autotune {} [{}]: {} ({:?})",
-                c.op, c.key, c.algo, c.source
-            ));
-        }
-    }
-    if has_conv(&descs) {
-        let path = conv_path(&gpu);
-        if let Some(first) = path.first() {
-            obs.on_note(&format!("conv path: {}", first.algo));
-        }
-        algorithms.extend(path);
-    }
-    let m = trained.measured;
-    let busy_wall = m.after_warmup(w.warmup).iter().sum();
-    let (devices, imbalance) = single_device_summary(1, &m.phase_sum, busy_wall, &snap);
-    Ok(RunSummary {
-        accuracy,
-        not_applicable,
-        skipped_steps: trained.skipped_steps,
-        loss_scale_final: scaler.as_ref().map(GradScaler::scale),
-        algorithms,
-        ..RunSummary::from_measured(
-            w,
-            k,
-            crate::engine::cuda::backend_label(&gpu.name),
-            params,
-            m,
-            &snap,
-            devices,
-            imbalance,
-        )
-    })
+    launcher::single(&GpuRig { gpu, dev }, w, k, obs, not_applicable, started)
 }
 
 /// GPUs and their accounting devices, index for index.
@@ -686,29 +662,8 @@ pub(super) fn autotune_on(
     Ok(Some(a))
 }
 
-/// One note per choice that was measured or read from the cache, and the conv path.
-pub(super) fn note_choices(obs: &mut dyn Observer, choices: &[AlgoChoice]) {
-    for c in choices
-        .iter()
-        .filter(|c| c.source != ChoiceSource::Heuristic || c.key == "path")
-    {
-        obs.on_note(&format!(
-            "{} [{}]: {} ({:?})",
-            c.op, c.key, c.algo, c.source
-        ));
-    }
-}
-
 pub(super) fn has_conv(descs: &[LayerDesc]) -> bool {
-    descs.iter().any(|d| match d {
-        LayerDesc::Conv2d { .. } => true,
-        LayerDesc::BasicBlock {
-            main,
-            shortcut,
-            out,
-        } => has_conv(main) || has_conv(shortcut) || has_conv(std::slice::from_ref(out)),
-        _ => false,
-    })
+    descs.iter().any(|d| d.holds("conv2d"))
 }
 
 /// Which conv2d path ran, for the trial record: first the path (cuDNN with its version,

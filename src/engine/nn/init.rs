@@ -4,28 +4,9 @@
 //! and biases, BN at identity). A backend other than the CPU builds its layers from
 //! these, so every backend starts from the same weights without a CPU model.
 
-use std::collections::VecDeque;
-
 use crate::engine::nn::zoo::{self, ModelKind};
-use crate::engine::ops::layer::LayerDesc;
-use crate::engine::rng::Rng;
-use crate::error::{Error, Result};
-
-/// One parameter's initial values.
-#[derive(Clone, Debug, PartialEq)]
-pub struct HostParam {
-    pub name: String,
-    pub shape: Vec<usize>,
-    pub values: Vec<f32>,
-    pub decay: bool,
-}
-
-/// Every parameter and buffer of a model, in visit order.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Initial {
-    pub params: VecDeque<HostParam>,
-    pub buffers: VecDeque<(String, Vec<f32>)>,
-}
+pub use crate::engine::ops::desc::{HostParam, Initial};
+use crate::error::Result;
 
 impl Initial {
     /// The values `zoo::build(kind, classes, seed, _)` starts from.
@@ -33,74 +14,9 @@ impl Initial {
         let mut rng = zoo::init_rng(seed);
         let mut out = Initial::default();
         for d in &zoo::describe(kind, classes) {
-            out.draw(d, &mut rng)?;
+            d.init(&mut rng, &mut out)?;
         }
         Ok(out)
-    }
-
-    fn param(&mut self, name: &str, shape: &[usize], values: Vec<f32>, decay: bool) {
-        self.params.push_back(HostParam {
-            name: name.into(),
-            shape: shape.to_vec(),
-            values,
-            decay,
-        });
-    }
-
-    fn uniform(rng: &mut Rng, n: usize, fan_in: usize) -> Vec<f32> {
-        let bound = 1.0 / (fan_in as f32).sqrt();
-        (0..n).map(|_| rng.range_f32(-bound, bound)).collect()
-    }
-
-    fn draw(&mut self, d: &LayerDesc, rng: &mut Rng) -> Result<()> {
-        match d {
-            LayerDesc::Linear { d_in, d_out } => {
-                let w = Self::uniform(rng, d_in * d_out, *d_in);
-                let b = Self::uniform(rng, *d_out, *d_in);
-                self.param("weight", &[*d_out, *d_in], w, true);
-                self.param("bias", &[*d_out], b, false);
-            }
-            LayerDesc::Conv2d {
-                c_in,
-                c_out,
-                k,
-                bias,
-                ..
-            } => {
-                let fan_in = c_in * k * k;
-                let w = Self::uniform(rng, c_out * fan_in, fan_in);
-                // The bias is drawn after the weight, as Conv2d::new does.
-                let b = bias.then(|| Self::uniform(rng, *c_out, fan_in));
-                self.param("weight", &[*c_out, fan_in], w, true);
-                if let Some(b) = b {
-                    self.param("bias", &[*c_out], b, false);
-                }
-            }
-            LayerDesc::BatchNorm2d { c, .. } => {
-                self.param("weight", &[*c], vec![1.0; *c], false);
-                self.param("bias", &[*c], vec![0.0; *c], false);
-                self.buffers
-                    .push_back(("running_mean".into(), vec![0.0; *c]));
-                self.buffers
-                    .push_back(("running_var".into(), vec![1.0; *c]));
-            }
-            LayerDesc::Relu | LayerDesc::Flatten | LayerDesc::GlobalAvgPool => {}
-            LayerDesc::BasicBlock {
-                main,
-                shortcut,
-                out,
-            } => {
-                for l in main.iter().chain(shortcut).chain(std::iter::once(&**out)) {
-                    self.draw(l, rng)?;
-                }
-            }
-            LayerDesc::Other(name) => {
-                return Err(Error::Runtime(format!(
-                    "model description: no initialisation for layer {name}"
-                )))
-            }
-        }
-        Ok(())
     }
 }
 

@@ -3,7 +3,7 @@
 
 pub mod init;
 pub mod model;
-pub mod model_cuda;
+pub(crate) mod model_cuda;
 pub mod residual;
 pub mod residual_cuda;
 pub mod zoo;

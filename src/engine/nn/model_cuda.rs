@@ -1,4 +1,5 @@
-//! The model's layers on a GPU, built from the model's [`LayerDesc`]s and its initial
+//! The model's layers on a GPU, built from the model's [`LayerDesc`]s (each op's
+//! `LayerSpec::gpu`) and its initial
 //! values (`nn::init`, the CPU model's values bit for bit), so both backends start from
 //! identical weights and can be compared step by step. Same contract as the CPU layers
 //! (`ops/layer_cuda.rs`): forward keeps what backward needs, backward adds into
@@ -6,18 +7,10 @@
 
 use std::sync::Arc;
 
-use crate::engine::cuda::gpu::{DBuf, GTensor, Gpu};
-use crate::engine::device::MemCategory;
-use crate::engine::nn::init::{HostParam, Initial};
+use crate::engine::cuda::gpu::{GTensor, Gpu};
 use crate::engine::nn::model::{LayerOps, Model, PassCtx};
-use crate::engine::nn::residual_cuda::GBasicBlock;
-use crate::engine::ops::activation_cuda::GRelu;
-use crate::engine::ops::batchnorm_cuda::GBatchNorm;
-use crate::engine::ops::conv2d_cuda::GConv;
-use crate::engine::ops::layer::LayerDesc;
+use crate::engine::ops::desc::{HostParam, InitSource, Initial, LayerDesc};
 use crate::engine::ops::layer_cuda::{GParam, GpuLayer, Pass};
-use crate::engine::ops::linear_cuda::GLinear;
-use crate::engine::ops::pool_cuda::{GFlatten, GGlobalAvgPool};
 use crate::error::{Error, Result};
 
 /// The CUDA backend's pass context: the GPU the layers run on and the pass's flags.
@@ -77,124 +70,13 @@ impl LayerOps for GLayer {
 /// A GPU model's layer: any op's `GpuLayer` (`ops/<op>_cuda.rs`).
 pub type GLayer = Box<dyn GpuLayer>;
 
-/// Parameters and buffers in visit order, consumed while building.
-struct Source(Initial);
-
-impl Source {
-    fn param(&mut self, gpu: &Gpu, want: &str, len: usize) -> Result<GParam> {
-        let p = self.0.params.pop_front().ok_or_else(|| {
-            Error::Runtime(format!(
-                "GPU model: ran out of initial parameters at {want}"
-            ))
-        })?;
-        if p.name != want || p.values.len() != len {
-            return Err(Error::Runtime(format!(
-                "GPU model: expected parameter {want} of {len} values, got {} {:?}",
-                p.name, p.shape
-            )));
-        }
-        Ok(GParam {
-            w: gpu.upload(&p.values, MemCategory::Params)?,
-            name: p.name,
-            g: None,
-            decay: p.decay,
-        })
-    }
-
-    fn buffer(&mut self, gpu: &Gpu, want: &str, len: usize) -> Result<DBuf> {
-        let (name, data) = self.0.buffers.pop_front().ok_or_else(|| {
-            Error::Runtime(format!("GPU model: ran out of initial buffers at {want}"))
-        })?;
-        if name != want || data.len() != len {
-            return Err(Error::Runtime(format!(
-                "GPU model: expected buffer {want} of {len} values, got {name}"
-            )));
-        }
-        gpu.upload(&data, MemCategory::Params)
-    }
-}
-
-/// The one place a `LayerDesc` meets its GPU layer.
-fn build(d: &LayerDesc, gpu: &Gpu, src: &mut Source) -> Result<GLayer> {
-    let layer: GLayer = match d {
-        LayerDesc::Linear { d_in, d_out } => Box::new(GLinear {
-            d_in: *d_in,
-            d_out: *d_out,
-            w: src.param(gpu, "weight", d_in * d_out)?,
-            b: src.param(gpu, "bias", *d_out)?,
-            saved_x: None,
-        }),
-        LayerDesc::Conv2d {
-            c_in,
-            c_out,
-            k,
-            stride,
-            pad,
-            bias,
-        } => Box::new(GConv {
-            c_in: *c_in,
-            c_out: *c_out,
-            k: *k,
-            stride: *stride,
-            pad: *pad,
-            w: src.param(gpu, "weight", c_out * k * k * c_in)?,
-            b: if *bias {
-                Some(src.param(gpu, "bias", *c_out)?)
-            } else {
-                None
-            },
-            saved_x: None,
-        }),
-        LayerDesc::BatchNorm2d { c, eps, momentum } => Box::new(GBatchNorm {
-            c: *c,
-            eps: *eps,
-            momentum: *momentum,
-            gamma: src.param(gpu, "weight", *c)?,
-            beta: src.param(gpu, "bias", *c)?,
-            run_mean: src.buffer(gpu, "running_mean", *c)?,
-            run_var: src.buffer(gpu, "running_var", *c)?,
-            saved: None,
-            sync: None,
-        }),
-        LayerDesc::Relu => Box::<GRelu>::default(),
-        LayerDesc::Flatten => Box::<GFlatten>::default(),
-        LayerDesc::GlobalAvgPool => Box::<GGlobalAvgPool>::default(),
-        LayerDesc::BasicBlock {
-            main,
-            shortcut,
-            out,
-        } => {
-            // The CPU block visits main's parameters, then the shortcut's.
-            let main = main
-                .iter()
-                .map(|l| build(l, gpu, src))
-                .collect::<Result<Vec<_>>>()?;
-            let shortcut = shortcut
-                .iter()
-                .map(|l| build(l, gpu, src))
-                .collect::<Result<Vec<_>>>()?;
-            Box::new(GBasicBlock {
-                main,
-                shortcut,
-                out: build(out, gpu, src)?,
-            })
-        }
-        LayerDesc::Other(name) => {
-            return Err(Error::Unavailable(format!(
-                "CUDA backend: layer {name} has no GPU kernels yet"
-            )))
-        }
-    };
-    Ok(layer)
-}
-
 /// GPU layers for `descs`, starting from `init` (which must hold exactly their
 /// parameters and buffers, in visit order).
 pub fn from_desc(descs: &[LayerDesc], init: Initial, gpu: &Gpu) -> Result<Vec<GLayer>> {
-    let mut src = Source(init);
+    let mut src = InitSource(init);
     let layers = descs
         .iter()
-        .map(|d| build(d, gpu, &mut src))
+        .map(|d| d.gpu(gpu, &mut src))
         .collect::<Result<Vec<_>>>()?;
     if !src.0.params.is_empty() || !src.0.buffers.is_empty() {
         return Err(Error::Runtime(format!(

@@ -2,11 +2,15 @@
 //! 1x1 conv + BN when the shape changes), then ReLU. A composite layer: checkpointing
 //! treats it as one unit.
 
+use crate::engine::cuda::gpu::Gpu;
 use crate::engine::device::Device;
+use crate::engine::nn::residual_cuda::GBasicBlock;
 use crate::engine::ops::activation::Relu;
 use crate::engine::ops::batchnorm::BatchNorm2d;
 use crate::engine::ops::conv2d::Conv2d;
+use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
 use crate::engine::ops::layer::{Ctx, Layer, LayerDesc, Param};
+use crate::engine::ops::layer_cuda::GpuLayer;
 use crate::engine::rng::Rng;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
@@ -66,6 +70,67 @@ impl BasicBlock {
     }
 }
 
+/// A basic block's description: its layers' descriptions, and the shape the CPU block is
+/// built from.
+#[derive(Debug)]
+pub struct BasicBlockDesc {
+    pub c_in: usize,
+    pub c_out: usize,
+    pub stride: usize,
+    pub main: Vec<LayerDesc>,
+    pub shortcut: Vec<LayerDesc>,
+    pub out: LayerDesc,
+}
+
+impl BasicBlockDesc {
+    /// The layers in visit order: main, then the shortcut, then the output activation.
+    fn layers(&self) -> impl Iterator<Item = &LayerDesc> {
+        self.main
+            .iter()
+            .chain(&self.shortcut)
+            .chain(std::iter::once(&self.out))
+    }
+}
+
+impl LayerSpec for BasicBlockDesc {
+    fn op(&self) -> &'static str {
+        "basic_block"
+    }
+    fn cpu(&self, rng: &mut Rng, dev: &Device) -> Result<Box<dyn Layer>> {
+        Ok(Box::new(BasicBlock::new(
+            self.c_in,
+            self.c_out,
+            self.stride,
+            rng,
+            dev,
+        )?))
+    }
+    fn init(&self, rng: &mut Rng, out: &mut Initial) -> Result<()> {
+        self.layers().try_for_each(|l| l.init(rng, out))
+    }
+    fn gpu(&self, gpu: &Gpu, src: &mut InitSource) -> Result<Box<dyn GpuLayer>> {
+        // The CPU block visits main's parameters, then the shortcut's.
+        let main = self
+            .main
+            .iter()
+            .map(|l| l.gpu(gpu, src))
+            .collect::<Result<Vec<_>>>()?;
+        let shortcut = self
+            .shortcut
+            .iter()
+            .map(|l| l.gpu(gpu, src))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Box::new(GBasicBlock {
+            main,
+            shortcut,
+            out: self.out.gpu(gpu, src)?,
+        }))
+    }
+    fn holds(&self, op: &str) -> bool {
+        self.op() == op || self.layers().any(|l| l.holds(op))
+    }
+}
+
 fn add_into(dst: &mut Tensor, src: &Tensor) -> Result<()> {
     if dst.shape() != src.shape() {
         return Err(Error::Shape {
@@ -88,11 +153,14 @@ impl Layer for BasicBlock {
     }
 
     fn describe(&self) -> LayerDesc {
-        LayerDesc::BasicBlock {
+        Box::new(BasicBlockDesc {
+            c_in: self.c_in,
+            c_out: self.c_out,
+            stride: self.stride,
             main: self.main.iter().map(|l| l.describe()).collect(),
             shortcut: self.shortcut.iter().map(|l| l.describe()).collect(),
-            out: Box::new(self.out.describe()),
-        }
+            out: self.out.describe(),
+        })
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {

@@ -5,13 +5,13 @@ use std::str::FromStr;
 
 use crate::engine::device::Device;
 use crate::engine::nn::model::Model;
-use crate::engine::nn::residual::BasicBlock;
-use crate::engine::ops::activation::Relu;
-use crate::engine::ops::batchnorm::BatchNorm2d;
-use crate::engine::ops::conv2d::Conv2d;
-use crate::engine::ops::layer::{Layer, LayerDesc};
-use crate::engine::ops::linear::Linear;
-use crate::engine::ops::pool::{Flatten, GlobalAvgPool};
+use crate::engine::nn::residual::BasicBlockDesc;
+use crate::engine::ops::activation::ReluDesc;
+use crate::engine::ops::batchnorm::BatchNormDesc;
+use crate::engine::ops::conv2d::Conv2dDesc;
+use crate::engine::ops::layer::LayerDesc;
+use crate::engine::ops::linear::LinearDesc;
+use crate::engine::ops::pool::{FlattenDesc, GlobalAvgPoolDesc};
 use crate::engine::rng::Rng;
 use crate::error::{Error, Result};
 
@@ -62,27 +62,23 @@ impl FromStr for ModelKind {
     }
 }
 
-fn conv_bn_relu(c_in: usize, c_out: usize, stride: usize) -> Vec<LayerDesc> {
-    vec![
-        LayerDesc::Conv2d {
-            c_in,
-            c_out,
-            k: 3,
-            stride,
-            pad: 1,
-            bias: false,
-        },
-        batch_norm(c_out),
-        LayerDesc::Relu,
-    ]
+fn conv(c_in: usize, c_out: usize, k: usize, stride: usize, pad: usize) -> LayerDesc {
+    Box::new(Conv2dDesc {
+        c_in,
+        c_out,
+        k,
+        stride,
+        pad,
+        bias: false,
+    })
 }
 
-fn batch_norm(c: usize) -> LayerDesc {
-    LayerDesc::BatchNorm2d {
-        c,
-        eps: 1e-5,
-        momentum: 0.1,
-    }
+fn conv_bn_relu(c_in: usize, c_out: usize, stride: usize) -> Vec<LayerDesc> {
+    vec![
+        conv(c_in, c_out, 3, stride, 1),
+        Box::new(BatchNormDesc::new(c_out)),
+        Box::new(ReluDesc),
+    ]
 }
 
 /// A ResNet basic block as `BasicBlock::new` builds it.
@@ -90,46 +86,42 @@ fn basic_block(c_in: usize, c_out: usize, stride: usize) -> LayerDesc {
     let mut main = conv_bn_relu(c_in, c_out, stride);
     main.extend(conv_bn_relu(c_out, c_out, 1));
     main.pop();
-    let shortcut = if stride != 1 || c_in != c_out {
+    let shortcut: Vec<LayerDesc> = if stride != 1 || c_in != c_out {
         vec![
-            LayerDesc::Conv2d {
-                c_in,
-                c_out,
-                k: 1,
-                stride,
-                pad: 0,
-                bias: false,
-            },
-            batch_norm(c_out),
+            conv(c_in, c_out, 1, stride, 0),
+            Box::new(BatchNormDesc::new(c_out)),
         ]
     } else {
         Vec::new()
     };
-    LayerDesc::BasicBlock {
+    Box::new(BasicBlockDesc {
+        c_in,
+        c_out,
+        stride,
         main,
         shortcut,
-        out: Box::new(LayerDesc::Relu),
-    }
+        out: Box::new(ReluDesc),
+    })
 }
 
 /// The model as a description every backend builds from: the one definition of each
 /// model's layers.
 pub fn describe(kind: ModelKind, classes: usize) -> Vec<LayerDesc> {
-    let linear = |d_in, d_out| LayerDesc::Linear { d_in, d_out };
+    let linear = |d_in, d_out| -> LayerDesc { Box::new(LinearDesc { d_in, d_out }) };
     match kind {
         ModelKind::Mlp => vec![
-            LayerDesc::Flatten,
+            Box::new(FlattenDesc),
             linear(784, 1024),
-            LayerDesc::Relu,
+            Box::new(ReluDesc),
             linear(1024, 1024),
-            LayerDesc::Relu,
+            Box::new(ReluDesc),
             linear(1024, classes),
         ],
         ModelKind::CnnSmall => {
             let mut l = conv_bn_relu(3, 32, 1);
             l.extend(conv_bn_relu(32, 64, 2));
             l.extend(conv_bn_relu(64, 128, 2));
-            l.push(LayerDesc::GlobalAvgPool);
+            l.push(Box::new(GlobalAvgPoolDesc));
             l.push(linear(128, classes));
             l
         }
@@ -144,7 +136,7 @@ pub fn describe(kind: ModelKind, classes: usize) -> Vec<LayerDesc> {
                     c = width;
                 }
             }
-            l.push(LayerDesc::GlobalAvgPool);
+            l.push(Box::new(GlobalAvgPoolDesc));
             l.push(linear(c, classes));
             l
         }
@@ -156,52 +148,12 @@ pub fn init_rng(seed: u64) -> Rng {
     Rng::from_keys(&[seed, 0x6d6f64656c])
 }
 
-/// A CPU layer from its description, drawing its weights from `rng` as its constructor
-/// does.
-fn cpu_layer(d: &LayerDesc, rng: &mut Rng, dev: &Device) -> Result<Box<dyn Layer>> {
-    Ok(match d {
-        LayerDesc::Linear { d_in, d_out } => Box::new(Linear::new(*d_in, *d_out, rng, dev)?),
-        LayerDesc::Conv2d {
-            c_in,
-            c_out,
-            k,
-            stride,
-            pad,
-            bias,
-        } => Box::new(Conv2d::new(
-            *c_in, *c_out, *k, *stride, *pad, *bias, rng, dev,
-        )?),
-        LayerDesc::BatchNorm2d { c, .. } => Box::new(BatchNorm2d::new(*c, dev)?),
-        LayerDesc::Relu => Box::new(Relu::default()),
-        LayerDesc::Flatten => Box::new(Flatten::default()),
-        LayerDesc::GlobalAvgPool => Box::new(GlobalAvgPool::default()),
-        LayerDesc::BasicBlock { main, .. } => match main.first() {
-            Some(LayerDesc::Conv2d {
-                c_in,
-                c_out,
-                stride,
-                ..
-            }) => Box::new(BasicBlock::new(*c_in, *c_out, *stride, rng, dev)?),
-            _ => {
-                return Err(Error::Runtime(
-                    "model description: a basic block must start with a conv".into(),
-                ))
-            }
-        },
-        LayerDesc::Other(name) => {
-            return Err(Error::Runtime(format!(
-                "model description: no CPU layer for {name}"
-            )))
-        }
-    })
-}
-
 /// Builds a freshly initialised model; the same seed gives the same weights.
 pub fn build(kind: ModelKind, classes: usize, seed: u64, dev: &Device) -> Result<Model> {
     let mut rng = init_rng(seed);
     let layers = describe(kind, classes)
         .iter()
-        .map(|d| cpu_layer(d, &mut rng, dev))
+        .map(|d| d.cpu(&mut rng, dev))
         .collect::<Result<Vec<_>>>()?;
     Ok(Model::new(&kind.to_string(), layers, kind.input(), classes))
 }

@@ -3,7 +3,13 @@
 
 use rayon::prelude::*;
 
+use crate::engine::cuda::gpu::Gpu;
+use crate::engine::device::Device;
+use crate::engine::ops::activation_cuda::GRelu;
+use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
 use crate::engine::ops::layer::{take_saved, Ctx, Layer, LayerDesc};
+use crate::engine::ops::layer_cuda::GpuLayer;
+use crate::engine::rng::Rng;
 use crate::engine::tensor::Tensor;
 use crate::error::Result;
 
@@ -15,13 +21,32 @@ pub struct Relu {
     saved_y: Option<Tensor>,
 }
 
+/// ReLU's description.
+#[derive(Debug)]
+pub struct ReluDesc;
+
+impl LayerSpec for ReluDesc {
+    fn op(&self) -> &'static str {
+        "relu"
+    }
+    fn cpu(&self, _rng: &mut Rng, _dev: &Device) -> Result<Box<dyn Layer>> {
+        Ok(Box::new(Relu::default()))
+    }
+    fn init(&self, _rng: &mut Rng, _out: &mut Initial) -> Result<()> {
+        Ok(())
+    }
+    fn gpu(&self, _gpu: &Gpu, _src: &mut InitSource) -> Result<Box<dyn GpuLayer>> {
+        Ok(Box::<GRelu>::default())
+    }
+}
+
 impl Layer for Relu {
     fn name(&self) -> String {
         "relu".into()
     }
 
     fn describe(&self) -> LayerDesc {
-        LayerDesc::Relu
+        Box::new(ReluDesc)
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {

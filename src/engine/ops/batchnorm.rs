@@ -5,9 +5,14 @@
 
 use rayon::prelude::*;
 
+use crate::engine::cuda::gpu::Gpu;
 use crate::engine::device::Device;
+use crate::engine::ops::batchnorm_cuda::GBatchNorm;
+use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
 use crate::engine::ops::layer::{Ctx, Layer, LayerDesc, Param};
+use crate::engine::ops::layer_cuda::GpuLayer;
 use crate::engine::ops::sync_bn;
+use crate::engine::rng::Rng;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
 
@@ -100,17 +105,68 @@ impl BatchNorm2d {
     }
 }
 
+/// A batch norm's description over `c` channels.
+#[derive(Debug)]
+pub struct BatchNormDesc {
+    pub c: usize,
+    pub eps: f32,
+    pub momentum: f32,
+}
+
+impl BatchNormDesc {
+    /// PyTorch's defaults: eps 1e-5, momentum 0.1.
+    pub fn new(c: usize) -> BatchNormDesc {
+        BatchNormDesc {
+            c,
+            eps: 1e-5,
+            momentum: 0.1,
+        }
+    }
+}
+
+impl LayerSpec for BatchNormDesc {
+    fn op(&self) -> &'static str {
+        "batchnorm"
+    }
+    fn cpu(&self, _rng: &mut Rng, dev: &Device) -> Result<Box<dyn Layer>> {
+        Ok(Box::new(BatchNorm2d::new(self.c, dev)?))
+    }
+    /// At identity, drawing nothing.
+    fn init(&self, _rng: &mut Rng, out: &mut Initial) -> Result<()> {
+        let c = self.c;
+        out.param("weight", &[c], vec![1.0; c], false);
+        out.param("bias", &[c], vec![0.0; c], false);
+        out.buffer("running_mean", vec![0.0; c]);
+        out.buffer("running_var", vec![1.0; c]);
+        Ok(())
+    }
+    fn gpu(&self, gpu: &Gpu, src: &mut InitSource) -> Result<Box<dyn GpuLayer>> {
+        let c = self.c;
+        Ok(Box::new(GBatchNorm {
+            c,
+            eps: self.eps,
+            momentum: self.momentum,
+            gamma: src.param(gpu, "weight", c)?,
+            beta: src.param(gpu, "bias", c)?,
+            run_mean: src.buffer(gpu, "running_mean", c)?,
+            run_var: src.buffer(gpu, "running_var", c)?,
+            saved: None,
+            sync: None,
+        }))
+    }
+}
+
 impl Layer for BatchNorm2d {
     fn name(&self) -> String {
         format!("batchnorm({})", self.c)
     }
 
     fn describe(&self) -> LayerDesc {
-        LayerDesc::BatchNorm2d {
+        Box::new(BatchNormDesc {
             c: self.c,
             eps: self.eps,
             momentum: self.momentum,
-        }
+        })
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {

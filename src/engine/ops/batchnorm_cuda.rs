@@ -29,8 +29,11 @@ pub struct GBatchNorm {
     pub(crate) sync: Option<Rc<NcclSync>>,
 }
 
-impl GBatchNorm {
-    pub(crate) fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+impl GpuLayer for GBatchNorm {
+    fn name(&self) -> &'static str {
+        "batchnorm2d"
+    }
+    fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
         let x = gpu.widen(&x)?;
         let c = self.c;
         if x.shape.last() != Some(&c) || x.is_empty() {
@@ -168,8 +171,7 @@ impl GBatchNorm {
         }
         store(gpu, GTensor::new(&x.shape, y)?, p)
     }
-
-    pub(crate) fn backward(
+    fn backward(
         &mut self,
         dy: GTensor,
         need_dx: bool,
@@ -251,24 +253,6 @@ impl GBatchNorm {
             }
         }
         store(gpu, GTensor::new(&xhat.shape, dx)?, p).map(Some)
-    }
-}
-
-impl GpuLayer for GBatchNorm {
-    fn name(&self) -> &'static str {
-        "batchnorm2d"
-    }
-    fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
-        GBatchNorm::forward(self, x, gpu, p)
-    }
-    fn backward(
-        &mut self,
-        dy: GTensor,
-        need_dx: bool,
-        gpu: &Gpu,
-        p: Pass,
-    ) -> Result<Option<GTensor>> {
-        GBatchNorm::backward(self, dy, need_dx, gpu, p)
     }
     fn clear_saved(&mut self) {
         self.saved = None;

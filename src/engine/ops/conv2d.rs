@@ -7,11 +7,15 @@
 
 use rayon::prelude::*;
 
+use crate::engine::cuda::gpu::Gpu;
 use crate::engine::device::Device;
 pub use crate::engine::geom::ConvGeom;
+use crate::engine::ops::conv2d_cuda::GConv;
 use crate::engine::ops::conv_algos;
+use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
 use crate::engine::ops::gemm::{matmul, matmul_turned, Mat};
 use crate::engine::ops::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
+use crate::engine::ops::layer_cuda::GpuLayer;
 use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
 use crate::engine::tensor::Tensor;
@@ -213,6 +217,57 @@ fn conv_forward(
     Ok(y)
 }
 
+/// A 2-D convolution's description (NHWC, square `k`x`k` kernel).
+#[derive(Debug)]
+pub struct Conv2dDesc {
+    pub c_in: usize,
+    pub c_out: usize,
+    pub k: usize,
+    pub stride: usize,
+    pub pad: usize,
+    pub bias: bool,
+}
+
+impl LayerSpec for Conv2dDesc {
+    fn op(&self) -> &'static str {
+        "conv2d"
+    }
+    fn cpu(&self, rng: &mut Rng, dev: &Device) -> Result<Box<dyn Layer>> {
+        let d = self;
+        Ok(Box::new(Conv2d::new(
+            d.c_in, d.c_out, d.k, d.stride, d.pad, d.bias, rng, dev,
+        )?))
+    }
+    fn init(&self, rng: &mut Rng, out: &mut Initial) -> Result<()> {
+        let fan_in = self.c_in * self.k * self.k;
+        let w = Initial::uniform(rng, self.c_out * fan_in, fan_in);
+        // The bias is drawn after the weight, as Conv2d::new does.
+        let b = self.bias.then(|| Initial::uniform(rng, self.c_out, fan_in));
+        out.param("weight", &[self.c_out, fan_in], w, true);
+        if let Some(b) = b {
+            out.param("bias", &[self.c_out], b, false);
+        }
+        Ok(())
+    }
+    fn gpu(&self, gpu: &Gpu, src: &mut InitSource) -> Result<Box<dyn GpuLayer>> {
+        let d = self;
+        Ok(Box::new(GConv {
+            c_in: d.c_in,
+            c_out: d.c_out,
+            k: d.k,
+            stride: d.stride,
+            pad: d.pad,
+            w: src.param(gpu, "weight", d.c_out * d.k * d.k * d.c_in)?,
+            b: if d.bias {
+                Some(src.param(gpu, "bias", d.c_out)?)
+            } else {
+                None
+            },
+            saved_x: None,
+        }))
+    }
+}
+
 impl Layer for Conv2d {
     fn name(&self) -> String {
         format!(
@@ -222,14 +277,14 @@ impl Layer for Conv2d {
     }
 
     fn describe(&self) -> LayerDesc {
-        LayerDesc::Conv2d {
+        Box::new(Conv2dDesc {
             c_in: self.c_in,
             c_out: self.c_out,
             k: self.k,
             stride: self.stride,
             pad: self.pad,
             bias: self.b.is_some(),
-        }
+        })
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {

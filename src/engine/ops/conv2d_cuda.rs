@@ -238,8 +238,13 @@ impl GConv {
         gpu.narrow_into(&mut half.s, &col.s, len, dt)?;
         Ok(half)
     }
+}
 
-    pub(crate) fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+impl GpuLayer for GConv {
+    fn name(&self) -> &'static str {
+        "conv2d"
+    }
+    fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
         if let Some((d, key)) = self.dnn(gpu, &x, p)? {
             return self.forward_dnn(x, gpu, d, key, p);
         }
@@ -270,8 +275,7 @@ impl GConv {
         }
         store(gpu, GTensor::new(&[g.n, g.oh(), g.ow(), self.c_out], y)?, p)
     }
-
-    pub(crate) fn backward(
+    fn backward(
         &mut self,
         dy: GTensor,
         need_dx: bool,
@@ -335,24 +339,6 @@ impl GConv {
         let mut dx = out(gpu, x.len(), p)?;
         conv_index(gpu, "col2im", &mut dx, &dcol.s, index_args(&g))?;
         store(gpu, GTensor::new(&x.shape, dx)?, p).map(Some)
-    }
-}
-
-impl GpuLayer for GConv {
-    fn name(&self) -> &'static str {
-        "conv2d"
-    }
-    fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
-        GConv::forward(self, x, gpu, p)
-    }
-    fn backward(
-        &mut self,
-        dy: GTensor,
-        need_dx: bool,
-        gpu: &Gpu,
-        p: Pass,
-    ) -> Result<Option<GTensor>> {
-        GConv::backward(self, dy, need_dx, gpu, p)
     }
     fn clear_saved(&mut self) {
         self.saved_x = None;

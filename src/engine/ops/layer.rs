@@ -8,6 +8,8 @@ use crate::engine::amp;
 use crate::engine::autotune::Algos;
 use crate::engine::collective::Collective;
 use crate::engine::device::{Device, MemCategory};
+use crate::engine::ops::desc::CpuOnly;
+pub use crate::engine::ops::desc::LayerDesc;
 use crate::engine::tensor::{DType, Tensor};
 use crate::error::Result;
 use crate::knobs::Amp;
@@ -157,44 +159,12 @@ impl Ctx {
     }
 }
 
-/// What a layer is, for another backend to build the same model (the CUDA backend builds
-/// its layers from these and copies the parameters over in `visit_params` order).
-#[derive(Clone, Debug, PartialEq)]
-pub enum LayerDesc {
-    Linear {
-        d_in: usize,
-        d_out: usize,
-    },
-    Conv2d {
-        c_in: usize,
-        c_out: usize,
-        k: usize,
-        stride: usize,
-        pad: usize,
-        bias: bool,
-    },
-    BatchNorm2d {
-        c: usize,
-        eps: f32,
-        momentum: f32,
-    },
-    Relu,
-    Flatten,
-    GlobalAvgPool,
-    BasicBlock {
-        main: Vec<LayerDesc>,
-        shortcut: Vec<LayerDesc>,
-        out: Box<LayerDesc>,
-    },
-    /// A layer no other backend implements; carries its name for the error message.
-    Other(String),
-}
-
 pub trait Layer: Send {
     fn name(&self) -> String;
 
+    /// What the layer is, for every backend to build the same model (`ops/desc.rs`).
     fn describe(&self) -> LayerDesc {
-        LayerDesc::Other(self.name())
+        Box::new(CpuOnly(self.name()))
     }
 
     /// Forward pass. Takes the input by value so a layer that needs it for backward keeps

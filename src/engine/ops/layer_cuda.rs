@@ -110,7 +110,7 @@ pub(crate) fn missing(layer: &str) -> Error {
 /// A layer on the GPU, the CUDA side of `Layer`: forward keeps what backward needs,
 /// backward adds into the parameter gradients and returns the input gradient. Each op
 /// implements it in its own `<op>_cuda.rs`, so a new op is new files, not new arms of a
-/// closed enum; `nn/model_cuda.rs` builds them from `LayerDesc`s.
+/// closed enum; each op's `LayerSpec::gpu` (`ops/desc.rs`) builds its layer.
 pub trait GpuLayer {
     fn name(&self) -> &'static str;
     fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor>;

@@ -3,9 +3,13 @@
 use rayon::prelude::*;
 
 use crate::engine::autotune;
+use crate::engine::cuda::gpu::Gpu;
 use crate::engine::device::Device;
+use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
 use crate::engine::ops::gemm::{matmul, matmul_turned, Mat};
 use crate::engine::ops::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
+use crate::engine::ops::layer_cuda::GpuLayer;
+use crate::engine::ops::linear_cuda::GLinear;
 use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
 use crate::engine::tensor::Tensor;
@@ -110,16 +114,49 @@ fn forward_algos(n: usize, d_in: usize, d_out: usize) -> [&'static str; 3] {
     }
 }
 
+/// A linear layer's description: `d_in` to `d_out`, with a bias.
+#[derive(Debug)]
+pub struct LinearDesc {
+    pub d_in: usize,
+    pub d_out: usize,
+}
+
+impl LayerSpec for LinearDesc {
+    fn op(&self) -> &'static str {
+        "linear"
+    }
+    fn cpu(&self, rng: &mut Rng, dev: &Device) -> Result<Box<dyn Layer>> {
+        Ok(Box::new(Linear::new(self.d_in, self.d_out, rng, dev)?))
+    }
+    fn init(&self, rng: &mut Rng, out: &mut Initial) -> Result<()> {
+        let (d_in, d_out) = (self.d_in, self.d_out);
+        let w = Initial::uniform(rng, d_in * d_out, d_in);
+        let b = Initial::uniform(rng, d_out, d_in);
+        out.param("weight", &[d_out, d_in], w, true);
+        out.param("bias", &[d_out], b, false);
+        Ok(())
+    }
+    fn gpu(&self, gpu: &Gpu, src: &mut InitSource) -> Result<Box<dyn GpuLayer>> {
+        Ok(Box::new(GLinear {
+            d_in: self.d_in,
+            d_out: self.d_out,
+            w: src.param(gpu, "weight", self.d_in * self.d_out)?,
+            b: src.param(gpu, "bias", self.d_out)?,
+            saved_x: None,
+        }))
+    }
+}
+
 impl Layer for Linear {
     fn name(&self) -> String {
         format!("linear({}->{})", self.d_in, self.d_out)
     }
 
     fn describe(&self) -> LayerDesc {
-        LayerDesc::Linear {
+        Box::new(LinearDesc {
             d_in: self.d_in,
             d_out: self.d_out,
-        }
+        })
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {

@@ -21,8 +21,11 @@ pub struct GLinear {
     pub(crate) saved_x: Option<GTensor>,
 }
 
-impl GLinear {
-    pub(crate) fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+impl GpuLayer for GLinear {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+    fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
         let n = x.shape.first().copied().unwrap_or(0);
         if n == 0 || x.len() != n * self.d_in {
             return Err(shape_err(
@@ -63,8 +66,7 @@ impl GLinear {
         }
         store(gpu, GTensor::new(&[n, self.d_out], y)?, p)
     }
-
-    pub(crate) fn backward(
+    fn backward(
         &mut self,
         dy: GTensor,
         need_dx: bool,
@@ -112,24 +114,6 @@ impl GLinear {
             &mut dx.s,
         )?;
         store(gpu, GTensor::new(&x.shape, dx)?, p).map(Some)
-    }
-}
-
-impl GpuLayer for GLinear {
-    fn name(&self) -> &'static str {
-        "linear"
-    }
-    fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
-        GLinear::forward(self, x, gpu, p)
-    }
-    fn backward(
-        &mut self,
-        dy: GTensor,
-        need_dx: bool,
-        gpu: &Gpu,
-        p: Pass,
-    ) -> Result<Option<GTensor>> {
-        GLinear::backward(self, dy, need_dx, gpu, p)
     }
     fn clear_saved(&mut self) {
         self.saved_x = None;

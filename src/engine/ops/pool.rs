@@ -1,8 +1,13 @@
 //! Pooling on NHWC: max pooling (keeps argmax indices for backward), global average
 //! pooling (NHWC -> NC), and flatten.
 
-use crate::engine::device::MemCategory;
+use crate::engine::cuda::gpu::Gpu;
+use crate::engine::device::{Device, MemCategory};
+use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
 use crate::engine::ops::layer::{Ctx, Layer, LayerDesc};
+use crate::engine::ops::layer_cuda::GpuLayer;
+use crate::engine::ops::pool_cuda::{GFlatten, GGlobalAvgPool};
+use crate::engine::rng::Rng;
 use crate::engine::tensor::{Buf, Tensor};
 use crate::error::{Error, Result};
 
@@ -116,13 +121,32 @@ pub struct GlobalAvgPool {
     saved_shape: Option<Vec<usize>>,
 }
 
+/// Global average pooling's description.
+#[derive(Debug)]
+pub struct GlobalAvgPoolDesc;
+
+impl LayerSpec for GlobalAvgPoolDesc {
+    fn op(&self) -> &'static str {
+        "global_avg_pool"
+    }
+    fn cpu(&self, _rng: &mut Rng, _dev: &Device) -> Result<Box<dyn Layer>> {
+        Ok(Box::new(GlobalAvgPool::default()))
+    }
+    fn init(&self, _rng: &mut Rng, _out: &mut Initial) -> Result<()> {
+        Ok(())
+    }
+    fn gpu(&self, _gpu: &Gpu, _src: &mut InitSource) -> Result<Box<dyn GpuLayer>> {
+        Ok(Box::<GGlobalAvgPool>::default())
+    }
+}
+
 impl Layer for GlobalAvgPool {
     fn name(&self) -> String {
         "global_avg_pool".into()
     }
 
     fn describe(&self) -> LayerDesc {
-        LayerDesc::GlobalAvgPool
+        Box::new(GlobalAvgPoolDesc)
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
@@ -182,13 +206,32 @@ pub struct Flatten {
     saved_shape: Option<Vec<usize>>,
 }
 
+/// Flatten's description.
+#[derive(Debug)]
+pub struct FlattenDesc;
+
+impl LayerSpec for FlattenDesc {
+    fn op(&self) -> &'static str {
+        "flatten"
+    }
+    fn cpu(&self, _rng: &mut Rng, _dev: &Device) -> Result<Box<dyn Layer>> {
+        Ok(Box::new(Flatten::default()))
+    }
+    fn init(&self, _rng: &mut Rng, _out: &mut Initial) -> Result<()> {
+        Ok(())
+    }
+    fn gpu(&self, _gpu: &Gpu, _src: &mut InitSource) -> Result<Box<dyn GpuLayer>> {
+        Ok(Box::<GFlatten>::default())
+    }
+}
+
 impl Layer for Flatten {
     fn name(&self) -> String {
         "flatten".into()
     }
 
     fn describe(&self) -> LayerDesc {
-        LayerDesc::Flatten
+        Box::new(FlattenDesc)
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {

@@ -15,24 +15,22 @@ use std::time::{Duration, Instant};
 
 use crate::engine::clock::{Clock, HostClock, Phase};
 use crate::engine::collective::Collective;
-use crate::engine::cpu::CpuExec;
-use crate::engine::device::{Device, MemCategory};
+use crate::engine::cpu::{CpuExec, CpuRig};
+use crate::engine::device::{Device, MemCategory, MemSnapshot};
+use crate::engine::launcher::{self, Rig};
 use crate::engine::nn::model::Model;
-use crate::engine::nn::zoo;
-use crate::engine::ops::layer::{Ctx, Layer};
-use crate::engine::optim::Optimizer;
+use crate::engine::ops::layer::Layer;
 use crate::engine::parallel::bucket::{comm_loop, BucketSpan, ParamLayout, Reducer};
 use crate::engine::parallel::collective::{ring, Ring, Timed};
 use crate::engine::parallel::dist;
 use crate::engine::parallel::summary::{ClockReading, DeviceClock, DeviceStep};
 use crate::engine::parallel::tcp::Joined;
 use crate::engine::parallel::{
-    join_all, optim_config, param_digest, pool, Feed, Options, Outcome, RankTrace, Span,
-    StepReport, Trace,
+    join_all, param_digest, pool, Lead, Options, Outcome, RankTrace, Span, StepReport, Trace,
 };
 use crate::engine::step::{self, Strategy};
 use crate::engine::tensor::Tensor;
-use crate::engine::vocab::{NoObserver, Observer, Source, StepEvent, Workload};
+use crate::engine::vocab::{Feed, NoObserver, Observer, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 
@@ -49,13 +47,14 @@ struct Rank<'a> {
     t0: Instant,
     reports: Sender<StepReport>,
     verify: bool,
+    /// The first rank of this process evaluates and records the choices.
+    lead: Option<&'a Feed>,
 }
 
 struct RankEnd {
-    model: Model,
+    lead: Lead,
     trace: RankTrace,
     bucket_lens: Vec<usize>,
-    has_bn: bool,
 }
 
 /// Who this process's ranks are: all of them, or one of a multi-process job.
@@ -115,6 +114,7 @@ pub(super) fn run(
                 t0,
                 reports: tx.clone(),
                 verify: opts.verify_replicas,
+                lead: (i == 0).then_some(feed),
             };
             handles.push(
                 std::thread::Builder::new()
@@ -140,7 +140,8 @@ pub(super) fn run(
         (collected, ends.map(|e| (e, tail)))
     });
     let (mut ends, tail) = ends?;
-    let remote_mem = dist::finish(tail, first, &devs[0].mem().snapshot())?;
+    let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.lead.end.snap.clone()).collect();
+    let remote_mem = dist::finish(tail, first, &snaps[0])?;
     if let Some(m) = &collected.mismatch {
         return Err(Error::Runtime(m.clone()));
     }
@@ -148,7 +149,6 @@ pub(super) fn run(
         .first()
         .map(|e| e.bucket_lens.clone())
         .unwrap_or_default();
-    let has_bn = ends.first().is_some_and(|e| e.has_bn);
     let trace = Trace {
         bucket_lens,
         ranks: ends
@@ -176,9 +176,9 @@ pub(super) fn run(
     }
     Ok((
         Outcome {
-            model: first_end.model,
+            lead: first_end.lead,
             collected,
-            has_batch_norm: has_bn,
+            snaps,
             remote_mem,
         },
         trace,
@@ -236,29 +236,22 @@ fn rank_inner(r: Rank<'_>) -> Result<RankEnd> {
         t0,
         reports,
         verify,
+        lead,
     } = r;
     let clock = Arc::new(DeviceClock::default());
     let sync: Arc<dyn Collective> = Arc::new(Timed {
         inner: Arc::new(sync_ring),
         clock: Arc::clone(&clock),
     });
-    let mut model = zoo::build(w.model, classes, w.seed, &dev)?;
-    visit_result(&mut model, |p| sync.broadcast(&mut p.w, 0))?;
-    broadcast_buffers(&mut model, sync.as_ref(), &dev)?;
-    let mut has_bn = false;
-    model.visit_buffers(&mut |_, _| has_bn = true);
-    let layout = ParamLayout::of(&mut model);
-    let ctx = Ctx {
-        amp: k.amp,
-        sync_bn: k.sync_bn.then(|| Arc::clone(&sync)),
-        ..Ctx::train(&dev)
-    };
-    let mut exec = CpuExec {
-        ctx,
+    let rig = CpuRig {
         dev: Arc::clone(&dev),
-        opt: Optimizer::new(optim_config(w))?,
-        classes,
+        sync_bn: k.sync_bn.then(|| Arc::clone(&sync)),
     };
+    let mut p = launcher::prepare(&rig, w, k, classes, &mut NoObserver)?;
+    let model = &mut p.model;
+    visit_result(model, |p| sync.broadcast(&mut p.w, 0))?;
+    broadcast_buffers(model, sync.as_ref(), &dev)?;
+    let layout = ParamLayout::of(model);
     let (job_tx, job_rx) = channel();
     let (done_tx, done_rx) = channel();
     let grad: Arc<dyn Collective> = Arc::new(grad_ring);
@@ -283,15 +276,16 @@ fn rank_inner(r: Rank<'_>) -> Result<RankEnd> {
             trace: RankTrace::default(),
             at: StepMarks::default(),
         };
-        // Ranks run without a scaler: mixed precision is refused for multi-device runs.
+        rig.before_loop();
+        // No scaler: mixed precision is refused for multi-device runs.
         let res = step::train_with(
-            &mut exec,
+            &mut p.exec,
             &mut ddp,
-            &mut model,
+            &mut p.model,
             &mut source,
             w,
             k,
-            &mut None,
+            &mut p.scaler,
             &mut NoObserver,
             t0,
         );
@@ -309,10 +303,9 @@ fn rank_inner(r: Rank<'_>) -> Result<RankEnd> {
         }
     })?;
     Ok(RankEnd {
-        model,
+        lead: Lead::of(&rig, p, w, classes, lead)?,
         trace,
         bucket_lens,
-        has_bn,
     })
 }
 

@@ -22,17 +22,17 @@ use std::time::{Duration, Instant};
 
 use crate::engine::clock::HostClock;
 use crate::engine::collective::PEER_STOPPED;
-use crate::engine::cpu::CpuExec;
+use crate::engine::cpu::{CpuExec, CpuRig};
 use crate::engine::device::{Device, MemCategory};
+use crate::engine::launcher::{self, Rig};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
 use crate::engine::ops::layer::Ctx;
-use crate::engine::optim::Optimizer;
 use crate::engine::parallel::summary::{ClockReading, DeviceClock, DeviceStep};
-use crate::engine::parallel::{collect, optim_config, pool, Feed, Outcome, StepReport, Trace};
+use crate::engine::parallel::{collect, pool, Lead, Outcome, StepReport, Trace};
 use crate::engine::step::{self, Strategy};
 use crate::engine::tensor::Tensor;
-use crate::engine::vocab::{NoObserver, Observer, Source, StepEvent, Workload};
+use crate::engine::vocab::{Feed, NoObserver, Observer, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 
@@ -66,7 +66,7 @@ pub(super) fn run(
     let clocks: Vec<Arc<DeviceClock>> = (0..n).map(|_| Arc::default()).collect();
     let threads: Vec<usize> = devs.iter().map(|d| d.threads).collect();
     let (tx, rx) = channel();
-    let (collected, model) = std::thread::scope(|s| {
+    let (collected, lead) = std::thread::scope(|s| {
         let mut to_replicas = Vec::new();
         let mut from_replicas = Vec::new();
         let mut replica_handles = Vec::new();
@@ -91,7 +91,7 @@ pub(super) fn run(
             k,
             devs,
             clocks: &clocks,
-            classes: feed.classes,
+            feed,
             source,
             to: to_replicas,
             from: from_replicas,
@@ -105,7 +105,7 @@ pub(super) fn run(
                 .map_err(|e| Error::Runtime(format!("cannot start device 0: {e}"))),
         };
         let collected = collect(rx, 1, &threads, false, w, obs);
-        let model = driver_handle.and_then(|h| {
+        let lead = driver_handle.and_then(|h| {
             let mut all = vec![(0, h.join())];
             // Replicas end when the driver hangs up; their errors matter only if the
             // driver reports none of its own.
@@ -117,21 +117,21 @@ pub(super) fn run(
             );
             crate::engine::parallel::first_error(all)
         });
-        (collected, model)
+        (collected, lead)
     });
-    let model = model?
+    let lead = lead?
         .into_iter()
         .flatten()
         .next()
-        .ok_or_else(|| Error::Runtime("dp: device 0 returned no model".into()))?;
-    let mut has_bn = false;
-    let mut model = model;
-    model.visit_buffers(&mut |_, _| has_bn = true);
+        .ok_or_else(|| Error::Runtime("dp: device 0 returned nothing".into()))?;
+    // Device 0's memory as training left it; the replicas' now.
+    let mut snaps = vec![lead.end.snap.clone()];
+    snaps.extend(devs[1..].iter().map(|d| d.mem().snapshot()));
     Ok((
         Outcome {
-            model,
+            lead,
             collected,
-            has_batch_norm: has_bn,
+            snaps,
             remote_mem: Vec::new(),
         },
         Trace::default(),
@@ -231,14 +231,14 @@ struct Driver<'a> {
     k: &'a Knobs,
     devs: &'a [Arc<Device>],
     clocks: &'a [Arc<DeviceClock>],
-    classes: usize,
+    feed: &'a Feed,
     source: Source,
     to: Vec<Sender<Cmd>>,
     from: Vec<Receiver<Result<Reply>>>,
     reports: Sender<StepReport>,
 }
 
-fn driver_main(d: Driver<'_>) -> Result<Option<Model>> {
+fn driver_main(d: Driver<'_>) -> Result<Option<Lead>> {
     let p = pool(d.devs[0].threads, "tune-dev0")?;
     p.install(|| d.train()).map(Some)
 }
@@ -253,30 +253,25 @@ fn rows(t: &Tensor, i: usize, b: usize, dev: &Device) -> Result<Tensor> {
 }
 
 impl Driver<'_> {
-    /// Device 0 runs the one step loop on the whole batch with the DP strategy.
-    fn train(self) -> Result<Model> {
+    /// Device 0 runs the one step loop on the whole batch with the DP strategy, then
+    /// evaluates the module.
+    fn train(self) -> Result<Lead> {
         let Driver {
             w,
             k,
             devs,
             clocks,
-            classes,
+            feed,
             mut source,
             to,
             from,
             reports,
         } = self;
-        let dev0 = Arc::clone(&devs[0]);
-        let mut model = zoo::build(w.model, classes, w.seed, &dev0)?;
-        let mut exec = CpuExec {
-            ctx: Ctx {
-                amp: k.amp,
-                ..Ctx::train(&dev0)
-            },
-            dev: dev0,
-            opt: Optimizer::new(optim_config(w))?,
-            classes,
+        let rig = CpuRig {
+            dev: Arc::clone(&devs[0]),
+            sync_bn: None,
         };
+        let mut p = launcher::prepare(&rig, w, k, feed.classes, &mut NoObserver)?;
         let mut dp = Dp {
             devs,
             clocks,
@@ -286,19 +281,22 @@ impl Driver<'_> {
             reports,
             at: DpMarks::default(),
         };
+        rig.before_loop();
         // No scaler: mixed precision is refused for multi-device runs.
         step::train_with(
-            &mut exec,
+            &mut p.exec,
             &mut dp,
-            &mut model,
+            &mut p.model,
             &mut source,
             w,
             k,
-            &mut None,
+            &mut p.scaler,
             &mut NoObserver,
             Instant::now(),
         )?;
-        Ok(model)
+        // Hanging up ends the replicas' loops.
+        drop(dp);
+        Lead::of(&rig, p, w, feed.classes, Some(feed))
     }
 }
 

@@ -49,15 +49,12 @@ pub use summary::{DeviceSummary, Imbalance};
 use crate::engine::caps::{self, Layout};
 use crate::engine::clock::Phases;
 use crate::engine::collective::is_peer_stop;
-use crate::engine::cpu::evaluate;
-use crate::engine::data::{self, Batch, ImageShape, Loader, LoaderConfig, Normalize};
+use crate::engine::cpu::CpuRig;
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
+use crate::engine::launcher::{self, note_choices, End, Prepared};
 use crate::engine::nn::model::Model;
-use crate::engine::optim::{OptimConfig, OptimKind};
 use crate::engine::parallel::summary::{summarize, DeviceStep, DeviceTotals};
-use crate::engine::vocab::{
-    synthetic_batch, Measured, Observer, RunSummary, Source, StepEvent, Workload,
-};
+use crate::engine::vocab::{Feed, Measured, Observer, RunSummary, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Knobs, Parallel};
 
@@ -170,31 +167,15 @@ pub fn run_traced(
         Parallel::Ddp => ddp::run(w, k, obs, &feed, &devs, opts, group)?,
         Parallel::Dp | Parallel::Single => dp::run(w, k, obs, &feed, &devs)?,
     };
-    if k.sync_bn && !out.has_batch_norm {
+    let lead = out.lead;
+    if k.sync_bn && !lead.has_batch_norm {
         let why = format!("{} has no batch norm", w.model);
         not_applicable.insert("sync_bn".into(), why.clone());
         obs.on_note(&format!("sync_bn: not applicable ({why})"));
     }
-    let mut snaps: Vec<MemSnapshot> = devs.iter().map(|d| d.mem().snapshot()).collect();
+    note_choices(obs, &lead.end.algorithms);
+    let mut snaps = out.snaps;
     snaps.extend(out.remote_mem);
-    let mut model = out.model;
-    let accuracy = match (&feed.test, w.eval) {
-        (Some(test), true) => {
-            let pool = pool(w.threads, "tune-eval")?;
-            Some(pool.install(|| {
-                evaluate(
-                    &mut model,
-                    Arc::clone(test),
-                    &feed.norm,
-                    &devs[0],
-                    feed.classes,
-                    k.amp,
-                )
-            })?)
-        }
-        _ => None,
-    };
-    let params = model.num_params();
     let c = out.collected;
     // A rank other than 0 summarises only its own device.
     let totals = match dist {
@@ -202,9 +183,10 @@ pub fn run_traced(
         _ => c.totals.clone(),
     };
     let summary = RunSummary {
-        accuracy,
+        accuracy: lead.end.accuracy,
+        algorithms: lead.end.algorithms,
         not_applicable,
-        ..multi_summary(w, k, "cpu", params, c, &totals, &snaps, started)
+        ..multi_summary(w, k, "cpu", lead.params, c, &totals, &snaps, started)
     };
     Ok((summary, trace))
 }
@@ -217,92 +199,6 @@ fn pool(threads: usize, name: &str) -> Result<rayon::ThreadPool> {
         .thread_name(move |i| format!("{name}-{i}"))
         .build()
         .map_err(|e| Error::Runtime(format!("cannot start {threads} compute threads: {e}")))
-}
-
-/// The training data of a run, from which each device's batches are cut.
-pub(crate) struct Feed {
-    pub classes: usize,
-    pub norm: Normalize,
-    pub test: Option<Arc<dyn data::Dataset>>,
-    kind: FeedKind,
-}
-
-enum FeedKind {
-    /// The global synthetic batch; each rank takes its rows.
-    Synthetic(Batch),
-    Dataset(Arc<dyn data::Dataset>),
-}
-
-impl Feed {
-    pub(crate) fn open(w: &Workload, k: &Knobs) -> Result<Feed> {
-        let [h, wd, c] = w.model.input();
-        let want = ImageShape { h, w: wd, c };
-        let norm = data::default_normalize(want);
-        if w.dataset == "synthetic" {
-            let classes = 10;
-            return Ok(Feed {
-                classes,
-                norm,
-                test: None,
-                kind: FeedKind::Synthetic(synthetic_batch(want, k.batch_size, classes, w.seed)),
-            });
-        }
-        let splits = data::open(&w.dataset, want, &w.cache_dir)?;
-        Ok(Feed {
-            classes: splits.train.num_classes(),
-            norm,
-            test: Some(splits.test),
-            kind: FeedKind::Dataset(splits.train),
-        })
-    }
-
-    /// Batches of `batch` samples for `rank` of `world`: a DistributedSampler shard of
-    /// the dataset, or this rank's rows of the synthetic batch.
-    pub(crate) fn source(
-        &self,
-        w: &Workload,
-        k: &Knobs,
-        rank: usize,
-        world: usize,
-        batch: usize,
-    ) -> Result<Source> {
-        match &self.kind {
-            FeedKind::Synthetic(g) => {
-                let len = g.shape.len();
-                let rows = rank * batch..(rank + 1) * batch;
-                Ok(Source::Fixed(Batch {
-                    x: g.x[rows.start * len..rows.end * len].to_vec(),
-                    y: g.y[rows.clone()].to_vec(),
-                    n: batch,
-                    shape: g.shape,
-                    epoch: g.epoch,
-                    index: g.index,
-                }))
-            }
-            FeedKind::Dataset(train) => Ok(Source::Loader(Loader::new(
-                Arc::clone(train),
-                self.norm.clone(),
-                LoaderConfig {
-                    batch_size: batch,
-                    num_workers: k.num_workers,
-                    prefetch: 2,
-                    seed: w.seed,
-                    shuffle: true,
-                    augment: true,
-                    drop_last: true,
-                    rank,
-                    world_size: world,
-                },
-            )?)),
-        }
-    }
-}
-
-fn optim_config(w: &Workload) -> OptimConfig {
-    match w.optimizer {
-        OptimKind::Sgd => OptimConfig::sgd(w.lr),
-        OptimKind::Adamw => OptimConfig::adamw(w.lr),
-    }
 }
 
 /// What a reporting thread (the DP driver, or every DDP rank) sends after each step.
@@ -394,12 +290,40 @@ pub(crate) fn multi_summary(
     RunSummary::from_measured(w, k, backend, params, m, &top, devices, imbalance)
 }
 
+/// What the lead device (DP's device 0, this process's first DDP rank) hands back.
+pub(crate) struct Lead {
+    pub params: usize,
+    pub has_batch_norm: bool,
+    pub end: End,
+}
+
+impl Lead {
+    /// The end of a device's run: [`launcher::finish`], evaluating and recording only
+    /// where `lead` holds the run's data.
+    pub(crate) fn of(
+        rig: &CpuRig,
+        mut p: Prepared<CpuRig>,
+        w: &Workload,
+        classes: usize,
+        lead: Option<&Feed>,
+    ) -> Result<Lead> {
+        let mut has_batch_norm = false;
+        p.model.visit_buffers(&mut |_, _| has_batch_norm = true);
+        let end = launcher::finish(rig, &mut p, w, classes, lead)?;
+        Ok(Lead {
+            params: p.params,
+            has_batch_norm,
+            end,
+        })
+    }
+}
+
 /// What the parallel strategies hand back to the launcher.
 pub(crate) struct Outcome {
-    /// The model on device 0 (DP's module, DDP's rank 0), for evaluation.
-    pub model: Model,
+    pub lead: Lead,
     pub collected: Collected,
-    pub has_batch_norm: bool,
+    /// This process's devices' memory as training left them, device 0 first.
+    pub snaps: Vec<MemSnapshot>,
     /// Rank 0 of a multi-process job: the other ranks' memory, rank 1 first.
     pub remote_mem: Vec<MemSnapshot>,
 }

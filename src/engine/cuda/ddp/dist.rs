@@ -20,8 +20,8 @@ use crate::engine::cuda::gpu::{nccl_err, Gpu};
 use crate::engine::cuda::libs;
 use crate::engine::device::Device;
 use crate::engine::parallel::launch::Launch;
-use crate::engine::parallel::{dist, settings, tcp, Feed};
-use crate::engine::vocab::{Observer, RunSummary, Workload};
+use crate::engine::parallel::{dist, settings, tcp};
+use crate::engine::vocab::{Feed, Observer, RunSummary, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
 
@@ -86,10 +86,7 @@ pub(super) fn run(
         source: feed.source(w, k, l.rank, l.world, per_rank)?,
         reports: tx.clone(),
         verify,
-        eval: match (&feed.test, w.eval, l.rank) {
-            (Some(t), true, 0) => Some((Arc::clone(t), feed.norm.clone())),
-            _ => None,
-        },
+        lead: (l.rank == 0).then_some(&feed),
     };
     let threads = joined.threads.clone();
     let role = joined.role;

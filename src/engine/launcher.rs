@@ -1,0 +1,235 @@
+//! The one launcher. Every run, whatever its backend and strategy, sets a device up the
+//! same way and ends it the same way: [`prepare`] builds the model, the loss scaler,
+//! autotune's choices and the executor; the launcher then writes out the one loop
+//! (`step::train_with`) with its strategy, as llm.c writes its loop out in full; and
+//! [`finish`] takes the memory figures, evaluates and collects the algorithm choices.
+//! What differs per backend is a [`Rig`] (CPU: `cpu::CpuRig`, CUDA: `cuda::train::GpuRig`);
+//! what differs per strategy is the `step::Strategy` the loop runs with and the threads
+//! around it:
+//!
+//! - [`single`]: one device of any backend, the `Local` strategy, on the caller's thread;
+//! - `parallel::{dp, ddp}` (CPU) and `cuda::{dp, ddp}`: one thread per device or rank,
+//!   each `prepare` → loop with its strategy → `finish`, the step reports merged by
+//!   `parallel::collect` and summarised by `parallel::multi_summary`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::engine::amp::GradScaler;
+use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
+use crate::engine::device::{Device, MemSnapshot};
+use crate::engine::nn::model::{LayerOps, Model};
+use crate::engine::parallel::summary::single_device_summary;
+use crate::engine::step::{self, Exec};
+use crate::engine::vocab::{Feed, Observer, RunSummary, Workload};
+use crate::error::Result;
+use crate::knobs::Knobs;
+
+/// What a backend contributes to a device's setup.
+pub(crate) trait Rig {
+    type E: Exec;
+    /// The memory accounting the run's figures are read from.
+    fn device(&self) -> &Arc<Device>;
+    /// The backend as the summary names it (`cpu`, `cuda (NAME)`).
+    fn label(&self) -> String;
+    /// The model from the zoo and the seeded initial values (bit for bit the same on
+    /// every backend), with its parameter count.
+    fn model(&self, w: &Workload, classes: usize) -> Result<(Model<LayerOf<Self>>, usize)>;
+    /// The algorithm table the device's kernels choose from under `k` (`None`: the
+    /// backend's fixed heuristics, nothing to record); autotune's cache note to `obs`.
+    fn algos(&self, w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Option<Arc<Algos>>>;
+    /// The executor of the loop; `scale` is the loss scaler's start (1 without one).
+    fn exec(
+        &self,
+        w: &Workload,
+        k: &Knobs,
+        classes: usize,
+        algos: Option<&Arc<Algos>>,
+        scale: f32,
+    ) -> Result<Self::E>;
+    /// Right before the loop's first step.
+    fn before_loop(&self) {}
+    /// Choices the backend made besides autotune's, for the record (CUDA: the conv path).
+    fn path(&self, _w: &Workload, _classes: usize) -> Vec<AlgoChoice> {
+        Vec::new()
+    }
+}
+
+/// A rig's layer type.
+pub(crate) type LayerOf<R> = <<R as Rig>::E as Exec>::L;
+
+/// A device ready for the loop.
+pub(crate) struct Prepared<R: Rig> {
+    pub model: Model<LayerOf<R>>,
+    pub exec: R::E,
+    pub scaler: Option<GradScaler>,
+    pub algos: Option<Arc<Algos>>,
+    pub params: usize,
+}
+
+impl<R: Rig> Prepared<R> {
+    /// The scaler's scale after the run, when loss scaling is on.
+    pub(crate) fn loss_scale(&self) -> Option<f32> {
+        self.scaler.as_ref().map(GradScaler::scale)
+    }
+}
+
+/// The one setup path: model, loss scaler, autotune, executor, in that order on every
+/// backend and strategy.
+pub(crate) fn prepare<R: Rig>(
+    rig: &R,
+    w: &Workload,
+    k: &Knobs,
+    classes: usize,
+    obs: &mut dyn Observer,
+) -> Result<Prepared<R>> {
+    let (model, params) = rig.model(w, classes)?;
+    let scaler = w
+        .scaler
+        .active_for(k.amp)
+        .then(|| GradScaler::new(w.scaler));
+    let algos = rig.algos(w, k, obs)?;
+    let exec = rig.exec(
+        w,
+        k,
+        classes,
+        algos.as_ref(),
+        scaler.as_ref().map_or(1.0, GradScaler::scale),
+    )?;
+    Ok(Prepared {
+        model,
+        exec,
+        scaler,
+        algos,
+        params,
+    })
+}
+
+/// How a device's run ended.
+pub(crate) struct End {
+    /// Memory right after training: evaluation's bigger batches must not count.
+    pub snap: MemSnapshot,
+    pub accuracy: Option<f64>,
+    /// Autotune's choices (its cache saved) and the backend's path choices.
+    pub algorithms: Vec<AlgoChoice>,
+}
+
+/// The one ending: memory figures, then, on the lead device (the only one, DP's device
+/// 0, DDP's rank 0 of this process), held-out accuracy on `lead`'s test set and the
+/// choices (autotune's cache saved once).
+pub(crate) fn finish<R: Rig>(
+    rig: &R,
+    p: &mut Prepared<R>,
+    w: &Workload,
+    classes: usize,
+    lead: Option<&Feed>,
+) -> Result<End> {
+    let snap = rig.device().mem().snapshot();
+    let Some(feed) = lead else {
+        return Ok(End {
+            snap,
+            accuracy: None,
+            algorithms: Vec::new(),
+        });
+    };
+    let accuracy = match (&feed.test, w.eval) {
+        (Some(test), true) => Some(step::evaluate(
+            &mut p.exec,
+            &mut p.model,
+            Arc::clone(test),
+            &feed.norm,
+        )?),
+        _ => None,
+    };
+    let mut algorithms = Vec::new();
+    if let Some(a) = &p.algos {
+        a.save()?;
+        algorithms = a.choices();
+    }
+    algorithms.extend(rig.path(w, classes));
+    Ok(End {
+        snap,
+        accuracy,
+        algorithms,
+    })
+}
+
+/// A run on one device of any backend: the data, [`prepare`], the loop with the
+/// `Local` strategy, [`finish`], the summary. The caller has admitted the knobs and
+/// opened the device.
+pub(crate) fn single<R: Rig>(
+    rig: &R,
+    w: &Workload,
+    k: &Knobs,
+    obs: &mut dyn Observer,
+    not_applicable: std::collections::BTreeMap<String, String>,
+    started: Instant,
+) -> Result<RunSummary> {
+    obs.on_devices(std::slice::from_ref(rig.device()));
+    let feed = Feed::open(w, k)?;
+    let mut source = feed.source(w, k, 0, 1, k.batch_size)?;
+    let mut p = prepare(rig, w, k, feed.classes, obs)?;
+    rig.before_loop();
+    let trained = step::train(
+        &mut p.exec,
+        &mut p.model,
+        &mut source,
+        w,
+        k,
+        &mut p.scaler,
+        obs,
+        started,
+    )?;
+    drop(source);
+    note_layer_times(&p.model, w.steps, obs);
+    let end = finish(rig, &mut p, w, feed.classes, Some(&feed))?;
+    note_choices(obs, &end.algorithms);
+    let m = trained.measured;
+    let busy_wall = m.after_warmup(w.warmup).iter().sum();
+    let (devices, imbalance) =
+        single_device_summary(rig.device().threads, &m.phase_sum, busy_wall, &end.snap);
+    Ok(RunSummary {
+        accuracy: end.accuracy,
+        not_applicable,
+        skipped_steps: trained.skipped_steps,
+        loss_scale_final: p.loss_scale(),
+        algorithms: end.algorithms,
+        ..RunSummary::from_measured(
+            w,
+            k,
+            &rig.label(),
+            p.params,
+            m,
+            &end.snap,
+            devices,
+            imbalance,
+        )
+    })
+}
+
+/// One note per choice that was measured or read from autotune's cache, and the path.
+pub(crate) fn note_choices(obs: &mut dyn Observer, choices: &[AlgoChoice]) {
+    for c in choices {
+        if c.key == "path" {
+            obs.on_note(&format!("{} path: {}", c.op, c.algo));
+        } else if c.source != ChoiceSource::Heuristic {
+            obs.on_note(&format!(
+                "autotune {} [{}]: {} ({:?})",
+                c.op, c.key, c.algo, c.source
+            ));
+        }
+    }
+}
+
+/// `TUNE_PROFILE_LAYERS`: each layer's time per step (host clock).
+fn note_layer_times<L: LayerOps>(model: &Model<L>, steps: usize, obs: &mut dyn Observer) {
+    let Some(lt) = &model.layer_times else { return };
+    for (l, (f, b)) in model.layers.iter().zip(lt) {
+        obs.on_note(&format!(
+            "layer {:<28} forward {:8.2} ms/step  backward {:8.2} ms/step",
+            l.name(),
+            f * 1e3 / steps as f64,
+            b * 1e3 / steps as f64
+        ));
+    }
+}
