@@ -53,6 +53,9 @@ _state = {
     "loader_batches": 0,
     "fwd_batch": 0,
     "backwards": 0,
+    "first_t": None,
+    "tokens": 0,
+    "fwd_tokens": 0,
 }
 
 
@@ -77,6 +80,15 @@ def _fail(where, e):
 def _add(phase, dt):
     if os.getpid() == _pid:
         _acc[phase] += dt
+        _opened(_now() - dt)
+
+
+def _opened(t):
+    """The job's first training work (a batch, a forward, a phase hook) starts the first
+    step, which no earlier optimizer step bounds: its time (start-up, compilation) is
+    reported apart as "first_step", never mixed into the step times."""
+    if _state["first_t"] is None and _state["t0"] is None:
+        _state["first_t"] = t
 
 
 def _once(key):
@@ -111,19 +123,38 @@ def _notice(message):
         _emit({"ev": "notice", "message": message})
 
 
+def _first_leaf(batch):
+    x = batch
+    while isinstance(x, (list, tuple)) and x:
+        x = x[0]
+    if isinstance(x, dict) and x:
+        x = next(iter(x.values()))
+    return x
+
+
 def _batch_size(batch):
     try:
-        x = batch
-        while isinstance(x, (list, tuple)) and x:
-            x = x[0]
-        if isinstance(x, dict) and x:
-            x = next(iter(x.values()))
-        shape = getattr(x, "shape", None)
+        shape = getattr(_first_leaf(batch), "shape", None)
         if shape is not None and len(shape) > 0:
             return int(shape[0])
     except Exception:
         pass
     return 0
+
+
+def _batch_tokens(batch):
+    """Tokens of a batch of token ids: an integer tensor of shape [B, T] as the model's
+    input; 0 for anything else (images, features, labels)."""
+    try:
+        x = _first_leaf(batch)
+        dtype = getattr(x, "dtype", None)
+        if dtype is None or x.dim() != 2 or dtype.is_floating_point or dtype.is_complex:
+            return 0
+        if str(dtype) == "torch.bool":
+            return 0
+        return int(x.shape[0]) * int(x.shape[1])
+    except Exception:
+        return 0
 
 
 def _batch_injectable(given):
@@ -212,6 +243,7 @@ def _install_dataloader(torch):
             # Summed over the step: under gradient accumulation one optimizer step
             # consumes several batches.
             _state["batch"] += _batch_size(batch)
+            _state["tokens"] += _batch_tokens(batch)
             _state["loader_batches"] += 1
         return batch
 
@@ -621,12 +653,15 @@ def _install_module_call(torch):
             return orig_call(self, *args, **kwargs)
         _tl.inside = True
         try:
+            if _state["t0"] is None and self.training:
+                _opened(_now())
             if not _state["loader_batches"] and self.training and torch.is_grad_enabled():
                 # No DataLoader: the samples are what the training loop feeds its model
                 # (summed over the step, so accumulation counts every micro-batch); a
                 # loss module has no parameters and is not counted again.
                 if next(self.parameters(), None) is not None:
                     _state["fwd_batch"] += _batch_size(args)
+                    _state["fwd_tokens"] += _batch_tokens(args)
             if dtype is None and cl is None:
                 return orig_call(self, *args, **kwargs)
             try:
@@ -711,11 +746,18 @@ def _step_end(t):
     global _sync
     s = _state
     if s["t0"] is None:
-        # The first step's start is unknown (setup, imports): it only opens the clock.
+        # The first step starts at the job's first training work (`_opened`), not at an
+        # optimizer step: it opens the clock and is reported apart, with its phases.
         s["t0"] = t
+        if s["first_t"] is not None and os.getpid() == _pid:
+            first = {"ev": "first_step", "t": t, "dur": max(t - s["first_t"], 0.0)}
+            for k in _acc:
+                first[k] = _acc[k]
+            _emit(_ranked(first))
         for k in _acc:
             _acc[k] = 0.0
         s["batch"] = s["fwd_batch"] = s["backwards"] = 0
+        s["tokens"] = s["fwd_tokens"] = 0
         if os.environ.get("TUNE_BRIDGE_SYNC") == "1" and _torch.cuda.is_initialized():
             _sync = _torch.cuda.synchronize
         _first_step_checks()
@@ -726,6 +768,9 @@ def _step_end(t):
     # Samples of this optimizer step: the DataLoader's batches, else the model's inputs.
     batch = s["batch"] if s["loader_batches"] else s["fwd_batch"]
     ev = {"ev": "step", "step": s["step"], "t": t, "dur": dur, "batch": batch}
+    tokens = s["tokens"] if s["loader_batches"] else s["fwd_tokens"]
+    if tokens:
+        ev["tokens"] = tokens
     ev["backwards"] = s["backwards"]
     if _rank is not None:
         ev["rank"] = _rank
@@ -739,6 +784,7 @@ def _step_end(t):
     s["batch"] = 0
     s["fwd_batch"] = 0
     s["backwards"] = 0
+    s["tokens"] = s["fwd_tokens"] = 0
     if _window_ended():
         return
     _emit(ev)
