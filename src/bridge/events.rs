@@ -39,6 +39,9 @@ pub struct Step {
     pub backward: f64,
     #[serde(default)]
     pub optimizer: f64,
+    /// Step 0 only: from the job's first training forward to its first optimizer step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwd_dur: Option<f64>,
     /// torchrun's `RANK` of the process that took the step; none outside torchrun.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,
@@ -46,6 +49,12 @@ pub struct Step {
     /// sums every micro-batch).
     #[serde(default)]
     pub backwards: u32,
+    /// Seconds torch.compile spent compiling inside this step (a recompilation), and how
+    /// many compilations; 0 for a step that compiled nothing.
+    #[serde(default)]
+    pub compile: f64,
+    #[serde(default)]
+    pub compiles: u32,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -75,6 +84,7 @@ impl Step {
             self.forward,
             self.backward,
             self.optimizer,
+            self.compile,
         ];
         (MIN_STEP_S..=MAX_STEP_S).contains(&self.dur)
             && phases.iter().all(|p| (0.0..=MAX_STEP_S).contains(p))
@@ -122,6 +132,23 @@ pub struct Events {
     pub window_warmup: Option<usize>,
     /// Set when the window filled and the hooks asked the job to stop.
     pub window_full: Option<WindowFull>,
+    /// The step before the first reported one, from the first training forward (its
+    /// start is before the clock opens): a compiled model's compile is in it.
+    pub first_step: Option<FirstStep>,
+    /// Modules tune compiled (`compile` knob), with their mode: "ResNet (default)".
+    pub compiled: Vec<String>,
+    /// torch.compile failed in the job: the mode and PyTorch's message.
+    pub compile_failed: Option<(String, String)>,
+}
+
+/// The first training step, seconds, with the compiling in it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct FirstStep {
+    pub dur: f64,
+    #[serde(default)]
+    pub compile: f64,
+    #[serde(default)]
+    pub compiles: u32,
 }
 
 /// The hooks' word that the window filled: steps skipped, steps measured, and seconds.
@@ -163,6 +190,15 @@ enum Line {
         knob: String,
         value: serde_json::Value,
     },
+    Compiled {
+        module: String,
+        mode: String,
+    },
+    CompileFailed {
+        #[serde(default)]
+        mode: Option<String>,
+        message: String,
+    },
 }
 
 impl Events {
@@ -179,6 +215,16 @@ impl Events {
             }
             Ok(Line::FirstStep(mut s)) if s.plausible() && s.dur > 0.0 => {
                 s.step = 0;
+                // From the first training forward (a compile's cost is judged by it);
+                // a line without it (an older hook) started there.
+                let fwd = s.fwd_dur.unwrap_or(s.dur);
+                if s.rank.unwrap_or(0) == 0 && (0.0..=MAX_STEP_S).contains(&fwd) {
+                    self.first_step = Some(FirstStep {
+                        dur: fwd,
+                        compile: s.compile,
+                        compiles: s.compiles,
+                    });
+                }
                 self.first_steps.push(s);
             }
             Ok(Line::Override {
@@ -207,6 +253,16 @@ impl Events {
                 };
                 self.script_knobs.entry(knob).or_insert(text);
             }
+            Ok(Line::Compiled { module, mode }) => {
+                let m = format!("{module} ({mode})");
+                if !self.compiled.contains(&m) {
+                    self.compiled.push(m);
+                }
+            }
+            Ok(Line::CompileFailed { mode, message }) => {
+                self.compile_failed
+                    .get_or_insert((mode.unwrap_or_else(|| "?".into()), message));
+            }
             _ => self.malformed += 1,
         }
     }
@@ -229,6 +285,42 @@ impl Events {
             Some(w) if w < self.steps.len() => &self.steps[w..],
             _ => steady(&self.steps),
         }
+    }
+
+    /// Seconds the job spent compiling beyond its steady step time, and compilations:
+    /// the first step's time and every step that recompiled, each less the median
+    /// steady step. None when nothing in the job was compiled.
+    pub fn compile_cost(&self) -> Option<(f64, u32)> {
+        let first = self.first_step.as_ref();
+        let n =
+            first.map_or(0, |f| f.compiles) + self.steps.iter().map(|s| s.compiles).sum::<u32>();
+        if n == 0 && self.compiled.is_empty() {
+            return None;
+        }
+        let durs: Vec<f64> = self
+            .steady()
+            .iter()
+            .filter(|s| s.compiles == 0)
+            .map(|s| s.dur)
+            .collect();
+        let step = if durs.is_empty() { 0.0 } else { median(&durs) };
+        let excess = |d: f64| (d - step).max(0.0);
+        let mut total: f64 = self
+            .steps
+            .iter()
+            .filter(|s| s.compiles > 0)
+            .map(|s| excess(s.dur))
+            .sum();
+        total += match first {
+            Some(f) => excess(f.dur),
+            // No training forward seen before the first step: dynamo's own count.
+            None => 0.0,
+        };
+        let timed: f64 =
+            first.map_or(0.0, |f| f.compile) + self.steps.iter().map(|s| s.compile).sum::<f64>();
+        // The callbacks' time is inside those steps; it is the floor when the first step
+        // was not seen.
+        Some((total.max(timed), n))
     }
 
     /// Mean time per phase over the steady steps.

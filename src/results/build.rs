@@ -10,6 +10,7 @@ use super::model::{
 use crate::engine::parallel::DeviceSummary;
 use crate::engine::train::Phases;
 use crate::knobs::Knobs;
+use crate::results::hardware::{figures_of, per_sample};
 use crate::results::record::{Repeat, Status, TrialRecord};
 use crate::spec::plan::{self, knobs_hash};
 use crate::spec::Spec;
@@ -177,10 +178,13 @@ fn phase_share(rec: &TrialRecord, steady_times: &[f64]) -> BTreeMap<String, f64>
 }
 
 fn trial_report(
-    rec: &TrialRecord,
+    full: &TrialRecord,
     base: Option<&(Vec<f64>, f64)>,
     ref_type: Option<&str>,
 ) -> TrialReport {
+    // Figures from the repeats the hardware left clean; the report keeps every repeat.
+    let (rec, contamination) = figures_of(full);
+    let rec = &rec;
     let (times, sps) = steady(rec);
     let (same_times, same_sps) = steady_on(rec, ref_type);
     let boot = Bootstrap::with_seed(knobs_hash(&rec.knobs));
@@ -225,7 +229,10 @@ fn trial_report(
         error: rec.error.clone(),
         round: rec.round,
         steps: rec.steps,
-        repeats: rec.repeats.clone(),
+        repeats: full.repeats.clone(),
+        joules_per_sample: per_sample(&rec.hardware, samples_per_s.as_ref()),
+        hardware: full.hardware.clone(),
+        contamination,
         samples_per_s,
         ratio_vs_baseline,
         peak_total_bytes: rec.repeats.iter().map(|r| r.peak_total_bytes).max(),
@@ -362,7 +369,7 @@ impl Confirmations {
             .iter()
             .rev()
             .find(|r| r.knobs == self.baseline && r.status == Status::Ok)
-            .map(|r| steady_on(r, self.ref_type.as_deref()));
+            .map(|r| steady_on(&figures_of(r).0, self.ref_type.as_deref()));
         let against = rerun.as_ref().or(self.base_data.as_ref());
         let rec = self.confirm.iter().rev().find(|r| &r.knobs == knobs)?;
         Some(trial_report(rec, against, self.ref_type.as_deref()))
@@ -382,7 +389,7 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
         .iter()
         .find(|r| r.id == base_id && r.status == Status::Ok);
     let ref_type = reference_type(base_rec);
-    let base_data = base_rec.map(|r| steady_on(r, ref_type.as_deref()));
+    let base_data = base_rec.map(|r| steady_on(&figures_of(r).0, ref_type.as_deref()));
     let trials: Vec<TrialReport> = recs
         .iter()
         .map(|r| trial_report(r, base_data.as_ref(), ref_type.as_deref()))
@@ -400,6 +407,10 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
             trials.len()
         ));
     }
+    notes.extend(trials.iter().filter_map(|t| {
+        let c = t.contamination.as_ref()?;
+        Some(format!("{}: {}", t.label, c.note))
+    }));
     if base_data.is_none() {
         notes.push("the baseline has no successful measurement: no ratios".into());
     }
@@ -545,6 +556,9 @@ mod tests {
             nodes: Vec::new(),
             foreign_cpu_pct: None,
             partial: None,
+            hardware: Vec::new(),
+            joules_per_sample: None,
+            contamination: None,
             overrides: BTreeMap::new(),
             script_knobs: BTreeMap::new(),
         }
@@ -585,6 +599,7 @@ mod tests {
             error: None,
             repeats: runs.iter().map(|&(m, _)| repeat(m)).collect(),
             timeline: Vec::new(),
+            hardware: Vec::new(),
             nodes: runs
                 .iter()
                 .enumerate()

@@ -5,6 +5,7 @@
 
 pub(crate) mod build;
 pub mod finding;
+pub mod hardware;
 pub mod model;
 pub mod nodes;
 pub mod record;
