@@ -8,13 +8,24 @@ use serde::{Deserialize, Serialize};
 use crate::engine::train::Phases;
 use crate::stats::median;
 
-/// One training step, bounded by `Optimizer.step` returns; seconds.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+/// One training step, bounded by `Optimizer.step` returns; seconds. Step 0 is the first
+/// step (`Events::first_steps`): from the job's first batch, forward or phase hook to its
+/// first optimizer step, so start-up and compilation, never counted among the steps.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Step {
+    #[serde(default)]
     pub step: u64,
+    /// When the step ended, on the job's monotonic clock (`time.perf_counter`, shared by
+    /// the processes of one host): only differences mean anything.
+    #[serde(default)]
+    pub t: f64,
     pub dur: f64,
     #[serde(default)]
     pub batch: u64,
+    /// Tokens in the step, where the batch is token ids (an integer `[B, T]` tensor
+    /// as the model's input); 0 otherwise.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens: u64,
     #[serde(default)]
     pub data_wait: f64,
     #[serde(default)]
@@ -28,8 +39,11 @@ pub struct Step {
     pub backward: f64,
     #[serde(default)]
     pub optimizer: f64,
+    /// Step 0 only: from the job's first training forward to its first optimizer step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwd_dur: Option<f64>,
     /// torchrun's `RANK` of the process that took the step; none outside torchrun.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,
     /// Backward calls in the step: more than one is gradient accumulation (`batch` then
     /// sums every micro-batch).
@@ -43,6 +57,10 @@ pub struct Step {
     pub compiles: u32,
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 /// Bounds of a step's figures, seconds. Outside them a figure is no measurement (a
 /// subnormal duration made samples/s infinite, phases near f64::MAX summed to infinity:
 /// `null` in the journal, which no reader accepts), so the step is not trusted.
@@ -50,6 +68,10 @@ const MIN_STEP_S: f64 = 1e-9;
 const MAX_STEP_S: f64 = 604_800.0;
 /// Samples in one step: far above any batch, low enough that a million steps' sum fits.
 const MAX_BATCH: u64 = 1 << 32;
+/// Tokens in one step: a batch of `MAX_BATCH` sequences of a million tokens.
+const MAX_TOKENS: u64 = 1 << 52;
+/// The job's clock (`perf_counter`, seconds since boot on Linux): a century.
+const MAX_CLOCK_S: f64 = 3.2e9;
 
 impl Step {
     /// Every figure finite and in range: the duration within `MIN_STEP_S..=MAX_STEP_S`,
@@ -67,6 +89,8 @@ impl Step {
         (MIN_STEP_S..=MAX_STEP_S).contains(&self.dur)
             && phases.iter().all(|p| (0.0..=MAX_STEP_S).contains(p))
             && self.batch <= MAX_BATCH
+            && self.tokens <= MAX_TOKENS
+            && (-MAX_CLOCK_S..=MAX_CLOCK_S).contains(&self.t)
     }
 }
 
@@ -87,6 +111,8 @@ pub struct Events {
     pub torch: Option<String>,
     /// The job's steps: rank 0's under torchrun, else every step reported.
     pub steps: Vec<Step>,
+    /// Each process's first step (step 0), kept apart from `steps`.
+    pub first_steps: Vec<Step>,
     /// Under torchrun, each rank's steps.
     pub ranks: BTreeMap<u32, Vec<Step>>,
     pub overrides: Vec<Override>,
@@ -140,6 +166,7 @@ enum Line {
         torch: String,
     },
     Step(Step),
+    FirstStep(Step),
     Override {
         knob: String,
         script: serde_json::Value,
@@ -163,7 +190,6 @@ enum Line {
         knob: String,
         value: serde_json::Value,
     },
-    FirstStep(FirstStep),
     Compiled {
         module: String,
         mode: String,
@@ -186,6 +212,20 @@ impl Events {
                 if s.rank.unwrap_or(0) == 0 {
                     self.steps.push(s);
                 }
+            }
+            Ok(Line::FirstStep(mut s)) if s.plausible() && s.dur > 0.0 => {
+                s.step = 0;
+                // From the first training forward (a compile's cost is judged by it);
+                // a line without it (an older hook) started there.
+                let fwd = s.fwd_dur.unwrap_or(s.dur);
+                if s.rank.unwrap_or(0) == 0 && (0.0..=MAX_STEP_S).contains(&fwd) {
+                    self.first_step = Some(FirstStep {
+                        dur: fwd,
+                        compile: s.compile,
+                        compiles: s.compiles,
+                    });
+                }
+                self.first_steps.push(s);
             }
             Ok(Line::Override {
                 knob,
@@ -212,14 +252,6 @@ impl Events {
                     v => v.to_string(),
                 };
                 self.script_knobs.entry(knob).or_insert(text);
-            }
-            Ok(Line::FirstStep(_)) if !self.rank_zero(line) => {}
-            Ok(Line::FirstStep(f))
-                if self.rank_zero(line)
-                    && (0.0..=MAX_STEP_S).contains(&f.dur)
-                    && (0.0..=MAX_STEP_S).contains(&f.compile) =>
-            {
-                self.first_step = Some(f)
             }
             Ok(Line::Compiled { module, mode }) => {
                 let m = format!("{module} ({mode})");
@@ -298,6 +330,11 @@ impl Events {
 
     pub fn summary(&self) -> Option<StepSummary> {
         let mut s = summarize(&self.steps)?;
+        s.first_step_ms = self
+            .first_steps
+            .iter()
+            .find(|f| f.rank.unwrap_or(0) == 0)
+            .map(|f| f.dur * 1e3);
         s.torch = self.torch.clone();
         s.overrides = self.overrides.clone();
         s.not_applicable = self.not_applicable.clone();
@@ -377,6 +414,13 @@ fn summarize(steps: &[Step]) -> Option<StepSummary> {
     // (a mean let a few slow steps, or a warm cache, move it away from the median shown
     // beside it).
     let samples_per_s = (!batches.is_empty() && step > 0.0).then(|| median(&batches) / step);
+    let tokens: Vec<f64> = s
+        .iter()
+        .filter(|x| x.tokens > 0)
+        .map(|x| x.tokens as f64)
+        .collect();
+    // Only where most steps saw token ids: a stray integer tensor is no token stream.
+    let tokens_per_s = (2 * tokens.len() > s.len() && step > 0.0).then(|| median(&tokens) / step);
     let accum: Vec<f64> = s.iter().map(|x| f64::from(x.backwards)).collect();
     Some(StepSummary {
         torch: None,
@@ -386,6 +430,8 @@ fn summarize(steps: &[Step]) -> Option<StepSummary> {
         steps_per_s: (step > 0.0).then(|| 1.0 / step),
         backwards_per_step: (accum.iter().any(|b| *b > 0.0)).then(|| median(&accum)),
         samples_per_s,
+        tokens_per_s,
+        first_step_ms: None,
         phase_share,
         overrides: Vec::new(),
         not_applicable: BTreeMap::new(),
@@ -405,6 +451,14 @@ pub struct StepSummary {
     /// Samples (the batch's first dimension) per second: the median samples of a step
     /// over the median step. None when the hooks saw no batch (then only steps/s).
     pub samples_per_s: Option<f64>,
+    /// Tokens per second, where the batch is token ids: the median tokens of a step over
+    /// the median step (the same definition as samples/s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_s: Option<f64>,
+    /// The first step (rank 0's), from the job's first batch or forward to its first
+    /// optimizer step: start-up and compilation, kept out of every figure above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_step_ms: Option<f64>,
     /// Optimizer steps per second (1 / the median step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps_per_s: Option<f64>,
@@ -494,5 +548,24 @@ mod tests {
         let s = e.summary().unwrap();
         assert!(s.samples_per_s.unwrap().is_finite() && s.median_step_ms.is_finite());
         assert!(s.phase_share.values().all(|v| v.is_finite()), "{s:?}");
+    }
+
+    #[test]
+    fn first_steps_stay_apart_and_token_ids_give_tokens_per_second() {
+        let mut e = Events::default();
+        e.push_line(r#"{"ev":"first_step","t":5.0,"dur":3.0,"forward":2.9}"#);
+        for i in 1..=10 {
+            e.push_line(&format!(
+                r#"{{"ev":"step","step":{i},"t":{},"dur":0.01,"batch":4,"tokens":128,"forward":0.01}}"#,
+                5.0 + 0.01 * f64::from(i)
+            ));
+        }
+        assert_eq!((e.steps.len(), e.first_steps.len()), (10, 1));
+        assert_eq!(e.first_steps[0].step, 0);
+        let s = e.summary().unwrap();
+        assert_eq!(s.steps, 10);
+        assert!((s.first_step_ms.unwrap() - 3000.0).abs() < 1e-9);
+        assert!((s.median_step_ms - 10.0).abs() < 1e-9, "{s:?}");
+        assert!((s.tokens_per_s.unwrap() / s.samples_per_s.unwrap() - 32.0).abs() < 1e-9);
     }
 }

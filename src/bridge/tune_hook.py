@@ -54,6 +54,9 @@ _state = {
     "loader_batches": 0,
     "fwd_batch": 0,
     "backwards": 0,
+    "first_t": None,
+    "tokens": 0,
+    "fwd_tokens": 0,
     # When the first training forward began: the first step's start (compile included).
     "fwd0": None,
 }
@@ -80,6 +83,15 @@ def _fail(where, e):
 def _add(phase, dt):
     if os.getpid() == _pid:
         _acc[phase] += dt
+        _opened(_now() - dt)
+
+
+def _opened(t):
+    """The job's first training work (a batch, a forward, a phase hook) starts the first
+    step, which no earlier optimizer step bounds: its time (start-up, compilation) is
+    reported apart as "first_step", never mixed into the step times."""
+    if _state["first_t"] is None and _state["t0"] is None:
+        _state["first_t"] = t
 
 
 def _once(key):
@@ -114,19 +126,38 @@ def _notice(message):
         _emit({"ev": "notice", "message": message})
 
 
+def _first_leaf(batch):
+    x = batch
+    while isinstance(x, (list, tuple)) and x:
+        x = x[0]
+    if isinstance(x, dict) and x:
+        x = next(iter(x.values()))
+    return x
+
+
 def _batch_size(batch):
     try:
-        x = batch
-        while isinstance(x, (list, tuple)) and x:
-            x = x[0]
-        if isinstance(x, dict) and x:
-            x = next(iter(x.values()))
-        shape = getattr(x, "shape", None)
+        shape = getattr(_first_leaf(batch), "shape", None)
         if shape is not None and len(shape) > 0:
             return int(shape[0])
     except Exception:
         pass
     return 0
+
+
+def _batch_tokens(batch):
+    """Tokens of a batch of token ids: an integer tensor of shape [B, T] as the model's
+    input; 0 for anything else (images, features, labels)."""
+    try:
+        x = _first_leaf(batch)
+        dtype = getattr(x, "dtype", None)
+        if dtype is None or x.dim() != 2 or dtype.is_floating_point or dtype.is_complex:
+            return 0
+        if str(dtype) == "torch.bool":
+            return 0
+        return int(x.shape[0]) * int(x.shape[1])
+    except Exception:
+        return 0
 
 
 def _batch_injectable(given):
@@ -215,6 +246,7 @@ def _install_dataloader(torch):
             # Summed over the step: under gradient accumulation one optimizer step
             # consumes several batches.
             _state["batch"] += _batch_size(batch)
+            _state["tokens"] += _batch_tokens(batch)
             _state["loader_batches"] += 1
         return batch
 
@@ -625,6 +657,8 @@ def _install_module_call(torch):
             return orig_call(self, *args, **kwargs)
         _tl.inside = True
         try:
+            if _state["t0"] is None and self.training:
+                _opened(_now())
             run = orig_call
             if self.training and torch.is_grad_enabled():
                 trained = next(self.parameters(), None) is not None
@@ -633,6 +667,7 @@ def _install_module_call(torch):
                     # model (summed over the step, so accumulation counts every
                     # micro-batch); a loss module has no parameters and is not counted.
                     _state["fwd_batch"] += _batch_size(args)
+                    _state["fwd_tokens"] += _batch_tokens(args)
                 if trained and _state["fwd0"] is None:
                     _state["fwd0"] = _now()
                 if trained:
@@ -732,14 +767,23 @@ def _step_end(t):
     s = _state
     comp_s, comps = _tc.taken()
     if s["t0"] is None:
-        # The first step's start is unknown (setup, imports): it only opens the clock.
-        # From the first training forward it lasted this long, a compile included.
+        # The first step starts at the job's first training work (`_opened`), not at an
+        # optimizer step: it opens the clock and is reported apart, with its phases;
+        # `fwd_dur` (from the first training forward) is what a compile is judged by.
         s["t0"] = t
-        if s["fwd0"] is not None and os.getpid() == _pid:
-            _emit(_ranked({"ev": "first_step", "dur": t - s["fwd0"], "compile": comp_s, "compiles": comps}))
+        if s["first_t"] is not None and os.getpid() == _pid:
+            first = {"ev": "first_step", "t": t, "dur": max(t - s["first_t"], 0.0)}
+            for k in _acc:
+                first[k] = _acc[k]
+            if s["fwd0"] is not None:
+                first["fwd_dur"] = t - s["fwd0"]
+            first["compile"] = comp_s
+            first["compiles"] = comps
+            _emit(_ranked(first))
         for k in _acc:
             _acc[k] = 0.0
         s["batch"] = s["fwd_batch"] = s["backwards"] = 0
+        s["tokens"] = s["fwd_tokens"] = 0
         if os.environ.get("TUNE_BRIDGE_SYNC") == "1" and _torch.cuda.is_initialized():
             _sync = _torch.cuda.synchronize
         _first_step_checks()
@@ -750,6 +794,9 @@ def _step_end(t):
     # Samples of this optimizer step: the DataLoader's batches, else the model's inputs.
     batch = s["batch"] if s["loader_batches"] else s["fwd_batch"]
     ev = {"ev": "step", "step": s["step"], "t": t, "dur": dur, "batch": batch}
+    tokens = s["tokens"] if s["loader_batches"] else s["fwd_tokens"]
+    if tokens:
+        ev["tokens"] = tokens
     ev["backwards"] = s["backwards"]
     if comps:
         # A recompilation (a new input shape, a guard that failed) inside this step.
@@ -767,6 +814,7 @@ def _step_end(t):
     s["batch"] = 0
     s["fwd_batch"] = 0
     s["backwards"] = 0
+    s["tokens"] = s["fwd_tokens"] = 0
     if _window_ended():
         return
     _emit(ev)

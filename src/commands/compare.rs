@@ -9,8 +9,11 @@
 //!   machine's CPU, each GPU's utilization and memory), the medians of the sampled
 //!   series with a Mann-Whitney U test (`stats::mann_whitney_u`, p < 0.05). Samples of
 //!   one series are correlated in time, so the p-value is optimistic; a ratio near 1 is
-//!   still "no change" whatever p says (see docs/report-schema.md). The PyTorch hooks'
-//!   samples/s and step time are compared where both watches have them.
+//!   still "no change" whatever p says (see docs/report-schema.md). Where both watches
+//!   kept the PyTorch hooks' steps, step time, samples/s and tokens/s are tested as a
+//!   sweep's samples/s is (ratio of medians, bootstrap 95% interval over the steady
+//!   steps), phase shares side by side (Mann-Whitney over the per-step shares), and a
+//!   line says when the two ran under different load (other processes' CPU).
 //!
 //! A sweep and a watch cannot be compared (their measurements differ in kind): that is
 //! refused as bad input (exit 2), as is anything that is neither.
@@ -230,18 +233,29 @@ pub fn compare_watches(a: &WatchReport, b: &WatchReport) -> Vec<Change> {
         }
     }
     if let (Some(pa), Some(pb)) = (&a.python, &b.python) {
-        out.push(Change::untested(
-            "PyTorch steps",
-            "samples/s",
-            pa.samples_per_s,
-            pb.samples_per_s,
-        ));
-        out.push(Change::untested(
-            "PyTorch steps",
-            "median step ms",
-            Some(pa.median_step_ms),
-            Some(pb.median_step_ms),
-        ));
+        if let (Some(sa), Some(sb)) = (Steady::of(a), Steady::of(b)) {
+            out.extend(compare_steps(&sa, &sb));
+        } else {
+            out.push(Change::untested(
+                "PyTorch steps",
+                "samples/s",
+                pa.samples_per_s,
+                pb.samples_per_s,
+            ));
+            out.push(Change::untested(
+                "PyTorch steps",
+                "median step ms",
+                Some(pa.median_step_ms),
+                Some(pb.median_step_ms),
+            ));
+        }
+    }
+    let (la, lb) = (
+        crate::watch::html::cpu_load(a).map(|l| l.2),
+        crate::watch::html::cpu_load(b).map(|l| l.2),
+    );
+    if la.is_some() || lb.is_some() {
+        out.push(Change::untested("host", LOAD_METRIC, la, lb));
     }
     out.push(Change::untested(
         "watch",
@@ -249,6 +263,156 @@ pub fn compare_watches(a: &WatchReport, b: &WatchReport) -> Vec<Change> {
         Some(a.duration_s),
         Some(b.duration_s),
     ));
+    out
+}
+
+/// The row with other processes' mean CPU use while watching, % of the machine.
+const LOAD_METRIC: &str = "other processes' CPU %";
+/// Two watches whose other load differs by this many points of the machine's CPU ran
+/// under different conditions: the contention finding's own threshold (25%) is what
+/// slows a job measurably, so a gap of 20 points is said.
+const LOAD_GAP: f64 = 20.0;
+
+/// A line when the two watches ran under different load, from their `LOAD_METRIC` rows.
+pub fn load_line(changes: &[Change]) -> Option<String> {
+    let c = changes.iter().find(|c| c.metric == LOAD_METRIC)?;
+    let (a, b) = (c.before?, c.after?);
+    ((a - b).abs() >= LOAD_GAP).then(|| {
+        format!(
+            "note: A and B ran under different load: other processes used {a:.0}% of the \
+             machine's CPU during A and {b:.0}% during B, so a difference between them may \
+             come from the load, not from the change"
+        )
+    })
+}
+
+/// One watch's steady steps (rank 0's, after warm-up, as the summary counts them).
+struct Steady {
+    durs: Vec<f64>,
+    samples: f64,
+    tokens: f64,
+    shares: BTreeMap<&'static str, Vec<f64>>,
+}
+
+impl Steady {
+    fn of(r: &WatchReport) -> Option<Steady> {
+        let p = r.python.as_ref()?;
+        let mut rows: Vec<&crate::bridge::Step> = r
+            .steps
+            .iter()
+            .filter(|s| s.step > 0 && s.rank.unwrap_or(0) == 0)
+            .collect();
+        rows.sort_by_key(|s| s.step);
+        let skip = rows.len().saturating_sub(p.steady_steps);
+        let rows = &rows[skip..];
+        if rows.len() < 2 {
+            return None;
+        }
+        let med = |f: &dyn Fn(&crate::bridge::Step) -> u64| {
+            let v: Vec<f64> = rows
+                .iter()
+                .map(|s| f(s) as f64)
+                .filter(|x| *x > 0.0)
+                .collect();
+            if v.is_empty() {
+                0.0
+            } else {
+                median(&v)
+            }
+        };
+        let mut shares = BTreeMap::new();
+        for name in crate::report::trace::PHASE_ORDER {
+            let v: Vec<f64> = rows
+                .iter()
+                .map(|s| {
+                    let x = match name {
+                        "data_wait" => s.data_wait,
+                        "h2d" => s.h2d,
+                        "zero_grad" => s.zero_grad,
+                        "forward" => s.forward,
+                        "backward" => s.backward,
+                        _ => s.optimizer,
+                    };
+                    100.0 * x / s.dur
+                })
+                .collect();
+            shares.insert(name, v);
+        }
+        Some(Steady {
+            durs: rows.iter().map(|s| s.dur).collect(),
+            samples: med(&|s| s.batch),
+            tokens: med(&|s| s.tokens),
+            shares,
+        })
+    }
+}
+
+/// Step time, samples/s and tokens/s with the sweep's test; phase shares side by side.
+fn compare_steps(a: &Steady, b: &Steady) -> Vec<Change> {
+    let boot = Bootstrap::default();
+    let subject = "PyTorch steps";
+    let mut out = Vec::new();
+    // Steps per second B/A; a step time's ratio is its inverse.
+    let e = ratio_ci(&a.durs, 1.0, &b.durs, 1.0, &boot);
+    out.push(Change {
+        subject: subject.into(),
+        metric: "median step ms".into(),
+        before: Some(median(&a.durs) * 1e3),
+        after: Some(median(&b.durs) * 1e3),
+        ratio: Some(1.0 / e.ratio),
+        ci: Some((1.0 / e.hi, 1.0 / e.lo)),
+        p: None,
+        significant: Some(e.significant),
+    });
+    for (metric, x, y) in [
+        ("samples/s", a.samples, b.samples),
+        ("tokens/s", a.tokens, b.tokens),
+    ] {
+        if x <= 0.0 || y <= 0.0 {
+            if x > 0.0 || y > 0.0 {
+                let rate = |v: f64, d: &[f64]| (v > 0.0).then(|| v / median(d));
+                out.push(Change::untested(
+                    subject,
+                    metric,
+                    rate(x, &a.durs),
+                    rate(y, &b.durs),
+                ));
+            }
+            continue;
+        }
+        let e = ratio_ci(&a.durs, x, &b.durs, y, &boot);
+        out.push(Change {
+            subject: subject.into(),
+            metric: metric.into(),
+            before: Some(x / median(&a.durs)),
+            after: Some(y / median(&b.durs)),
+            ratio: Some(e.ratio),
+            ci: Some((e.lo, e.hi)),
+            p: None,
+            significant: Some(e.significant),
+        });
+    }
+    for (name, va) in &a.shares {
+        let Some(vb) = b.shares.get(name) else {
+            continue;
+        };
+        let (before, after) = (median(va), median(vb));
+        if before < 0.5 && after < 0.5 {
+            continue;
+        }
+        let (_, p) = mann_whitney_u(va, vb);
+        out.push(Change {
+            subject: subject.into(),
+            metric: format!("{name} share %"),
+            before: Some(before),
+            after: Some(after),
+            ratio: ratio(Some(before), Some(after)),
+            ci: None,
+            p: Some(p),
+            // A shift under one point of the step is no change, whatever p says.
+            significant: Some(p < 0.05 && (after - before).abs() >= 1.0),
+        });
+    }
     out
 }
 
@@ -340,6 +504,9 @@ pub fn main(args: &CompareArgs) -> Result<i32> {
             )));
         }
     };
+    if let Some(line) = load_line(&changes) {
+        eprintln!("{line}");
+    }
     if args.json {
         let text = serde_json::to_string_pretty(&changes)
             .map_err(|e| Error::Runtime(format!("cannot encode the comparison: {e}")))?;
@@ -348,4 +515,20 @@ pub fn main(args: &CompareArgs) -> Result<i32> {
         print!("{}", crate::error::inert(&table(&changes)));
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_load_gap_is_said_and_a_small_one_is_not() {
+        let load = |a, b| vec![Change::untested("host", LOAD_METRIC, Some(a), Some(b))];
+        let line = load_line(&load(5.0, 62.0)).unwrap();
+        assert!(
+            line.contains("5% of the machine's CPU during A and 62% during B"),
+            "{line}"
+        );
+        assert!(load_line(&load(40.0, 52.0)).is_none());
+    }
 }

@@ -152,9 +152,14 @@ fn check_out(out: &Path) -> Result<()> {
     if std::fs::symlink_metadata(out.join(JOURNAL)).is_ok() {
         return Ok(());
     }
-    let theirs = [REPORT_JSON, REPORT_HTML, SUMMARY_MD]
-        .into_iter()
-        .find(|f| std::fs::symlink_metadata(out.join(f)).is_ok());
+    let theirs = [
+        REPORT_JSON,
+        REPORT_HTML,
+        SUMMARY_MD,
+        report::trace::TRACE_JSON,
+    ]
+    .into_iter()
+    .find(|f| std::fs::symlink_metadata(out.join(f)).is_ok());
     match theirs {
         Some(f) => Err(Error::Invalid(format!(
             "--out {shown_out}: holds a {f} but no {JOURNAL}: another sweep's or tool's report, which tune does not overwrite; give another --out or remove it"
@@ -306,7 +311,7 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
     if args.json {
         crate::fsio::print_out(&format!(
             "{}\n",
-            json!({"report": paths[0], "html": paths[1], "summary": paths[2], "ok": ok, "trials": report.trials.len(), "time_to_answer": answer})
+            json!({"report": paths[0], "html": paths[1], "summary": paths[2], "trace": paths[3], "ok": ok, "trials": report.trials.len(), "time_to_answer": answer})
         ));
     } else {
         super::summary::print(&report);
@@ -327,7 +332,7 @@ fn execute(
     steps: usize,
     out: &Path,
     quiet: bool,
-) -> Result<(Report, [PathBuf; 3])> {
+) -> Result<(Report, [PathBuf; 4])> {
     sweep.run_rounds(trials, rounds, steps)?;
     // The recommended combination, measured once more so the report can say whether
     // the predicted gain holds up.

@@ -360,6 +360,7 @@ pub fn render(r: &Report) -> String {
         ),
         trials_table(r, &story)
     );
+    s.push_str(&super::steps_chart::figure(r, story.fastest.as_deref()));
     if r.trials.iter().any(|t| !t.nodes.is_empty()) {
         s.push_str("<h2>Nodes</h2><table><thead><tr><th>trial</th><th>repeat</th><th>job</th><th>node</th><th>node type</th></tr></thead><tbody>");
         for t in &r.trials {

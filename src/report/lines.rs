@@ -1,4 +1,4 @@
-//! A plain time-series chart: named lines over one time axis, for reports that are not
+//! A plain series chart: named lines over one axis (time, or steps), for reports that are not
 //! sweeps (a `tune watch` report's timeline). The legend is HTML under the chart, not
 //! drawn inside it, so it can never cover a line however many series there are; lines
 //! that coincide stay distinguishable by their dash pattern as well as their colour.
@@ -20,6 +20,7 @@ pub struct Line {
 /// One chart: its id (a fixed name, never user text), its y axis and its lines.
 pub struct LinesChart<'a> {
     pub id: &'static str,
+    pub x_desc: &'a str,
     pub y_desc: &'a str,
     /// A fixed top (100 for percentages); None scales to the data.
     pub y_max: Option<f64>,
@@ -64,7 +65,7 @@ pub fn render(c: &LinesChart<'_>) -> String {
             .x_label_area_size(34)
             .y_label_area_size(60)
             .build_cartesian_2d(xs.range(), ys.range())?;
-        super::charts::mesh(&mut chart, "time since the watch began (s)", Some(c.y_desc))?;
+        super::charts::mesh(&mut chart, c.x_desc, Some(c.y_desc))?;
         for (i, l) in lines.iter().enumerate() {
             let style = color(i).stroke_width(2);
             let pts: Vec<(f64, f64)> = l

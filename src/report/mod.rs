@@ -1,5 +1,6 @@
 //! Rendering: a `Report` (the model lives in `crate::results`) as self-contained HTML and
-//! as markdown, the report files written as one set, and a sweep journal read back.
+//! as markdown, `trace.json` (Perfetto) of the steps, the report files written as one
+//! set, and a sweep journal read back.
 
 pub(crate) mod axis;
 mod chart_key;
@@ -9,6 +10,8 @@ pub mod html;
 pub mod lines;
 pub mod markdown;
 mod shown;
+mod steps_chart;
+pub mod trace;
 
 use std::path::{Path, PathBuf};
 
@@ -44,19 +47,21 @@ pub fn read_journal(path: &Path) -> Result<(Spec, Vec<TrialRecord>)> {
     Ok((spec, trials))
 }
 
-/// Writes report.json, report.html and summary.md into `dir` as one set: all rendered
-/// before anything is written, then all or nothing (see [`write_set`]).
-pub fn write_all(dir: &Path, report: &Report) -> Result<[PathBuf; 3]> {
+/// Writes report.json, report.html, summary.md and trace.json into `dir` as one set: all
+/// rendered before anything is written, then all or nothing (see [`write_set`]).
+pub fn write_all(dir: &Path, report: &Report) -> Result<[PathBuf; 4]> {
     let paths = [
         dir.join(REPORT_JSON),
         dir.join(REPORT_HTML),
         dir.join(SUMMARY_MD),
+        dir.join(trace::TRACE_JSON),
     ];
-    let [json, html, md] = paths.clone();
+    let [json, html, md, trace] = paths.clone();
     write_set(&[
         (json, report.to_json()?.into_bytes()),
         (html, html::render(report).into_bytes()),
         (md, markdown::render(report).into_bytes()),
+        (trace, trace::sweep(report).into_bytes()),
     ])?;
     Ok(paths)
 }

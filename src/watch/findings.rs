@@ -66,6 +66,8 @@ pub enum FindingKind {
     Compute,
     /// Other processes used the CPU the watched job needed.
     Contention,
+    /// From the PyTorch hooks: the first steps (start-up, compilation) took most of the run.
+    Warmup,
 }
 
 /// A finding about one device (or the Python job) of a watched run.

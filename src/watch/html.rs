@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::live::fmt_bytes;
 use super::report::WatchReport;
 use crate::report::html::esc;
 use crate::report::lines::{render, Line, LinesChart};
@@ -15,7 +14,7 @@ use crate::report::lines::{render, Line, LinesChart};
 const STYLE: &str = "\
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#222;background:#fafafa}\
 main{max-width:1020px;margin:0 auto;padding:1.5em 2em 3em;background:#fff}\
-h1{font-size:1.6em;margin:.2em 0 .4em;word-break:break-word}h2{font-size:1.2em;margin:1.8em 0 .5em;border-bottom:1px solid #e5e5e5;padding-bottom:.2em}\
+h1{font-size:1.6em;margin:.2em 0 .4em;word-break:break-word}h2{font-size:1.2em;margin:1.8em 0 .5em;border-bottom:1px solid #e5e5e5;padding-bottom:.2em}h3{font-size:1.05em;margin:1.2em 0 .3em}\
 table{border-collapse:collapse;margin:.6em 0;font-size:.92em;width:100%}\
 td,th{border:1px solid #ddd;padding:5px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}\
 td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\
@@ -75,6 +74,7 @@ fn figure(
         "<figure class=\"chart\" id=\"{id}\">{}<figcaption>{}</figcaption></figure>",
         render(&LinesChart {
             id,
+            x_desc: "time since the watch began (s)",
             y_desc,
             y_max,
             lines
@@ -88,6 +88,17 @@ fn figure(
 /// watched job then competed for the CPU, and its timings are not those of a quiet
 /// machine).
 pub fn foreign_load(r: &WatchReport) -> Option<String> {
+    let (host, tree, other) = cpu_load(r)?;
+    (other >= 25.0).then(|| {
+        format!(
+            "Other processes used {other:.0}% of the machine's CPU while watching (host {host:.0}%, watched processes {tree:.0}%): the watched job competed for the CPU."
+        )
+    })
+}
+
+/// The machine's mean CPU use while watching, the watched tree's share of all cores, and
+/// the rest (other processes), in % of the machine; None without host samples.
+pub fn cpu_load(r: &WatchReport) -> Option<(f64, f64, f64)> {
     let mean = |device: &dyn Fn(&str) -> bool, metric: &str| {
         let v: Vec<f64> = r
             .timeline
@@ -100,12 +111,7 @@ pub fn foreign_load(r: &WatchReport) -> Option<String> {
     let host = mean(&|d| d == "host", "cpu_util_pct")?;
     let cores = r.environment.cores.max(1) as f64;
     let tree = mean(&|d| d.starts_with("proc "), "cpu_pct").unwrap_or(0.0) / cores;
-    let other = host - tree;
-    (other >= 25.0).then(|| {
-        format!(
-            "Other processes used {other:.0}% of the machine's CPU while watching (host {host:.0}%, watched processes {tree:.0}%): the watched job competed for the CPU."
-        )
-    })
+    Some((host, tree, (host - tree).max(0.0)))
 }
 
 fn what(r: &WatchReport) -> String {
@@ -161,17 +167,7 @@ pub fn render_html(r: &WatchReport) -> String {
         );
     }
     b.push_str("</section>");
-    if let Some(p) = &r.python {
-        let _ = write!(
-            b,
-            "<h2>PyTorch steps</h2><p id=\"python\">{} steps ({} steady), median step {:.1} ms, {}.</p>",
-            p.steps,
-            p.steady_steps,
-            p.median_step_ms,
-            p.samples_per_s
-                .map_or("samples/s unknown".into(), |s| format!("{s:.1} samples/s"))
-        );
-    }
+    b.push_str(&super::timeline::section(r));
     let [cpu, mem, gpu] = series(r);
     b.push_str("<h2>Timeline</h2>");
     b.push_str(&figure(
@@ -198,20 +194,27 @@ pub fn render_html(r: &WatchReport) -> String {
         &gpu,
         "GPU utilization, and each process's SM share where NVML gives it.",
     ));
+    // The table's units are the charts': CPU as a share of all cores, memory in MiB.
     b.push_str(
         "<h2>Devices</h2><table id=\"devices\"><tr><th>device</th><th>samples</th>\
-         <th>utilisation mean / max</th><th>memory peak</th></tr>",
+         <th>utilisation mean / max (%; CPU of all cores, as in the chart)</th><th>memory peak (MiB)</th></tr>",
     );
+    let cores = e.cores.max(1) as f64;
     for d in &r.devices {
         let util = d.metrics.get(d.id.util_metric());
+        let per = if d.id.source == tune_probes::Source::Tree {
+            cores
+        } else {
+            1.0
+        };
         let mem = d.id.mem_metric().and_then(|m| d.metrics.get(m));
         let count = d.metrics.values().map(|m| m.count).max().unwrap_or(0);
         let _ = write!(
             b,
             "<tr><td>{}</td><td class=\"n\">{count}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
             esc(&d.device),
-            util.map_or("–".into(), |u| format!("{:.0}% / {:.0}%", u.mean, u.max)),
-            mem.map_or("–".into(), |m| fmt_bytes(m.max)),
+            util.map_or("–".into(), |u| format!("{:.0}% / {:.0}%", u.mean / per, u.max / per)),
+            mem.map_or("–".into(), |m| format!("{:.0}", m.max / 1048576.0)),
         );
     }
     b.push_str("</table>");

@@ -13,7 +13,8 @@
 //! - `session`: one watch from start to report;
 //! - `tui`: the full-screen live view (`--tui`), on the dashboard's devices widget;
 //! - `procs`: its per-process table (htop keys);
-//! - `window`: `--steps`/`--duration`, which end a watch (and the job tune started).
+//! - `window`: `--steps`/`--duration`, which end a watch (and the job tune started);
+//! - `timeline`: the steps over time (warm-up, step-time and phase charts, trace.json).
 
 pub(crate) mod dominant;
 pub(crate) mod findings;
@@ -27,5 +28,6 @@ pub mod report;
 pub(crate) mod session;
 pub(crate) mod steps;
 pub mod target;
+pub(crate) mod timeline;
 pub(crate) mod tui;
 pub(crate) mod window;

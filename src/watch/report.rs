@@ -40,6 +40,11 @@ pub struct WatchReport {
     /// reported steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<crate::bridge::StepSummary>,
+    /// Every step the hooks reported (each rank's under torchrun; step 0 is a process's
+    /// first step, start-up and compilation), at most `timeline::MAX_STEPS` per rank:
+    /// the timeline, the trace and `tune compare` read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::bridge::Step>,
     /// `--pid`: what sampling the process's Python stacks showed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stacks: Option<crate::bridge::StackSummary>,
@@ -252,20 +257,23 @@ impl WatchReport {
     }
 
     /// Writes report.json, report.html and summary.md into `dir` as one set (all or
-    /// nothing, as a sweep's).
-    pub fn write(&self, dir: &Path) -> Result<[PathBuf; 3]> {
+    /// nothing, as a sweep's), with trace.json where the hooks reported steps.
+    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        use crate::report::trace::TRACE_JSON;
         use crate::report::{write_set, REPORT_HTML, REPORT_JSON, SUMMARY_MD};
-        let paths = [
-            dir.join(REPORT_JSON),
-            dir.join(REPORT_HTML),
-            dir.join(SUMMARY_MD),
+        let mut files = vec![
+            (dir.join(REPORT_JSON), self.to_json()?.into_bytes()),
+            (dir.join(REPORT_HTML), self.html().into_bytes()),
+            (dir.join(SUMMARY_MD), self.markdown().into_bytes()),
         ];
-        write_set(&[
-            (paths[0].clone(), self.to_json()?.into_bytes()),
-            (paths[1].clone(), self.html().into_bytes()),
-            (paths[2].clone(), self.markdown().into_bytes()),
-        ])?;
-        Ok(paths)
+        if !self.steps.is_empty() {
+            files.push((
+                dir.join(TRACE_JSON),
+                super::timeline::trace(self).into_bytes(),
+            ));
+        }
+        write_set(&files)?;
+        Ok(files.into_iter().map(|(p, _)| p).collect())
     }
 
     pub fn html(&self) -> String {
@@ -307,6 +315,27 @@ impl WatchReport {
                 cell(&f.finding.evidence),
                 cell(&f.hint)
             );
+        }
+        if let Some(p) = &self.python {
+            let _ = writeln!(s, "## PyTorch steps\n");
+            let mut line = format!(
+                "{} steps ({} after warm-up), median step {:.1} ms",
+                p.steps, p.steady_steps, p.median_step_ms
+            );
+            match (p.samples_per_s, p.steps_per_s) {
+                (Some(x), _) => line.push_str(&format!(", {x:.1} samples/s")),
+                (None, Some(x)) => line.push_str(&format!(", {x:.2} steps/s (batch size unknown)")),
+                _ => {}
+            }
+            if let Some(t) = p.tokens_per_s {
+                line.push_str(&format!(", {t:.0} tokens/s"));
+            }
+            if let Some(f) = p.first_step_ms {
+                line.push_str(&format!(
+                    "; the first step (start-up, compilation) took {f:.1} ms, kept out of these figures"
+                ));
+            }
+            let _ = writeln!(s, "{line}.\n");
         }
         let _ = writeln!(s, "## Devices\n");
         let _ = writeln!(

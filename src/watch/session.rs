@@ -332,12 +332,16 @@ pub fn run(opts: &Options) -> Result<i32> {
         cores: crate::engine::train::default_threads(),
     };
     let mut found = findings(&series, &ctx);
+    let mut step_rows = Vec::new();
     let python = link.map(|l| {
         let ev = l.finish(Duration::from_secs(2));
         for e in &ev.errors {
             notes.push(format!("the PyTorch hooks failed and were off: {e}"));
         }
         notes.extend(ev.notices.iter().map(|n| format!("PyTorch hooks: {n}")));
+        let (rows, note) = super::timeline::rows(&ev);
+        step_rows = rows;
+        notes.extend(note);
         ev.summary()
     });
     let stacks = stacks.map(crate::bridge::StackSampler::stop);
@@ -351,6 +355,11 @@ pub fn run(opts: &Options) -> Result<i32> {
     }
     match &python {
         Some(Some(s)) => {
+            found.extend(
+                super::timeline::warmup(&step_rows, s.median_step_ms)
+                    .as_ref()
+                    .and_then(super::timeline::finding),
+            );
             found.extend(super::steps::findings(s));
             found.extend(super::dominant::findings(s));
         }
@@ -380,6 +389,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         findings: found,
         notes,
         python: python.flatten(),
+        steps: step_rows,
         stacks,
         timeline: timeline_rows(&snap.samples, MAX_POINTS_PER_SERIES),
     };
@@ -460,11 +470,17 @@ fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {
             .filter(|(_, v)| **v >= 0.005)
             .map(|(k, v)| format!("{k} {:.1}%", v * 100.0))
             .collect();
-        let rate = match (p.samples_per_s, p.steps_per_s) {
+        let mut rate = match (p.samples_per_s, p.steps_per_s) {
             (Some(x), _) => format!(", {x:.1} samples/s"),
             (None, Some(x)) => format!(", {x:.2} steps/s (batch size unknown)"),
             _ => String::new(),
         };
+        if let Some(t) = p.tokens_per_s {
+            rate.push_str(&format!(", {t:.0} tokens/s"));
+        }
+        if let Some(f) = p.first_step_ms {
+            rate.push_str(&format!("; first step {f:.1} ms (start-up, compilation)"));
+        }
         let accum = p
             .backwards_per_step
             .filter(|b| *b > 1.0)

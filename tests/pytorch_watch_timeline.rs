@@ -1,0 +1,240 @@
+//! `tune watch` of a real PyTorch job over its steps (#31): the first step (start-up,
+//! compilation) is measured, named and kept out of the steady figures; a warm-up that
+//! dominates the run is a finding; report.html draws step time and phase shares per
+//! step; trace.json holds every step and its phases in the trace-event format; a batch
+//! of token ids gives tokens/s; `tune compare` of two watches tests step time and
+//! samples/s.
+
+#[path = "pytorch/support.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn watch(py: &Path, out: &Path, args: &[&str]) -> (Output, Value) {
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("watch")
+        .arg("--out")
+        .arg(out)
+        .arg("--")
+        .arg(py)
+        .arg(support::script("tokens.py"))
+        .args(args)
+        .env("TUNE_CACHE_DIR", out.join("cache"))
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(out.join("report.json")).unwrap_or_default();
+    (o, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn kinds(r: &Value) -> Vec<String> {
+    r["findings"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .filter_map(|x| x["kind"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every step of report.json appears in trace.json as a complete event of its duration
+/// (microseconds), ending where the hooks saw it end, on pid 0, with its phases nested
+/// inside it; processes are named by metadata events.
+fn check_trace(r: &Value, trace: &Value) {
+    let ev = trace["traceEvents"].as_array().expect("traceEvents");
+    assert!(
+        ev.iter()
+            .any(|e| e["ph"] == "M" && e["name"] == "process_name" && e["pid"] == 0),
+        "{trace}"
+    );
+    let steps = r["steps"].as_array().expect("steps in report.json");
+    let t0 = steps
+        .iter()
+        .map(|s| s["t"].as_f64().unwrap() - s["dur"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    let x: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "X").collect();
+    let step_events: Vec<&Value> = x.iter().copied().filter(|e| e["cat"] == "step").collect();
+    assert_eq!(step_events.len(), steps.len(), "one event per step");
+    for (s, e) in steps.iter().zip(&step_events) {
+        let dur = s["dur"].as_f64().unwrap();
+        let start = s["t"].as_f64().unwrap() - dur - t0;
+        assert!(
+            (e["dur"].as_f64().unwrap() - dur * 1e6).abs() < 0.01,
+            "{s} {e}"
+        );
+        assert!(
+            (e["ts"].as_f64().unwrap() - start * 1e6).abs() < 1.0,
+            "{s} {e}"
+        );
+        assert_eq!(e["pid"], 0, "{e}");
+    }
+    for p in x.iter().filter(|e| e["cat"] == "phase") {
+        let (ts, end) = (
+            p["ts"].as_f64().unwrap(),
+            p["ts"].as_f64().unwrap() + p["dur"].as_f64().unwrap(),
+        );
+        let inside = step_events.iter().any(|s| {
+            let st = s["ts"].as_f64().unwrap();
+            ts >= st - 0.01 && end <= st + s["dur"].as_f64().unwrap() + 0.01
+        });
+        assert!(inside, "phase outside every step: {p}");
+    }
+}
+
+#[test]
+fn a_slow_first_step_is_named_as_warmup_drawn_and_traced() {
+    let _serial = support::serial();
+    let Some(py) = support::python("a_slow_first_step_is_named_as_warmup_drawn_and_traced") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("slow");
+    // A 3 s first step against steps of a few ms: far from the rule's thresholds (5x the
+    // median, half of the run) either way.
+    let (o, r) = watch(&py, &out, &["--loader", "--first-s", "3", "--steps", "40"]);
+    assert!(o.status.success(), "{}", show(&o));
+    let p = &r["python"];
+    let first = p["first_step_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{p}\n{}", show(&o)));
+    let median = p["median_step_ms"].as_f64().unwrap();
+    assert!(first >= 3000.0, "{p}");
+    // Kept out of the steady figures, not averaged in.
+    assert!(median < 300.0, "{p}");
+    assert!(
+        kinds(&r).contains(&"warmup".to_string()),
+        "{}\n{}",
+        r["findings"],
+        show(&o)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("first step") && err.contains("start-up and compilation dominate"),
+        "{err}"
+    );
+    let steps = r["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["step"], 0, "{}", steps[0]);
+    assert_eq!(steps.len() as u64, p["steps"].as_u64().unwrap() + 1);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for want in [
+        "id=\"watch-steps\"",
+        "id=\"watch-phases\"",
+        "id=\"warmup\"",
+        "0 (first)",
+    ] {
+        assert!(html.contains(want), "report.html lacks {want}");
+    }
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(md.contains("first step (start-up, compilation)"), "{md}");
+    let trace: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("trace.json")).unwrap()).unwrap();
+    check_trace(&r, &trace);
+
+    // The same job without the planted first-step cost: no warm-up finding.
+    let (o, r) = watch(&py, &d.path().join("quick"), &["--loader", "--steps", "40"]);
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(
+        !kinds(&r).contains(&"warmup".to_string()),
+        "{}",
+        r["findings"]
+    );
+}
+
+#[test]
+fn token_ids_give_tokens_per_second_beside_samples() {
+    let _serial = support::serial();
+    let Some(py) = support::python("token_ids_give_tokens_per_second_beside_samples") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    for (name, extra) in [("loader", &["--loader"][..]), ("direct", &[][..])] {
+        let (o, r) = watch(
+            &py,
+            &d.path().join(name),
+            &[&["--seq", "24", "--batch", "16"], extra].concat(),
+        );
+        assert!(o.status.success(), "{}", show(&o));
+        let p = &r["python"];
+        let samples = p["samples_per_s"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name}: {p}"));
+        let tokens = p["tokens_per_s"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name}: {p}"));
+        // Every step is 16 sequences of 24 tokens: exactly 24 tokens per sample.
+        assert!((tokens / samples - 24.0).abs() < 1e-6, "{name}: {p}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("tokens/s"), "{name}: {err}");
+    }
+}
+
+#[test]
+fn compare_of_two_watches_tests_step_time_and_samples() {
+    let _serial = support::serial();
+    let Some(py) = support::python("compare_of_two_watches_tests_step_time_and_samples") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    // B sleeps 40 ms more in every forward: about 2x the step or more, far from noise.
+    let (o, _) = watch(&py, &a, &["--steps", "40", "--sleep-ms", "10"]);
+    assert!(o.status.success(), "{}", show(&o));
+    let (o, _) = watch(&py, &b, &["--steps", "40", "--sleep-ms", "50"]);
+    assert!(o.status.success(), "{}", show(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .args(["compare", "--json"])
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let row = |m: &str| {
+        rows.iter()
+            .find(|r| r["subject"] == "PyTorch steps" && r["metric"] == m)
+            .unwrap_or_else(|| panic!("no {m} row: {rows:?}"))
+            .clone()
+    };
+    let step = row("median step ms");
+    assert_eq!(step["significant"], true, "{step}");
+    let ratio = step["ratio"].as_f64().unwrap();
+    let (lo, hi) = (
+        step["ci"][0].as_f64().unwrap(),
+        step["ci"][1].as_f64().unwrap(),
+    );
+    assert!(
+        ratio > 1.5 && lo > 1.0 && lo <= ratio && ratio <= hi,
+        "{step}"
+    );
+    let thr = row("samples/s");
+    assert_eq!(thr["significant"], true, "{thr}");
+    assert!(thr["ratio"].as_f64().unwrap() < 0.67, "{thr}");
+    assert!(
+        rows.iter().any(|r| r["metric"] == "forward share %"),
+        "{rows:?}"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("compare")
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("median step ms"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.ends_with("higher"), "{text}");
+}
