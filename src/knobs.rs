@@ -60,6 +60,19 @@ pub enum Parallel {
     Ddp,
 }
 
+/// Whether a PyTorch script's model is compiled (`torch.compile(model, mode=...)`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Compile {
+    /// Eager: no graph compiler.
+    #[default]
+    Off,
+    Default,
+    /// CUDA graphs on top of the default compile, to cut launch overhead.
+    ReduceOverhead,
+    MaxAutotune,
+    MaxAutotuneNoCudagraphs,
+}
+
 /// A knob value's text form: how `set` reads it and `get` writes it. The error is the
 /// part after the knob's name (`'fp8': allowed values are off, bf16, fp16`), so each
 /// caller names the knob its own way (`invalid amp`, `--amp`, `file:line:col`).
@@ -113,6 +126,18 @@ keyword_enum!(
     Parallel,
     "parallel",
     [(Single, "single"), (Dp, "dp"), (Ddp, "ddp")]
+);
+
+keyword_enum!(
+    Compile,
+    "compile",
+    [
+        (Off, "off"),
+        (Default, "default"),
+        (ReduceOverhead, "reduce-overhead"),
+        (MaxAutotune, "max-autotune"),
+        (MaxAutotuneNoCudagraphs, "max-autotune-no-cudagraphs")
+    ]
 );
 
 impl Checkpoint {
@@ -220,7 +245,7 @@ macro_rules! serde_via_str {
         }
     )+};
 }
-serde_via_str!(ZeroGrad, Checkpoint, Amp, Parallel);
+serde_via_str!(ZeroGrad, Checkpoint, Amp, Parallel, Compile);
 
 /// What a knob accepts.
 #[derive(Clone, Copy, Debug)]
@@ -601,6 +626,24 @@ knob_table! {
             "model = model.to(memory_format=torch.channels_last); \
              x = x.to(memory_format=torch.channels_last)"
         );
+
+        /// torch.compile mode for a PyTorch script's model (off = eager).
+        compile: Compile = Compile::Off,
+        Values::Words(Compile::ALLOWED),
+        // The hooks compile the module the optimizer trains, on its first forward. tune's
+        // engine has no graph compiler (each layer runs its own kernels): a non-default
+        // value is "not applicable" there (engine/caps.rs).
+        PYTHON_ONLY,
+        Torch::PerValue(&[
+            ("off", "# eager: no torch.compile"),
+            ("default", "model = torch.compile(model)"),
+            ("reduce-overhead", "model = torch.compile(model, mode=\"reduce-overhead\")"),
+            ("max-autotune", "model = torch.compile(model, mode=\"max-autotune\")"),
+            (
+                "max-autotune-no-cudagraphs",
+                "model = torch.compile(model, mode=\"max-autotune-no-cudagraphs\")",
+            ),
+        ]);
     }
 }
 

@@ -110,6 +110,23 @@ pub const REPEATS: Bound = Bound {
     why: "repeats multiply the sweep's run time",
 };
 
+/// Extra runs a trial may spend replacing repeats the hardware contaminated (throttling,
+/// another process on its GPU, steal time): each costs a whole repeat, and a machine that
+/// stays contaminated for ten re-runs will not clean up for an eleventh.
+pub const HARDWARE_RERUNS: Bound = Bound {
+    min: 0,
+    max: 10,
+    why: "each re-run costs a whole repeat",
+};
+
+/// Other processes' share of all cores (percent) above which a repeat counts as
+/// contaminated, when the spec asks for that.
+pub const FOREIGN_CPU_PCT: Bound = Bound {
+    min: 1,
+    max: 100,
+    why: "a share of all cores, in percent",
+};
+
 /// Per-trial time limit in seconds: one week. Larger values overflow the deadline
 /// arithmetic (u64 seconds past `Instant::now()`) and no trial is meant to run longer.
 pub const TIMEOUT_S: Bound = Bound {

@@ -331,16 +331,39 @@ fn watch_tui_fills_the_gpu_columns_of_the_process_table() {
             })
             .map(str::to_owned)
     };
+    let filled = |r: &str| {
+        let w: Vec<&str> = r.trim_end_matches('│').split_whitespace().collect();
+        r.matches("iB").count() >= 2 && w.last().is_some_and(|u| u.parse::<f64>().is_ok())
+    };
     let s = t.wait("the job's row with GPU figures", 90, |s| {
-        row_of(s).is_some_and(|r| {
-            let w: Vec<&str> = r.trim_end_matches('│').split_whitespace().collect();
-            r.matches("iB").count() >= 2 && w.last().is_some_and(|u| u.parse::<f64>().is_ok())
-        })
+        row_of(s).is_some_and(|r| filled(&r))
     });
     eprintln!(
         "{test}: [CPU stand-in, not a GPU] {}",
         row_of(&s).unwrap_or_default().trim()
     );
+    // DP is one process on both GPUs: a row per (pid, GPU), each with its GPU's figures.
+    let pid_of = |l: &str| {
+        l.trim_start_matches('│')
+            .split_whitespace()
+            .next()
+            .map(str::to_owned)
+    };
+    let job_pid = row_of(&s).and_then(|r| pid_of(&r)).unwrap_or_default();
+    let s = t.wait("a row of the job on each GPU", 60, |s| {
+        let rows: Vec<&str> = s
+            .lines()
+            .filter(|l| {
+                l.contains(" train --device cuda") && pid_of(l).as_deref() == Some(&job_pid)
+            })
+            .collect();
+        rows.len() == 2 && rows.iter().all(|r| filled(r))
+    });
+    let rows: Vec<&str> = s
+        .lines()
+        .filter(|l| l.contains(" train --device cuda") && pid_of(l).as_deref() == Some(&job_pid))
+        .collect();
+    eprintln!("{test}: [CPU stand-in, not a GPU] {rows:?}");
     tmux::assert_restored(
         &t,
         b.dir.path(),
@@ -447,4 +470,158 @@ fn sweep_dp_vs_ddp_on_cuda_has_per_gpu_nvml_timelines() {
     // Not asserted: on the stand-in at batch 8 DP's device 0 is busy under 1.1x the
     // replica's (the engine's own figures), so the advisor has no imbalance to act on.
     eprintln!("{test}: dp_imbalance recommendations: {recs:?}");
+}
+
+/// A small sweep on 1 stand-in GPU (mlp, 12 steps of batch 4 and 8, 2 repeats), sampled
+/// at 50 ms; `extra` goes into `[search]`. Returns the run's output and report.json.
+fn small_sweep(b: &Bench, name: &str, knobs: &str, extra: &str) -> (Output, PathBuf) {
+    let path = b.dir.path().join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"{name}\"\n[workload]\nmodel = \"mlp\"\ndataset = \"synthetic\"\n\
+             batch_size = 8\nsteps = 12\nwarmup = 2\n[knobs]\n{knobs}\n[search]\n\
+             strategy = \"grid\"\n{extra}"
+        ),
+    )
+    .unwrap();
+    let out = b.dir.path().join(name);
+    let o = b
+        .tune(&["sweep", path.to_str().unwrap(), "--device", "cuda", "--out"])
+        .arg(&out)
+        .env("TUNE_SAMPLE_MS", "50")
+        .output()
+        .unwrap();
+    (o, out)
+}
+
+fn report_of(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap()
+}
+
+/// Energy per sample from NVML's total-energy counter over each repeat's steady window,
+/// with its interval, in report.json, the CLI table, summary.md and report.html (with the
+/// three-axis Pareto table), every figure labelled as the stand-in's; `tune gate --metric
+/// joules_per_sample` judges it and refuses, exit 2, a report without it.
+#[test]
+fn sweep_reports_energy_per_sample_and_gate_judges_it() {
+    let test = "sweep_reports_energy_per_sample_and_gate_judges_it";
+    let Some(b) = bench(test) else { return };
+    b.write_script("");
+    let (o, out) = small_sweep(&b, "energy", "batch_size = [4, 8]", "repeats = 2\n");
+    assert!(o.status.success(), "{}", show(&o));
+    let r = report_of(&out);
+    for t in r["trials"].as_array().unwrap() {
+        let e = &t["joules_per_sample"];
+        let (m, lo, hi) = (
+            e["median"].as_f64().unwrap(),
+            e["lo"].as_f64().unwrap(),
+            e["hi"].as_f64().unwrap(),
+        );
+        let w = e["mean_power_w"].as_f64().unwrap();
+        eprintln!(
+            "{test}: [CPU stand-in, not a GPU] {}: {m:.5} J/sample [{lo:.5}, {hi:.5}], {w:.0} W",
+            t["label"]
+        );
+        assert!(0.0 < lo && lo <= m && m <= hi, "{e}");
+        // The stand-in's power model: 70 W idle to 700 W at full utilisation.
+        assert!((70.0..=700.0).contains(&w), "{e}");
+        assert_eq!(e["source"], "counter", "{e}");
+        assert_eq!(e["stand_in"], true, "{e}");
+        for h in t["hardware"].as_array().unwrap() {
+            assert_eq!(h["energy"]["gpus"], serde_json::json!([0]), "{h}");
+            assert!(
+                h["reasons"].as_array().unwrap().is_empty(),
+                "clean stand-in: {h}"
+            );
+        }
+    }
+    let header = "J/sample [95% CI] (stand-in, not a GPU)";
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains(header), "{}", show(&o));
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(md.contains(header), "{md}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains(header), "report.html energy column");
+    assert!(
+        html.contains("Speed, memory and energy (stand-in, not a GPU)"),
+        "report.html three-axis table"
+    );
+    let gate = |cur: &Path| {
+        Command::new(TUNE)
+            .args(["gate", "--metric", "joules_per_sample", "--baseline"])
+            .arg(&out)
+            .arg("--current")
+            .arg(cur)
+            .output()
+            .unwrap()
+    };
+    let same = gate(&out);
+    assert_eq!(same.status.code(), Some(0), "{}", show(&same));
+    assert!(String::from_utf8_lossy(&same.stdout).contains("joules_per_sample"));
+    // The same report without its energy figures: nothing to compare, said in one line.
+    let mut stripped = r.clone();
+    for t in stripped["trials"].as_array_mut().unwrap() {
+        t.as_object_mut().unwrap().remove("joules_per_sample");
+    }
+    let bare = b.dir.path().join("no-energy.json");
+    std::fs::write(&bare, serde_json::to_string(&stripped).unwrap()).unwrap();
+    let none = gate(&bare);
+    assert_eq!(none.status.code(), Some(2), "{}", show(&none));
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(
+        err.contains("no joules_per_sample in the current report"),
+        "{err}"
+    );
+}
+
+/// A scripted thermal throttle and a foreign process on gpu0 (a real `sleep`, outside the
+/// sweep's tree) contaminate every repeat: the one re-run allowed is spent, the repeats
+/// are kept, flagged with both reasons and said loudly; with the energy counter scripted
+/// absent, energy is integrated from power and said so.
+#[test]
+fn scripted_throttle_and_foreign_process_contaminate_sweep_repeats() {
+    let test = "scripted_throttle_and_foreign_process_contaminate_sweep_repeats";
+    let Some(b) = bench(test) else { return };
+    let mut other = Command::new("sleep").arg("300").spawn().unwrap();
+    b.write_script(&format!(
+        "gpu 0 throttle hw_thermal_slowdown\ngpu 0 process {} 104857600 5\ngpu 0 energy_counter absent\n",
+        other.id()
+    ));
+    let (o, out) = small_sweep(
+        &b,
+        "dirty",
+        "batch_size = [8]",
+        "repeats = 1\nhardware_reruns = 1\n",
+    );
+    let _ = other.kill();
+    let _ = other.wait();
+    assert!(o.status.success(), "{}", show(&o));
+    let r = report_of(&out);
+    let t = &r["trials"][0];
+    let hw = t["hardware"].as_array().unwrap();
+    assert_eq!(hw.len(), 2, "one repeat and its one re-run: {t}");
+    assert_eq!(hw[0]["rerun"], true, "{}", hw[0]);
+    for h in hw {
+        let why = h["reasons"].as_array().unwrap();
+        let all: Vec<&str> = why.iter().filter_map(|x| x.as_str()).collect();
+        let all = all.join("; ");
+        assert!(all.contains("gpu0: hw_thermal_slowdown"), "{all}");
+        assert!(
+            all.contains(&format!(
+                "gpu0: another process on the GPU (pid {})",
+                other.id()
+            )),
+            "{all}"
+        );
+        assert_eq!(h["energy"]["source"], "power", "{h}");
+    }
+    assert_eq!(t["contamination"]["in_figures"], true, "{t}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("NO CLEAN REPEAT REMAINS"), "{}", show(&o));
+    assert!(
+        stdout.contains("energy integrated from power samples"),
+        "{}",
+        show(&o)
+    );
 }

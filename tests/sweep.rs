@@ -369,6 +369,7 @@ fn html_escapes_every_user_string() {
         }],
         timeline: Vec::new(),
         nodes: Vec::new(),
+        hardware: Vec::new(),
     };
     let report = tune::advisor::build_report(&spec, &[rec]);
     let page = html::render(&report);

@@ -27,6 +27,14 @@ pub mod metric {
     pub const MEM_TOTAL_BYTES: &str = "mem_total_bytes";
     pub const POWER_W: &str = "power_w";
     pub const SM_CLOCK_MHZ: &str = "sm_clock_mhz";
+    /// The SM clock's maximum, for "running below its clock" (read every tick: a
+    /// scripted or administrator change shows).
+    pub const SM_CLOCK_MAX_MHZ: &str = "sm_clock_max_mhz";
+    /// NVML's total-energy counter since the driver loaded, millijoules (Volta and
+    /// newer); absent where the GPU has none, and energy is then integrated from power.
+    pub const ENERGY_MJ: &str = "energy_mj";
+    /// Enforced power limit, watts: `sw_power_cap` means the draw reached it.
+    pub const POWER_LIMIT_W: &str = "power_limit_w";
     pub const TEMP_C: &str = "temp_c";
     pub const PCIE_TX_KBPS: &str = "pcie_tx_kb_per_s";
     pub const PCIE_RX_KBPS: &str = "pcie_rx_kb_per_s";
@@ -297,6 +305,24 @@ impl Gpu {
             metric::SM_CLOCK_MHZ,
             d.clock_info(Clock::SM),
             f64::from,
+        );
+        put(
+            &mut s,
+            metric::SM_CLOCK_MAX_MHZ,
+            d.max_clock_info(Clock::SM),
+            f64::from,
+        );
+        put(
+            &mut s,
+            metric::ENERGY_MJ,
+            d.total_energy_consumption(),
+            |mj| mj as f64,
+        );
+        put(
+            &mut s,
+            metric::POWER_LIMIT_W,
+            d.enforced_power_limit(),
+            |mw| f64::from(mw) / 1e3,
         );
         put(
             &mut s,

@@ -14,8 +14,14 @@ pub fn build_report(spec: &Spec, records: &[TrialRecord]) -> Report {
         confirmations,
     } = build::build(spec, records);
     let (recs, cannot) = screen::screen(&report, advise(&report));
+    // A compile mode stands only where it pays for its compile within the job.
+    let (recs, compile) = super::breakeven::judge(&report, recs);
     report.recommendations = recs;
-    for note in cannot.into_iter().chain(screen::sweep_notes(&report)) {
+    for note in cannot
+        .into_iter()
+        .chain(compile)
+        .chain(screen::sweep_notes(&report))
+    {
         if !report.notes.contains(&note) {
             report.notes.push(note);
         }

@@ -11,6 +11,7 @@
 
 pub(crate) mod amp;
 pub(crate) mod autotune;
+pub(crate) mod breakeven;
 mod build;
 pub(crate) mod comm;
 pub(crate) mod confirm;

@@ -78,6 +78,7 @@ pub fn trial(spec: &Spec, overrides: &[(&str, &str)], step_s: f64) -> Trial {
             repeats,
             timeline: Vec::new(),
             nodes: Vec::new(),
+            hardware: Vec::new(),
         },
     }
 }

@@ -35,6 +35,12 @@ pub struct Step {
     /// sums every micro-batch).
     #[serde(default)]
     pub backwards: u32,
+    /// Seconds torch.compile spent compiling inside this step (a recompilation), and how
+    /// many compilations; 0 for a step that compiled nothing.
+    #[serde(default)]
+    pub compile: f64,
+    #[serde(default)]
+    pub compiles: u32,
 }
 
 /// Bounds of a step's figures, seconds. Outside them a figure is no measurement (a
@@ -56,6 +62,7 @@ impl Step {
             self.forward,
             self.backward,
             self.optimizer,
+            self.compile,
         ];
         (MIN_STEP_S..=MAX_STEP_S).contains(&self.dur)
             && phases.iter().all(|p| (0.0..=MAX_STEP_S).contains(p))
@@ -99,6 +106,23 @@ pub struct Events {
     pub window_warmup: Option<usize>,
     /// Set when the window filled and the hooks asked the job to stop.
     pub window_full: Option<WindowFull>,
+    /// The step before the first reported one, from the first training forward (its
+    /// start is before the clock opens): a compiled model's compile is in it.
+    pub first_step: Option<FirstStep>,
+    /// Modules tune compiled (`compile` knob), with their mode: "ResNet (default)".
+    pub compiled: Vec<String>,
+    /// torch.compile failed in the job: the mode and PyTorch's message.
+    pub compile_failed: Option<(String, String)>,
+}
+
+/// The first training step, seconds, with the compiling in it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct FirstStep {
+    pub dur: f64,
+    #[serde(default)]
+    pub compile: f64,
+    #[serde(default)]
+    pub compiles: u32,
 }
 
 /// The hooks' word that the window filled: steps skipped, steps measured, and seconds.
@@ -138,6 +162,16 @@ enum Line {
     ScriptKnob {
         knob: String,
         value: serde_json::Value,
+    },
+    FirstStep(FirstStep),
+    Compiled {
+        module: String,
+        mode: String,
+    },
+    CompileFailed {
+        #[serde(default)]
+        mode: Option<String>,
+        message: String,
     },
 }
 
@@ -179,6 +213,24 @@ impl Events {
                 };
                 self.script_knobs.entry(knob).or_insert(text);
             }
+            Ok(Line::FirstStep(_)) if !self.rank_zero(line) => {}
+            Ok(Line::FirstStep(f))
+                if self.rank_zero(line)
+                    && (0.0..=MAX_STEP_S).contains(&f.dur)
+                    && (0.0..=MAX_STEP_S).contains(&f.compile) =>
+            {
+                self.first_step = Some(f)
+            }
+            Ok(Line::Compiled { module, mode }) => {
+                let m = format!("{module} ({mode})");
+                if !self.compiled.contains(&m) {
+                    self.compiled.push(m);
+                }
+            }
+            Ok(Line::CompileFailed { mode, message }) => {
+                self.compile_failed
+                    .get_or_insert((mode.unwrap_or_else(|| "?".into()), message));
+            }
             _ => self.malformed += 1,
         }
     }
@@ -201,6 +253,42 @@ impl Events {
             Some(w) if w < self.steps.len() => &self.steps[w..],
             _ => steady(&self.steps),
         }
+    }
+
+    /// Seconds the job spent compiling beyond its steady step time, and compilations:
+    /// the first step's time and every step that recompiled, each less the median
+    /// steady step. None when nothing in the job was compiled.
+    pub fn compile_cost(&self) -> Option<(f64, u32)> {
+        let first = self.first_step.as_ref();
+        let n =
+            first.map_or(0, |f| f.compiles) + self.steps.iter().map(|s| s.compiles).sum::<u32>();
+        if n == 0 && self.compiled.is_empty() {
+            return None;
+        }
+        let durs: Vec<f64> = self
+            .steady()
+            .iter()
+            .filter(|s| s.compiles == 0)
+            .map(|s| s.dur)
+            .collect();
+        let step = if durs.is_empty() { 0.0 } else { median(&durs) };
+        let excess = |d: f64| (d - step).max(0.0);
+        let mut total: f64 = self
+            .steps
+            .iter()
+            .filter(|s| s.compiles > 0)
+            .map(|s| excess(s.dur))
+            .sum();
+        total += match first {
+            Some(f) => excess(f.dur),
+            // No training forward seen before the first step: dynamo's own count.
+            None => 0.0,
+        };
+        let timed: f64 =
+            first.map_or(0.0, |f| f.compile) + self.steps.iter().map(|s| s.compile).sum::<f64>();
+        // The callbacks' time is inside those steps; it is the floor when the first step
+        // was not seen.
+        Some((total.max(timed), n))
     }
 
     /// Mean time per phase over the steady steps.

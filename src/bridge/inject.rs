@@ -103,6 +103,7 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
         not_applicable,
         overrides,
         script_knobs: events.script_knobs.clone(),
+        compile_s: events.compile_cost().map(|(s, _)| s),
         ..Repeat::default()
     })
 }

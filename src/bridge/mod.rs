@@ -37,9 +37,11 @@ const MAX_EVENT_LINE: usize = 1 << 20;
 const HOOK_PY: &str = include_str!("tune_hook.py");
 const PIPE_PY: &str = include_str!("tune_pipe.py");
 const SITE_PY: &str = include_str!("sitecustomize.py");
+const COMPILE_PY: &str = include_str!("tune_compile.py");
 /// The module's files: name and text.
-const FILES: [(&str, &str); 3] = [
+const FILES: [(&str, &str); 4] = [
     ("tune_hook.py", HOOK_PY),
+    ("tune_compile.py", COMPILE_PY),
     ("tune_pipe.py", PIPE_PY),
     ("sitecustomize.py", SITE_PY),
 ];

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 
+import tune_compile as _tc
 import tune_pipe
 
 _now = time.perf_counter
@@ -53,6 +54,8 @@ _state = {
     "loader_batches": 0,
     "fwd_batch": 0,
     "backwards": 0,
+    # When the first training forward began: the first step's start (compile included).
+    "fwd0": None,
 }
 
 
@@ -298,7 +301,7 @@ def _install_copies(torch):
     orig_cuda = torch.Tensor.cuda
 
     def to(self, *args, **kwargs):
-        if _off or self.device.type != "cpu":
+        if _tc.compiling() or _off or self.device.type != "cpu":
             return orig_to(self, *args, **kwargs)
         t = _now()
         out = orig_to(self, *args, **kwargs)
@@ -307,7 +310,7 @@ def _install_copies(torch):
         return out
 
     def cuda(self, *args, **kwargs):
-        if _off:
+        if _tc.compiling() or _off:
             return orig_cuda(self, *args, **kwargs)
         t = _now()
         out = orig_cuda(self, *args, **kwargs)
@@ -617,27 +620,37 @@ def _install_module_call(torch):
         return args, ctx
 
     def call(self, *args, **kwargs):
-        if _off or getattr(_tl, "inside", False) or os.getpid() != _pid:
+        # While dynamo traces a compiled model, its submodules' calls come here too.
+        if _tc.compiling() or _off or getattr(_tl, "inside", False) or os.getpid() != _pid:
             return orig_call(self, *args, **kwargs)
         _tl.inside = True
         try:
-            if not _state["loader_batches"] and self.training and torch.is_grad_enabled():
-                # No DataLoader: the samples are what the training loop feeds its model
-                # (summed over the step, so accumulation counts every micro-batch); a
-                # loss module has no parameters and is not counted again.
-                if next(self.parameters(), None) is not None:
+            run = orig_call
+            if self.training and torch.is_grad_enabled():
+                trained = next(self.parameters(), None) is not None
+                if not _state["loader_batches"] and trained:
+                    # No DataLoader: the samples are what the training loop feeds its
+                    # model (summed over the step, so accumulation counts every
+                    # micro-batch); a loss module has no parameters and is not counted.
                     _state["fwd_batch"] += _batch_size(args)
+                if trained and _state["fwd0"] is None:
+                    _state["fwd0"] = _now()
+                if trained:
+                    # The compile failure (reported) ends the call as PyTorch's would.
+                    _tc.maybe_compile(torch, self)
+            if _tc.active():
+                run = _tc.guarded(orig_call)
             if dtype is None and cl is None:
-                return orig_call(self, *args, **kwargs)
+                return run(self, *args, **kwargs)
             try:
                 args, ctx = prepare(self, args)
             except Exception as e:
                 _fail("nn.Module.__call__", e)
                 ctx = None
             if ctx is None:
-                return orig_call(self, *args, **kwargs)
+                return run(self, *args, **kwargs)
             try:
-                return orig_call(self, *args, **kwargs)
+                return run(self, *args, **kwargs)
             finally:
                 ctx.__exit__(None, None, None)
         finally:
@@ -705,14 +718,25 @@ def _first_step_checks():
         _script_value("autotune", bool(torch.backends.cudnn.benchmark))
     if not _knobs.get("num_threads"):
         _script_value("num_threads", int(torch.get_num_threads()))
+    # A script that called torch.compile has said so already (once per knob).
+    _script_value("compile", _tc.script_mode())
+    if _knobs.get("compile") == "reduce-overhead" and not cuda:
+        _notice(
+            "compile = reduce-overhead adds CUDA graphs to the default compile; this job "
+            "does not use CUDA, so it compiles as mode default"
+        )
 
 
 def _step_end(t):
     global _sync
     s = _state
+    comp_s, comps = _tc.taken()
     if s["t0"] is None:
         # The first step's start is unknown (setup, imports): it only opens the clock.
+        # From the first training forward it lasted this long, a compile included.
         s["t0"] = t
+        if s["fwd0"] is not None and os.getpid() == _pid:
+            _emit(_ranked({"ev": "first_step", "dur": t - s["fwd0"], "compile": comp_s, "compiles": comps}))
         for k in _acc:
             _acc[k] = 0.0
         s["batch"] = s["fwd_batch"] = s["backwards"] = 0
@@ -727,6 +751,10 @@ def _step_end(t):
     batch = s["batch"] if s["loader_batches"] else s["fwd_batch"]
     ev = {"ev": "step", "step": s["step"], "t": t, "dur": dur, "batch": batch}
     ev["backwards"] = s["backwards"]
+    if comps:
+        # A recompilation (a new input shape, a guard that failed) inside this step.
+        ev["compile"] = comp_s
+        ev["compiles"] = comps
     if _rank is not None:
         ev["rank"] = _rank
     other = dur
@@ -742,7 +770,7 @@ def _step_end(t):
     if _window_ended():
         return
     _emit(ev)
-    _window_step(dur, t)
+    _window_step(dur, t, comps > 0)
 
 
 # The measurement window (TUNE_BRIDGE_WINDOW, issue #26): warm-up steps (or until the step
@@ -750,7 +778,8 @@ def _step_end(t):
 # stopped at this step boundary by raising SystemExit(0) out of optimizer.step(). tune ends
 # a job that ignores it after a grace period, and its process tree either way.
 _win = None
-_wst = {"warm": 0, "start": None, "measured": 0, "full": False, "durs": []}
+# "skipped": warm-up steps that compiled (they do not count towards the warm-up).
+_wst = {"warm": 0, "skipped": 0, "start": None, "measured": 0, "full": False, "durs": []}
 
 
 def _steady(durs):
@@ -780,7 +809,7 @@ def _window_ended():
     raise SystemExit(0)
 
 
-def _window_step(dur, t):
+def _window_step(dur, t, compiled=False):
     w, ws = _win, _wst
     if w is None or os.getpid() != _pid:
         return
@@ -790,6 +819,11 @@ def _window_step(dur, t):
             # No warm-up: this step is the window's first.
             ws["start"] = t - dur
             _emit(_ranked({"ev": "window", "warmup": 0}))
+        elif compiled:
+            # The first steps of a compiled model are its compile: a step that compiled
+            # is warm-up that does not count, so the window starts after the compile.
+            ws["skipped"] += 1
+            return
         else:
             ws["warm"] += 1
             ws["durs"].append(dur)
@@ -805,7 +839,7 @@ def _window_step(dur, t):
                 done = ws["warm"] >= int(warm)
             if done:
                 ws["start"] = t
-                _emit(_ranked({"ev": "window", "warmup": ws["warm"]}))
+                _emit(_ranked({"ev": "window", "warmup": ws["warm"] + ws["skipped"]}))
             return
     ws["measured"] += 1
     sec = w.get("seconds")
@@ -814,7 +848,7 @@ def _window_step(dur, t):
         n = ws["measured"]
         _emit(
             _ranked(
-                {"ev": "window_full", "warmup": ws["warm"], "measured": n, "seconds": t - ws["start"]}
+                {"ev": "window_full", "warmup": ws["warm"] + ws["skipped"], "measured": n, "seconds": t - ws["start"]}
             )
         )
         try:
@@ -842,6 +876,7 @@ def _install(torch):
     _install_autocast(torch)
     _install_module_call(torch)
     _install_dp(torch)
+    _tc.install(torch, sys.modules[__name__])
     hello = {"ev": "hello", "pid": _pid, "torch": torch.__version__, "knobs": _knobs}
     if _rank is not None:
         hello["rank"] = _rank

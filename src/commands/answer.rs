@@ -1,7 +1,7 @@
 //! Time to the first answer (issue #26): at the end of every sweep, how long it took
 //! from start to report and where that time went: measured steps, warm-up steps, the
-//! jobs' start-up and shutdown (interpreter, imports, DataLoader workers, ending), and
-//! tune's own share (planning, analysis, reports).
+//! jobs' start-up and shutdown (interpreter, imports, DataLoader workers, ending), their
+//! torch.compile time, and tune's own share (planning, analysis, reports).
 
 use std::time::Duration;
 
@@ -14,6 +14,9 @@ pub struct Spent {
     pub measuring: f64,
     pub warmup: f64,
     pub startup: f64,
+    /// torch.compile beyond the steady step time (mostly before the first reported step,
+    /// so taken out of start-up).
+    pub compile: f64,
 }
 
 /// What the trials of `report` (confirmation included) spent, from their repeats.
@@ -40,9 +43,11 @@ fn add(s: &mut Spent, t: &TrialReport) {
         let w = r.warmup.min(r.step_times.len());
         let warm: f64 = r.step_times[..w].iter().sum();
         let measured: f64 = r.step_times[w..].iter().sum();
+        let compile = r.compile_s.unwrap_or(0.0).max(0.0);
         s.warmup += warm;
         s.measuring += measured;
-        s.startup += (r.wall_s - warm - measured).max(0.0);
+        s.compile += compile;
+        s.startup += (r.wall_s - warm - measured - compile).max(0.0);
     }
 }
 
@@ -60,7 +65,7 @@ fn mmss(x: f64) -> String {
 pub fn line(report: &Report, wall: Duration) -> String {
     let wall = wall.as_secs_f64();
     let s = spent(report);
-    let own = (wall - s.measuring - s.warmup - s.startup).max(0.0);
+    let own = (wall - s.measuring - s.warmup - s.startup - s.compile).max(0.0);
     let pct = |x: f64| {
         if wall > 0.0 {
             100.0 * x / wall
@@ -85,6 +90,13 @@ pub fn line(report: &Report, wall: Duration) -> String {
             mmss(s.startup),
             pct(s.startup)
         ));
+        if s.compile > 0.0 {
+            parts.push(format!(
+                "torch.compile {} ({:.0}%)",
+                mmss(s.compile),
+                pct(s.compile)
+            ));
+        }
     } else {
         parts.push(format!(
             "running the trials {} ({:.0}%)",

@@ -476,6 +476,10 @@ pub struct GateArgs {
     /// floor where that is larger.
     #[arg(long, default_value = "3%")]
     pub max_regression: String,
+    /// Fail a check whose figures rest on repeats the hardware contaminated (throttling,
+    /// another process on the GPU, steal time) instead of passing it with a warning.
+    #[arg(long)]
+    pub fail_on_contaminated: bool,
     /// Write a markdown summary here (CI step summary, PR comment).
     #[arg(long)]
     pub md: Option<PathBuf>,

@@ -70,6 +70,7 @@ fn load(role: &str, path: &Path) -> Result<Report> {
 pub fn main(args: &GateArgs) -> Result<i32> {
     let policy = Policy {
         max_regression: parse_threshold(&args.max_regression)?,
+        fail_on_contaminated: args.fail_on_contaminated,
         ..Policy::default()
     };
     let mut metrics = Vec::new();

@@ -61,10 +61,16 @@ pub fn render(r: &Report, colour: bool) -> String {
         .max()
         .unwrap_or(5)
         .max(5);
+    let energy = markdown::energy_header(&r.trials);
     let _ = writeln!(
         s,
-        "{:<w$}  {:<11}  {:>28}  {:>26}  {:>8}",
-        "trial", "status", "samples/s [95% CI]", "vs baseline [95% CI]", "peak MiB"
+        "{:<w$}  {:<11}  {:>28}  {:>26}  {:>8}{}",
+        "trial",
+        "status",
+        "samples/s [95% CI]",
+        "vs baseline [95% CI]",
+        "peak MiB",
+        energy.map_or(String::new(), |h| format!("  {h}"))
     );
     for t in &r.trials {
         let is_base = r.baseline.as_deref() == Some(t.id.as_str());
@@ -80,7 +86,7 @@ pub fn render(r: &Report, colour: bool) -> String {
         // Padded before painting: escape codes would count towards the width.
         let _ = writeln!(
             s,
-            "{:<w$}  {}  {:>28}  {}  {:>8}",
+            "{:<w$}  {}  {:>28}  {}  {:>8}{}",
             label(t),
             paint(status_style, colour, &format!("{status:<11}")),
             markdown::throughput_cell(t),
@@ -90,6 +96,7 @@ pub fn render(r: &Report, colour: bool) -> String {
                 &format!("{:>26}", markdown::ratio_cell(t, is_base))
             ),
             t.peak_mib().map_or("–".into(), |m| format!("{m:.1}")),
+            energy.map_or(String::new(), |_| format!("  {}", markdown::energy_cell(t))),
         );
     }
     for t in &r.trials {

@@ -146,7 +146,16 @@ fn num_threads(k: &Knobs, l: Layout) -> Support {
     )
 }
 
-const PYTHON_ONLY: [Capability; 4] = [
+fn compile(k: &Knobs, l: Layout) -> Support {
+    python_only(
+        k,
+        l,
+        "compile",
+        "tune's engine has no graph compiler (each layer runs its own kernels, fused by hand where they are); this knob is torch.compile in a PyTorch script",
+    )
+}
+
+const PYTHON_ONLY: [Capability; 5] = [
     Capability {
         knob: "persistent_workers",
         support: persistent_workers,
@@ -162,6 +171,10 @@ const PYTHON_ONLY: [Capability; 4] = [
     Capability {
         knob: "num_threads",
         support: num_threads,
+    },
+    Capability {
+        knob: "compile",
+        support: compile,
     },
 ];
 
@@ -190,6 +203,7 @@ const CPU: &[Capability] = &[
     PYTHON_ONLY[1],
     PYTHON_ONLY[2],
     PYTHON_ONLY[3],
+    PYTHON_ONLY[4],
 ];
 
 const CUDA: &[Capability] = &[
@@ -205,6 +219,7 @@ const CUDA: &[Capability] = &[
     PYTHON_ONLY[1],
     PYTHON_ONLY[2],
     PYTHON_ONLY[3],
+    PYTHON_ONLY[4],
 ];
 
 /// The backend's table; a knob it does not list is supported.

@@ -186,6 +186,10 @@ pub struct RunSummary {
     /// read by the hooks.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub script_knobs: BTreeMap<String, String>,
+    /// A script's compile time beyond its steady step time, seconds (`compile` knob or
+    /// the script's own torch.compile); None when nothing was compiled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile_s: Option<f64>,
 }
 
 /// What a step loop measured. Every backend's summary is built from it the same way
@@ -257,6 +261,7 @@ impl RunSummary {
             imbalance: Some(imbalance),
             overrides: BTreeMap::new(),
             script_knobs: BTreeMap::new(),
+            compile_s: None,
         }
     }
 }

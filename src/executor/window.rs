@@ -141,10 +141,26 @@ pub(super) fn hooked_outcome(
     e: &Ended<'_>,
 ) -> Outcome {
     let line = e.line;
+    if let Some((mode, message)) = &events.compile_failed {
+        // Its own status: the configuration cannot run in this job, which is neither a
+        // crash of the script nor a hang; the sweep goes on.
+        return Outcome::fail(
+            Status::Unsupported,
+            format!(
+                "compile={mode}: torch.compile failed in this job, so this mode cannot be \
+                 measured here: {message}"
+            ),
+        );
+    }
     let repeat = crate::bridge::repeat(events, spec, knobs, e.wall_s).map(|r| Repeat {
         peak_total_bytes: r.peak_total_bytes.max(e.peak_rss),
         ..r
     });
+    let compiled = compile_note(events);
+    let with_compile = |note: Option<String>| match (note, &compiled) {
+        (Some(n), Some(c)) => Some(format!("{n}; {c}")),
+        (n, c) => n.or_else(|| c.clone()),
+    };
     if let Some(w) = &events.window_full {
         // The window filled: ok however the job then ended (tune ended it, or it exited
         // with whatever code its own `finally` gave).
@@ -155,7 +171,7 @@ pub(super) fn hooked_outcome(
                     "stopped by tune after {} measured step{s} ({} warm-up steps, {:.1} s measured)",
                     w.measured, w.warmup, w.seconds
                 );
-                ok(r, Some(stop_note(e, what)))
+                ok(r, with_compile(Some(stop_note(e, what))))
             }
             Err(why) => Outcome::fail(Status::Failed, format!("`{line}`: {why}")),
         };
@@ -174,12 +190,26 @@ pub(super) fn hooked_outcome(
                     w.describe("step")
                 )
             });
-            ok(r, note)
+            ok(r, with_compile(note))
         }
         (Ok(()), Err(why)) => Outcome::fail(Status::Failed, format!("`{line}`: {why}")),
         (Err((status, why)), Ok(r)) => partial(*status, why, r, "step"),
         (Err((status, why)), Err(steps)) => Outcome::fail(*status, format!("{why}; {steps}")),
     }
+}
+
+/// "compile 41.2 s (2 compilations: ResNet (default)), kept apart from the steady steps".
+fn compile_note(events: &Events) -> Option<String> {
+    let (secs, n) = events.compile_cost()?;
+    let what = if events.compiled.is_empty() {
+        "the script's own torch.compile".to_string()
+    } else {
+        events.compiled.join(", ")
+    };
+    let s = if n == 1 { "" } else { "s" };
+    Some(format!(
+        "compile {secs:.1} s ({n} compilation{s}: {what}), kept apart from the steady steps"
+    ))
 }
 
 /// A `[workload.command]` trial's outcome from the metric values it printed.

@@ -144,6 +144,21 @@ pub fn gate(
             checks.len()
         ));
     }
+    let resting = checks
+        .iter()
+        .filter(|c| c.reason.contains("rest on contaminated repeats"))
+        .count();
+    if resting > 0 {
+        notes.push(format!(
+            "{resting} check(s) compare figures that rest on repeats the hardware contaminated \
+             (throttling, another process on the GPU, steal time): {}",
+            if policy.fail_on_contaminated {
+                "they fail (--fail-on-contaminated)"
+            } else {
+                "pass --fail-on-contaminated to fail on them"
+            }
+        ));
+    }
     let (eb, ec) = (&base.environment, &cur.environment);
     if eb.host != ec.host || eb.cpu_model != ec.cpu_model || eb.cores != ec.cores {
         notes.push(format!(
@@ -242,5 +257,37 @@ fn check(
         }
         Err(why) => c.reason = why,
     }
+    contaminated(&mut c, p, policy);
     c
+}
+
+/// A verdict that rests on repeats the hardware contaminated says so, and fails under
+/// `--fail-on-contaminated`; repeats left out (a clean one remained) are only named.
+fn contaminated(c: &mut Check, p: &pairs::Pair<'_>, policy: &Policy) {
+    let mut said = Vec::new();
+    for (side, t) in [("baseline", p.base), ("current", p.cur)] {
+        let Some(x) = &t.contamination else { continue };
+        if x.in_figures {
+            said.push(format!(
+                "the {side}'s figures rest on contaminated repeats ({})",
+                x.note
+            ));
+        } else {
+            said.push(format!(
+                "the {side} left {} contaminated repeat(s) out",
+                x.repeats.len()
+            ));
+        }
+    }
+    if said.is_empty() {
+        return;
+    }
+    let resting = [p.base, p.cur]
+        .iter()
+        .any(|t| t.contamination.as_ref().is_some_and(|x| x.in_figures));
+    c.reason = format!("{}; {}", c.reason, said.join("; "));
+    if resting && policy.fail_on_contaminated && c.verdict != Verdict::Skipped {
+        c.verdict = Verdict::Failed;
+        c.reason = format!("CONTAMINATED (--fail-on-contaminated): {}", c.reason);
+    }
 }

@@ -10,6 +10,7 @@
 use serde::Serialize;
 
 use crate::results::build::{repeat_noise_floor, steady_times};
+use crate::results::hardware::counted;
 use crate::results::model::{NoiseFloor, TrialReport};
 use crate::results::record::Repeat;
 use crate::stats::{self, Bootstrap};
@@ -27,6 +28,9 @@ pub enum Metric {
     /// Largest peak of tracked memory over the repeats; higher is worse.
     #[value(name = "peak_bytes")]
     PeakBytes,
+    /// Energy the trial's GPUs drew per sample (NVML); higher is worse.
+    #[value(name = "joules_per_sample")]
+    JoulesPerSample,
 }
 
 impl Metric {
@@ -35,6 +39,7 @@ impl Metric {
             Metric::SamplesPerS => "samples_per_s",
             Metric::StepMs => "step_ms",
             Metric::PeakBytes => "peak_bytes",
+            Metric::JoulesPerSample => "joules_per_sample",
         }
     }
 
@@ -44,6 +49,7 @@ impl Metric {
             Metric::SamplesPerS => format!("{v:.1}/s"),
             Metric::StepMs => format!("{v:.3} ms"),
             Metric::PeakBytes => format!("{:.2} MiB", v / 1048576.0),
+            Metric::JoulesPerSample => format!("{v:.4} J"),
         }
     }
 
@@ -52,6 +58,7 @@ impl Metric {
         match self {
             Metric::SamplesPerS | Metric::StepMs => ("slower", "faster"),
             Metric::PeakBytes => ("more memory", "less memory"),
+            Metric::JoulesPerSample => ("more energy", "less energy"),
         }
     }
 }
@@ -65,6 +72,9 @@ pub struct Policy {
     pub alpha: f64,
     /// Bootstrap resamples for the ratio's interval.
     pub resamples: usize,
+    /// A check whose figures rest on repeats the hardware contaminated fails
+    /// (`--fail-on-contaminated`) instead of passing with a warning.
+    pub fail_on_contaminated: bool,
 }
 
 impl Default for Policy {
@@ -73,6 +83,7 @@ impl Default for Policy {
             max_regression: 0.03,
             alpha: 0.01,
             resamples: Bootstrap::default().resamples,
+            fail_on_contaminated: false,
         }
     }
 }
@@ -88,14 +99,22 @@ pub struct Side {
     /// Relative spread between identical repeats of step time (the larger of this
     /// configuration's own and the sweep's median); None when unknown (one repeat).
     pub time_noise: Option<f64>,
+    /// Joules per sample (median, lo, hi), when the report sampled GPUs.
+    pub energy: Option<(f64, f64, f64)>,
 }
 
 impl Side {
     /// From a report's trial, using the noise floor the sweep recorded: the trial's own
     /// (when it has two repeats or more) and the sweep's median, whichever is larger.
+    /// Only the repeats the report's figures use: contaminated ones are left out while a
+    /// clean one remains (`results::hardware::counted`).
     pub fn from_trial(t: &TrialReport, sweep: Option<&NoiseFloor>) -> Side {
-        let own = (t.repeats.len() >= 2).then_some(t.noise_floor);
-        Side::from_repeats(&t.repeats, own, sweep.map(|n| n.median))
+        let (used, _) = counted(t.repeats.len(), &t.hardware);
+        let repeats: Vec<Repeat> = used.iter().map(|&i| t.repeats[i].clone()).collect();
+        let own = (repeats.len() >= 2).then_some(t.noise_floor);
+        let mut side = Side::from_repeats(&repeats, own, sweep.map(|n| n.median));
+        side.energy = t.joules_per_sample.as_ref().map(|e| (e.median, e.lo, e.hi));
+        side
     }
 
     /// From raw repeats; `own` and `sweep` are the recorded noise floors, if any.
@@ -111,6 +130,7 @@ impl Side {
             samples_per_step,
             peaks: repeats.iter().map(|r| r.peak_total_bytes).collect(),
             time_noise,
+            energy: None,
         }
     }
 
@@ -207,6 +227,10 @@ impl Outcome {
         };
         let p = match (self.worse_by > 0.0, self.p_worse, self.p_better) {
             (true, Some(p), _) | (false, _, Some(p)) => fmt_p(p),
+            _ if metric == Metric::JoulesPerSample && self.significant => {
+                "95% intervals do not overlap".into()
+            }
+            _ if metric == Metric::JoulesPerSample => "95% intervals overlap".into(),
             _ if self.significant => "repeat ranges do not overlap".into(),
             _ => "repeat ranges overlap".into(),
         };
@@ -274,6 +298,7 @@ pub fn compare(
     let (mut o, noise) = match metric {
         Metric::SamplesPerS | Metric::StepMs => time_outcome(metric, base, cur, policy, seed)?,
         Metric::PeakBytes => memory_outcome(base, cur)?,
+        Metric::JoulesPerSample => energy_outcome(base, cur)?,
     };
     o.noise_floor = noise;
     o.threshold = policy.max_regression.max(noise.unwrap_or(0.0));
@@ -366,6 +391,49 @@ fn time_outcome(
     Ok((o, noise))
 }
 
+/// Joules per sample: each side's figure comes with the 95% interval its throughput
+/// gives; a change is significant when the two intervals do not overlap. Energy per
+/// sample moves with step time, so the step-time noise floor widens its threshold.
+fn energy_outcome(base: &Side, cur: &Side) -> Result<(Outcome, Option<f64>), String> {
+    let (b, c) = match (base.energy, cur.energy) {
+        (Some(b), Some(c)) if b.0 > 0.0 && c.0 > 0.0 => (b, c),
+        (b, c) => {
+            let missing: Vec<&str> = [("baseline", b.is_none()), ("current", c.is_none())]
+                .iter()
+                .filter(|x| x.1)
+                .map(|x| x.0)
+                .collect();
+            return Err(format!(
+                "no joules_per_sample in the {} report (energy needs GPUs sampled through NVML \
+                 while the sweep ran)",
+                if missing.is_empty() {
+                    "baseline or current".to_string()
+                } else {
+                    missing.join(" and ")
+                }
+            ));
+        }
+    };
+    let ratio = c.0 / b.0;
+    let worse_by = ratio - 1.0;
+    let significant = if worse_by > 0.0 { c.1 > b.2 } else { c.2 < b.1 };
+    let o = Outcome {
+        baseline: b.0,
+        current: c.0,
+        ratio,
+        lo: if b.2 > 0.0 { c.1 / b.2 } else { ratio },
+        hi: if b.1 > 0.0 { c.2 / b.1 } else { ratio },
+        worse_by,
+        p_worse: None,
+        p_better: None,
+        significant,
+        threshold: 0.0,
+        noise_floor: None,
+        verdict: Verdict::Pass,
+    };
+    Ok((o, larger(base.time_noise, cur.time_noise)))
+}
+
 /// Peak memory of the CPU engine is deterministic for a configuration, so there is
 /// nothing to resample: a change is significant when every current repeat lies beyond
 /// every baseline repeat.
@@ -417,6 +485,7 @@ mod tests {
             samples_per_step: 32.0,
             peaks,
             time_noise: noise,
+            energy: None,
         }
     }
 

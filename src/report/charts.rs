@@ -13,7 +13,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::axis::Span;
 use super::chart_key::{legend, Key, CHAR_W};
-pub(super) use super::charts_xy::{loss, pareto};
+pub(super) use super::charts_xy::{loss, pareto, pareto3};
 use super::shown::Shown;
 use crate::results::model::{Report, TrialReport};
 

@@ -158,6 +158,73 @@ pub fn pareto_front(points: &[(f64, f64)]) -> Vec<usize> {
     front
 }
 
+/// The configurations no other beats on all of throughput (higher), memory and energy
+/// per sample (lower): `points` are (throughput, memory, joules). Pairwise, so callers
+/// keep it to the GPU sweeps that have energy figures (tens of configurations).
+pub fn pareto_front3(points: &[(f64, f64, f64)]) -> Vec<usize> {
+    let dominates = |a: &(f64, f64, f64), b: &(f64, f64, f64)| {
+        a.0 >= b.0 && a.1 <= b.1 && a.2 <= b.2 && (a.0 > b.0 || a.1 < b.1 || a.2 < b.2)
+    };
+    (0..points.len())
+        .filter(|&i| !points.iter().any(|q| dominates(q, &points[i])))
+        .collect()
+}
+
+/// Most configurations the three-axis table ranks: pairwise dominance is quadratic.
+const PARETO3_MAX: usize = 2000;
+
+/// Speed, memory and energy per sample side by side, the three-axis Pareto front marked;
+/// empty when no configuration has energy figures.
+pub(super) fn pareto3(r: &Report) -> String {
+    let pts: Vec<(&TrialReport, f64, f64, f64)> = r
+        .trials
+        .iter()
+        .filter(|t| t.status == Status::Ok)
+        .filter_map(|t| {
+            Some((
+                t,
+                t.samples_per_s?.median,
+                t.peak_mib()?,
+                t.joules_per_sample.as_ref()?.median,
+            ))
+        })
+        .collect();
+    if pts.is_empty() {
+        return String::new();
+    }
+    if pts.len() > PARETO3_MAX {
+        return note("Too many configurations with energy figures for the three-axis table.");
+    }
+    let xyz: Vec<(f64, f64, f64)> = pts.iter().map(|p| (p.1, p.2, p.3)).collect();
+    let front = pareto_front3(&xyz);
+    let stand_in = pts
+        .iter()
+        .any(|p| p.0.joules_per_sample.as_ref().is_some_and(|e| e.stand_in));
+    let mut s = format!(
+        "<table class=\"pareto3\"><caption>Speed, memory and energy{}: ● = on the three-axis \
+         Pareto front (no other configuration is at least as fast, as small and as frugal, and \
+         better in one)</caption><thead><tr><th>configuration</th><th>samples/s</th>\
+         <th>peak MiB</th><th>J/sample</th><th>front</th></tr></thead><tbody>",
+        if stand_in {
+            " (stand-in, not a GPU)"
+        } else {
+            ""
+        }
+    );
+    for (i, p) in pts.iter().enumerate() {
+        s.push_str(&format!(
+            "<tr><td>{}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            esc(&p.0.label),
+            p.1,
+            p.2,
+            esc(&super::markdown::joules(p.3)),
+            if front.contains(&i) { "●" } else { "" }
+        ));
+    }
+    s.push_str("</tbody></table>");
+    s
+}
+
 /// At most `n` of `items`, evenly spaced, the first and the last kept.
 fn thinned<T: Copy>(items: &[T], n: usize) -> Vec<T> {
     if items.len() <= n {
@@ -415,6 +482,14 @@ mod tests {
         }
         // Long names are keyed under the chart in full.
         assert!(html.contains("chart-key") && html.contains("that_cannot_fit_beside_a_point"));
+    }
+
+    #[test]
+    fn three_axis_front_keeps_a_point_better_on_energy_alone() {
+        // (samples/s, MiB, J/sample): 1 is slower and larger than 0 but uses less energy;
+        // 2 is beaten by 0 on every axis.
+        let pts = [(100.0, 10.0, 0.5), (90.0, 12.0, 0.4), (80.0, 12.0, 0.6)];
+        assert_eq!(pareto_front3(&pts), vec![0, 1]);
     }
 
     #[test]

@@ -173,8 +173,13 @@ fn confirmation(r: &Report) -> String {
 fn trials_table(r: &Report, story: &Story) -> String {
     let mut s = String::from(
         "<table><tr><th>trial</th><th>status</th><th>samples/s [95% CI]</th><th>vs baseline [95% CI]</th>\
-         <th>peak MiB</th><th>accuracy</th><th>final loss</th><th>repeats</th><th>notes</th></tr>",
+         <th>peak MiB</th><th>accuracy</th><th>final loss</th><th>repeats</th><th>notes</th>",
     );
+    let energy = super::markdown::energy_header(&r.trials);
+    if let Some(h) = energy {
+        let _ = write!(s, "<th>{}</th>", esc(h));
+    }
+    s.push_str("</tr>");
     let confirm = r
         .confirmation
         .iter()
@@ -198,7 +203,7 @@ fn trials_table(r: &Report, story: &Story) -> String {
         let _ = write!(
             s,
             "<tr><td title=\"{}\">{}{}</td><td class=\"{}\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td>{}</tr>",
             esc(&t.id),
             esc(&t.label),
             if story.fastest.as_deref() == Some(t.id.as_str()) { " <b>(best)</b>" } else { "" },
@@ -210,7 +215,11 @@ fn trials_table(r: &Report, story: &Story) -> String {
             t.accuracy.map_or("–".into(), |a| format!("{:.1}%", a * 100.0)),
             t.final_loss.map_or("–".into(), |l| format!("{l:.4}")),
             t.repeats.len(),
-            esc(&notes.join("; "))
+            esc(&notes.join("; ")),
+            energy.map_or(String::new(), |_| format!(
+                "<td class=\"n\">{}</td>",
+                esc(&super::markdown::energy_cell(t))
+            ))
         );
     }
     s.push_str("</table>");
@@ -328,9 +337,10 @@ pub fn render(r: &Report) -> String {
         ),
         figure(
             CHARTS[2],
-            charts::pareto(r, &shown),
+            charts::pareto(r, &shown) + &charts::pareto3(r),
             "Each successful configuration with its 95% interval; the green line joins the Pareto front \
-             (no other configuration is both faster and smaller)."
+             (no other configuration is both faster and smaller). With GPU energy, the table ranks \
+             speed, memory and energy together."
         ),
         figure(
             CHARTS[3],

@@ -77,7 +77,51 @@ pub fn trial_notes(t: &TrialReport) -> Vec<String> {
         .not_applicable
         .iter()
         .map(|(k, why)| format!("{k} not applicable: {why}"));
-    overrides.chain(na).collect()
+    let hw = t
+        .contamination
+        .iter()
+        .map(|c| format!("hardware: {}", c.note));
+    let power = t
+        .joules_per_sample
+        .iter()
+        .filter(|e| e.source == "power")
+        .map(|_| {
+            "energy integrated from power samples (the GPU has no energy counter)".to_string()
+        });
+    overrides.chain(na).chain(hw).chain(power).collect()
+}
+
+/// The energy column's title when any trial has energy figures, labelled when they are
+/// the NVML stand-in's; None hides the column.
+pub fn energy_header(trials: &[TrialReport]) -> Option<&'static str> {
+    let e: Vec<_> = trials
+        .iter()
+        .filter_map(|t| t.joules_per_sample.as_ref())
+        .collect();
+    if e.is_empty() {
+        None
+    } else if e.iter().any(|e| e.stand_in) {
+        Some("J/sample [95% CI] (stand-in, not a GPU)")
+    } else {
+        Some("J/sample [95% CI]")
+    }
+}
+
+pub fn energy_cell(t: &TrialReport) -> String {
+    match &t.joules_per_sample {
+        Some(e) => format!("{} [{}, {}]", joules(e.median), joules(e.lo), joules(e.hi)),
+        None => "–".into(),
+    }
+}
+
+/// A sample costs millijoules on a small model, joules on a big one: four decimals, or
+/// four significant figures below a hundredth.
+pub fn joules(j: f64) -> String {
+    if j >= 0.01 {
+        format!("{j:.4}")
+    } else {
+        format!("{j:.3e}")
+    }
 }
 
 pub fn throughput_cell(t: &TrialReport) -> String {
@@ -137,11 +181,17 @@ pub fn render(r: &Report) -> String {
     for n in &r.notes {
         let _ = writeln!(s, "> Note: {}\n", cell(n));
     }
+    let energy = energy_header(&r.trials);
     let _ = writeln!(
         s,
-        "| trial | status | samples/s [95% CI] | vs baseline [95% CI] | peak MiB | accuracy |"
+        "| trial | status | samples/s [95% CI] | vs baseline [95% CI] | peak MiB | accuracy |{}",
+        energy.map_or(String::new(), |h| format!(" {h} |"))
     );
-    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|");
+    let _ = writeln!(
+        s,
+        "|---|---|---:|---:|---:|---:|{}",
+        if energy.is_some() { "---:|" } else { "" }
+    );
     for t in &r.trials {
         let is_base = r.baseline.as_deref() == Some(t.id.as_str());
         let best = if story.fastest.as_deref() == Some(t.id.as_str()) {
@@ -154,7 +204,7 @@ pub fn render(r: &Report) -> String {
             .map_or(String::new(), |l| format!(" ⚠ under load ({l:.0}% CPU)"));
         let _ = writeln!(
             s,
-            "| {}{} | {}{} | {} | {} | {} | {} |",
+            "| {}{} | {}{} | {} | {} | {} | {} |{}",
             cell(&t.label),
             best,
             t.status.as_str(),
@@ -164,6 +214,7 @@ pub fn render(r: &Report) -> String {
             t.peak_mib().map_or("–".into(), |m| format!("{m:.1}")),
             t.accuracy
                 .map_or("–".into(), |a| format!("{:.1}%", a * 100.0)),
+            energy.map_or(String::new(), |_| format!(" {} |", energy_cell(t))),
         );
     }
     let noted: Vec<(&TrialReport, Vec<String>)> = r

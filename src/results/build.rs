@@ -11,6 +11,7 @@ use super::model::{
 use crate::engine::parallel::DeviceSummary;
 use crate::engine::train::Phases;
 use crate::knobs::Knobs;
+use crate::results::hardware::{figures_of, per_sample};
 use crate::results::record::{Repeat, Status, TrialRecord};
 use crate::spec::plan::{self, knobs_hash};
 use crate::spec::Spec;
@@ -178,10 +179,13 @@ fn phase_share(rec: &TrialRecord, steady_times: &[f64]) -> BTreeMap<String, f64>
 }
 
 fn trial_report(
-    rec: &TrialRecord,
+    full: &TrialRecord,
     base: Option<&(Vec<f64>, f64)>,
     ref_type: Option<&str>,
 ) -> TrialReport {
+    // Figures from the repeats the hardware left clean; the report keeps every repeat.
+    let (rec, contamination) = figures_of(full);
+    let rec = &rec;
     let (times, sps) = steady(rec);
     let (same_times, same_sps) = steady_on(rec, ref_type);
     let boot = Bootstrap::with_seed(knobs_hash(&rec.knobs));
@@ -226,7 +230,10 @@ fn trial_report(
         error: rec.error.clone(),
         round: rec.round,
         steps: rec.steps,
-        repeats: rec.repeats.clone(),
+        repeats: full.repeats.clone(),
+        joules_per_sample: per_sample(&rec.hardware, samples_per_s.as_ref()),
+        hardware: full.hardware.clone(),
+        contamination,
         samples_per_s,
         ratio_vs_baseline,
         peak_total_bytes: rec.repeats.iter().map(|r| r.peak_total_bytes).max(),
@@ -377,7 +384,7 @@ impl Confirmations {
                 .iter()
                 .rev()
                 .find(|r| r.id == id && r.status == Status::Ok)
-                .map(|r| steady_on(r, self.ref_type.as_deref()))
+                .map(|r| steady_on(&figures_of(r).0, self.ref_type.as_deref()))
         };
         // A journal from before per-change confirmations named its one re-run otherwise:
         // the latest baseline run that is not beside a single change.
@@ -386,7 +393,7 @@ impl Confirmations {
                 .iter()
                 .rev()
                 .find(|r| r.knobs == self.baseline && r.status == Status::Ok && !r.id.contains('~'))
-                .map(|r| steady_on(r, self.ref_type.as_deref()))
+                .map(|r| steady_on(&figures_of(r).0, self.ref_type.as_deref()))
         };
         let rerun = ok_by_id(&rerun_beside(knobs, &self.baseline)).or_else(combined);
         let against = rerun.as_ref().or(self.base_data.as_ref());
@@ -417,9 +424,9 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
         .iter()
         .find(|r| r.id == base_id && r.status == Status::Ok);
     let ref_type = reference_type(base_rec);
-    let base_data = base_rec.map(|r| steady_on(r, ref_type.as_deref()));
+    let base_data = base_rec.map(|r| steady_on(&figures_of(r).0, ref_type.as_deref()));
     let runs = Runs::collect(records, &base_id, &spec.search.baseline, |r| {
-        steady_on(r, ref_type.as_deref())
+        steady_on(&figures_of(r).0, ref_type.as_deref())
     });
     let trials: Vec<TrialReport> = recs
         .iter()
@@ -436,7 +443,8 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
             if r.id != base_id && t.samples_per_s.is_some() {
                 t.nearest_baseline = near.map(|n| n.id.clone()).filter(|id| *id != base_id);
                 let seed = knobs_hash(&r.knobs);
-                t.against = runs.against(pos, &steady_on(r, ref_type.as_deref()), seed);
+                t.against =
+                    runs.against(pos, &steady_on(&figures_of(r).0, ref_type.as_deref()), seed);
             }
             t
         })
@@ -458,6 +466,10 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
             trials.len()
         ));
     }
+    notes.extend(trials.iter().filter_map(|t| {
+        let c = t.contamination.as_ref()?;
+        Some(format!("{}: {}", t.label, c.note))
+    }));
     if base_data.is_none() {
         notes.push("the baseline has no successful measurement: no ratios".into());
     }
@@ -605,6 +617,9 @@ mod tests {
             nodes: Vec::new(),
             foreign_cpu_pct: None,
             partial: None,
+            hardware: Vec::new(),
+            joules_per_sample: None,
+            contamination: None,
             overrides: BTreeMap::new(),
             script_knobs: BTreeMap::new(),
             nearest_baseline: None,
@@ -647,6 +662,7 @@ mod tests {
             error: None,
             repeats: runs.iter().map(|&(m, _)| repeat(m)).collect(),
             timeline: Vec::new(),
+            hardware: Vec::new(),
             nodes: runs
                 .iter()
                 .enumerate()

@@ -6,6 +6,7 @@
 pub mod baselines;
 pub(crate) mod build;
 pub mod finding;
+pub mod hardware;
 pub mod model;
 pub mod nodes;
 pub mod record;

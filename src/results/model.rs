@@ -13,6 +13,7 @@ use crate::engine::parallel::DeviceSummary;
 use crate::error::{Error, Result};
 use crate::fsio::{read_text_limited, MAX_INPUT_BYTES};
 use crate::knobs::Knobs;
+use crate::results::hardware::RepeatHardware;
 use crate::results::record::{NodeRun, Repeat, Status};
 use crate::spec::plan::Skipped;
 use crate::spec::Spec;
@@ -208,6 +209,16 @@ pub struct TrialReport {
     /// are kept (in `repeats`), and used in its figures only when enough are steady.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partial: Option<Partial>,
+    /// Per repeat (aligned with `repeats`): what the hardware did while it ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hardware: Vec<RepeatHardware>,
+    /// Energy the trial's GPUs drew per sample, when GPUs were sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joules_per_sample: Option<EnergyPerSample>,
+    /// Set when the hardware contaminated repeats: which, why, and whether the figures
+    /// still rest on them (no clean repeat remained).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contamination: Option<Contamination>,
     /// The baseline run that `ratio_vs_baseline` is taken against: the one nearest in time
     /// (#31); None when that is the plan's baseline trial.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -216,6 +227,34 @@ pub struct TrialReport {
     /// the baseline more than once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub against: Vec<BaselineRatio>,
+}
+
+/// Joules per sample over the steady window, with the 95% interval that the throughput's
+/// interval gives (the window's mean power is taken as exact: NVML's counter measures it,
+/// not samples it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EnergyPerSample {
+    pub median: f64,
+    pub lo: f64,
+    pub hi: f64,
+    /// Mean draw of the counted GPUs over the windows, watts.
+    pub mean_power_w: f64,
+    /// `counter` (NVML's total-energy counter) or `power` (power samples integrated).
+    pub source: String,
+    /// From tune's NVML stand-in, not a GPU: shown as "(stand-in, not a GPU)".
+    pub stand_in: bool,
+}
+
+/// The repeats the hardware contaminated.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Contamination {
+    /// 0-based indices into `repeats`.
+    pub repeats: Vec<usize>,
+    /// Every repeat was contaminated, so the figures rest on them.
+    pub in_figures: bool,
+    /// "1 of 3 repeats contaminated (gpu0: hw_thermal_slowdown in 4 of 9 samples); left
+    /// out of the figures".
+    pub note: String,
 }
 
 /// Steady steps a failed trial needs before its figures (`samples_per_s`) use them: a

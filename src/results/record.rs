@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::engine::parallel::DeviceSummary;
 use crate::engine::train::RunSummary;
 use crate::knobs::Knobs;
+use crate::results::hardware::RepeatHardware;
 use crate::results::model::TimelineSample;
 use crate::spec::Spec;
 
@@ -110,6 +111,7 @@ pub fn clean(mut s: RunSummary) -> Repeat {
     s.wall_s = figure(s.wall_s);
     s.accuracy = s.accuracy.filter(|a| (0.0..=1.0).contains(a));
     s.loss_scale_final = s.loss_scale_final.filter(|v| v.is_finite());
+    s.compile_s = s.compile_s.filter(|v| (0.0..=MAX_FIGURE).contains(v));
     for d in &mut s.devices {
         d.busy_s = figure(d.busy_s);
         d.busy_fraction = figure(d.busy_fraction);
@@ -205,6 +207,10 @@ pub struct TrialRecord {
     /// run that reached a node, in run order. Empty for local sweeps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeRun>,
+    /// Per repeat (index-aligned with `repeats`): what the hardware did while it ran and
+    /// the energy it drew. Empty when nothing was sampled (older journals, clusters).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hardware: Vec<RepeatHardware>,
 }
 
 /// The node one run of a trial ran on, and that node's environment fingerprint as the
@@ -276,6 +282,8 @@ pub struct RepeatRecord {
     pub run: Repeat,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<NodeRun>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<RepeatHardware>,
 }
 
 /// The version of the journal's line format, written into every line; a line without

@@ -239,6 +239,7 @@ mod tests {
             repeats: vec![clean(s)],
             timeline: Vec::new(),
             nodes: Vec::new(),
+            hardware: Vec::new(),
         });
         let line = serde_json::to_value(&rec).unwrap();
         assert_eq!(line["schema_version"], super::super::model::SCHEMA_VERSION);

@@ -9,9 +9,14 @@ use std::time::Duration;
 
 use tune_probes::recorder::lock;
 use tune_probes::{
-    nvml_available, HostSampler, NvmlSampler, Recorder, Sample, Sampler, SharedTimeline, Source,
-    Timeline, DEFAULT_CAPACITY,
+    gpu_inventory, nvml_available, HostSampler, NvmlSampler, Recorder, Sample, Sampler,
+    SharedTimeline, Source, Timeline, TreeMembers, DEFAULT_CAPACITY,
 };
+
+use super::hardware;
+use crate::results::hardware::RepeatHardware;
+use crate::results::record::Repeat;
+use crate::spec::Search;
 
 use crate::results::model::{TimelineSample, FOREIGN_CPU_PCT};
 
@@ -33,6 +38,16 @@ const KEPT: &[(Source, &str)] = &[
 pub struct SweepSampler {
     timeline: SharedTimeline,
     recorder: Option<Recorder>,
+    /// Pids seen in the sweep's process tree: a GPU process outside it is foreign.
+    members: TreeMembers,
+    /// NVML is tune's stand-in (its driver version says so): energy is labelled.
+    stand_in: bool,
+}
+
+/// Where a repeat started: the timeline's clock and the CPU's steal counter.
+pub struct RepeatStart {
+    ms: f64,
+    cpu: Option<tune_probes::host::CpuTimes>,
 }
 
 impl SweepSampler {
@@ -47,16 +62,24 @@ impl SweepSampler {
             Duration::from_millis(ms.max(1)),
             DEFAULT_CAPACITY,
         )));
+        let host = HostSampler::new().watch(std::process::id());
+        let members = host.tree_members();
         if ms == 0 {
             return SweepSampler {
                 timeline,
                 recorder: None,
+                members,
+                stand_in: false,
             };
         }
-        let mut samplers: Vec<Box<dyn Sampler>> =
-            vec![Box::new(HostSampler::new().watch(std::process::id()))];
+        let mut samplers: Vec<Box<dyn Sampler>> = vec![Box::new(host)];
+        let mut stand_in = false;
         if nvml_available() {
             samplers.push(Box::new(NvmlSampler::new()));
+            stand_in = gpu_inventory().is_ok_and(|g| {
+                g.iter()
+                    .any(|g| g.driver_version.contains("stand-in") || g.name.contains("not a GPU"))
+            });
         }
         let recorder = match Recorder::start(samplers, Arc::clone(&timeline)) {
             Ok(r) => Some(r),
@@ -65,7 +88,60 @@ impl SweepSampler {
                 None
             }
         };
-        SweepSampler { timeline, recorder }
+        SweepSampler {
+            timeline,
+            recorder,
+            members,
+            stand_in,
+        }
+    }
+
+    /// Marks a repeat's start (call right before it runs).
+    pub fn repeat_start(&self) -> RepeatStart {
+        RepeatStart {
+            ms: self.now_ms(),
+            cpu: hardware::cpu_times(),
+        }
+    }
+
+    /// What the hardware did since `start`; None when sampling is off.
+    pub fn repeat_end(
+        &self,
+        start: RepeatStart,
+        run: Option<&Repeat>,
+        search: &Search,
+    ) -> Option<RepeatHardware> {
+        let steal_pct = match (start.cpu, hardware::cpu_times()) {
+            (Some(a), Some(b)) => hardware::steal_pct(&a, &b),
+            _ => None,
+        };
+        let samples = if self.recorder.is_some() {
+            lock(&self.timeline).samples_since(start.ms)
+        } else {
+            Vec::new()
+        };
+        if samples.is_empty() && steal_pct.is_none() {
+            return None;
+        }
+        let foreign: Vec<f64> = convert(&samples, start.ms)
+            .into_iter()
+            .filter(|s| s.metric == FOREIGN_CPU_PCT)
+            .map(|s| s.value)
+            .collect();
+        let mut ours = self.members.pids();
+        ours.insert(std::process::id());
+        if let Ok(now) = tune_probes::host::process_tree(std::process::id()) {
+            ours.extend(now);
+        }
+        Some(hardware::assess(&hardware::Inputs {
+            samples: &samples,
+            ours: &ours,
+            foreign_cpu: &foreign,
+            steal_pct,
+            run,
+            search,
+            stand_in: self.stand_in,
+        }))
     }
 
     pub fn now_ms(&self) -> f64 {

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::hardware::Reruns;
 use super::journal::Journal;
 use super::live::{self, LiveTrial};
 use super::resume::{existing_records, stamped};
@@ -192,6 +193,7 @@ fn fresh(t: &Trial, round: usize, steps: usize) -> TrialRecord {
         repeats: Vec::new(),
         timeline: Vec::new(),
         nodes: Vec::new(),
+        hardware: Vec::new(),
     }
 }
 
@@ -398,9 +400,12 @@ impl<'a> Sweep<'a> {
         for done in earlier.into_iter().take(first) {
             rec.repeats.push(done.run);
             rec.nodes.extend(done.node);
+            rec.hardware.push(done.hardware.unwrap_or_default());
         }
         let started_ms = self.sampler.now_ms();
-        for r in first..reps {
+        let mut reruns = Reruns::new(&self.spec.search);
+        let mut r = first;
+        while r < reps {
             self.show_live(
                 &trial.id,
                 &trial.label,
@@ -410,11 +415,25 @@ impl<'a> Sweep<'a> {
                 repeats.max(1),
             );
             let began = Instant::now();
+            let at = self.sampler.repeat_start();
             let o = self.exec.run(self.spec, &trial.knobs, steps);
             self.check_cancel(&trial.label)?;
             let run = o.repeat.map(clean);
-            let node = o.node.map(|n| NodeRun { repeat: r, ..n });
-            let worth = began.elapsed() >= JOURNAL_REPEATS_FROM;
+            let mut hw = self
+                .sampler
+                .repeat_end(at, run.as_ref(), &self.spec.search)
+                .unwrap_or_default();
+            let again = reruns.again(
+                &trial.label,
+                r,
+                run.is_some() && o.status == Status::Ok,
+                &mut hw,
+            );
+            let node = o.node.map(|n| NodeRun {
+                repeat: rec.repeats.len(),
+                ..n
+            });
+            let worth = began.elapsed() >= JOURNAL_REPEATS_FROM && !again;
             if let (Some(run), Status::Ok, true, true) = (&run, o.status, r + 1 < reps, worth) {
                 // Durable before the next repeat starts: a kill there costs only that one.
                 let done = RepeatRecord {
@@ -423,12 +442,20 @@ impl<'a> Sweep<'a> {
                     index: r,
                     run: run.clone(),
                     node: node.clone(),
+                    hardware: Some(hw.clone()),
                 };
                 self.journal
                     .append(&stamped(&Record::Repeat(done), self.spec)?)?;
             }
+            if run.is_some() {
+                rec.hardware.push(hw);
+            }
             rec.repeats.extend(run);
             rec.nodes.extend(node);
+            if again {
+                continue;
+            }
+            r += 1;
             if o.status != Status::Ok {
                 // Failures here are deterministic far more often than not (an unsupported
                 // knob, a crash): repeating them only costs time.
@@ -442,6 +469,9 @@ impl<'a> Sweep<'a> {
             }
         }
         rec.timeline = self.sampler.since(started_ms);
+        if rec.hardware.iter().all(|h| *h == Default::default()) {
+            rec.hardware.clear();
+        }
         self.finish_trial(rec)
     }
 

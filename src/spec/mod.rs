@@ -158,9 +158,21 @@ pub struct Search {
     /// Where trials run; `tune sweep --executor` overrides it.
     #[serde(default)]
     pub executor: ExecutorKind,
+    /// Extra runs per trial that may replace repeats the hardware contaminated
+    /// (`runner::hardware`); 0 = flag them and leave them out of the figures only.
+    #[serde(default)]
+    pub hardware_reruns: usize,
+    /// Other processes' CPU share (percent of all cores) above which a repeat counts as
+    /// contaminated; None = recorded, never a reason (the trial-level load flag stays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_foreign_cpu_pct: Option<u64>,
     /// The configuration every other is compared with: workload defaults, then the first
     /// value of each knob list, then `[search] baseline` overrides.
     pub baseline: Knobs,
+    /// The job's planned length in optimizer steps: a change with a one-off cost (a
+    /// `compile` mode's compile time) is recommended only when it pays off within it.
+    #[serde(default = "window::default_job_steps")]
+    pub job_steps: u64,
 }
 
 fn default_slurm() -> SlurmSpec {
@@ -215,6 +227,7 @@ impl Spec {
                 "prefetch_factor",
                 "channels_last",
                 "num_threads",
+                "compile",
             ] {
                 if self.search.baseline.get(n) == def.get(n) {
                     m.remove(n);

@@ -51,6 +51,9 @@ const SEARCH_KEYS: &[&str] = &[
     "baseline",
     "mem_cap_mib",
     "executor",
+    "job_steps",
+    "hardware_reruns",
+    "max_foreign_cpu_pct",
 ];
 
 pub(super) fn parse(text: &str, path: &Path) -> Result<Spec> {
@@ -569,7 +572,19 @@ impl Cx<'_> {
         let repeats = count("repeats", &limits::REPEATS, 1)?;
         let timeout_s = count("timeout_s", &limits::TIMEOUT_S, 600)? as u64;
         let eta = count("eta", &limits::ETA, 3)?;
+        let job_steps = count(
+            "job_steps",
+            &super::window::JOB_STEPS,
+            super::window::DEFAULT_JOB_STEPS as usize,
+        )? as u64;
         let executor = self.executor(t)?;
+        let hardware_reruns = count("hardware_reruns", &limits::HARDWARE_RERUNS, 0)?;
+        let max_foreign_cpu_pct = match t.get("max_foreign_cpu_pct") {
+            Some(v) => {
+                Some(self.count(v, "search.max_foreign_cpu_pct", &limits::FOREIGN_CPU_PCT)? as u64)
+            }
+            None => None,
+        };
         let mem_cap_mib = match t.get("mem_cap_mib") {
             Some(v) => Some(self.count(v, "search.mem_cap_mib", &limits::MEM_CAP_MIB)? as u64),
             None => None,
@@ -652,7 +667,10 @@ impl Cx<'_> {
             eta,
             mem_cap_mib,
             executor,
+            hardware_reruns,
+            max_foreign_cpu_pct,
             baseline,
+            job_steps,
         })
     }
 }

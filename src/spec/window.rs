@@ -15,6 +15,22 @@ pub const DEFAULT_STEPS: usize = 30;
 /// The most warm-up steps "until steady" waits before measuring anyway.
 pub const STEADY_MAX_WARMUP: usize = 200;
 
+/// The job's planned length when `[search] job_steps` is not given: 10,000 optimizer
+/// steps, a few hours of a mid-sized model on one GPU (two ImageNet epochs of ResNet-50
+/// at batch 256). Said in docs/pytorch.md; a user whose job is shorter sets the key.
+pub const DEFAULT_JOB_STEPS: u64 = 10_000;
+/// `[search] job_steps`: at least one step, at most 10^12 (a million steps a day for
+/// three thousand years).
+pub const JOB_STEPS: crate::limits::Bound = crate::limits::Bound {
+    min: 1,
+    max: 1_000_000_000_000,
+    why: "the job's planned length in optimizer steps",
+};
+
+pub(crate) fn default_job_steps() -> u64 {
+    DEFAULT_JOB_STEPS
+}
+
 /// One trial's measurement window.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Window {
@@ -114,6 +130,41 @@ mod tests {
             .unwrap_err();
             assert!(e.contains(want) && e.contains("w.toml:3:"), "{line}: {e}");
         }
+    }
+
+    #[test]
+    fn job_steps_has_a_stated_default_and_nonsense_is_refused_with_its_place() {
+        let spec = |search: &str| {
+            Spec::parse(
+                &format!("[workload.python]\nrun = \"python t.py\"\n[search]\n{search}\n"),
+                "w.toml",
+            )
+        };
+        assert_eq!(spec("").unwrap().search.job_steps, DEFAULT_JOB_STEPS);
+        assert_eq!(spec("job_steps = 500").unwrap().search.job_steps, 500);
+        for (line, want) in [
+            ("job_steps = 0", "search.job_steps 0"),
+            ("job_steps = -5", "expected a non-negative integer"),
+            ("job_steps = \"long\"", "search.job_steps"),
+            ("job_steps = 1e20", "search.job_steps"),
+        ] {
+            let e = spec(line).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains("w.toml:4:"), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_compile_mode_outside_the_five_is_refused() {
+        let e = window(
+            "[workload.python]\nrun = \"python t.py\"\n[knobs]\ncompile = [\"off\", \"fast\"]\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("'fast'")
+                && e.contains("max-autotune-no-cudagraphs")
+                && e.contains("w.toml:4:"),
+            "{e}"
+        );
     }
 
     #[test]

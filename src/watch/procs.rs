@@ -9,10 +9,14 @@ use std::time::Instant;
 
 use tune_probes::host::{parse_pid_stat, read_rss, USER_HZ};
 
-/// One process of the watched tree.
+/// One process of the watched tree on one GPU (nvitop's rows): a process using two GPUs
+/// (DataParallel's one process over both) has a row per GPU, each with that GPU's
+/// figures; a process on none has one row.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ProcRow {
     pub pid: u32,
+    /// The GPU (NVML index) of this row's GPU figures; None for a process on no GPU.
+    pub gpu: Option<u32>,
     pub command: String,
     /// Share of one core since the previous reading; None on the first.
     pub cpu_pct: Option<f64>,
@@ -103,15 +107,16 @@ fn command_of(pid: u32, comm: &str) -> String {
     }
 }
 
+/// NVML's per-process figures on one GPU: memory bytes, SM %.
+pub type GpuFigures = (Option<f64>, Option<f64>);
+
+/// NVML's latest per-process figures, by (pid, GPU index).
+pub type GpuProcs = BTreeMap<(u32, u32), GpuFigures>;
+
 impl ProcTable {
     /// Reads each member's stat, command line and RSS; `gpu` holds NVML's latest
-    /// per-process (memory bytes, SM %) by pid. A pid that is gone is left out.
-    pub fn refresh(
-        &mut self,
-        pids: &[u32],
-        gpu: &BTreeMap<u32, (Option<f64>, Option<f64>)>,
-        now: Instant,
-    ) {
+    /// per-process (memory bytes, SM %) by (pid, GPU). A pid that is gone is left out.
+    pub fn refresh(&mut self, pids: &[u32], gpu: &GpuProcs, now: Instant) {
         let dt = self.last.map(|t| now.duration_since(t).as_secs_f64());
         let mut prev = BTreeMap::new();
         let mut rows = Vec::with_capacity(pids.len());
@@ -130,15 +135,31 @@ impl ProcTable {
                 _ => None,
             };
             prev.insert(pid, (jiffies, st.starttime));
-            let g = gpu.get(&pid).copied().unwrap_or((None, None));
-            rows.push(ProcRow {
+            let row = ProcRow {
                 pid,
+                gpu: None,
                 command: command_of(pid, &st.comm),
                 cpu_pct,
                 rss_bytes: read_rss(pid),
-                gpu_mem_bytes: g.0,
-                gpu_util_pct: g.1,
-            });
+                gpu_mem_bytes: None,
+                gpu_util_pct: None,
+            };
+            let on: Vec<(u32, GpuFigures)> = gpu
+                .range((pid, 0)..=(pid, u32::MAX))
+                .map(|(&(_, g), &v)| (g, v))
+                .collect();
+            if on.is_empty() {
+                rows.push(row);
+                continue;
+            }
+            for (g, (mem, util)) in on {
+                rows.push(ProcRow {
+                    gpu: Some(g),
+                    gpu_mem_bytes: mem,
+                    gpu_util_pct: util,
+                    ..row.clone()
+                });
+            }
         }
         self.prev = prev;
         self.last = Some(now);
@@ -160,7 +181,7 @@ impl ProcTable {
             .collect();
         let fig = |v: Option<f64>| v.unwrap_or(f64::NEG_INFINITY);
         rows.sort_by(|a, b| match self.sort {
-            SortBy::Pid => a.pid.cmp(&b.pid),
+            SortBy::Pid => a.pid.cmp(&b.pid).then(a.gpu.cmp(&b.gpu)),
             SortBy::Command => a.command.cmp(&b.command).then(a.pid.cmp(&b.pid)),
             SortBy::Cpu => fig(b.cpu_pct).total_cmp(&fig(a.cpu_pct)),
             SortBy::Mem => b.rss_bytes.cmp(&a.rss_bytes),
@@ -209,6 +230,7 @@ mod tests {
     fn row(pid: u32, command: &str, cpu: Option<f64>, rss: u64, gpu: Option<f64>) -> ProcRow {
         ProcRow {
             pid,
+            gpu: gpu.map(|_| 0),
             command: command.into(),
             cpu_pct: cpu,
             rss_bytes: Some(rss),
@@ -261,7 +283,7 @@ mod tests {
     fn refresh_reads_this_process_and_its_cpu_since_the_last_reading() {
         let me = std::process::id();
         let mut t = ProcTable::default();
-        let gpu = BTreeMap::from([(me, (Some(1e6), None))]);
+        let gpu = BTreeMap::from([((me, 0), (Some(1e6), None))]);
         let start = Instant::now();
         t.refresh(&[me, u32::MAX - 1], &gpu, start);
         assert_eq!(t.rows.len(), 1, "a pid that does not exist is left out");
@@ -280,5 +302,27 @@ mod tests {
         t.refresh(&[me], &gpu, Instant::now());
         let cpu = t.rows[0].cpu_pct.unwrap();
         assert!(cpu > 10.0, "{cpu}");
+    }
+
+    #[test]
+    fn a_process_on_two_gpus_has_a_row_per_gpu_with_that_gpus_figures() {
+        let me = std::process::id();
+        let mut t = ProcTable::default();
+        let gpu = BTreeMap::from([
+            ((me, 0), (Some(60e6), Some(78.0))),
+            ((me, 1), (Some(46e6), Some(63.0))),
+        ]);
+        t.refresh(&[me], &gpu, Instant::now());
+        let rows: Vec<(u32, Option<u32>, Option<f64>)> = t
+            .rows
+            .iter()
+            .map(|r| (r.pid, r.gpu, r.gpu_mem_bytes))
+            .collect();
+        assert_eq!(
+            rows,
+            [(me, Some(0), Some(60e6)), (me, Some(1), Some(46e6))],
+            "{:?}",
+            t.rows
+        );
     }
 }

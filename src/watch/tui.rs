@@ -19,9 +19,8 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style, Stylize};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Table, Widget, Wrap};
-use std::collections::BTreeMap;
 
-use super::procs::{self, ProcTable, SortBy};
+use super::procs::{self, GpuProcs, ProcTable, SortBy};
 use tune_probes::host::metric as host;
 use tune_probes::nvml::metric as gpu;
 use tune_probes::{Sample, Source};
@@ -69,8 +68,8 @@ pub struct WatchApp {
     pub help: bool,
     /// The per-process table (htop-like), refreshed with the members.
     pub procs: ProcTable,
-    /// NVML's latest per-process (memory bytes, SM %), by pid.
-    gpu_procs: BTreeMap<u32, (Option<f64>, Option<f64>)>,
+    /// NVML's latest per-process (memory bytes, SM %), by (pid, GPU).
+    gpu_procs: GpuProcs,
 }
 
 /// What a key asks of the watch loop.
@@ -97,10 +96,12 @@ impl WatchApp {
     pub fn push_samples(&mut self, samples: &[Sample]) {
         for s in samples {
             self.history.push_sample(s);
-            if let (Source::GpuProcess, Some(pid)) = (s.source, s.pid) {
+            if let (Source::GpuProcess, Some(pid), Some(dev)) = (s.source, s.pid, s.device) {
                 let get = |m: &str| s.metrics.get(m).copied().filter(|v| v.is_finite());
-                self.gpu_procs
-                    .insert(pid, (get(gpu::PROC_USED_BYTES), get(gpu::PROC_SM_PCT)));
+                self.gpu_procs.insert(
+                    (pid, dev),
+                    (get(gpu::PROC_USED_BYTES), get(gpu::PROC_SM_PCT)),
+                );
             }
             if s.source == Source::Tree {
                 let get = |m: &str| s.metrics.get(m).copied().filter(|v| v.is_finite());
@@ -238,13 +239,18 @@ const KEY_COL: usize = 8;
 /// The per-process table: the sort column's header is marked and highlighted.
 fn render_procs(t: &ProcTable, area: Rect, buf: &mut Buffer) {
     let dash = || "-".to_string();
-    let header = Row::new(SortBy::ALL.map(|c| {
-        if c == t.sort {
-            Cell::from(format!("{}▼", c.header())).style(Style::new().bold().reversed())
-        } else {
-            Cell::from(c.header()).style(Style::new().bold())
-        }
-    }));
+    let mut cells: Vec<Cell> = SortBy::ALL
+        .map(|c| {
+            if c == t.sort {
+                Cell::from(format!("{}▼", c.header())).style(Style::new().bold().reversed())
+            } else {
+                Cell::from(c.header()).style(Style::new().bold())
+            }
+        })
+        .into();
+    // Which GPU a row's GPU figures are for: a row per (process, GPU), as nvitop.
+    cells.insert(2, Cell::from("GPU").style(Style::new().bold()));
+    let header = Row::new(cells);
     let rows: Vec<Row> = t
         .visible()
         .into_iter()
@@ -252,6 +258,7 @@ fn render_procs(t: &ProcTable, area: Rect, buf: &mut Buffer) {
             Row::new([
                 r.pid.to_string(),
                 r.command.clone(),
+                r.gpu.map_or_else(dash, |g| g.to_string()),
                 r.cpu_pct.map_or_else(dash, |c| format!("{c:.0}")),
                 r.rss_bytes.map_or_else(dash, bytes),
                 r.gpu_mem_bytes
@@ -263,6 +270,7 @@ fn render_procs(t: &ProcTable, area: Rect, buf: &mut Buffer) {
     let widths = [
         Constraint::Length(8),
         Constraint::Min(12),
+        Constraint::Length(4),
         Constraint::Length(6),
         Constraint::Length(10),
         Constraint::Length(10),
@@ -515,7 +523,10 @@ mod tests {
             s.set("sm_pct", 77.0);
             s
         }]);
-        assert_eq!(a.gpu_procs.get(&43), Some(&(Some(2.0 * GIB), Some(77.0))));
+        assert_eq!(
+            a.gpu_procs.get(&(43, 0)),
+            Some(&(Some(2.0 * GIB), Some(77.0)))
+        );
         a.procs.rows = vec![
             ProcRow {
                 pid: 42,
@@ -529,6 +540,7 @@ mod tests {
                 command: "python worker".into(),
                 cpu_pct: Some(3.0),
                 rss_bytes: Some(900 * 1048576),
+                gpu: Some(0),
                 gpu_mem_bytes: Some(2.0 * GIB),
                 gpu_util_pct: Some(77.0),
             },

@@ -91,6 +91,7 @@ pub fn synthetic_report(trials: usize, fail_every: usize) -> Result<Report> {
                 },
                 timeline: Vec::new(),
                 nodes: Vec::new(),
+                hardware: Vec::new(),
             }
         })
         .collect();

@@ -457,6 +457,7 @@ mod tests {
             repeats: Vec::new(),
             timeline: Vec::new(),
             nodes: Vec::new(),
+            hardware: Vec::new(),
         }
     }
 

@@ -1,0 +1,181 @@
+//! Issue #28, trials that prove their hardware was clean, on the host side: VM steal time
+//! planted through `TUNE_PROC_STAT` (a test-only file read instead of `/proc/stat`, which
+//! the trial's own command rewrites as a hypervisor would move the counter) contaminates
+//! the repeat; `[search] hardware_reruns` bounds the re-runs and is checked when the spec
+//! is read; a contaminated repeat is left out of the figures while a clean one remains,
+//! and `tune gate` says when its figures rest on contaminated repeats (and fails with
+//! `--fail-on-contaminated`). Real binary, real processes and files. The GPU side
+//! (throttling, a foreign process, energy) is in tests/gpu_nvml.rs on the NVML stand-in.
+
+#[path = "common/cli.rs"]
+mod cli;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use cli::{output_within, refused, show, tune};
+use serde_json::Value;
+
+/// The aggregate line before any steal: 1200 jiffies, none stolen.
+const QUIET: &str = "cpu  100 0 100 1000 0 0 0 0\ncpu0 100 0 100 1000 0 0 0 0\n";
+
+/// A command that, on its first run only (or every run with `always`), moves the planted
+/// steal counter by 900 jiffies while the total moves by 900: all of the repeat's CPU
+/// time was stolen.
+fn spec(dir: &Path, name: &str, always: bool, extra: &str) -> PathBuf {
+    let bump =
+        "printf 'cpu  100 0 100 1000 0 0 0 %s\\\\ncpu0 100 0 100 1000 0 0 0 %s\\\\n' $s $s > stat";
+    let emit = "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo samples/s: 50; done";
+    let run = if always {
+        format!("n=$(cat count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > count; s=$((n * 900)); {bump}; {emit}")
+    } else {
+        format!("if [ ! -e bumped ]; then touch bumped; s=900; {bump}; fi; {emit}")
+    };
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"{name}\"\n[workload.command]\nrun = \"{run}\"\n\
+             metric_regex = 'samples/s: ([0-9.]+)'\n[search]\nrepeats = 2\n{extra}"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("stat"), QUIET).unwrap();
+    path
+}
+
+fn sweep(dir: &Path, spec: &Path, out: &Path) -> Output {
+    let mut c = tune();
+    c.arg("sweep")
+        .arg(spec)
+        .arg("--out")
+        .arg(out)
+        .env("TUNE_SAMPLE_MS", "0")
+        .env("TUNE_PROC_STAT", dir.join("stat"));
+    output_within(&mut c, Duration::from_secs(120))
+}
+
+fn report(out: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn planted_steal_time_contaminates_the_repeat_which_is_run_again_and_left_out() {
+    let d = tempfile::tempdir().unwrap();
+    let s = spec(d.path(), "steal", false, "hardware_reruns = 1\n");
+    let out = d.path().join("out");
+    let o = sweep(d.path(), &s, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("repeat 1 was contaminated (VM steal time 100.0%")
+            && err.contains("running it again"),
+        "{}",
+        show(&o)
+    );
+    let r = report(&out);
+    let t = &r["trials"][0];
+    // Two repeats asked for, one re-run: three measured, none lost.
+    assert_eq!(t["repeats"].as_array().unwrap().len(), 3, "{t}");
+    let hw = t["hardware"].as_array().unwrap();
+    assert_eq!(hw.len(), 3, "{t}");
+    assert!(
+        hw[0]["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("steal time 100.0%"),
+        "{}",
+        hw[0]
+    );
+    assert_eq!(hw[0]["rerun"], true);
+    assert!((hw[0]["steal_pct"].as_f64().unwrap() - 100.0).abs() < 1e-9);
+    for h in &hw[1..] {
+        assert!(h["reasons"].as_array().unwrap().is_empty(), "{h}");
+    }
+    let c = &t["contamination"];
+    assert_eq!(c["repeats"], serde_json::json!([0]), "{t}");
+    assert_eq!(c["in_figures"], false);
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(summary.contains("1 of 3 repeats contaminated"), "{summary}");
+    assert!(summary.contains("left out of the figures"), "{summary}");
+}
+
+#[test]
+fn gate_says_when_figures_rest_on_contaminated_repeats_and_can_fail_on_it() {
+    let d = tempfile::tempdir().unwrap();
+    let s = spec(d.path(), "dirty", true, "hardware_reruns = 1\n");
+    let out = d.path().join("out");
+    let o = sweep(d.path(), &s, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let r = report(&out);
+    let t = &r["trials"][0];
+    // The one re-run allowed was spent and every repeat stayed contaminated: kept, loudly.
+    assert_eq!(t["repeats"].as_array().unwrap().len(), 3, "{t}");
+    assert_eq!(t["contamination"]["in_figures"], true, "{t}");
+    let note = t["contamination"]["note"].as_str().unwrap();
+    assert!(note.contains("NO CLEAN REPEAT REMAINS"), "{note}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("NO CLEAN REPEAT REMAINS"), "{}", show(&o));
+
+    let gate = |extra: &[&str]| {
+        let mut c = tune();
+        c.args(["gate", "--baseline"])
+            .arg(&out)
+            .arg("--current")
+            .arg(&out)
+            .args(extra);
+        output_within(&mut c, Duration::from_secs(60))
+    };
+    let warn = gate(&[]);
+    assert_eq!(warn.status.code(), Some(0), "{}", show(&warn));
+    let text = String::from_utf8_lossy(&warn.stdout);
+    assert!(
+        text.contains("rest on contaminated repeats"),
+        "{}",
+        show(&warn)
+    );
+    assert!(text.contains("--fail-on-contaminated"), "{}", show(&warn));
+    let fail = gate(&["--fail-on-contaminated"]);
+    assert_eq!(fail.status.code(), Some(1), "{}", show(&fail));
+    assert!(
+        String::from_utf8_lossy(&fail.stdout).contains("CONTAMINATED"),
+        "{}",
+        show(&fail)
+    );
+}
+
+#[test]
+fn hardware_rerun_bound_and_load_threshold_are_checked_when_the_spec_is_read() {
+    let d = tempfile::tempdir().unwrap();
+    for (extra, want) in [
+        ("hardware_reruns = 11\n", "search.hardware_reruns 11"),
+        ("hardware_reruns = -1\n", "search.hardware_reruns"),
+        ("hardware_reruns = \"two\"\n", "search.hardware_reruns"),
+        ("max_foreign_cpu_pct = 0\n", "search.max_foreign_cpu_pct 0"),
+        (
+            "max_foreign_cpu_pct = 101\n",
+            "search.max_foreign_cpu_pct 101",
+        ),
+    ] {
+        let s = spec(d.path(), "bad", false, extra);
+        let out = d.path().join("never");
+        let o = sweep(d.path(), &s, &out);
+        let line = refused(&o);
+        assert!(
+            line.contains(want) && line.contains("bad.toml"),
+            "{extra}: {line}"
+        );
+        assert!(!out.exists(), "{extra}: nothing written");
+    }
+    // In range, both keys are accepted.
+    let s = spec(
+        d.path(),
+        "ok",
+        false,
+        "hardware_reruns = 10\nmax_foreign_cpu_pct = 100\n",
+    );
+    let out = d.path().join("ok-out");
+    let o = sweep(d.path(), &s, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+}
