@@ -3,11 +3,34 @@
 
 use super::{fmt_pct, measured_change, unmeasured_change, Ctx, Say};
 use crate::knobs::torch_line;
-use crate::results::model::Recommendation;
+use crate::results::model::{Recommendation, TrialReport};
 use crate::results::record::Status;
 
 /// Data wait above this share of a step is worth fixing (DESIGN.md's anchor).
 pub const SHARE: f64 = 0.05;
+
+/// Fewer loader workers are worth recommending for memory alone when they save at least
+/// this share of the resident peak and `MIN_SAVED_MIB`: the planted case (4 workers
+/// 2861 MiB against 1043 MiB at the same speed, #31) is far above both, a sampling
+/// jitter of a few MiB far below.
+pub const MIN_SAVED_SHARE: f64 = 0.20;
+pub const MIN_SAVED_MIB: f64 = 64.0;
+
+/// The most that overlapping a wait of `share` of each step can give on `cores` cores:
+/// Amdahl's 1/(1 - share), and never more than the cores, since loading and training
+/// then run on them at once (an upper bound: it assumes training uses one core).
+pub fn bound(share: f64, cores: usize) -> f64 {
+    (1.0 / (1.0 - share).max(1e-6)).min(cores.max(1) as f64)
+}
+
+/// The workers a trial's loader ran: the value tune applied, or for the baseline the
+/// script's own (read by the hooks), which tune does not force.
+fn workers_of(cx: &Ctx, t: &TrialReport) -> usize {
+    let own = (Some(t.id.as_str()) == cx.report.baseline.as_deref())
+        .then(|| t.script_knobs.get("num_workers")?.parse().ok())
+        .flatten();
+    own.unwrap_or(t.knobs.num_workers)
+}
 
 pub fn check(cx: &Ctx) -> Vec<Recommendation> {
     let Some(base) = cx.base else {
@@ -15,7 +38,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
     };
     let share = base.phase_share.get("data_wait").copied().unwrap_or(0.0);
     if share <= SHARE {
-        return Vec::new();
+        return cheaper(cx, base).into_iter().collect();
     }
     let workers = base.knobs.num_workers;
     let seen = format!(
@@ -40,6 +63,14 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
             .unwrap_or((best, best_r));
         let n = t.knobs.num_workers;
         let mut evidence = vec![seen];
+        let cores = cx.report.environment.cores;
+        if n >= cores {
+            evidence.push(format!(
+                "num_workers={n} is not below this machine's {cores} cores: the workers and the \
+                 training compete for them; it measured faster here, but on a busier machine \
+                 fewer may do as well"
+            ));
+        }
         if t.id != best.id {
             evidence.push(format!(
                 "num_workers={} measured {}, statistically tied with num_workers={n}'s {}: \
@@ -49,9 +80,10 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 super::fmt_ratio(&r),
                 match (best.rss_peak_bytes, t.rss_peak_bytes) {
                     (Some(a), Some(b)) => format!(
-                        " ({:.0} MiB against {:.0} MiB resident at the peak)",
+                        " ({:.0} MiB against {:.0} MiB resident at the peak: {:.0} MiB saved)",
                         super::mib(a),
-                        super::mib(b)
+                        super::mib(b),
+                        super::mib(a.saturating_sub(b))
                     ),
                     _ => String::new(),
                 }
@@ -74,22 +106,82 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
         )];
     }
     if tried.iter().any(|t| t.status == Status::Ok) {
-        // More workers were measured and did not help: nothing to recommend.
-        return Vec::new();
+        // More workers were measured and did not help: nothing to recommend for speed.
+        return cheaper(cx, base).into_iter().collect();
     }
-    let n = (cx.report.environment.cores / 2).clamp(2, 8);
+    let cores = cx.report.environment.cores;
+    // One core is left to the training process itself.
+    let n = cores.saturating_sub(1).clamp(1, 8);
+    if workers_of(cx, base) >= n {
+        // The script already runs that many: more would only compete for the cores.
+        return cheaper(cx, base).into_iter().collect();
+    }
     vec![unmeasured_change(Say {
-        title: format!("Try loading data in worker threads (num_workers={n})"),
+        title: format!("Try loading data in worker processes (num_workers={n})"),
         evidence: vec![
             seen,
             format!(
-                "num_workers was not varied in this sweep; overlapping all of the wait would give at most {:.2}×",
-                1.0 / (1.0 - share).max(1e-6)
+                "num_workers was not varied in this sweep; overlapping all of the wait would give \
+                 at most {:.2}× on this machine's {cores} core{} (loading and training share \
+                 them)",
+                bound(share, cores),
+                if cores == 1 { "" } else { "s" }
             ),
         ],
         tune_flag: format!("--num-workers {n}"),
         pytorch: torch_line("num_workers", &n.to_string(), cx.backend()),
     })]
+}
+
+/// Fewer workers for memory: a trial with fewer loader workers than the baseline, not
+/// significantly slower, whose resident peak is much lower (#31: "4 workers buy
+/// nothing"). Of several, the one that saves the most.
+fn cheaper(cx: &Ctx, base: &TrialReport) -> Option<Recommendation> {
+    let have = workers_of(cx, base);
+    let base_mem = base.rss_peak_bytes? as f64;
+    let (t, r, saved) = cx
+        .varying("num_workers")
+        .into_iter()
+        .filter(|t| t.status == Status::Ok && t.knobs.num_workers < have)
+        .filter(|t| cx.parity(t).allows())
+        .filter_map(|t| {
+            let r = t.ratio_vs_baseline?;
+            let saved = base_mem - t.rss_peak_bytes? as f64;
+            let slower = r.significant && r.ratio < 1.0;
+            let enough =
+                saved >= MIN_SAVED_SHARE * base_mem && super::mib(saved as u64) >= MIN_SAVED_MIB;
+            (!slower && enough).then_some((t, r, saved))
+        })
+        .max_by(|a, b| a.2.total_cmp(&b.2))?;
+    let n = t.knobs.num_workers;
+    let mut rec = measured_change(
+        cx,
+        t,
+        r,
+        "num_workers",
+        Say {
+            title: format!(
+                "Use num_workers={n}: as fast here, with {:.0} MiB less memory",
+                super::mib(saved as u64)
+            ),
+            evidence: vec![format!(
+                "the baseline's {have} loader workers buy no speed: num_workers={n} measured {} \
+                 (not significantly slower) at {:.0} MiB resident at the peak against the \
+                 baseline's {:.0} MiB; each worker is a process with its own copy of the \
+                 dataset object and its prefetched batches",
+                super::fmt_ratio(&r),
+                super::mib(t.rss_peak_bytes.unwrap_or(0)),
+                super::mib(base_mem as u64)
+            )],
+            tune_flag: format!("--num-workers {n}"),
+            pytorch: torch_line("num_workers", &n.to_string(), cx.backend()),
+        },
+    );
+    // The gain is memory, not speed: a tie is not a claimed speed-up.
+    if !(r.significant && r.ratio > 1.0) {
+        rec.confidence = "medium".into();
+    }
+    Some(rec)
 }
 
 #[cfg(test)]
@@ -185,5 +277,61 @@ mod tests {
         assert_eq!(recs[0].confidence, "low");
         assert!(recs[0].expected_gain.is_none());
         assert!(recs[0].change.is_empty());
+    }
+
+    #[test]
+    fn the_bound_of_more_workers_respects_the_cores() {
+        // 85% wait: Amdahl alone says 6.67×; loading and training share 2 cores.
+        assert!((super::bound(0.85, 2) - 2.0).abs() < 1e-9);
+        assert!((super::bound(0.5, 16) - 2.0).abs() < 1e-9);
+        let s = spec("zero_grad = [\"memset\", \"none\"]", "");
+        let mut r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010).phase("data_wait", 0.85),
+                trial(&s, &[("zero_grad", "none")], 0.010),
+            ],
+        );
+        r.environment.cores = 2;
+        let recs = crate::advisor::advise(&r);
+        let x = recs.iter().find(|x| x.rule == "data_wait").unwrap();
+        assert!(x.tune_flag == "--num-workers 1", "{x:?}");
+        assert!(
+            x.finding
+                .evidence
+                .contains("at most 2.00× on this machine's 2 cores"),
+            "{}",
+            x.finding.evidence
+        );
+    }
+
+    #[test]
+    fn workers_that_buy_nothing_give_a_memory_recommendation() {
+        // The baseline's 4 workers and 2 workers measure the same speed; 2 use far less.
+        let s = spec("num_workers = [4, 2]", "");
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010).rss_mib(2861),
+                trial(&s, &[("num_workers", "2")], 0.010).rss_mib(1043),
+            ],
+        );
+        let recs = by_rule(&r, "data_wait");
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        assert_eq!(recs[0].change["num_workers"], "2", "{recs:?}");
+        assert!(
+            recs[0].finding.title.contains("1818 MiB less memory"),
+            "{}",
+            recs[0].finding.title
+        );
+        // A small saving is no reason.
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010).rss_mib(1100),
+                trial(&s, &[("num_workers", "2")], 0.010).rss_mib(1043),
+            ],
+        );
+        assert!(by_rule(&r, "data_wait").is_empty());
     }
 }

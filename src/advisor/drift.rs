@@ -1,11 +1,13 @@
 //! Drift cannot make a win. A sweep's trials run minutes apart; when the baseline's
 //! minute was a busy one, every later trial looks faster by the same factor (seen: six
 //! changes at "high" confidence on a machine that had merely gone quiet). The baseline
-//! is run again after the sweep, beside the confirmation; a measured gain stands only if
-//! its trial beats that re-run as well as the first run, so the trial is compared with
-//! a baseline run on each side of it in time.
+//! is run again through the plan (`results::baselines`) and beside each confirmation; a
+//! trial's ratio is taken against the baseline run nearest it, and its gain stands only if
+//! it also beats the baseline runs on both sides of it in time: its ratio to the nearest
+//! must clear the drift between them.
 
 use super::{fmt_ratio, Ctx};
+use crate::results::baselines::least;
 use crate::results::model::{Ratio, RecKind, Recommendation, Report, TrialReport};
 
 /// The least margin above 1 a gain must keep against the re-run. A bootstrap over one
@@ -38,42 +40,79 @@ pub fn against_rerun(r: &Report, rec: &Recommendation) -> Option<Ratio> {
     Ctx::new(r).ratio(rerun, trial_of(r, rec)?)
 }
 
-/// Why a measured gain is withdrawn: its trial is not significantly faster than the
-/// baseline's re-run after the sweep. None when it is, or when there is no re-run.
-pub fn withdrawn(r: &Report, rec: &Recommendation) -> Option<String> {
-    let gain = rec.expected_gain?;
-    if rec.kind != RecKind::Change || gain.ratio <= 1.0 {
-        return None;
-    }
-    let rerun = r.confirmation.as_ref()?.baseline_rerun.as_ref()?;
-    let t = trial_of(r, rec)?;
-    let cx = Ctx::new(r);
-    let after = cx.ratio(rerun, t)?;
+/// The gain of `rec` that counts: the least of its trial's ratios against the baseline
+/// runs on each side of it in time (#31), else against the re-run after the sweep (a
+/// report from before interleaving), else its measured gain.
+pub fn counted(r: &Report, rec: &Recommendation) -> Option<Ratio> {
+    let t = trial_of(r, rec);
+    t.and_then(least)
+        .map(|b| b.ratio)
+        .or_else(|| against_rerun(r, rec))
+        .or(rec.expected_gain)
+}
+
+/// How far above 1 a gain's interval must stay to count: the repeat noise of the trial
+/// and the baseline, at least `MIN_MARGIN`, or `UNMEASURED_MARGIN` when no trial has two
+/// repeats.
+pub fn margin(r: &Report, t: Option<&TrialReport>) -> f64 {
     let unmeasured = r.noise_floor.is_none();
-    let noise = t
-        .noise_floor
-        .max(cx.base.map_or(0.0, |b| b.noise_floor))
+    t.map_or(0.0, |t| t.noise_floor)
+        .max(Ctx::new(r).base.map_or(0.0, |b| b.noise_floor))
         .max(if unmeasured {
             UNMEASURED_MARGIN
         } else {
             MIN_MARGIN
-        });
+        })
+}
+
+/// Why a measured gain is withdrawn: its trial is not significantly faster, by the
+/// margin, than the baseline runs on both sides of it (or, in a report from before
+/// interleaving, the baseline's re-run after the sweep). None when it is, or when there
+/// is nothing to compare with.
+pub fn withdrawn(r: &Report, rec: &Recommendation) -> Option<String> {
+    let gain = rec.expected_gain?;
+    // A tie (a change recommended for memory) claims no speed-up to withdraw.
+    if rec.kind != RecKind::Change || gain.ratio <= 1.0 || !gain.significant {
+        return None;
+    }
+    let t = trial_of(r, rec)?;
+    let cx = Ctx::new(r);
+    let (after, which) = match least(t) {
+        Some(b) => (b.ratio, format!("the baseline run {} it", b.when)),
+        None => {
+            let rerun = r.confirmation.as_ref()?.baseline_rerun.as_ref()?;
+            (
+                cx.ratio(rerun, t)?,
+                "its re-run after the sweep".to_string(),
+            )
+        }
+    };
+    let unmeasured = r.noise_floor.is_none();
+    let noise = margin(r, Some(t));
     if after.significant && after.lo > 1.0 + noise {
         return None;
     }
-    let moved = cx
-        .base
-        .and_then(|b| cx.ratio(b, rerun))
-        .map_or(String::new(), |d| {
-            format!(
-                "; the baseline itself ran at {} of its first run's throughput when re-run",
-                fmt_ratio(&d)
+    let moved = match &r.drift {
+        Some(d) => format!("; {}", d.summary.trim_end_matches('.')),
+        None => cx
+            .base
+            .zip(
+                r.confirmation
+                    .as_ref()
+                    .and_then(|c| c.baseline_rerun.as_ref()),
             )
-        });
+            .and_then(|(b, rerun)| cx.ratio(b, rerun))
+            .map_or(String::new(), |d| {
+                format!(
+                    "; the baseline itself ran at {} of its first run's throughput when re-run",
+                    fmt_ratio(&d)
+                )
+            }),
+    };
     Some(format!(
-        "withdrawn: {} measured {} against the baseline's first run but {} against its re-run \
-         after the sweep{moved}: the effect does not clear the machine's drift and noise \
-         (a gain must stay {:.0}% clear of the re-run{})",
+        "withdrawn: {} measured {} against the baseline run nearest it but {} against \
+         {which}{moved}: the effect does not clear the machine's drift and noise \
+         (a gain must stay {:.0}% clear of every baseline run beside it{})",
         t.label,
         fmt_ratio(&gain),
         fmt_ratio(&after),

@@ -91,7 +91,19 @@ pub fn sweep_notes(report: &Report) -> Vec<String> {
             ));
         }
         for v in values.iter().filter(|v| **v != said && *v == own) {
-            out.push(already(knob, v));
+            // The runner does not run a trial that is the baseline in all but name.
+            let ran = report
+                .trials
+                .iter()
+                .any(|t| t.knobs.get(knob).as_deref() == Some(v.as_str()));
+            out.push(if ran {
+                already(knob, v)
+            } else {
+                format!(
+                    "{}: same as the baseline, so not run again",
+                    already(knob, v).trim_end_matches("; not recommended")
+                )
+            });
         }
     }
     out

@@ -5,7 +5,7 @@
 //! failed beside "confidence high", "fastest" for a configuration within noise).
 
 use super::{confirm, faster, fmt_ratio, Ctx};
-use crate::results::model::{RecKind, Report, TrialReport};
+use crate::results::model::{Ratio, RecKind, Report, TrialReport};
 use crate::results::record::Status;
 
 /// A trial is flagged as measured under load when other processes kept more than this
@@ -193,6 +193,9 @@ fn noise_lines(r: &Report, loaded: &[(String, String, f64)]) -> Vec<String> {
             ));
         }
     }
+    if let Some(d) = &r.drift {
+        out.push(d.summary.clone());
+    }
     let all: Vec<&TrialReport> = all_trials(r).collect();
     let loads: Vec<f64> = all.iter().filter_map(|t| foreign_load(t)).collect();
     if loads.is_empty() {
@@ -243,9 +246,22 @@ fn all_trials(r: &Report) -> impl Iterator<Item = &TrialReport> {
     r.trials.iter().chain(confirm)
 }
 
+/// What the confirmations say of one change, least to most severe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Outcome {
+    Fine,
+    /// Below the prediction, still clear of the noise margin: low.
+    Worse,
+    /// The combination did not hold up, or a run failed: unconfirmed.
+    Failed,
+    /// Its own confirmation missed the prediction and the margin: withdrawn.
+    Missed,
+}
+
 fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
     let combined = confirm::combined(r);
     let c = r.confirmation.as_ref();
+    let base = &r.spec.search.baseline;
     r.recommendations
         .iter()
         .enumerate()
@@ -258,14 +274,54 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                 };
             }
             let in_confirmation = c.filter(|_| combined.contains(&i));
-            let failed = in_confirmation
-                .is_some_and(|c| matches!(c.verdict.as_str(), "not_confirmed" | "failed"));
+            // Several changes: each was confirmed on its own, and that decides it; the
+            // combination's verdict is said beside it.
+            let label = super::drift::trial_of(r, rec).map(|t| t.knobs.diff_label(base));
+            let alone = in_confirmation.and_then(|c| {
+                c.alone
+                    .iter()
+                    .find(|a| a.rule == rec.rule && Some(&a.label) == label.as_ref())
+            });
+            let margin = super::drift::margin(r, super::drift::trial_of(r, rec));
+            let clear = |m: Option<Ratio>| m.is_some_and(|m| m.significant && m.lo > 1.0 + margin);
+            // Each confirmation's outcome for this change, the worse one decides: one run
+            // alone beside the baseline that missed withdraws it; a combination that did
+            // not hold up leaves it unconfirmed; one below its prediction, low.
+            let alone_run = alone.filter(|a| a.verdict != "not_run");
+            let of_alone = alone_run.map_or(Outcome::Fine, |a| match a.verdict.as_str() {
+                "not_confirmed" => Outcome::Missed,
+                "worse" if !clear(a.measured) => Outcome::Missed,
+                "worse" => Outcome::Worse,
+                "failed" => Outcome::Failed,
+                _ => Outcome::Fine,
+            });
+            let single = c.is_some_and(|c| c.rules.len() <= 1);
+            let of_combo = in_confirmation.map_or(Outcome::Fine, |c| {
+                let m = c.trial.as_ref().and_then(|t| t.ratio_vs_baseline);
+                match c.verdict.as_str() {
+                    "worse" if single && !clear(m) => Outcome::Missed,
+                    "worse" => Outcome::Worse,
+                    "not_confirmed" | "failed" => Outcome::Failed,
+                    _ => Outcome::Fine,
+                }
+            });
+            let outcome = of_alone.max(of_combo);
+            let missed = outcome == Outcome::Missed;
+            let failed = outcome == Outcome::Failed;
+            let worse = outcome == Outcome::Worse;
+            let summary = match (alone_run, in_confirmation) {
+                (Some(a), Some(c)) => format!("{}; together, {}", a.summary, c.summary),
+                (None, Some(c)) => c.summary.clone(),
+                _ => String::new(),
+            };
+            let verdict = in_confirmation.map_or("", |c| c.verdict.as_str());
             let gain = match rec.expected_gain {
-                Some(g) if failed => format!("predicted {}", fmt_ratio(&g)),
-                Some(g) => match super::drift::against_rerun(r, rec) {
-                    // The first run's figure includes any drift: both are shown.
+                Some(g) if failed || missed => format!("predicted {}", fmt_ratio(&g)),
+                Some(g) => match super::drift::counted(r, rec).filter(|x| *x != g) {
+                    // The nearest run's figure includes any drift: both are shown.
                     Some(x) => format!(
-                        "expect {} ({} against the baseline's re-run after the sweep)",
+                        "expect {} ({} against the baseline runs on both sides of it, the \
+                         lesser)",
                         fmt_ratio(&g),
                         fmt_ratio(&x)
                     ),
@@ -273,19 +329,27 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                 },
                 None => "gain not measured".into(),
             };
-            let confirmation = in_confirmation.map(|c| {
-                let what = match c.verdict.as_str() {
-                    "matches" | "better" => "confirmed",
-                    "worse" => "downgraded to low: the confirmation measured less than predicted",
+            let confirmation = in_confirmation.map(|_| {
+                let what = match verdict {
+                    _ if missed => {
+                        "withdrawn: its confirmation beside the baseline missed the predicted \
+                         interval and does not clear the noise margin"
+                    }
+                    _ if worse => {
+                        "downgraded to low: the confirmation measured less than predicted"
+                    }
                     "not_confirmed" => "not confirmed",
                     "failed" => "confirmation failed",
+                    _ if failed => "not confirmed",
+                    "matches" | "better" => "confirmed",
                     _ => "not yet confirmed",
                 };
-                format!("{what}: {}", c.summary)
+                format!("{what}: {summary}")
             });
-            let worse = in_confirmation.is_some_and(|c| c.verdict == "worse");
             RecVerdict {
-                confidence: if failed {
+                confidence: if missed {
+                    super::drift::WITHDRAWN.into()
+                } else if failed {
                     UNCONFIRMED.into()
                 } else if worse && rec.confidence != "low" {
                     "low".into()
@@ -322,9 +386,9 @@ fn empty_reasons(r: &Report, wins: &[&TrialReport], recs: &[RecVerdict]) -> Vec<
             .count();
         if withdrawn > 0 {
             out.push(format!(
-                "Withdrawn: {withdrawn} measured change{} did not beat the baseline when it was \
-                 re-run after the sweep: the machine's speed drifted, and the effect does not \
-                 clear it.",
+                "Withdrawn: {withdrawn} measured change{} did not beat the baseline runs beside \
+                 it (in the sweep or in its confirmation): the machine's speed drifted or its \
+                 runs were noisy, and the effect does not clear that.",
                 if withdrawn == 1 { "" } else { "s" }
             ));
             if withdrawn == changes.len() {

@@ -17,10 +17,12 @@ use crate::executor::slurm::SlurmEnv;
 use crate::executor::trial::TrialEnv;
 use crate::limits;
 use crate::report::{self, JOURNAL, REPORT_HTML, REPORT_JSON, SUMMARY_MD};
-use crate::results::build::CONFIRM_PREFIX;
+use crate::results::build::{confirm_id, rerun_beside, CONFIRM_PREFIX};
 use crate::results::{Report, Status, TrialRecord};
 use crate::runner::live::LIVE_JSON;
-use crate::runner::sweep::{measured_steps, median_sps, Sweep, SweepObserver, SweepSetup};
+use crate::runner::sweep::{
+    again_runs, measured_steps, median_sps, Sweep, SweepObserver, SweepSetup,
+};
 use crate::runner::Executor;
 use crate::spec::plan::{self, halving_rounds, Trial};
 use crate::spec::{ExecutorKind, Spec, Strategy, Workload};
@@ -214,7 +216,9 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
         Strategy::Halving => halving_rounds(n, spec.search.eta),
         _ => vec![(n, 1)],
     };
-    let total: usize = rounds.iter().map(|(k, _)| k).sum();
+    // The baseline's runs interleaved through the last round are counted as trials.
+    let total: usize =
+        rounds.iter().map(|(k, _)| k).sum::<usize>() + again_runs(rounds.last().map_or(0, |r| r.0));
     let link = args.tui.then(tui::dash::SweepLink::default);
     let cancel = link.as_ref().map(|l| l.cancel.clone());
     let live_file = Some(out.join(LIVE_JSON));
@@ -350,6 +354,21 @@ fn execute(
             knobs: base.clone(),
         };
         sweep.confirm(&combo, &rerun, steps)?;
+        // Each change on its own too, beside its own baseline run, so one that only rode
+        // along in the combination (or on drift) is found out (#31).
+        for (_, knobs) in confirm::singles(&before) {
+            let single = Trial {
+                id: confirm_id(&knobs, base),
+                label: format!("confirm alone: {}", knobs.diff_label(base)),
+                knobs: knobs.clone(),
+            };
+            let beside = Trial {
+                id: rerun_beside(&knobs, base),
+                label: format!("confirm: baseline beside {}", knobs.diff_label(base)),
+                knobs: base.clone(),
+            };
+            sweep.confirm(&single, &beside, steps)?;
+        }
     }
     if let (Some((pct, every)), false) = (sweep.finish(), quiet) {
         eprintln!(

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use super::baselines::{Runs, AGAIN_PREFIX};
 use super::model::{
     Ci, Environment, NoiseFloor, Partial, Ratio, Report, TimelineSample, TrialReport, TrialSpan,
     FOREIGN_CPU_PCT, MIN_PARTIAL_STEADY, SCHEMA_VERSION,
@@ -253,6 +254,8 @@ fn trial_report(
         partial,
         overrides,
         script_knobs,
+        nearest_baseline: None,
+        against: Vec::new(),
     }
 }
 
@@ -360,18 +363,47 @@ pub struct Confirmations {
     ref_type: Option<String>,
 }
 
+/// The journal id of the confirmation run of `knobs` (the combination, one change, or
+/// the baseline's re-run when `knobs` is the baseline).
+pub fn confirm_id(knobs: &Knobs, base: &Knobs) -> String {
+    format!("{CONFIRM_PREFIX}{}", plan::trial_id(knobs, base))
+}
+
+/// The journal id of the baseline run beside the confirmation of one change (#31); the
+/// combination's is `confirm_id(base, base)`.
+pub fn rerun_beside(knobs: &Knobs, base: &Knobs) -> String {
+    format!("{}~{}", confirm_id(base, base), plan::trial_id(knobs, base))
+}
+
 impl Confirmations {
-    /// The latest confirmation trial run with `knobs`, compared with the baseline's re-run
-    /// beside it when there is one, else with the baseline.
+    /// The latest confirmation run of `knobs`, compared with the baseline run beside it
+    /// (its own, else the combination's re-run), else with the baseline.
     pub fn trial(&self, knobs: &Knobs) -> Option<TrialReport> {
-        let rerun = self
-            .confirm
-            .iter()
-            .rev()
-            .find(|r| r.knobs == self.baseline && r.status == Status::Ok)
-            .map(|r| steady_on(&figures_of(r).0, self.ref_type.as_deref()));
+        let ok_by_id = |id: &str| {
+            self.confirm
+                .iter()
+                .rev()
+                .find(|r| r.id == id && r.status == Status::Ok)
+                .map(|r| steady_on(&figures_of(r).0, self.ref_type.as_deref()))
+        };
+        // A journal from before per-change confirmations named its one re-run otherwise:
+        // the latest baseline run that is not beside a single change.
+        let combined = || {
+            self.confirm
+                .iter()
+                .rev()
+                .find(|r| r.knobs == self.baseline && r.status == Status::Ok && !r.id.contains('~'))
+                .map(|r| steady_on(&figures_of(r).0, self.ref_type.as_deref()))
+        };
+        let rerun = ok_by_id(&rerun_beside(knobs, &self.baseline)).or_else(combined);
         let against = rerun.as_ref().or(self.base_data.as_ref());
-        let rec = self.confirm.iter().rev().find(|r| &r.knobs == knobs)?;
+        let id = confirm_id(knobs, &self.baseline);
+        let rec = self.confirm.iter().rev().find(|r| r.id == id).or_else(|| {
+            self.confirm
+                .iter()
+                .rev()
+                .find(|r| &r.knobs == knobs && !r.id.contains('~'))
+        })?;
         Some(trial_report(rec, against, self.ref_type.as_deref()))
     }
 }
@@ -379,18 +411,45 @@ impl Confirmations {
 /// Summarises records into the report model: per-trial throughputs with confidence
 /// intervals, ratios against the baseline, phase shares, the timeline, the noise floor.
 pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
-    let (confirm, records): (Vec<TrialRecord>, Vec<TrialRecord>) = records
+    let (confirm, records_plan): (Vec<TrialRecord>, Vec<TrialRecord>) = records
         .iter()
         .cloned()
         .partition(|r| r.id.starts_with(CONFIRM_PREFIX));
-    let recs = latest(spec, &records);
+    let (again, plan_records): (Vec<TrialRecord>, Vec<TrialRecord>) = records_plan
+        .into_iter()
+        .partition(|r| r.id.starts_with(AGAIN_PREFIX));
+    let recs = latest(spec, &plan_records);
     let base_id = plan::trial_id(&spec.search.baseline, &spec.search.baseline);
     let base_rec = recs
         .iter()
         .find(|r| r.id == base_id && r.status == Status::Ok);
     let ref_type = reference_type(base_rec);
     let base_data = base_rec.map(|r| steady_on(&figures_of(r).0, ref_type.as_deref()));
+    let runs = Runs::collect(records, &base_id, &spec.search.baseline, |r| {
+        steady_on(&figures_of(r).0, ref_type.as_deref())
+    });
     let trials: Vec<TrialReport> = recs
+        .iter()
+        .map(|r| {
+            // Journal order is time order: a trial is compared with the baseline run
+            // nearest it (#31).
+            let pos = records
+                .iter()
+                .rposition(|x| x.id == r.id && x.round == r.round)
+                .unwrap_or(0);
+            let near = runs.nearest(pos).filter(|_| r.id != base_id);
+            let against = near.map(|n| &n.data).or(base_data.as_ref());
+            let mut t = trial_report(r, against, ref_type.as_deref());
+            if r.id != base_id && t.samples_per_s.is_some() {
+                t.nearest_baseline = near.map(|n| n.id.clone()).filter(|id| *id != base_id);
+                let seed = knobs_hash(&r.knobs);
+                t.against =
+                    runs.against(pos, &steady_on(&figures_of(r).0, ref_type.as_deref()), seed);
+            }
+            t
+        })
+        .collect();
+    let baseline_runs: Vec<TrialReport> = again
         .iter()
         .map(|r| trial_report(r, base_data.as_ref(), ref_type.as_deref()))
         .collect();
@@ -451,6 +510,8 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
         trial_spans,
         noise_floor,
         notes,
+        baseline_runs,
+        drift: runs.drift(),
     };
     Measured {
         report,
@@ -561,6 +622,8 @@ mod tests {
             contamination: None,
             overrides: BTreeMap::new(),
             script_knobs: BTreeMap::new(),
+            nearest_baseline: None,
+            against: Vec::new(),
         }
     }
 

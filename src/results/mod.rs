@@ -3,6 +3,7 @@
 //! model (throughputs with confidence intervals, phase shares, the timeline) without judging
 //! them; the advisor adds the judgement.
 
+pub mod baselines;
 pub(crate) mod build;
 pub mod finding;
 pub mod hardware;

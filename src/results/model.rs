@@ -58,6 +58,40 @@ pub struct Report {
     /// trial has two successful repeats, or the report predates it.
     #[serde(default)]
     pub noise_floor: Option<NoiseFloor>,
+    /// The baseline's runs interleaved through the plan (not the first, which is a plan
+    /// trial, nor the confirmation's re-runs): drift is measured across them (#31).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline_runs: Vec<TrialReport>,
+    /// How far the baseline's throughput moved over the sweep, across all its runs; None
+    /// with fewer than two successful baseline runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<Drift>,
+}
+
+/// The baseline measured several times through a sweep: its fastest run against its
+/// slowest. A trial's gain counts only when it beats the baseline runs on both sides of it
+/// in time, which is the same as its ratio to the nearest clearing the drift between them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Drift {
+    /// Successful baseline runs: the plan's, the interleaved ones, the confirmation's.
+    pub runs: usize,
+    /// Median throughput of the slowest and the fastest run.
+    pub slowest: f64,
+    pub fastest: f64,
+    /// Fastest over slowest, with its 95% interval.
+    pub ratio: Ratio,
+    /// One sentence for people, the same in every face.
+    pub summary: String,
+}
+
+/// A trial's throughput against one run of the baseline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BaselineRatio {
+    /// Journal id of that baseline run.
+    pub baseline: String,
+    /// "before" or "after" the trial in time.
+    pub when: String,
+    pub ratio: Ratio,
 }
 
 /// How far apart identical repeats of one configuration landed, over a sweep: differences
@@ -185,6 +219,14 @@ pub struct TrialReport {
     /// still rest on them (no clean repeat remained).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contamination: Option<Contamination>,
+    /// The baseline run that `ratio_vs_baseline` is taken against: the one nearest in time
+    /// (#31); None when that is the plan's baseline trial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nearest_baseline: Option<String>,
+    /// Against the baseline runs on each side of this trial in time, when the sweep ran
+    /// the baseline more than once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub against: Vec<BaselineRatio>,
 }
 
 /// Joules per sample over the steady window, with the 95% interval that the throughput's
@@ -310,6 +352,24 @@ pub struct Confirmation {
     /// `not_confirmed` (the measured interval includes 1), `failed` or `not_run`.
     pub verdict: String,
     /// One sentence for people.
+    pub summary: String,
+    /// When several changes are combined: each one also confirmed on its own, beside its
+    /// own run of the baseline (#31).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alone: Vec<Alone>,
+}
+
+/// One recommended change confirmed on its own: run alternately with a baseline run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Alone {
+    /// The rule whose change it is, and the change as a label.
+    pub rule: String,
+    pub label: String,
+    pub predicted: Option<Ratio>,
+    /// Against the baseline run beside it; None when not run or failed.
+    pub measured: Option<Ratio>,
+    /// As `Confirmation::verdict`.
+    pub verdict: String,
     pub summary: String,
 }
 

@@ -19,10 +19,11 @@ use super::resume::{existing_records, stamped};
 use super::sampling::SweepSampler;
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
+use crate::results::baselines::{again_id, EVERY};
 use crate::results::record::{
     clean, NodeRun, Record, Repeat, RepeatRecord, Status, Submission, TrialRecord,
 };
-use crate::spec::plan::{select_top, Trial};
+use crate::spec::plan::{self, select_top, Trial};
 use crate::spec::{Spec, Workload};
 use crate::stats;
 
@@ -166,6 +167,12 @@ pub fn median_sps(rec: &TrialRecord) -> Option<f64> {
     (rec.status == Status::Ok && !v.is_empty()).then(|| stats::median(&v))
 }
 
+/// Runs of the baseline the final round interleaves among its `trials` plan trials
+/// (the baseline's own included): one after every `EVERY` others when more follow.
+pub fn again_runs(trials: usize) -> usize {
+    trials.saturating_sub(2) / EVERY
+}
+
 /// Steps measured per trial: the engine workload's, or 0 when a command decides its own.
 pub fn measured_steps(spec: &Spec) -> usize {
     match &spec.workload {
@@ -295,31 +302,87 @@ impl<'a> Sweep<'a> {
                 self.run_batch(&candidates, round, round_steps, reps)?;
                 continue;
             }
-            for t in candidates.clone() {
-                self.run(&t, round, round_steps, reps)?;
+            let again = self.spec.search.baseline.clone();
+            let base_id = plan::trial_id(&again, &again);
+            // Earlier halving rounds only screen; the figures come from the last.
+            let interleave = final_round && candidates.iter().any(|t| t.id == base_id);
+            let (mut since, mut k) = (0, 0);
+            for (i, t) in candidates.iter().enumerate() {
+                self.run(t, round, round_steps, reps)?;
+                if !interleave || t.id == base_id {
+                    continue;
+                }
+                since += 1;
+                let more = candidates[i + 1..].iter().any(|c| c.id != base_id);
+                if since == EVERY && more {
+                    // The baseline again, so no trial is judged against a baseline run
+                    // many minutes away from it (#31); its id is fixed by its place in the
+                    // plan, so a resumed sweep reuses it instead of running another.
+                    k += 1;
+                    let rerun = Trial {
+                        id: again_id(k, &base_id),
+                        label: format!("baseline (run {} of the sweep)", k + 1),
+                        knobs: again.clone(),
+                    };
+                    self.run(&rerun, round, round_steps, reps)?;
+                    since = 0;
+                }
             }
         }
         Ok(())
     }
 
+    /// Whether `trial` is the baseline in all but name: every knob it changes is already
+    /// what the script does by itself (the baseline's `script_knobs`, read by the hooks),
+    /// and no `[params]` entry differs. Running it would measure the baseline again.
+    fn same_as_script(&self, trial: &Trial) -> bool {
+        let base = &self.spec.search.baseline;
+        let base_id = plan::trial_id(base, base);
+        if trial.id == base_id || trial.knobs.params != base.params {
+            return false;
+        }
+        let Some(b) = self
+            .records
+            .iter()
+            .rev()
+            .find(|r| r.id == base_id && r.status == Status::Ok)
+        else {
+            return false;
+        };
+        let own = |knob: &str| {
+            b.repeats
+                .iter()
+                .find_map(|r| r.script_knobs.get(knob).cloned())
+        };
+        let changed: Vec<&str> = Knobs::NAMES
+            .iter()
+            .copied()
+            .filter(|n| trial.knobs.get(n) != base.get(n))
+            .collect();
+        !changed.is_empty() && changed.iter().all(|n| own(n) == trial.knobs.get(n))
+    }
+
     /// Runs `trial` unless the journal already has it; either way returns its record.
-    fn run(
-        &mut self,
-        trial: &Trial,
-        round: usize,
-        steps: usize,
-        repeats: usize,
-    ) -> Result<TrialRecord> {
+    fn run(&mut self, trial: &Trial, round: usize, steps: usize, repeats: usize) -> Result<()> {
         let key = (trial.id.clone(), round);
-        if self.done.contains(&key) {
-            if let Some(r) = self
+        if self.done.contains(&key)
+            && self
                 .records
                 .iter()
-                .find(|r| r.id == trial.id && r.round == round)
-            {
-                self.position += 1;
-                return Ok(r.clone());
-            }
+                .any(|r| r.id == trial.id && r.round == round)
+        {
+            self.position += 1;
+            return Ok(());
+        }
+        if self.same_as_script(trial) {
+            // Nothing is journaled: a resumed sweep decides the same from the baseline's
+            // record. The report says it in its notes (`advisor::screen`).
+            self.position += 1;
+            eprintln!(
+                "[{}/{}] {}: not run, same as the baseline: your script already does this",
+                self.position, self.total, trial.label
+            );
+            return Ok(());
         }
         self.check_cancel(&trial.label)?;
         self.observer.started(&trial.label);
@@ -409,8 +472,7 @@ impl<'a> Sweep<'a> {
         if rec.hardware.iter().all(|h| *h == Default::default()) {
             rec.hardware.clear();
         }
-        self.finish_trial(rec.clone())?;
-        Ok(rec)
+        self.finish_trial(rec)
     }
 
     /// Journals a finished trial and tells the observer.

@@ -1,0 +1,158 @@
+//! The baseline measured again through the sweep (#31). A sweep's trials run minutes
+//! apart; when the baseline's own minute was a busy one, every later trial looked faster
+//! by the same factor (six changes once came out "high" that way). So the runner runs the
+//! baseline again after every `EVERY` plan trials, each trial's ratio is taken against
+//! the baseline run nearest it in time, and the runs on each side of it are kept so the
+//! advisor can demand that a gain beats both (`advisor::drift`).
+
+use super::model::{BaselineRatio, Drift, Ratio, TrialReport};
+use crate::knobs::Knobs;
+use crate::results::record::{Status, TrialRecord};
+use crate::stats::{self, Bootstrap};
+
+/// Journal ids of the baseline's runs interleaved through the plan start with this.
+pub const AGAIN_PREFIX: &str = "baseline-again:";
+
+/// Plan trials between two runs of the baseline. Every trial then has a baseline run at
+/// most one trial away on one side and two on the other, for at most a third more runs
+/// (a paired baseline beside each trial would double the sweep); the sweep's last trials
+/// are closed by the confirmation's baseline re-run, so a plan of up to `EVERY` trials
+/// besides the baseline costs nothing extra.
+pub const EVERY: usize = 3;
+
+/// The id of the `k`-th interleaved run of the baseline whose plan id is `base_id`.
+pub fn again_id(k: usize, base_id: &str) -> String {
+    format!("{AGAIN_PREFIX}{k}:{base_id}")
+}
+
+/// Steady step times and samples per step.
+pub(crate) type Steady = (Vec<f64>, f64);
+
+/// One successful run of the baseline, where it sits in the journal (its time order).
+pub(crate) struct Run {
+    pub id: String,
+    pub pos: usize,
+    pub data: Steady,
+    /// Run during the plan (the plan's baseline, an interleaved run) rather than beside a
+    /// confirmation after it. Only those give ratios, so the rules see the same figures
+    /// before and after the confirmation.
+    pub in_plan: bool,
+}
+
+pub(crate) struct Runs {
+    runs: Vec<Run>,
+}
+
+impl Runs {
+    /// Every successful baseline run in `records` (journal order = time order).
+    pub fn collect(
+        records: &[TrialRecord],
+        base_id: &str,
+        base: &Knobs,
+        steady: impl Fn(&TrialRecord) -> Steady,
+    ) -> Runs {
+        let runs = records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.status == Status::Ok)
+            .filter_map(|(pos, r)| {
+                let in_plan = r.id == base_id || r.id.starts_with(AGAIN_PREFIX);
+                let confirm = r.id.starts_with(super::build::CONFIRM_PREFIX) && &r.knobs == base;
+                let data = steady(r);
+                ((in_plan || confirm) && !data.0.is_empty()).then(|| Run {
+                    id: r.id.clone(),
+                    pos,
+                    data,
+                    in_plan,
+                })
+            })
+            .collect();
+        Runs { runs }
+    }
+
+    /// The plan-time baseline run nearest `pos` (the earlier one on a tie).
+    pub fn nearest(&self, pos: usize) -> Option<&Run> {
+        self.runs
+            .iter()
+            .filter(|r| r.in_plan)
+            .min_by_key(|r| (r.pos.abs_diff(pos), r.pos > pos))
+    }
+
+    /// Ratios of `t` (steady data) against the last plan-time baseline run before `pos`
+    /// and the first baseline run of any kind after it. Empty when the baseline ran once.
+    pub fn against(&self, pos: usize, t: &Steady, seed: u64) -> Vec<BaselineRatio> {
+        if self.runs.len() < 2 {
+            return Vec::new();
+        }
+        let before = self.runs.iter().filter(|r| r.in_plan && r.pos < pos).last();
+        let after = self.runs.iter().find(|r| r.pos > pos);
+        [(before, "before"), (after, "after")]
+            .into_iter()
+            .filter_map(|(r, when)| {
+                let r = r?;
+                Some(BaselineRatio {
+                    baseline: r.id.clone(),
+                    when: when.into(),
+                    ratio: ratio(&r.data, t, seed)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The fastest baseline run against the slowest, when there are two or more.
+    pub fn drift(&self) -> Option<Drift> {
+        let thr = |d: &Steady| d.1 / stats::median(&d.0);
+        let valid: Vec<&Run> = self.runs.iter().filter(|r| thr(&r.data) > 0.0).collect();
+        if valid.len() < 2 {
+            return None;
+        }
+        let by = |a: &&&Run, b: &&&Run| thr(&a.data).total_cmp(&thr(&b.data));
+        let slow = valid.iter().min_by(by)?;
+        let fast = valid.iter().max_by(by)?;
+        let r = ratio(&slow.data, &fast.data, 0x0d21f7)?;
+        let (lo, hi) = (thr(&slow.data), thr(&fast.data));
+        let what = if r.significant {
+            "the machine's speed drifted while the sweep ran: each trial is compared with the \
+             baseline run nearest it, and its gain counts only if it beats the baseline runs on \
+             both sides of it"
+        } else {
+            "within noise"
+        };
+        Some(Drift {
+            runs: valid.len(),
+            slowest: lo,
+            fastest: hi,
+            ratio: r,
+            summary: format!(
+                "Drift: the baseline ran {} times through the sweep, from {lo:.1} to {hi:.1} \
+                 samples/s (fastest/slowest {:.2}× [{:.2}, {:.2}]): {what}.",
+                valid.len(),
+                r.ratio,
+                r.lo,
+                r.hi
+            ),
+        })
+    }
+}
+
+/// Throughput of `b` over `a`, bootstrapped over their steady steps.
+pub(crate) fn ratio(a: &Steady, b: &Steady, seed: u64) -> Option<Ratio> {
+    if a.0.is_empty() || b.0.is_empty() {
+        return None;
+    }
+    let e = stats::ratio_ci(&a.0, a.1, &b.0, b.1, &Bootstrap::with_seed(seed));
+    (e.ratio.is_finite() && e.lo.is_finite() && e.hi.is_finite()).then_some(Ratio {
+        ratio: e.ratio,
+        lo: e.lo,
+        hi: e.hi,
+        significant: e.significant,
+    })
+}
+
+/// The least of `t`'s ratios against the baseline runs beside it (the one that counts),
+/// by its interval's low end; None when the baseline ran once.
+pub fn least(t: &TrialReport) -> Option<&BaselineRatio> {
+    t.against
+        .iter()
+        .min_by(|a, b| a.ratio.lo.total_cmp(&b.ratio.lo))
+}
