@@ -84,7 +84,7 @@ impl Runs {
         if self.runs.len() < 2 {
             return Vec::new();
         }
-        let before = self.runs.iter().filter(|r| r.in_plan && r.pos < pos).last();
+        let before = self.runs.iter().rfind(|r| r.in_plan && r.pos < pos);
         let after = self.runs.iter().find(|r| r.pos > pos);
         [(before, "before"), (after, "after")]
             .into_iter()
