@@ -22,7 +22,9 @@ import threading
 import time
 
 import tune_compile as _tc
+import tune_loader as _ld
 import tune_pipe
+import tune_window as _tw
 
 _now = time.perf_counter
 _tl = threading.local()
@@ -124,133 +126,6 @@ def _notice(message):
     if os.getpid() == _pid and _once(("notice", message)):
         sys.stderr.write("tune: %s\n" % message)
         _emit({"ev": "notice", "message": message})
-
-
-def _first_leaf(batch):
-    x = batch
-    while isinstance(x, (list, tuple)) and x:
-        x = x[0]
-    if isinstance(x, dict) and x:
-        x = next(iter(x.values()))
-    return x
-
-
-def _batch_size(batch):
-    try:
-        shape = getattr(_first_leaf(batch), "shape", None)
-        if shape is not None and len(shape) > 0:
-            return int(shape[0])
-    except Exception:
-        pass
-    return 0
-
-
-def _batch_tokens(batch):
-    """Tokens of a batch of token ids: an integer tensor of shape [B, T] as the model's
-    input; 0 for anything else (images, features, labels)."""
-    try:
-        x = _first_leaf(batch)
-        dtype = getattr(x, "dtype", None)
-        if dtype is None or x.dim() != 2 or dtype.is_floating_point or dtype.is_complex:
-            return 0
-        if str(dtype) == "torch.bool":
-            return 0
-        return int(x.shape[0]) * int(x.shape[1])
-    except Exception:
-        return 0
-
-
-def _batch_injectable(given):
-    """batch_size can replace the script's only where the DataLoader batches by it: not
-    with a batch_sampler (its batches are the sampler's) nor batch_size=None (samples)."""
-    if given.get("batch_sampler") is not None:
-        _not_applicable("batch_size", "the DataLoader takes a batch_sampler: its batches are the sampler's")
-        return False
-    if "batch_size" in given and given["batch_size"] is None:
-        _not_applicable("batch_size", "the DataLoader is built with batch_size=None (no batching)")
-        return False
-    return True
-
-
-def _install_dataloader(torch):
-    from torch.utils.data import dataloader as dl
-    import inspect
-
-    orig_init = dl.DataLoader.__init__
-    sig = inspect.signature(orig_init)
-    dl_knobs = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
-
-    def init(self, *args, **kwargs):
-        if _off:
-            return orig_init(self, *args, **kwargs)
-        try:
-            given = _loader_args(self, args, kwargs)
-        except TypeError:
-            return orig_init(self, *args, **kwargs)  # let DataLoader name the mistake
-        except Exception as e:
-            _fail("DataLoader.__init__", e)
-            return orig_init(self, *args, **kwargs)
-        return orig_init(self, **given)
-
-    def _loader_args(self, args, kwargs):
-        """The DataLoader's arguments with the trial's knobs applied."""
-        given = dict(sig.bind(self, *args, **kwargs).arguments)
-        given.pop(next(iter(sig.parameters)), None)
-        extra = given.pop("kwargs", {}) if "kwargs" in sig.parameters else {}
-        _loader_script_values(given)
-        for knob in dl_knobs:
-            if knob not in _knobs:
-                continue
-            if knob == "batch_size" and not _batch_injectable(given):
-                continue
-            want = _knobs[knob]
-            if knob in given and given[knob] is not None and given[knob] != want:
-                _override(knob, given[knob], want)
-            given[knob] = want
-        if not given.get("num_workers") and any(k in _knobs for k in dl_knobs):
-            # Valid only with worker processes: this DataLoader loads on the main process.
-            for knob in ("prefetch_factor", "persistent_workers"):
-                if knob in _knobs and _knobs[knob] != _DEFAULTS[knob]:
-                    _not_applicable(
-                        knob, "needs num_workers > 0; this DataLoader loads in the main process"
-                    )
-            given.pop("prefetch_factor", None)
-            if given.get("persistent_workers"):
-                given["persistent_workers"] = False
-        given.update(extra)
-        return given
-
-    def _loader_script_values(given):
-        for knob in dl_knobs:
-            value = given.get(knob)
-            if value is None and knob in sig.parameters:
-                value = sig.parameters[knob].default
-            if isinstance(value, (bool, int)):
-                _script_value(knob, value)
-
-    # Always: the script's own loader settings are read even where no loader knob is
-    # swept (cheap: once per DataLoader, never per batch).
-    dl.DataLoader.__init__ = init
-
-    orig_next = dl._BaseDataLoaderIter.__next__
-
-    def next_(self):
-        if _off:
-            return orig_next(self)
-        t = _now()
-        try:
-            batch = orig_next(self)
-        finally:
-            _add("data_wait", _now() - t)
-        if os.getpid() == _pid:
-            # Summed over the step: under gradient accumulation one optimizer step
-            # consumes several batches.
-            _state["batch"] += _batch_size(batch)
-            _state["tokens"] += _batch_tokens(batch)
-            _state["loader_batches"] += 1
-        return batch
-
-    dl._BaseDataLoaderIter.__next__ = next_
 
 
 def _scaler_for(loss):
@@ -666,8 +541,8 @@ def _install_module_call(torch):
                     # No DataLoader: the samples are what the training loop feeds its
                     # model (summed over the step, so accumulation counts every
                     # micro-batch); a loss module has no parameters and is not counted.
-                    _state["fwd_batch"] += _batch_size(args)
-                    _state["fwd_tokens"] += _batch_tokens(args)
+                    _state["fwd_batch"] += _ld.batch_size(args)
+                    _state["fwd_tokens"] += _ld.batch_tokens(args)
                 if trained and _state["fwd0"] is None:
                     _state["fwd0"] = _now()
                 if trained:
@@ -815,32 +690,10 @@ def _step_end(t):
     s["fwd_batch"] = 0
     s["backwards"] = 0
     s["tokens"] = s["fwd_tokens"] = 0
-    if _window_ended():
+    if _tw.ended():
         return
     _emit(ev)
-    _window_step(dur, t, comps > 0)
-
-
-# The measurement window (TUNE_BRIDGE_WINDOW, issue #26): warm-up steps (or until the step
-# times are steady), then `steps` measured steps or `seconds` of measuring; then the job is
-# stopped at this step boundary by raising SystemExit(0) out of optimizer.step(). tune ends
-# a job that ignores it after a grace period, and its process tree either way.
-_win = None
-# "skipped": warm-up steps that compiled (they do not count towards the warm-up).
-_wst = {"warm": 0, "skipped": 0, "start": None, "measured": 0, "full": False, "durs": []}
-
-
-def _steady(durs):
-    """The last 8 step times hold no slow outlier: none above their median by more than
-    max(3 sigma from the MAD, 10%), the rule of tune's steady-state analysis (stats.rs)
-    with a wider floor for a job's own jitter."""
-    if len(durs) < 8:
-        return False
-    last = sorted(durs[-8:])
-    m = (last[3] + last[4]) / 2.0
-    dev = sorted(abs(x - m) for x in last)
-    mad = (dev[3] + dev[4]) / 2.0
-    return last[-1] <= m + max(3.0 * 1.4826 * mad, 0.1 * m)
+    _tw.step(dur, t, comps > 0)
 
 
 def _ranked(ev):
@@ -849,73 +702,13 @@ def _ranked(ev):
     return ev
 
 
-def _window_ended():
-    """After the window filled, a job that caught tune's SystemExit trains on unmeasured:
-    no more steps are reported, and each step asks it again to stop."""
-    if _win is None or not _wst["full"] or os.getpid() != _pid:
-        return False
-    raise SystemExit(0)
-
-
-def _window_step(dur, t, compiled=False):
-    w, ws = _win, _wst
-    if w is None or os.getpid() != _pid:
-        return
-    if ws["start"] is None:
-        warm = w.get("warmup")
-        if warm is not None and int(warm) <= 0:
-            # No warm-up: this step is the window's first.
-            ws["start"] = t - dur
-            _emit(_ranked({"ev": "window", "warmup": 0}))
-        elif compiled:
-            # The first steps of a compiled model are its compile: a step that compiled
-            # is warm-up that does not count, so the window starts after the compile.
-            ws["skipped"] += 1
-            return
-        else:
-            ws["warm"] += 1
-            ws["durs"].append(dur)
-            if warm is None:
-                steady = _steady(ws["durs"])
-                done = steady or ws["warm"] >= int(w.get("steady_max", 200))
-                if done and not steady:
-                    _notice(
-                        "step times were not steady after %d warm-up steps; measuring anyway"
-                        % ws["warm"]
-                    )
-            else:
-                done = ws["warm"] >= int(warm)
-            if done:
-                ws["start"] = t
-                _emit(_ranked({"ev": "window", "warmup": ws["warm"] + ws["skipped"]}))
-            return
-    ws["measured"] += 1
-    sec = w.get("seconds")
-    if ws["measured"] >= int(w["steps"]) or (sec is not None and t - ws["start"] >= float(sec)):
-        ws["full"] = True
-        n = ws["measured"]
-        _emit(
-            _ranked(
-                {"ev": "window_full", "warmup": ws["warm"] + ws["skipped"], "measured": n, "seconds": t - ws["start"]}
-            )
-        )
-        try:
-            sys.stderr.write(
-                "tune: measurement window full after %d measured step%s: stopping the job at "
-                "this step boundary\n" % (n, "" if n == 1 else "s")
-            )
-        except Exception:
-            pass
-        raise SystemExit(0)
-
-
 _torch = None
 
 
 def _install(torch):
     global _torch
     _torch = torch
-    _install_dataloader(torch)
+    _ld.install(torch, sys.modules[__name__])
     _install_backward(torch)
     _install_copies(torch)
     _install_optimizer(torch)
@@ -961,22 +754,11 @@ class _TorchFinder:
         return spec
 
 
-def _read_window():
-    """TUNE_BRIDGE_WINDOW: the trial's window as tune wrote it, or None (no window)."""
-    try:
-        w = json.loads(os.environ.get("TUNE_BRIDGE_WINDOW", "null"))
-    except ValueError:
-        return None
-    if not isinstance(w, dict) or not isinstance(w.get("steps"), int) or w["steps"] < 1:
-        return None
-    return w
-
-
 def activate():
-    global _knobs, _rank, _win
+    global _knobs, _rank
     if not tune_pipe.open_pipe():
         return
-    _win = _read_window()
+    _tw.activate(sys.modules[__name__])
     _rank = os.environ.get("RANK")
     if _rank is not None:
         try:

@@ -1,0 +1,139 @@
+"""tune's hooks on torch's DataLoader, loaded by tune_hook once torch is imported: the
+trial's loader knobs (num_workers, pin_memory, persistent_workers, prefetch_factor,
+batch_size) applied to every DataLoader the script builds, what the script sets itself
+read as its own values, and the time the loop waits for each batch. Apart from tune_hook
+so that each file stays under the project's 800 lines.
+"""
+
+import os
+
+_h = None  # tune_hook, for its state and event helpers
+
+
+def _first_leaf(batch):
+    x = batch
+    while isinstance(x, (list, tuple)) and x:
+        x = x[0]
+    if isinstance(x, dict) and x:
+        x = next(iter(x.values()))
+    return x
+
+
+def batch_size(batch):
+    try:
+        shape = getattr(_first_leaf(batch), "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
+    except Exception:
+        pass
+    return 0
+
+
+def batch_tokens(batch):
+    """Tokens of a batch of token ids: an integer tensor of shape [B, T] as the model's
+    input; 0 for anything else (images, features, labels)."""
+    try:
+        x = _first_leaf(batch)
+        dtype = getattr(x, "dtype", None)
+        if dtype is None or x.dim() != 2 or dtype.is_floating_point or dtype.is_complex:
+            return 0
+        if str(dtype) == "torch.bool":
+            return 0
+        return int(x.shape[0]) * int(x.shape[1])
+    except Exception:
+        return 0
+
+
+def _batch_injectable(given):
+    """batch_size can replace the script's only where the DataLoader batches by it: not
+    with a batch_sampler (its batches are the sampler's) nor batch_size=None (samples)."""
+    if given.get("batch_sampler") is not None:
+        _h._not_applicable("batch_size", "the DataLoader takes a batch_sampler: its batches are the sampler's")
+        return False
+    if "batch_size" in given and given["batch_size"] is None:
+        _h._not_applicable("batch_size", "the DataLoader is built with batch_size=None (no batching)")
+        return False
+    return True
+
+
+def install(torch, hook):
+    global _h
+    _h = hook
+    from torch.utils.data import dataloader as dl
+    import inspect
+
+    orig_init = dl.DataLoader.__init__
+    sig = inspect.signature(orig_init)
+    dl_knobs = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
+
+    def init(self, *args, **kwargs):
+        if _h._off:
+            return orig_init(self, *args, **kwargs)
+        try:
+            given = _loader_args(self, args, kwargs)
+        except TypeError:
+            return orig_init(self, *args, **kwargs)  # let DataLoader name the mistake
+        except Exception as e:
+            _h._fail("DataLoader.__init__", e)
+            return orig_init(self, *args, **kwargs)
+        return orig_init(self, **given)
+
+    def _loader_args(self, args, kwargs):
+        """The DataLoader's arguments with the trial's knobs applied."""
+        given = dict(sig.bind(self, *args, **kwargs).arguments)
+        given.pop(next(iter(sig.parameters)), None)
+        extra = given.pop("kwargs", {}) if "kwargs" in sig.parameters else {}
+        _loader_script_values(given)
+        for knob in dl_knobs:
+            if knob not in _h._knobs:
+                continue
+            if knob == "batch_size" and not _batch_injectable(given):
+                continue
+            want = _h._knobs[knob]
+            if knob in given and given[knob] is not None and given[knob] != want:
+                _h._override(knob, given[knob], want)
+            given[knob] = want
+        if not given.get("num_workers") and any(k in _h._knobs for k in dl_knobs):
+            # Valid only with worker processes: this DataLoader loads on the main process.
+            for knob in ("prefetch_factor", "persistent_workers"):
+                if knob in _h._knobs and _h._knobs[knob] != _h._DEFAULTS[knob]:
+                    _h._not_applicable(
+                        knob, "needs num_workers > 0; this DataLoader loads in the main process"
+                    )
+            given.pop("prefetch_factor", None)
+            if given.get("persistent_workers"):
+                given["persistent_workers"] = False
+        given.update(extra)
+        return given
+
+    def _loader_script_values(given):
+        for knob in dl_knobs:
+            value = given.get(knob)
+            if value is None and knob in sig.parameters:
+                value = sig.parameters[knob].default
+            if isinstance(value, (bool, int)):
+                _h._script_value(knob, value)
+
+    # Always: the script's own loader settings are read even where no loader knob is
+    # swept (cheap: once per DataLoader, never per batch).
+    dl.DataLoader.__init__ = init
+
+    orig_next = dl._BaseDataLoaderIter.__next__
+
+    def next_(self):
+        if _h._off:
+            return orig_next(self)
+        t = _h._now()
+        try:
+            batch = orig_next(self)
+        finally:
+            _h._add("data_wait", _h._now() - t)
+        if os.getpid() == _h._pid:
+            # Summed over the step: under gradient accumulation one optimizer step
+            # consumes several batches.
+            _h._state["batch"] += batch_size(batch)
+            _h._state["tokens"] += batch_tokens(batch)
+            _h._state["loader_batches"] += 1
+        return batch
+
+    dl._BaseDataLoaderIter.__next__ = next_
