@@ -2,6 +2,9 @@
 //! docs/performance.md. Same protocol as `../shared/peers/torch_bench.py`: one fixed
 //! synthetic batch (no loader), SGD lr 0.01 momentum 0.9, fp32, gradients set to none,
 //! 10 warm-up steps then `runs` timed runs of `steps` steps, median run reported.
+//! `--amp off,bf16` trains each precision `runs` times, alternating, one timed run per
+//! training. Before the mlp and cnn rows the cores' FMA peak is measured
+//! (`gemm_peak`), and each row gives its useful GFLOP/s as a share of it.
 //!
 //! `--what sampling` measures what sampling at 10 Hz costs a training run: `runs` pairs
 //! of the same `cnn-small` run with the probes off and on (the `tune train
@@ -14,11 +17,12 @@ use serde::Serialize;
 use crate::commands::cli::{check_flag, BenchArgs};
 use crate::engine::device::Device;
 use crate::engine::nn::zoo::ModelKind;
-use crate::engine::ops::gemm::{kernel_family, matmul, Mat};
+use crate::engine::ops::gemm::{kernel_family, matmul, native_half, Mat};
+use crate::engine::ops::gemm_peak::{self, Peak};
 use crate::engine::optim::OptimKind;
 use crate::engine::train::{run, DeviceChoice, NoObserver, Workload};
 use crate::error::{Error, Result};
-use crate::knobs::{Knobs, ZeroGrad};
+use crate::knobs::{Amp, Knobs, ZeroGrad};
 use crate::limits;
 use crate::stats::median;
 use crate::stats::{bootstrap_ci, Bootstrap};
@@ -37,11 +41,52 @@ struct Row {
     n: Option<usize>,
     /// Which f32 GEMM kernels ran: figures from different families are not comparable.
     gemm_kernels: &'static str,
+    amp: String,
+    /// Whether the GEMMs computed natively in the half type (else widened to f32).
+    native_half: bool,
+    /// Useful GFLOP/s ([`flops_per_sample`] x samples/s) and its share of the measured
+    /// peak of the precision the GEMMs ran in.
+    useful_gflops: Option<f64>,
+    peak_fraction: Option<f64>,
 }
 
-fn train_row(kind: ModelKind, batch: usize, threads: usize, a: &BenchArgs) -> Result<Row> {
+/// Useful flops of one training sample: the GEMM multiply-adds of `zoo::describe`'s
+/// linear and conv layers (forward, weight gradient, and input gradient for all but the
+/// first layer), 2 flops each. Pointwise work (ReLU, batch norm, the optimizer) is not
+/// counted: it is what a faster engine would fuse away, not useful arithmetic.
+fn flops_per_sample(kind: ModelKind) -> Option<f64> {
+    // (multiply-adds of the layer's forward GEMM per sample, input gradient computed)
+    let layers: &[(usize, bool)] = match kind {
+        ModelKind::Mlp => &[(784 * 1024, false), (1024 * 1024, true), (1024 * 10, true)],
+        // 3x3 convs 3->32 (32x32 out), 32->64 s2 (16x16), 64->128 s2 (8x8), linear 128->10.
+        ModelKind::CnnSmall => &[
+            (32 * 32 * 32 * 27, false),
+            (16 * 16 * 64 * 288, true),
+            (8 * 8 * 128 * 576, true),
+            (128 * 10, true),
+        ],
+        ModelKind::ResnetMini => return None,
+    };
+    let gemms = |dx: bool| if dx { 3.0 } else { 2.0 };
+    Some(
+        layers
+            .iter()
+            .map(|&(m, dx)| 2.0 * m as f64 * gemms(dx))
+            .sum(),
+    )
+}
+
+/// The sums of `a.steps` step times of each timed run of one training (after warm-up).
+fn timed_runs(
+    kind: ModelKind,
+    batch: usize,
+    threads: usize,
+    amp: Amp,
+    runs: usize,
+    a: &BenchArgs,
+) -> Result<Vec<f64>> {
     let w = Workload {
-        steps: WARMUP + a.runs * a.steps,
+        steps: WARMUP + runs * a.steps,
         warmup: WARMUP,
         lr: 0.01,
         optimizer: OptimKind::Sgd,
@@ -53,29 +98,77 @@ fn train_row(kind: ModelKind, batch: usize, threads: usize, a: &BenchArgs) -> Re
     let k = Knobs {
         batch_size: batch,
         zero_grad: ZeroGrad::None,
+        amp,
         ..Knobs::default()
     };
     let s = run(&w, &k, &mut NoObserver)?;
-    let runs: Vec<f64> = s.step_times[WARMUP..]
+    Ok(s.step_times[WARMUP..]
         .chunks(a.steps)
         .map(|c| c.iter().sum())
-        .collect();
-    let med = median(&runs);
-    Ok(Row {
-        engine: "tune",
-        workload: if kind == ModelKind::Mlp {
-            "mlp".into()
-        } else {
-            "cnn".into()
-        },
-        threads,
-        batch,
-        samples_per_s: Some((batch * a.steps) as f64 / med),
-        step_ms_median: Some(med / a.steps as f64 * 1e3),
-        gflops_median: None,
-        n: None,
-        gemm_kernels: kernel_family(),
-    })
+        .collect())
+}
+
+/// One row per precision in `amps`: one training of `runs` timed runs when there is one
+/// precision, else `runs` rounds of one training per precision, alternating.
+fn train_rows(
+    kind: ModelKind,
+    batch: usize,
+    threads: usize,
+    amps: &[Amp],
+    peak: Option<Peak>,
+    a: &BenchArgs,
+) -> Result<Vec<Row>> {
+    let mut per: Vec<Vec<f64>> = vec![Vec::new(); amps.len()];
+    if amps.len() == 1 {
+        per[0] = timed_runs(kind, batch, threads, amps[0], a.runs, a)?;
+    } else {
+        for round in 0..a.runs {
+            let order: Vec<usize> = if round % 2 == 0 {
+                (0..amps.len()).collect()
+            } else {
+                (0..amps.len()).rev().collect()
+            };
+            for i in order {
+                per[i].extend(timed_runs(kind, batch, threads, amps[i], 1, a)?);
+            }
+        }
+    }
+    Ok(amps
+        .iter()
+        .zip(&per)
+        .map(|(&amp, runs)| {
+            let med = median(runs);
+            let sps = (batch * a.steps) as f64 / med;
+            let native = native_half(amp);
+            let useful = flops_per_sample(kind).map(|f| f * sps / 1e9);
+            let top = peak.and_then(|p| {
+                if native {
+                    p.native_bf16()
+                } else {
+                    Some(p.f32_gflops)
+                }
+            });
+            Row {
+                engine: "tune",
+                workload: if kind == ModelKind::Mlp {
+                    "mlp".into()
+                } else {
+                    "cnn".into()
+                },
+                threads,
+                batch,
+                samples_per_s: Some(sps),
+                step_ms_median: Some(med / a.steps as f64 * 1e3),
+                gflops_median: None,
+                n: None,
+                gemm_kernels: kernel_family(),
+                amp: amp.to_string(),
+                native_half: native,
+                useful_gflops: useful,
+                peak_fraction: useful.zip(top).map(|(u, p)| u / p),
+            }
+        })
+        .collect())
 }
 
 fn gemm_row(n: usize, threads: usize) -> Result<Row> {
@@ -119,7 +212,40 @@ fn gemm_row(n: usize, threads: usize) -> Result<Row> {
         gflops_median: Some(flop / median(&times) / 1e9),
         n: Some(n),
         gemm_kernels: kernel_family(),
+        amp: "off".into(),
+        native_half: false,
+        useful_gflops: None,
+        peak_fraction: None,
     })
+}
+
+fn print_peak(threads: usize, p: Option<Peak>, json: bool) -> Result<()> {
+    if json {
+        let v = serde_json::json!({
+            "engine": "tune", "workload": "peak", "threads": threads,
+            "f32_gflops": p.map(|p| p.f32_gflops),
+            "bf16_gflops": p.and_then(|p| p.bf16_gflops),
+            "amx_bf16_gflops": p.and_then(|p| p.amx_bf16_gflops),
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    let Some(p) = p else {
+        println!("peak threads={threads}: not measured: the probe needs AVX-512F");
+        return Ok(());
+    };
+    let per = |g: f64| format!("{g:.0} GFLOP/s ({:.0} a core)", g / threads as f64);
+    let dot = p
+        .bf16_gflops
+        .map_or("not measured, no AVX512_BF16".into(), per);
+    let amx = p.amx_bf16_gflops.map_or(String::new(), |g| {
+        format!("; bf16 AMX tiles (tdpbf16ps) {}", per(g))
+    });
+    println!(
+        "peak threads={threads}: f32 FMA {}; bf16 dot products (vdpbf16ps) {dot}{amx}",
+        per(p.f32_gflops)
+    );
+    Ok(())
 }
 
 /// One dashboard frame over a synthetic sweep of 100 trials on 4 devices; `--runs` times
@@ -272,7 +398,7 @@ fn print_sampling(r: &SamplingRow, json: bool) -> Result<()> {
 }
 
 /// What `--what` can name.
-const WHAT: &[&str] = &["mlp", "cnn", "gemm", "dash", "sampling"];
+const WHAT: &[&str] = &["mlp", "cnn", "gemm", "peak", "dash", "sampling"];
 
 fn unknown_what(other: &str) -> Error {
     Error::Invalid(format!(
@@ -299,8 +425,35 @@ pub fn main(a: &BenchArgs) -> Result<i32> {
     if let Some(other) = a.what.iter().find(|w| !WHAT.contains(&w.as_str())) {
         return Err(unknown_what(other));
     }
+    let amps = a
+        .amp
+        .iter()
+        .map(|s| {
+            s.parse::<Amp>()
+                .map_err(|e| Error::Invalid(format!("bench: --amp: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if amps.is_empty() {
+        return Err(Error::Invalid("bench: --amp: no precision named".into()));
+    }
     crate::process::alloc::mark_training();
+    let needs_peak = a
+        .what
+        .iter()
+        .any(|w| ["mlp", "cnn", "peak"].contains(&w.as_str()));
+    let mut peaks = Vec::new();
+    if needs_peak {
+        for &t in &a.threads {
+            let p = gemm_peak::measure(t);
+            print_peak(t, p, a.json)?;
+            peaks.push((t, p));
+        }
+    }
+    let peak_at = |t: usize| peaks.iter().find(|(pt, _)| *pt == t).and_then(|(_, p)| *p);
     for what in &a.what {
+        if what == "peak" {
+            continue;
+        }
         if what == "dash" {
             dash_row(a)?;
             continue;
@@ -311,14 +464,15 @@ pub fn main(a: &BenchArgs) -> Result<i32> {
                 continue;
             }
             let rows = match what.as_str() {
-                "mlp" => vec![train_row(ModelKind::Mlp, 128, t, a)?],
-                "cnn" => vec![train_row(ModelKind::CnnSmall, 64, t, a)?],
+                "mlp" => train_rows(ModelKind::Mlp, 128, t, &amps, peak_at(t), a)?,
+                "cnn" => train_rows(ModelKind::CnnSmall, 64, t, &amps, peak_at(t), a)?,
                 "gemm" => [512, 1024, 2048]
                     .into_iter()
                     .map(|n| gemm_row(n, t))
                     .collect::<Result<_>>()?,
                 other => return Err(unknown_what(other)),
             };
+            let first_sps = rows.first().and_then(|r| r.samples_per_s);
             for r in rows {
                 if a.json {
                     println!(
@@ -332,13 +486,29 @@ pub fn main(a: &BenchArgs) -> Result<i32> {
                         r.gemm_kernels
                     );
                 } else {
+                    let vs = match (first_sps, r.samples_per_s) {
+                        (Some(f), Some(x)) if amps.len() > 1 => {
+                            format!(", {:.2}x {}", x / f, amps[0])
+                        }
+                        _ => String::new(),
+                    };
+                    let peak = match (r.useful_gflops, r.peak_fraction) {
+                        (Some(u), Some(f)) => format!(
+                            ", {u:.0} useful GFLOP/s = {:.0}% of the {} peak",
+                            100.0 * f,
+                            if r.native_half { "native bf16" } else { "f32" }
+                        ),
+                        (Some(u), None) => format!(", {u:.0} useful GFLOP/s"),
+                        _ => String::new(),
+                    };
                     println!(
-                        "{:<4} batch {:<4} threads={t}: {:.1} samples/s (median step {:.2} ms, {} GEMM kernels)",
+                        "{:<4} batch {:<4} threads={t} amp={:<4}: {:.1} samples/s{vs} (median step {:.2} ms{peak}; {} GEMMs)",
                         r.workload,
                         r.batch,
+                        r.amp,
                         r.samples_per_s.unwrap_or(f64::NAN),
                         r.step_ms_median.unwrap_or(f64::NAN),
-                        r.gemm_kernels
+                        if r.native_half { "native bf16".to_string() } else { format!("{} f32", r.gemm_kernels) }
                     );
                 }
             }

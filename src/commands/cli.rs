@@ -445,10 +445,17 @@ pub struct BenchArgs {
     /// Thread counts to measure.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
-    /// What to measure: mlp, cnn, gemm, dash (one dashboard frame: 100 trials, 4 devices),
-    /// sampling (10 Hz probes on vs off). dash and sampling are not in the default.
+    /// What to measure: mlp, cnn, gemm, peak (the cores' measured FMA peak, also printed
+    /// before mlp and cnn, whose rows give their useful GFLOP/s as a share of it), dash
+    /// (one dashboard frame: 100 trials, 4 devices), sampling (10 Hz probes on vs off).
+    /// peak, dash and sampling are not in the default.
     #[arg(long, value_delimiter = ',', default_value = "mlp,cnn,gemm")]
     pub what: Vec<String>,
+    /// Precisions (amp values: off, bf16, fp16, tf32) to train mlp and cnn in. With more
+    /// than one, each timed run is its own training, alternating precisions (the order
+    /// flipped every round), and each row gives its speed against the first.
+    #[arg(long, value_delimiter = ',', default_value = "off")]
+    pub amp: Vec<String>,
     /// Timed runs per configuration (median reported).
     #[arg(long, default_value_t = 5)]
     pub runs: usize,

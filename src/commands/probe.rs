@@ -2,8 +2,9 @@
 
 use crate::commands::cli::ProbeArgs;
 use crate::engine::cuda::versions::{self, Found};
-use crate::engine::ops::gemm::kernel_family;
+use crate::engine::ops::gemm::{amp_path_lines, kernel_family, native_half};
 use crate::error::Result;
+use crate::knobs::Amp;
 
 /// NVRTC's major version from the soname that loaded (`libnvrtc.so.13`).
 fn nvrtc_major(libs: &[tune_probes::culibs::LibStatus]) -> Option<u32> {
@@ -68,7 +69,7 @@ pub fn main(args: &ProbeArgs) -> Result<i32> {
     };
     if args.json {
         let v = serde_json::json!({
-            "cpu": { "model": cpu.model, "logical_cores": cpu.logical_cores, "available": cpu.available, "gemm_kernels": kernel_family() },
+            "cpu": { "model": cpu.model, "logical_cores": cpu.logical_cores, "available": cpu.available, "gemm_kernels": kernel_family(), "amp_paths": amp_path_lines(), "bf16_native": native_half(Amp::Bf16) },
             "gpus": match &gpus { Ok(g) => serde_json::to_value(g).unwrap_or_default(), Err(_) => serde_json::Value::Null },
             "gpu_notice": gpus.as_ref().err().map(|e| e.to_string()),
             "cuda_libraries": libs,
@@ -94,6 +95,9 @@ pub fn main(args: &ProbeArgs) -> Result<i32> {
         cpu.available,
         kernel_family()
     );
+    for line in amp_path_lines() {
+        println!("  {line}");
+    }
     match gpus {
         Ok(g) if g.is_empty() => println!("gpus: none (NVML loaded, no devices)"),
         Ok(g) => {

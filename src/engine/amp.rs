@@ -7,8 +7,10 @@
 //! and accumulate in f32 (what tensor cores do with half inputs) and round the result back
 //! to half. Weights are rounded to the half grid for compute while the optimizer keeps
 //! f32 master weights. So the numerics (rounding, fp16 overflow to inf, underflow to
-//! zero) are those of real mixed precision. The CPU has no half-precision GEMM here, so
-//! the conversions are pure cost: on this backend AMP saves memory, not time.
+//! zero) are those of real mixed precision. Under bf16 on a CPU with AVX512_BF16 (or AMX)
+//! the GEMMs take bf16 operands natively (`ops/gemm_bf16.rs`, `ops/gemm_amx.rs`); every
+//! other kernel, and fp16 everywhere, widens to f32, where the conversions are pure cost.
+//! `tune probe` says which path each precision runs here.
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};

@@ -13,7 +13,7 @@ pub use crate::engine::geom::ConvGeom;
 use crate::engine::ops::conv2d_cuda::GConv;
 use crate::engine::ops::conv_algos;
 use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
-use crate::engine::ops::gemm::{matmul, matmul_turned, Mat};
+use crate::engine::ops::gemm::{matmul_amp, matmul_turned_amp, Mat};
 use crate::engine::ops::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
 use crate::engine::ops::layer_cuda::GpuLayer;
 use crate::engine::ops::{add_bias_grad, fill_rows};
@@ -196,21 +196,23 @@ fn conv_forward(
             .with_workspace(conv_algos::winograd_workspace(g), |ws| {
                 conv_algos::winograd(xd, wd, g, yd, accumulate, ws, ctx.dev.par())
             })?,
-        _ if g.is_pointwise() => matmul(
+        _ if g.is_pointwise() => matmul_amp(
             yd,
             Mat::rm(xd, g.rows(), g.kkc()),
             w,
             accumulate,
             ctx.dev.par(),
+            ctx.amp,
         )?,
         _ => ctx.dev.with_workspace(g.rows() * g.kkc(), |col| {
             im2col(xd, g, col);
-            matmul(
+            matmul_amp(
                 yd,
                 Mat::rm(col, g.rows(), g.kkc()),
                 w,
                 accumulate,
                 ctx.dev.par(),
+                ctx.amp,
             )
         })?,
     }
@@ -329,7 +331,7 @@ impl Layer for Conv2d {
         if let Some(b) = &mut self.b {
             add_bias_grad(b, dyd)?;
         }
-        let par = ctx.dev.par();
+        let (par, amp) = (ctx.dev.par(), ctx.amp);
         let mut dx = if need_dx {
             Some(ctx.alloc(x.shape()))
         } else {
@@ -343,15 +345,17 @@ impl Layer for Conv2d {
         if g.is_pointwise() {
             let (gw, acc) = self.w.grad_slot()?;
             let xm = Mat::rm(x.f32()?, rows, kkc);
-            ctx.dev
-                .with_workspace(turned, |t| matmul_turned(gw, dym.t(), xm, acc, par, t))?;
+            ctx.dev.with_workspace(turned, |t| {
+                matmul_turned_amp(gw, dym.t(), xm, acc, (par, amp), t)
+            })?;
             if let Some(dx) = &mut dx {
-                matmul(
+                matmul_amp(
                     dx.f32_mut()?,
                     dym,
                     Mat::rm(wt.f32()?, g.c_out, kkc),
                     false,
                     par,
+                    amp,
                 )?;
             }
             return dx.map(|d| ctx.store(d)).transpose();
@@ -365,10 +369,12 @@ impl Layer for Conv2d {
             im2col(xd, &g, col);
             {
                 let (gw, acc) = w.grad_slot()?;
-                matmul_turned(gw, dym.t(), Mat::rm(col, rows, kkc), acc, par, t)?;
+                let colm = Mat::rm(col, rows, kkc);
+                matmul_turned_amp(gw, dym.t(), colm, acc, (par, amp), t)?;
             }
             if let Some(dx) = &mut dx {
-                matmul(dcol, dym, Mat::rm(wt.f32()?, g.c_out, kkc), false, par)?;
+                let wm = Mat::rm(wt.f32()?, g.c_out, kkc);
+                matmul_amp(dcol, dym, wm, false, par, amp)?;
                 col2im(dcol, &g, dx.f32_mut()?);
             }
             Ok(())

@@ -6,7 +6,7 @@ use crate::engine::autotune;
 use crate::engine::cuda::gpu::Gpu;
 use crate::engine::device::Device;
 use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
-use crate::engine::ops::gemm::{matmul, matmul_turned, Mat};
+use crate::engine::ops::gemm::{matmul_amp, matmul_turned_amp, native_half, Mat};
 use crate::engine::ops::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
 use crate::engine::ops::layer_cuda::GpuLayer;
 use crate::engine::ops::linear_cuda::GLinear;
@@ -14,6 +14,7 @@ use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
+use crate::knobs::Amp;
 
 pub struct Linear {
     pub d_in: usize,
@@ -59,19 +60,26 @@ impl Linear {
 /// The second GEMM strategy: rows split evenly over the compute threads, each block a
 /// single-threaded GEMM. It wins over the GEMM's own parallel split when the batch is
 /// tall and the weight matrix small enough for every thread to keep its own copy hot.
-fn rowsplit(y: &mut [f32], x: &[f32], n: usize, d_in: usize, d_out: usize, w: Mat) -> Result<()> {
+fn rowsplit(
+    y: &mut [f32],
+    x: &[f32],
+    (n, d_in, d_out): (usize, usize, usize),
+    w: Mat,
+    amp: Amp,
+) -> Result<()> {
     let per = n.div_ceil(rayon::current_num_threads().max(1)).max(1);
     y[..n * d_out]
         .par_chunks_mut(per * d_out)
         .zip(x[..n * d_in].par_chunks(per * d_in))
         .try_for_each(|(yc, xc)| {
             let rows = xc.len() / d_in;
-            matmul(
+            matmul_amp(
                 yc,
                 Mat::rm(xc, rows, d_in),
                 w,
                 true,
                 gemm::Parallelism::None,
+                amp,
             )
         })
 }
@@ -91,12 +99,12 @@ fn transposed(
 ) -> Result<()> {
     fill_rows(&mut y[..n * d_out], bias);
     ctx.dev.with_workspace(n * d_out, |t| {
-        matmul_turned(
+        matmul_turned_amp(
             y,
             Mat::rm(x, n, d_in),
             Mat::rm(w, d_out, d_in).t(),
             true,
-            ctx.dev.par(),
+            (ctx.dev.par(), ctx.amp),
             t,
         )
     })
@@ -111,6 +119,17 @@ fn forward_algos(n: usize, d_in: usize, d_out: usize) -> [&'static str; 3] {
         [trans, gemm, rowsplit]
     } else {
         [gemm, rowsplit, trans]
+    }
+}
+
+/// The weights as the GEMM takes them. The native bf16 kernel rounds its operands to
+/// bf16 (nearest even, as `Ctx::weights` does) while packing them, so there the rounded
+/// f32 copy of the 1M-weight matrices would only cost a pass.
+fn gemm_weights(w: &Tensor, ctx: &Ctx) -> Result<Tensor> {
+    if native_half(ctx.amp) {
+        Ok(w.clone())
+    } else {
+        ctx.weights(w)
     }
 }
 
@@ -162,7 +181,7 @@ impl Layer for Linear {
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
         let n = self.rows(&x)?;
         let xf = x.widened()?;
-        let w = ctx.weights(&self.w.w)?;
+        let w = gemm_weights(&self.w.w, ctx)?;
         let key = format!("n{n} {}->{} {}", self.d_in, self.d_out, ctx.dtype_name());
         let (xd, wd, bd) = (xf.f32()?, w.f32()?, self.b.w.f32()?);
         let (d_in, d_out) = (self.d_in, self.d_out);
@@ -176,11 +195,12 @@ impl Layer for Linear {
                     "transposed" => transposed(yd, xd, n, (d_in, d_out), wd, bd, ctx)?,
                     "rowsplit" => {
                         fill_rows(yd, bd);
-                        rowsplit(yd, xd, n, d_in, d_out, wm)?;
+                        rowsplit(yd, xd, (n, d_in, d_out), wm, ctx.amp)?;
                     }
                     _ => {
                         fill_rows(yd, bd);
-                        matmul(yd, Mat::rm(xd, n, d_in), wm, true, ctx.dev.par())?;
+                        let xm = Mat::rm(xd, n, d_in);
+                        matmul_amp(yd, xm, wm, true, ctx.dev.par(), ctx.amp)?;
                     }
                 }
                 Ok(y)
@@ -200,26 +220,28 @@ impl Layer for Linear {
         let dym = Mat::rm(dyd, n, self.d_out);
         {
             let (gw, acc) = self.w.grad_slot()?;
-            matmul(
+            matmul_amp(
                 gw,
                 dym.t(),
                 Mat::rm(x.f32()?, n, self.d_in),
                 acc,
                 ctx.dev.par(),
+                ctx.amp,
             )?;
         }
         add_bias_grad(&mut self.b, dyd)?;
         if !need_dx {
             return Ok(None);
         }
-        let w = ctx.weights(&self.w.w)?;
+        let w = gemm_weights(&self.w.w, ctx)?;
         let mut dx = ctx.alloc(x.shape());
-        matmul(
+        matmul_amp(
             dx.f32_mut()?,
             dym,
             Mat::rm(w.f32()?, self.d_out, self.d_in),
             false,
             ctx.dev.par(),
+            ctx.amp,
         )?;
         Ok(Some(ctx.store(dx)?))
     }
@@ -237,6 +259,7 @@ impl Layer for Linear {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::ops::gemm::matmul;
 
     /// `transposed` gives `gemm`'s bits, bias included, where k spans several of gemm's
     /// k-blocks (1024) and where n and d_out are not multiples of the tile.
@@ -295,7 +318,7 @@ mod tests {
             .num_threads(3)
             .build()
             .unwrap();
-        pool.install(|| rowsplit(&mut b, &x, n, d_in, d_out, wm))
+        pool.install(|| rowsplit(&mut b, &x, (n, d_in, d_out), wm, Amp::Off))
             .unwrap();
         for (u, v) in a.iter().zip(&b) {
             assert!((u - v).abs() <= 1e-5 * (1.0 + u.abs()), "{u} vs {v}");
