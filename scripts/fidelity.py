@@ -10,7 +10,7 @@ their quotient, and whether they agree: same direction (a ratio inside +-3% coun
 effect on either side) and sizes within 20% of each other.
 
 Usage: scripts/fidelity.py TUNE_BIN PYTHON_WITH_TORCH [--rounds 3] [--steps 40]
-       [--workloads mlp,cnn] [--knobs amp_bf16,zero_grad,checkpoint,batch_x2,threads,channels_last]
+       [--workloads mlp,cnn] [--knobs amp_bf16,amp_fp16,zero_grad,checkpoint,batch_x2,threads,channels_last]
        [--json OUT.jsonl]
 Run on a quiet machine: the ratios are paired per round, but a busy machine still moves them.
 """
@@ -41,7 +41,8 @@ x = torch.randn(shape, generator=g); y = torch.randint(0, 10, (batch,), generato
 if cfg.get("channels_last"):
     model = model.to(memory_format=torch.channels_last); x = x.contiguous(memory_format=torch.channels_last)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if cfg.get("amp") == "bf16" else contextlib.nullcontext
+half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.get("amp"))
+ctx = (lambda: torch.autocast("cpu", dtype=half)) if half is not None else contextlib.nullcontext
 segments = cfg.get("checkpoint_segments", 0)
 def step():
     opt.zero_grad(set_to_none=cfg.get("set_to_none", False))
@@ -66,8 +67,12 @@ def knob_pairs(workload, knob, threads):
     b = BATCH[workload]
     base_e = ["--batch-size", str(b), "--threads", str(threads)]
     base_t = {"workload": workload, "batch": b, "threads": threads}
-    if knob == "amp_bf16":
-        return base_e, base_e + ["--amp", "bf16"], base_t, {**base_t, "amp": "bf16"}
+    if knob in ("amp_bf16", "amp_fp16"):
+        # Speed only: neither side scales the loss (the engine's fp16 scaler costs one
+        # finiteness pass, PyTorch's GradScaler about the same).
+        dt = knob[4:]
+        flags = ["--amp", dt, "--loss-scaling", "off"]
+        return base_e, base_e + flags, base_t, {**base_t, "amp": dt}
     if knob == "zero_grad":
         return base_e, base_e + ["--zero-grad", "none"], base_t, {**base_t, "set_to_none": True}
     if knob == "checkpoint":
