@@ -12,10 +12,12 @@
 //! `losses-avx512f.json` was recorded when the engine moved to gemm 0.19's AVX-512
 //! kernels, from the same code that reproduces `losses-fma.json` on FMA kernels.
 //!
-//! On a CPU with AVX512_BF16 (`tune probe --json`: `bf16_native`), `amp=bf16` runs the
-//! native bf16 GEMM (`engine/ops/gemm_bf16.rs`), which sums in its own order: those runs
-//! have their own golden set, `losses-<family>-bf16.json`, and must also stay within
-//! `NATIVE_BF16_TOLERANCE` of the f32-compute bf16 losses in the family's file.
+//! On a CPU with AVX512_BF16 (`tune probe --json`: `bf16_unit`), `amp=bf16` runs the
+//! native bf16 GEMM on AMX tiles or AVX512_BF16 dot products (`engine/ops/gemm_amx.rs`,
+//! `gemm_bf16.rs`), each summing in its own order: those runs have a golden set per unit,
+//! `losses-<family>-bf16-<unit>.json`, and must also stay within `NATIVE_BF16_TOLERANCE`
+//! of the f32-compute bf16 losses in the family's file. On an AMX host the dot-product
+//! path runs too (`TUNE_CPU_NO_AMX=1`), so both sets are held wherever the tiles are.
 //!
 //! Re-record (only for an intended change of the maths, said so in the commit):
 //! `TUNE_GOLDEN_WRITE=1 cargo test --release --test engine_golden` (writes this CPU's
@@ -93,12 +95,18 @@ fn probe_cpu() -> serde_json::Value {
     v["cpu"].clone()
 }
 
-/// The kernel family the engine runs here, and whether `amp=bf16` runs natively.
-fn kernel_family() -> (String, bool) {
+/// The kernel family the engine runs here, and the units native bf16 runs on (the
+/// default first; on an AMX host the dot-product path as well).
+fn kernel_family() -> (String, Vec<&'static str>) {
     let cpu = probe_cpu();
     let family = cpu["gemm_kernels"].as_str().expect("gemm_kernels");
-    let native = cpu["bf16_native"].as_bool().expect("bf16_native");
-    (family.to_string(), native)
+    let units = match cpu["bf16_unit"].as_str() {
+        Some("amx") => vec!["amx", "avx512_bf16"],
+        Some("avx512_bf16") => vec!["avx512_bf16"],
+        Some(other) => panic!("unknown bf16 unit {other}"),
+        None => vec![],
+    };
+    (family.to_string(), units)
 }
 
 fn read_golden(file: &Path) -> BTreeMap<String, Vec<String>> {
@@ -121,6 +129,11 @@ fn golden_file(family: &str) -> PathBuf {
 
 /// Losses as f32 bit patterns (hex), so the comparison is exact and the file readable.
 fn run(model: &str, extra: &[&str], cache: &Path) -> Vec<String> {
+    run_with(model, extra, cache, false)
+}
+
+/// [`run`], with AMX switched off when `no_amx`.
+fn run_with(model: &str, extra: &[&str], cache: &Path, no_amx: bool) -> Vec<String> {
     let mut args = vec![
         "train",
         "--model",
@@ -139,11 +152,12 @@ fn run(model: &str, extra: &[&str], cache: &Path) -> Vec<String> {
         "--json",
     ];
     args.extend_from_slice(extra);
-    let out = Command::new(env!("CARGO_BIN_EXE_tune"))
-        .args(&args)
-        .env("TUNE_CACHE_DIR", cache)
-        .output()
-        .expect("run tune");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tune"));
+    cmd.args(&args).env("TUNE_CACHE_DIR", cache);
+    if no_amx {
+        cmd.env("TUNE_CPU_NO_AMX", "1");
+    }
+    let out = cmd.output().expect("run tune");
     assert!(
         out.status.success(),
         "tune {}: {}",
@@ -171,24 +185,44 @@ fn losses_match_the_pre_redesign_engine_bit_for_bit() {
             got.insert(format!("{model} {name}"), run(model, extra, cache.path()));
         }
     }
-    let (family, native) = kernel_family();
+    let (family, units) = kernel_family();
     let file = golden_file(&family);
-    let native_file = golden_file(&format!("{family}-bf16"));
-    // On a native-bf16 CPU the amp=bf16 runs go to (and are held by) their own file; the
+    // On a native-bf16 CPU the amp=bf16 runs go to (and are held by) a file per unit; the
     // family file keeps the f32-compute bf16 losses they are compared with.
-    let is_native = |k: &str| native && k.ends_with(" amp=bf16");
-    let (native_got, mut got): (BTreeMap<_, _>, BTreeMap<_, _>) =
+    let is_native = |k: &str| !units.is_empty() && k.ends_with(" amp=bf16");
+    let (first, mut got): (BTreeMap<_, _>, BTreeMap<_, _>) =
         got.into_iter().partition(|(k, _)| is_native(k));
+    let mut native: Vec<(&str, BTreeMap<String, Vec<String>>)> = Vec::new();
+    for (i, unit) in units.iter().enumerate() {
+        let runs = if i == 0 {
+            first.clone()
+        } else {
+            first
+                .keys()
+                .map(|k| {
+                    let model = k.split(' ').next().unwrap();
+                    (
+                        k.clone(),
+                        run_with(model, &["--amp", "bf16"], cache.path(), true),
+                    )
+                })
+                .collect()
+        };
+        native.push((unit, runs));
+    }
+    let native_file = |unit: &str| golden_file(&format!("{family}-bf16-{unit}"));
     if std::env::var_os("TUNE_GOLDEN_WRITE").is_some() {
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        if native {
-            let text = serde_json::to_string_pretty(&native_got).unwrap();
-            std::fs::write(&native_file, text + "\n").unwrap();
+        for (unit, runs) in &native {
+            let text = serde_json::to_string_pretty(runs).unwrap();
+            std::fs::write(native_file(unit), text + "\n").unwrap();
             eprintln!(
                 "recorded {} runs into {}",
-                native_got.len(),
-                native_file.display()
+                runs.len(),
+                native_file(unit).display()
             );
+        }
+        if !units.is_empty() {
             if let Ok(old) = std::fs::read_to_string(&file) {
                 let old: BTreeMap<String, Vec<String>> = serde_json::from_str(&old).unwrap();
                 got.extend(old.into_iter().filter(|(k, _)| is_native(k)));
@@ -201,9 +235,9 @@ fn losses_match_the_pre_redesign_engine_bit_for_bit() {
     }
     let mut want = read_golden(&file);
     let mut bad = Vec::new();
-    if native {
+    for (unit, native_got) in &native {
         let f32_compute: BTreeMap<_, _> = want.iter().filter(|(k, _)| is_native(k)).collect();
-        for (key, g) in &native_got {
+        for (key, g) in native_got {
             let Some(w) = f32_compute.get(key) else {
                 bad.push(format!("{key}: no f32-compute bf16 losses to compare with"));
                 continue;
@@ -211,30 +245,34 @@ fn losses_match_the_pre_redesign_engine_bit_for_bit() {
             for (step, (a, b)) in g.iter().zip(w.iter()).enumerate() {
                 let (a, b) = (loss(a), loss(b));
                 let rel = (a - b).abs() / b.abs();
-                eprintln!("{key}: step {step}: native {a} vs f32-compute {b} (rel {rel:.2e})");
+                eprintln!(
+                    "{key} on {unit}: step {step}: native {a} vs f32-compute {b} (rel {rel:.2e})"
+                );
                 let allowed = NATIVE_BF16_TOLERANCE[step.min(1)];
                 if rel.is_nan() || rel > allowed {
                     bad.push(format!(
-                        "{key}: step {step}: native bf16 loss {a} is {rel:.2e} from the \
-                         f32-compute bf16 loss {b} (allowed {allowed:e})"
+                        "{key} on {unit}: step {step}: native bf16 loss {a} is {rel:.2e} from \
+                         the f32-compute bf16 loss {b} (allowed {allowed:e})"
                     ));
                 }
             }
         }
-        want.retain(|k, _| !is_native(k));
-        let native_want = read_golden(&native_file);
+        let native_want = read_golden(&native_file(unit));
         for (key, w) in &native_want {
             if native_got.get(key) != Some(w) {
                 bad.push(format!(
-                    "{key}: native bf16 losses {:?}, were {w:?}",
+                    "{key} on {unit}: native bf16 losses {:?}, were {w:?}",
                     native_got.get(key)
                 ));
             }
         }
         for key in native_got.keys().filter(|k| !native_want.contains_key(*k)) {
-            bad.push(format!("{key}: no native-bf16 golden value (re-record?)"));
+            bad.push(format!(
+                "{key} on {unit}: no native-bf16 golden value (re-record?)"
+            ));
         }
     }
+    want.retain(|k, _| !is_native(k));
     for (key, w) in &want {
         match got.get(key) {
             None => bad.push(format!("{key}: not run")),

@@ -2,7 +2,7 @@
 
 use crate::commands::cli::ProbeArgs;
 use crate::engine::cuda::versions::{self, Found};
-use crate::engine::ops::gemm::{amp_path_lines, kernel_family, native_half};
+use crate::engine::ops::gemm::{amp_path_lines, bf16_unit, kernel_family, native_half};
 use crate::error::Result;
 use crate::knobs::Amp;
 
@@ -69,7 +69,7 @@ pub fn main(args: &ProbeArgs) -> Result<i32> {
     };
     if args.json {
         let v = serde_json::json!({
-            "cpu": { "model": cpu.model, "logical_cores": cpu.logical_cores, "available": cpu.available, "gemm_kernels": kernel_family(), "amp_paths": amp_path_lines(), "bf16_native": native_half(Amp::Bf16) },
+            "cpu": { "model": cpu.model, "logical_cores": cpu.logical_cores, "available": cpu.available, "gemm_kernels": kernel_family(), "amp_paths": amp_path_lines(), "bf16_native": native_half(Amp::Bf16), "bf16_unit": bf16_unit() },
             "gpus": match &gpus { Ok(g) => serde_json::to_value(g).unwrap_or_default(), Err(_) => serde_json::Value::Null },
             "gpu_notice": gpus.as_ref().err().map(|e| e.to_string()),
             "cuda_libraries": libs,

@@ -273,6 +273,12 @@ pub fn matmul_turned(
 
 /// Whether `amp` computes its GEMMs natively in half precision on this CPU: bf16 where
 /// the CPU has AVX512_BF16 ([`gemm_bf16`]). Everything else widens to f32.
+/// What native bf16 GEMMs run on here (`amx`, `avx512_bf16`), None where bf16 is
+/// computed in f32.
+pub fn bf16_unit() -> Option<&'static str> {
+    gemm_bf16::unit()
+}
+
 pub fn native_half(amp: Amp) -> bool {
     amp == Amp::Bf16 && gemm_bf16::available()
 }

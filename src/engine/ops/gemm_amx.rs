@@ -28,11 +28,21 @@ const MC: usize = 128;
 /// Columns of B packed at a time, as the AVX-512 path.
 const NC: usize = 1024;
 
+/// Set to `1`: bf16 GEMMs never use AMX tiles (see [`ready`]).
+pub const NO_AMX_ENV: &str = "TUNE_CPU_NO_AMX";
+
 /// Whether the AMX path runs here: the CPU has AMX-TILE and AMX-BF16 (CPUID leaf 7,
 /// EDX bits 24 and 22), AVX512_BF16 for the packing, and Linux granted the tile state.
 pub fn ready() -> bool {
     static READY: OnceLock<bool> = OnceLock::new();
     *READY.get_or_init(|| {
+        // `TUNE_CPU_NO_AMX=1` runs bf16 GEMMs on AVX512_BF16 dot products even where the
+        // tiles exist: the two sum in different orders, and a CPU without AMX (AMD Zen
+        // 4/5) runs the dot-product path, whose golden losses must be recordable and
+        // checkable on an AMX host too (tests/engine_golden.rs).
+        if std::env::var_os(NO_AMX_ENV).is_some_and(|v| v == "1") {
+            return false;
+        }
         if !crate::engine::ops::gemm_bf16::available() {
             return false;
         }

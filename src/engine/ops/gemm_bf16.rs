@@ -61,6 +61,17 @@ pub fn available() -> bool {
 }
 
 /// One line saying how `amp = bf16` computes on this CPU, and why.
+/// The unit native bf16 GEMMs run on: `amx`, `avx512_bf16`, or None (computed in f32).
+pub fn unit() -> Option<&'static str> {
+    if gemm_amx::ready() {
+        Some("amx")
+    } else if available() {
+        Some("avx512_bf16")
+    } else {
+        None
+    }
+}
+
 pub fn path_line() -> &'static str {
     if gemm_amx::ready() {
         "bf16: native, AMX tiles (tdpbf16ps), f32 accumulation: on this CPU class AVX512_BF16's \
