@@ -460,6 +460,16 @@ macro_rules! knob_table {
                 })
             }
 
+            /// Copies one knob's typed value from `from`; false when `name` is no knob.
+            pub fn take_knob(&mut self, name: &str, from: &Knobs) -> bool {
+                match name {
+                    $(stringify!($fname) => self.$fname = from.$fname.clone(),)+
+                    $(stringify!($lname) => self.$lname = from.$lname.clone(),)+
+                    _ => return false,
+                }
+                true
+            }
+
             /// The value of one knob as text (the inverse of `set`).
             pub fn get(&self, name: &str) -> Option<String> {
                 Some(match name {
