@@ -110,6 +110,15 @@ pub const REPEATS: Bound = Bound {
     why: "repeats multiply the sweep's run time",
 };
 
+/// Pairs of runs (the change, the baseline beside it) a confirmation makes
+/// (`[search] confirm_repeats`, default `runner`'s three at least): each pair is two more
+/// runs of the job.
+pub const CONFIRM_REPEATS: Bound = Bound {
+    min: 1,
+    max: 10,
+    why: "each pair is two more runs of the job",
+};
+
 /// Extra runs a trial may spend replacing repeats the hardware contaminated (throttling,
 /// another process on its GPU, steal time): each costs a whole repeat, and a machine that
 /// stays contaminated for ten re-runs will not clean up for an eleventh.

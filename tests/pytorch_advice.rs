@@ -12,33 +12,11 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use support::show;
 
-fn run_sweep(dir: &Path, spec: &str) -> (Output, std::path::PathBuf) {
-    let path = dir.join("spec.toml");
-    std::fs::write(&path, spec).unwrap();
-    let out = dir.join("out");
-    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
-        .arg("sweep")
-        .arg(&path)
-        .arg("--out")
-        .arg(&out)
-        .env("TUNE_CACHE_DIR", dir.join("cache"))
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    (o, out)
-}
-
-fn report(out: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap()
+fn run_sweep(dir: &Path, spec: &str) -> (Output, std::path::PathBuf, Value) {
+    let (o, r) = support::sweep_script(dir, spec);
+    (o, dir.join("out"), r)
 }
 
 #[test]
@@ -60,9 +38,8 @@ fn a_loop_without_a_dataloader_gets_no_loader_advice_and_counts_its_samples() {
         py.display(),
         support::script("plain_loop.py").display()
     );
-    let (o, out) = run_sweep(d.path(), &spec);
+    let (o, out, r) = run_sweep(d.path(), &spec);
     assert!(o.status.success(), "{}", show(&o));
-    let r = report(&out);
     let trials = r["trials"].as_array().unwrap();
     for t in trials {
         assert_eq!(t["status"], "ok", "{t}");
@@ -142,7 +119,7 @@ fn a_knob_the_hooks_cannot_inject_is_refused_when_the_spec_is_read() {
     let d = tempfile::tempdir().unwrap();
     let spec = "name = \"refused\"\n[workload.python]\nrun = \"python train.py\"\n\
                 [knobs]\nzero_grad = [\"memset\", \"none\"]\ncheckpoint = [\"off\", \"sqrt\"]\n";
-    let (o, out) = run_sweep(d.path(), spec);
+    let (o, out, _) = run_sweep(d.path(), spec);
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -165,10 +142,11 @@ fn a_knob_the_hooks_cannot_inject_is_refused_when_the_spec_is_read() {
 // one and the confirmation's quiet re-run), and every recommended change is confirmed on
 // its own beside a baseline run, so a change that does nothing cannot stand (#31).
 #[test]
-#[ignore = "one repeat per run cannot tell drift from run-to-run noise on a shared 2-core \
-            machine: in 4 runs here, once a no-effect seed=1 measured 1.34x and stood, once \
-            the planted extra=0 measured only 1.20x alone and fell; it needs repeats inside \
-            the confirmation (#31)"]
+#[ignore = "with 3 confirmation pairs it passed once (load 12) and failed once (87% foreign \
+            CPU, the baseline drifting 9x over the sweep): seed=1, no effect, measured 1.29x \
+            [1.13, 1.39] alone beside its baseline; each pair runs the baseline first, so a \
+            machine getting faster favours the change in every pair: alternate the order \
+            (ABBA) next (#31)"]
 fn a_busy_baseline_minute_cannot_make_a_change_stand() {
     let _serial = support::serial();
     let Some(py) = support::python("a_busy_baseline_minute_cannot_make_a_change_stand") else {
@@ -181,17 +159,16 @@ fn a_busy_baseline_minute_cannot_make_a_change_stand() {
     let marker = d.path().join("burned");
     let spec = format!(
         "name = \"drift\"\n[workload.python]\n\
-         run = \"{} {} --steps 30 --width 1024 --burn-once {} --seed {{seed}} --extra {{extra}}\"\n\
+         run = \"{} {} --steps 20 --width 1024 --burn-once {} --seed {{seed}} --extra {{extra}}\"\n\
          [params]\nseed = [0, 1]\nextra = [6, 0]\n\
          [search]\nstrategy = \"one-at-a-time\"\nrepeats = 1\ntimeout_s = 180\n",
         py.display(),
         support::script("plain_loop.py").display(),
         marker.display()
     );
-    let (o, out) = run_sweep(d.path(), &spec);
+    let (o, out, r) = run_sweep(d.path(), &spec);
     assert!(o.status.success(), "{}", show(&o));
     assert!(marker.exists(), "the baseline never burned: {}", show(&o));
-    let r = report(&out);
     let trials = r["trials"].as_array().unwrap();
     let sps = |label: &str| {
         trials.iter().find(|t| t["label"] == label).unwrap()["samples_per_s"]["median"]
@@ -254,9 +231,6 @@ fn a_busy_baseline_minute_cannot_make_a_change_stand() {
 }
 
 #[test]
-#[ignore = "its premise (4 workers buy nothing over 2) did not hold in one full-suite run \
-            here: 2 workers measured 1.30x [1.23, 1.36] faster than the script's 4 on 2 \
-            cores, and the speed recommendation, not the memory one, was made (#31)"]
 fn loader_workers_that_buy_nothing_get_a_memory_recommendation() {
     let _serial = support::serial();
     let Some(py) = support::python("loader_workers_that_buy_nothing_get_a_memory_recommendation")
@@ -265,17 +239,17 @@ fn loader_workers_that_buy_nothing_get_a_memory_recommendation() {
     };
     let d = tempfile::tempdir().unwrap();
     // The script asks for 4 workers, each holding a 300 MiB cache; reading a batch costs
-    // nothing, so 2 workers run as fast with 600 MiB less.
+    // nothing, so fewer workers run as fast (on 2 cores, often faster) with 600 MiB or
+    // more less: far above the rule's 20% and 64 MiB, whichever way the speed falls.
     let spec = format!(
-        "name = \"mem\"\n[workload.python]\nrun = \"{} {} --steps 80\"\n\
+        "name = \"mem\"\n[workload.python]\nrun = \"{} {} --steps 40\"\n\
          [knobs]\nnum_workers = [0, 2]\n\
          [search]\nstrategy = \"one-at-a-time\"\nrepeats = 1\ntimeout_s = 180\n",
         py.display(),
         support::script("loader_memory.py").display()
     );
-    let (o, out) = run_sweep(d.path(), &spec);
+    let (o, _, r) = run_sweep(d.path(), &spec);
     assert!(o.status.success(), "{}", show(&o));
-    let r = report(&out);
     let trials = r["trials"].as_array().unwrap();
     let mib = |label: &str| {
         trials.iter().find(|t| t["label"] == label).unwrap()["rss_peak_bytes"]
@@ -292,12 +266,23 @@ fn loader_workers_that_buy_nothing_get_a_memory_recommendation() {
         show(&o)
     );
     let recs = r["recommendations"].as_array().unwrap();
+    // Fewer workers than the script's 4, tied or faster: either way its memory saving is
+    // said (a faster-and-cheaper choice is not only a speed-up).
+    let fewer = |x: &&Value| x["change"]["num_workers"] == "2" || x["change"]["num_workers"] == "0";
     let x = recs
         .iter()
-        .find(|x| x["change"]["num_workers"] == "2")
+        .find(fewer)
         .unwrap_or_else(|| panic!("no memory recommendation: {recs:?}\n{}", show(&o)));
     let title = x["title"].as_str().unwrap_or("");
-    assert!(title.contains("MiB less memory"), "{x}");
+    assert!(title.contains("MiB less memory"), "{x}\n{}", show(&o));
+    assert_eq!(recs.iter().filter(fewer).count(), 1, "{recs:?}");
+    assert!(
+        x["evidence"]
+            .as_str()
+            .unwrap_or("")
+            .contains("your script's 4 loader workers"),
+        "{x}"
+    );
     assert!(
         !recs.iter().any(|x| x["change"]["num_workers"] == "4"),
         "{recs:?}"

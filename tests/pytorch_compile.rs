@@ -16,14 +16,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use support::show;
 
 /// Whether inductor compiles on this machine (it needs a working C++ compiler); the
 /// reason when it does not.
@@ -63,7 +56,7 @@ fn sweep(
         &spec,
         format!(
             "name = \"compile\"\n[workload.python]\nrun = \"{} {} {args}\"\nwarmup = 3\nsteps = 15\n\
-             [knobs]\n{knobs}\n[search]\nrepeats = 1\ntimeout_s = 400\n{search}\n",
+             [knobs]\n{knobs}\n[search]\nrepeats = 1\nconfirm_repeats = 1\ntimeout_s = 400\n{search}\n",
             py.display(),
             support::script("pointwise.py").display()
         ),

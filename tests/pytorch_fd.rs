@@ -68,14 +68,7 @@ fn watch(py: &Path, out: &Path, args: &[&str]) -> (Output, Value, bool) {
     )
 }
 
-fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use support::show;
 
 /// Every file the script wrote: none may hold a line of tune's.
 fn assert_only_the_scripts_lines(own: &Path, o: &Output) {

@@ -12,14 +12,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-fn show(o: &std::process::Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use support::show;
 
 /// Runs a sweep of probe.py (with `args`) over `knobs` (TOML lines); returns the report
 /// and the probe's records, one per trial run.
@@ -30,7 +23,7 @@ fn sweep(py: &Path, dir: &Path, args: &str, knobs: &str) -> (Value, Vec<Value>) 
         &spec,
         format!(
             "name = \"probe\"\n[workload.python]\nrun = \"{} {} --record {} {args}\"\n\
-             [knobs]\n{knobs}\n[search]\nstrategy = \"one-at-a-time\"\nrepeats = 1\ntimeout_s = 120\n",
+             [knobs]\n{knobs}\n[search]\nstrategy = \"one-at-a-time\"\nrepeats = 1\nconfirm_repeats = 1\ntimeout_s = 120\n",
             py.display(),
             support::script("probe.py").display(),
             record.display(),

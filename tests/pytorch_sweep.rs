@@ -9,14 +9,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-fn show(o: &std::process::Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use support::show;
 
 #[test]
 fn command_sweep_of_a_starved_script_recommends_more_workers_and_confirms() {
@@ -33,7 +26,7 @@ fn command_sweep_of_a_starved_script_recommends_more_workers_and_confirms() {
         format!(
             "name = \"torch-workers\"\n[workload.command]\n\
              run = \"{} {} --workers {{num_workers}}\"\nmetric_json_key = \"samples_per_s\"\n\
-             [knobs]\nnum_workers = [0, 2]\n[search]\nrepeats = 1\ntimeout_s = 120\n",
+             [knobs]\nnum_workers = [0, 2]\n[search]\nrepeats = 1\nconfirm_repeats = 1\ntimeout_s = 120\n",
             py.display(),
             support::script("train.py").display()
         ),
@@ -93,7 +86,7 @@ fn python_sweep_injects_knobs_recommends_the_winner_and_confirms() {
             "name = \"torch-python\"\n[workload.python]\n\
              run = \"{} {} --cost-ms 2 --width 96 --batch 32 --steps 40\"\n\
              [knobs]\nnum_workers = [0, 2]\nzero_grad = [\"memset\", \"none\"]\n\
-             [search]\nrepeats = 1\ntimeout_s = 120\n",
+             [search]\nrepeats = 1\nconfirm_repeats = 1\ntimeout_s = 120\n",
             py.display(),
             support::script("train.py").display()
         ),

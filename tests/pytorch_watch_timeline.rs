@@ -29,14 +29,7 @@ fn watch(py: &Path, out: &Path, args: &[&str]) -> (Output, Value) {
     (o, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
-fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use support::show;
 
 fn kinds(r: &Value) -> Vec<String> {
     r["findings"]
@@ -237,4 +230,71 @@ fn compare_of_two_watches_tests_step_time_and_samples() {
         .find(|l| l.contains("median step ms"))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(line.ends_with("higher"), "{text}");
+}
+
+#[test]
+fn a_sweep_of_token_ids_reports_tokens_per_second_and_traces_each_steps_phases() {
+    let _serial = support::serial();
+    let Some(py) = support::python(
+        "a_sweep_of_token_ids_reports_tokens_per_second_and_traces_each_steps_phases",
+    ) else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    // One trial (the script as written): what is reported, not what is faster.
+    let spec = format!(
+        "name = \"tok\"\n[workload.python]\nrun = \"{} {} --loader --seq 24 --batch 16 --steps 30\"\n\
+         [knobs]\nzero_grad = [\"memset\"]\n[search]\nrepeats = 1\ntimeout_s = 120\n",
+        py.display(),
+        support::script("tokens.py").display()
+    );
+    let (o, r) = support::sweep_script(d.path(), &spec);
+    assert!(o.status.success(), "{}", show(&o));
+    let t = support::trial(&r, "baseline");
+    let samples = t["samples_per_s"]["median"].as_f64().unwrap();
+    let tokens = t["tokens_per_s"]["median"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no tokens_per_s: {t}"));
+    // 16 sequences of 24 tokens a step: exactly 24 tokens per sample, interval too.
+    assert!((tokens / samples - 24.0).abs() < 1e-6, "{t}");
+    assert!(
+        (t["tokens_per_s"]["lo"].as_f64().unwrap() / t["samples_per_s"]["lo"].as_f64().unwrap()
+            - 24.0)
+            .abs()
+            < 1e-6,
+        "{t}"
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("tokens/s [95% CI]"), "{stdout}");
+    let md = std::fs::read_to_string(d.path().join("out/summary.md")).unwrap();
+    assert!(md.contains("tokens/s [95% CI]"), "{md}");
+    // The trace nests each step's own phases inside it (pid 1: the first trial).
+    let trace: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path().join("out/trace.json")).unwrap())
+            .unwrap();
+    let ev = trace["traceEvents"].as_array().unwrap();
+    let of = |cat: &str| -> Vec<&Value> {
+        ev.iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == 1 && e["cat"] == cat)
+            .collect()
+    };
+    let (steps, phases) = (of("step"), of("phase"));
+    assert!(!steps.is_empty(), "{trace}");
+    assert!(
+        phases.iter().any(|p| p["name"] == "forward")
+            && phases.iter().any(|p| p["name"] == "backward"),
+        "no phases in the sweep's trace: {} step events, {} phase events",
+        steps.len(),
+        phases.len()
+    );
+    for p in &phases {
+        let (ts, dur) = (p["ts"].as_f64().unwrap(), p["dur"].as_f64().unwrap());
+        assert!(
+            steps.iter().any(|s| {
+                let (a, b) = (s["ts"].as_f64().unwrap(), s["dur"].as_f64().unwrap());
+                ts >= a - 1e-3 && ts + dur <= a + b + 1e-3
+            }),
+            "phase outside every step: {p}"
+        );
+    }
 }

@@ -5,19 +5,12 @@
 #[path = "pytorch/support.rs"]
 mod support;
 
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use support::show;
 
 #[test]
 fn watch_steps_ends_the_job_and_writes_the_report() {

@@ -40,9 +40,11 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
     if share <= SHARE {
         return cheaper(cx, base).into_iter().collect();
     }
-    let workers = base.knobs.num_workers;
+    // The workers the baseline really ran: the script's own when tune left them (#31).
+    let workers = workers_of(cx, base);
     let seen = format!(
-        "the baseline (num_workers={workers}) waits for data {} of each step",
+        "{} waits for data {} of each step",
+        cx.baseline_named("num_workers"),
         fmt_pct(share)
     );
     let tried: Vec<_> = cx
@@ -154,22 +156,35 @@ fn cheaper(cx: &Ctx, base: &TrialReport) -> Option<Recommendation> {
         })
         .max_by(|a, b| a.2.total_cmp(&b.2))?;
     let n = t.knobs.num_workers;
+    let faster = r.significant && r.ratio > 1.0;
     let mut rec = measured_change(
         cx,
         t,
         r,
         "num_workers",
         Say {
+            // Faster and cheaper is said as both (#31): fewer workers that also win on
+            // speed keep their memory saving in the title.
             title: format!(
-                "Use num_workers={n}: as fast here, with {:.0} MiB less memory",
+                "Use num_workers={n}: {} here, with {:.0} MiB less memory",
+                if faster { "faster" } else { "as fast" },
                 super::mib(saved as u64)
             ),
             evidence: vec![format!(
-                "the baseline's {have} loader workers buy no speed: num_workers={n} measured {} \
-                 (not significantly slower) at {:.0} MiB resident at the peak against the \
-                 baseline's {:.0} MiB; each worker is a process with its own copy of the \
-                 dataset object and its prefetched batches",
+                "{}'s {have} loader workers buy no speed: num_workers={n} measured {} \
+                 ({}) at {:.0} MiB resident at the peak against {:.0} MiB; each worker is a \
+                 process with its own copy of the dataset object and its prefetched batches",
+                if base.script_knobs.contains_key("num_workers") {
+                    "your script"
+                } else {
+                    "the baseline"
+                },
                 super::fmt_ratio(&r),
+                if faster {
+                    "significantly faster"
+                } else {
+                    "not significantly slower"
+                },
                 super::mib(t.rss_peak_bytes.unwrap_or(0)),
                 super::mib(base_mem as u64)
             )],
@@ -178,7 +193,7 @@ fn cheaper(cx: &Ctx, base: &TrialReport) -> Option<Recommendation> {
         },
     );
     // The gain is memory, not speed: a tie is not a claimed speed-up.
-    if !(r.significant && r.ratio > 1.0) {
+    if !faster {
         rec.confidence = "medium".into();
     }
     Some(rec)
@@ -333,5 +348,69 @@ mod tests {
             ],
         );
         assert!(by_rule(&r, "data_wait").is_empty());
+    }
+
+    #[test]
+    fn the_evidence_names_the_scripts_own_workers() {
+        // The script runs 1 worker of its own; tune's first value (0) is not what ran.
+        let s = spec("num_workers = [0, 2]", "");
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010)
+                    .phase("data_wait", 0.30)
+                    .script_knob("num_workers", "1"),
+                trial(&s, &[("num_workers", "2")], 0.007).phase("data_wait", 0.01),
+            ],
+        );
+        let recs = by_rule(&r, "data_wait");
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        let ev = &recs[0].finding.evidence;
+        assert!(
+            ev.contains("your script's num_workers=1 waits for data"),
+            "{ev}"
+        );
+        assert!(!ev.contains("the baseline (num_workers=0)"), "{ev}");
+    }
+
+    #[test]
+    fn fewer_workers_that_are_also_faster_say_both() {
+        // The script's 4 workers are slower than 2 on 2 cores and hold far more memory.
+        let s = spec("num_workers = [0, 2]", "");
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010)
+                    .rss_mib(2861)
+                    .script_knob("num_workers", "4"),
+                trial(&s, &[("num_workers", "2")], 0.007).rss_mib(1043),
+            ],
+        );
+        let recs = crate::advisor::advise(&r);
+        let x = recs
+            .iter()
+            .find(|x| x.change.get("num_workers").map(String::as_str) == Some("2"))
+            .unwrap_or_else(|| panic!("{recs:?}"));
+        assert!(
+            x.finding
+                .title
+                .contains("faster here, with 1818 MiB less memory"),
+            "{}",
+            x.finding.title
+        );
+        assert!(
+            x.finding
+                .evidence
+                .contains("your script's 4 loader workers"),
+            "{}",
+            x.finding.evidence
+        );
+        assert_eq!(
+            recs.iter()
+                .filter(|x| x.change.contains_key("num_workers"))
+                .count(),
+            1,
+            "{recs:?}"
+        );
     }
 }

@@ -159,6 +159,20 @@ impl<'a> Ctx<'a> {
         &self.report.spec.search.baseline
     }
 
+    /// The baseline's `knob` as the advice names it: the script's own value when the
+    /// hooks read one ("your script's num_workers=4"), since tune then leaves it as the
+    /// script has it; else the value tune ran ("the baseline (num_workers=0)") (#31).
+    pub fn baseline_named(&self, knob: &str) -> String {
+        let own = self.base.and_then(|b| b.script_knobs.get(knob));
+        match own {
+            Some(v) => format!("your script's {knob}={v}"),
+            None => format!(
+                "the baseline ({knob}={})",
+                self.base_knobs().value(knob).unwrap_or_else(|| "?".into())
+            ),
+        }
+    }
+
     pub fn backend(&self) -> &str {
         &self.report.environment.backend
     }

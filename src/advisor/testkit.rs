@@ -84,6 +84,14 @@ pub fn trial(spec: &Spec, overrides: &[(&str, &str)], step_s: f64) -> Trial {
 }
 
 impl Trial {
+    /// The script's own value of `knob`, as the hooks read it.
+    pub fn script_knob(mut self, knob: &str, value: &str) -> Trial {
+        for r in &mut self.rec.repeats {
+            r.script_knobs.insert(knob.into(), value.into());
+        }
+        self
+    }
+
     /// Mean seconds per step in `phase` = `share` of the step.
     pub fn phase(mut self, phase: &str, share: f64) -> Trial {
         for r in &mut self.rec.repeats {

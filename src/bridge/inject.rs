@@ -70,6 +70,14 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
         crate::stats::median(&batches)
     };
     let durs: Vec<f64> = events.steady().iter().map(|s| s.dur).collect();
+    // The watch's rule (`events::summary`): only where most steady steps saw token ids.
+    let tokens: Vec<f64> = events
+        .steady()
+        .iter()
+        .filter(|s| s.tokens > 0)
+        .map(|s| s.tokens as f64)
+        .collect();
+    let tokens_per_step = (2 * tokens.len() > durs.len()).then(|| crate::stats::median(&tokens));
     let mut not_applicable = std::collections::BTreeMap::new();
     let mut overrides = std::collections::BTreeMap::new();
     for o in &events.overrides {
@@ -112,6 +120,20 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
         overrides,
         script_knobs: events.script_knobs.clone(),
         compile_s: events.compile_cost().map(|(s, _)| s),
+        tokens_per_step,
+        step_phases: events
+            .steps
+            .iter()
+            .map(|s| crate::engine::clock::Phases {
+                data_wait: s.data_wait,
+                h2d: s.h2d,
+                zero_grad: s.zero_grad,
+                forward: s.forward,
+                backward: s.backward,
+                optimizer: s.optimizer,
+                ..Default::default()
+            })
+            .collect(),
         ..Repeat::default()
     })
 }

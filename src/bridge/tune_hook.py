@@ -541,8 +541,9 @@ def _install_module_call(torch):
                     # No DataLoader: the samples are what the training loop feeds its
                     # model (summed over the step, so accumulation counts every
                     # micro-batch); a loss module has no parameters and is not counted.
-                    _state["fwd_batch"] += _ld.batch_size(args)
-                    _state["fwd_tokens"] += _ld.batch_tokens(args)
+                    n, tokens = _ld.batch_counts(args)
+                    _state["fwd_batch"] += n
+                    _state["fwd_tokens"] += tokens
                 if trained and _state["fwd0"] is None:
                     _state["fwd0"] = _now()
                 if trained:

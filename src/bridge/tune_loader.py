@@ -19,9 +19,9 @@ def _first_leaf(batch):
     return x
 
 
-def batch_size(batch):
+def _size_of(x):
     try:
-        shape = getattr(_first_leaf(batch), "shape", None)
+        shape = getattr(x, "shape", None)
         if shape is not None and len(shape) > 0:
             return int(shape[0])
     except Exception:
@@ -29,11 +29,8 @@ def batch_size(batch):
     return 0
 
 
-def batch_tokens(batch):
-    """Tokens of a batch of token ids: an integer tensor of shape [B, T] as the model's
-    input; 0 for anything else (images, features, labels)."""
+def _tokens_of(x):
     try:
-        x = _first_leaf(batch)
         dtype = getattr(x, "dtype", None)
         if dtype is None or x.dim() != 2 or dtype.is_floating_point or dtype.is_complex:
             return 0
@@ -42,6 +39,23 @@ def batch_tokens(batch):
         return int(x.shape[0]) * int(x.shape[1])
     except Exception:
         return 0
+
+
+def batch_size(batch):
+    return _size_of(_first_leaf(batch))
+
+
+def batch_tokens(batch):
+    """Tokens of a batch of token ids: an integer tensor of shape [B, T] as the model's
+    input; 0 for anything else (images, features, labels)."""
+    return _tokens_of(_first_leaf(batch))
+
+
+def batch_counts(batch):
+    """(samples, tokens) of a batch, its first tensor found once: the loader's hook runs
+    on every batch."""
+    x = _first_leaf(batch)
+    return _size_of(x), _tokens_of(x)
 
 
 def _batch_injectable(given):
@@ -131,8 +145,9 @@ def install(torch, hook):
         if os.getpid() == _h._pid:
             # Summed over the step: under gradient accumulation one optimizer step
             # consumes several batches.
-            _h._state["batch"] += batch_size(batch)
-            _h._state["tokens"] += batch_tokens(batch)
+            n, tokens = batch_counts(batch)
+            _h._state["batch"] += n
+            _h._state["tokens"] += tokens
             _h._state["loader_batches"] += 1
         return batch
 

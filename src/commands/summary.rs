@@ -62,15 +62,17 @@ pub fn render(r: &Report, colour: bool) -> String {
         .unwrap_or(5)
         .max(5);
     let energy = markdown::energy_header(&r.trials);
+    let tokens = markdown::tokens_header(&r.trials);
     let _ = writeln!(
         s,
-        "{:<w$}  {:<11}  {:>28}  {:>26}  {:>8}{}",
+        "{:<w$}  {:<11}  {:>28}  {:>26}  {:>8}{}{}",
         "trial",
         "status",
         "samples/s [95% CI]",
         "vs baseline [95% CI]",
         "peak MiB",
-        energy.map_or(String::new(), |h| format!("  {h}"))
+        energy.map_or(String::new(), |h| format!("  {h}")),
+        tokens.map_or(String::new(), |h| format!("  {h:>26}"))
     );
     for t in &r.trials {
         let is_base = r.baseline.as_deref() == Some(t.id.as_str());
@@ -86,7 +88,7 @@ pub fn render(r: &Report, colour: bool) -> String {
         // Padded before painting: escape codes would count towards the width.
         let _ = writeln!(
             s,
-            "{:<w$}  {}  {:>28}  {}  {:>8}{}",
+            "{:<w$}  {}  {:>28}  {}  {:>8}{}{}",
             label(t),
             paint(status_style, colour, &format!("{status:<11}")),
             markdown::throughput_cell(t),
@@ -97,6 +99,10 @@ pub fn render(r: &Report, colour: bool) -> String {
             ),
             t.peak_mib().map_or("–".into(), |m| format!("{m:.1}")),
             energy.map_or(String::new(), |_| format!("  {}", markdown::energy_cell(t))),
+            tokens.map_or(String::new(), |_| format!(
+                "  {:>26}",
+                markdown::tokens_cell(t)
+            )),
         );
     }
     for t in &r.trials {

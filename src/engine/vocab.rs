@@ -190,6 +190,15 @@ pub struct RunSummary {
     /// the script's own torch.compile); None when nothing was compiled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compile_s: Option<f64>,
+    /// Tokens in a step where a script's batch is integer token ids (`[B, T]`), the
+    /// median over the steady steps; None for the engine and other batches (#31).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_step: Option<f64>,
+    /// Each step's phases, index-aligned with `step_times`, where the steps' events
+    /// carried them (a script's hooks); empty for the engine, whose summary keeps means.
+    /// A sweep's trace.json nests them in their steps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_phases: Vec<Phases>,
 }
 
 /// What a step loop measured. Every backend's summary is built from it the same way
@@ -262,6 +271,8 @@ impl RunSummary {
             overrides: BTreeMap::new(),
             script_knobs: BTreeMap::new(),
             compile_s: None,
+            tokens_per_step: None,
+            step_phases: Vec::new(),
         }
     }
 }

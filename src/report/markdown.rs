@@ -124,6 +124,21 @@ pub fn joules(j: f64) -> String {
     }
 }
 
+/// The tokens/s column's header, when some trial's batch was token ids (#31).
+pub fn tokens_header(trials: &[TrialReport]) -> Option<&'static str> {
+    trials
+        .iter()
+        .any(|t| t.tokens_per_s.is_some())
+        .then_some("tokens/s [95% CI]")
+}
+
+pub fn tokens_cell(t: &TrialReport) -> String {
+    match t.tokens_per_s {
+        Some(c) => format!("{:.0} [{:.0}, {:.0}]", c.median, c.lo, c.hi),
+        None => "–".into(),
+    }
+}
+
 pub fn throughput_cell(t: &TrialReport) -> String {
     match t.samples_per_s {
         Some(c) => format!("{:.1} [{:.1}, {:.1}]", c.median, c.lo, c.hi),
@@ -182,15 +197,18 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(s, "> Note: {}\n", cell(n));
     }
     let energy = energy_header(&r.trials);
+    let tokens = tokens_header(&r.trials);
     let _ = writeln!(
         s,
-        "| trial | status | samples/s [95% CI] | vs baseline [95% CI] | peak MiB | accuracy |{}",
-        energy.map_or(String::new(), |h| format!(" {h} |"))
+        "| trial | status | samples/s [95% CI] | vs baseline [95% CI] | peak MiB | accuracy |{}{}",
+        energy.map_or(String::new(), |h| format!(" {h} |")),
+        tokens.map_or(String::new(), |h| format!(" {h} |"))
     );
     let _ = writeln!(
         s,
-        "|---|---|---:|---:|---:|---:|{}",
-        if energy.is_some() { "---:|" } else { "" }
+        "|---|---|---:|---:|---:|---:|{}{}",
+        if energy.is_some() { "---:|" } else { "" },
+        if tokens.is_some() { "---:|" } else { "" }
     );
     for t in &r.trials {
         let is_base = r.baseline.as_deref() == Some(t.id.as_str());
@@ -204,7 +222,7 @@ pub fn render(r: &Report) -> String {
             .map_or(String::new(), |l| format!(" ⚠ under load ({l:.0}% CPU)"));
         let _ = writeln!(
             s,
-            "| {}{} | {}{} | {} | {} | {} | {} |{}",
+            "| {}{} | {}{} | {} | {} | {} | {} |{}{}",
             cell(&t.label),
             best,
             t.status.as_str(),
@@ -215,6 +233,7 @@ pub fn render(r: &Report) -> String {
             t.accuracy
                 .map_or("–".into(), |a| format!("{:.1}%", a * 100.0)),
             energy.map_or(String::new(), |_| format!(" {} |", energy_cell(t))),
+            tokens.map_or(String::new(), |_| format!(" {} |", tokens_cell(t))),
         );
     }
     let noted: Vec<(&TrialReport, Vec<String>)> = r

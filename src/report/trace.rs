@@ -124,7 +124,9 @@ pub fn render(tracks: &[Track], other: Value) -> String {
 
 /// A sweep's trace: one process per trial, one thread per repeat, its measured steps
 /// laid end to end from the repeat's start (the records keep step durations, not when
-/// each began, and phases as means per trial, so steps carry no phases here).
+/// each began). A repeat whose steps' events carried their phases (a script's hooks)
+/// has them nested in each step; the engine's records keep only means, so its steps
+/// carry none rather than a mean dressed as each step's.
 pub fn sweep(r: &Report) -> String {
     let mut tracks = Vec::new();
     for (i, t) in r.trials.iter().enumerate() {
@@ -143,6 +145,15 @@ pub fn sweep(r: &Report) -> String {
                     dur_s: d,
                     args,
                 });
+                if let Some(p) = rep
+                    .step_phases
+                    .get(n)
+                    .filter(|_| rep.step_phases.len() == rep.step_times.len())
+                {
+                    let named: Vec<(&'static str, f64)> =
+                        PHASE_ORDER.iter().map(|&k| (k, p.get(k))).collect();
+                    spans.extend(phase_spans(at, d, &named));
+                }
                 at += d;
             }
             tracks.push(Track {

@@ -7,7 +7,7 @@
 
 use super::model::{BaselineRatio, Drift, Ratio, TrialReport};
 use crate::knobs::Knobs;
-use crate::results::record::{Status, TrialRecord};
+use crate::results::record::{Repeat, Status, TrialRecord};
 use crate::stats::{self, Bootstrap};
 
 /// Journal ids of the baseline's runs interleaved through the plan start with this.
@@ -155,4 +155,81 @@ pub fn least(t: &TrialReport) -> Option<&BaselineRatio> {
     t.against
         .iter()
         .min_by(|a, b| a.ratio.lo.total_cmp(&b.ratio.lo))
+}
+
+/// A confirmation's runs of a change against the baseline runs it alternated with, pair
+/// by pair (#31): each pair's throughput ratio (its medians over steady steps), their
+/// median as the figure, and as the interval the wider of the pooled steps' bootstrap
+/// interval and the pairs' range once the single lowest and highest pair are set aside.
+/// So one noisy run, on either side, can neither make a gain significant nor take a
+/// significant one away: with three pairs, two must agree. None below three pairs (a
+/// journal from before repeated confirmations): the pooled bootstrap alone decides.
+pub fn paired(change: &[Repeat], beside: &[Repeat], pooled: Ratio) -> Option<Ratio> {
+    let thr = |r: &Repeat| {
+        let m = stats::median(super::build::steady_slice(r));
+        (m.is_finite() && m > 0.0).then(|| r.samples_per_step as f64 / m)
+    };
+    let mut pairs: Vec<f64> = change
+        .iter()
+        .zip(beside)
+        .filter_map(|(c, b)| Some(thr(c)? / thr(b)?))
+        .filter(|x| x.is_finite())
+        .collect();
+    if pairs.len() < 3 {
+        return None;
+    }
+    pairs.sort_by(f64::total_cmp);
+    let n = pairs.len();
+    let ratio = stats::median(&pairs);
+    let lo = pairs[1].min(pooled.lo).min(ratio);
+    let hi = pairs[n - 2].max(pooled.hi).max(ratio);
+    Some(Ratio {
+        ratio,
+        lo,
+        hi,
+        significant: lo > 1.0 || hi < 1.0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(steps_ms: &[f64]) -> Vec<Repeat> {
+        steps_ms
+            .iter()
+            .map(|&ms| Repeat {
+                step_times: vec![ms / 1e3; 12],
+                samples_per_step: 32,
+                ..Repeat::default()
+            })
+            .collect()
+    }
+
+    fn wide() -> Ratio {
+        Ratio {
+            ratio: 1.2,
+            lo: 1.1,
+            hi: 1.3,
+            significant: true,
+        }
+    }
+
+    #[test]
+    fn one_noisy_pair_neither_confirms_nor_withdraws() {
+        // No effect, but the first baseline run landed in a busy minute: that pair
+        // alone says 1.5x.
+        let r = paired(&rec(&[10.0, 10.0, 10.0]), &rec(&[15.0, 10.0, 10.0]), wide()).unwrap();
+        assert!((r.ratio - 1.0).abs() < 1e-9, "{r:?}");
+        assert!(!r.significant, "{r:?}");
+        // A real 2x gain whose last run of the change was slowed: still a gain.
+        let r = paired(&rec(&[5.0, 5.0, 10.0]), &rec(&[10.0, 10.0, 10.0]), wide()).unwrap();
+        assert!((r.ratio - 2.0).abs() < 1e-9, "{r:?}");
+        assert!(r.significant && r.lo > 1.0, "{r:?}");
+    }
+
+    #[test]
+    fn fewer_than_three_pairs_leave_it_to_the_pooled_interval() {
+        assert!(paired(&rec(&[5.0, 5.0]), &rec(&[10.0, 10.0]), wide()).is_none());
+    }
 }

@@ -200,6 +200,21 @@ fn trial_report(
             hi: finite(t.hi)?,
         })
     });
+    // Tokens per sample from the repeats that saw token ids; the samples' interval
+    // scaled by it, since a step's tokens follow its batch.
+    let tokens_each: Vec<f64> = rec
+        .repeats
+        .iter()
+        .filter_map(|r| Some(r.tokens_per_step? / r.samples_per_step.max(1) as f64))
+        .collect();
+    let tokens_per_s = samples_per_s.filter(|_| !tokens_each.is_empty()).map(|c| {
+        let k = stats::median(&tokens_each);
+        Ci {
+            median: c.median * k,
+            lo: c.lo * k,
+            hi: c.hi * k,
+        }
+    });
     let ratio_vs_baseline = match (samples_per_s, base) {
         (Some(_), Some((bt, bsps))) if !bt.is_empty() && !same_times.is_empty() => {
             let e = stats::ratio_ci(bt, *bsps, &same_times, same_sps, &boot);
@@ -235,6 +250,7 @@ fn trial_report(
         hardware: full.hardware.clone(),
         contamination,
         samples_per_s,
+        tokens_per_s,
         ratio_vs_baseline,
         peak_total_bytes: rec.repeats.iter().map(|r| r.peak_total_bytes).max(),
         rss_peak_bytes: rec
@@ -384,7 +400,11 @@ impl Confirmations {
                 .iter()
                 .rev()
                 .find(|r| r.id == id && r.status == Status::Ok)
-                .map(|r| steady_on(&figures_of(r).0, self.ref_type.as_deref()))
+                .map(|r| {
+                    let clean = figures_of(r).0;
+                    let data = steady_on(&clean, self.ref_type.as_deref());
+                    (clean, data)
+                })
         };
         // A journal from before per-change confirmations named its one re-run otherwise:
         // the latest baseline run that is not beside a single change.
@@ -393,10 +413,14 @@ impl Confirmations {
                 .iter()
                 .rev()
                 .find(|r| r.knobs == self.baseline && r.status == Status::Ok && !r.id.contains('~'))
-                .map(|r| steady_on(&figures_of(r).0, self.ref_type.as_deref()))
+                .map(|r| {
+                    let clean = figures_of(r).0;
+                    let data = steady_on(&clean, self.ref_type.as_deref());
+                    (clean, data)
+                })
         };
         let rerun = ok_by_id(&rerun_beside(knobs, &self.baseline)).or_else(combined);
-        let against = rerun.as_ref().or(self.base_data.as_ref());
+        let against = rerun.as_ref().map(|r| &r.1).or(self.base_data.as_ref());
         let id = confirm_id(knobs, &self.baseline);
         let rec = self.confirm.iter().rev().find(|r| r.id == id).or_else(|| {
             self.confirm
@@ -404,7 +428,17 @@ impl Confirmations {
                 .rev()
                 .find(|r| &r.knobs == knobs && !r.id.contains('~'))
         })?;
-        Some(trial_report(rec, against, self.ref_type.as_deref()))
+        let mut t = trial_report(rec, against, self.ref_type.as_deref());
+        // Run pair by pair beside its baseline runs: the pairs decide (#31).
+        if let (Some((beside, _)), Some(pooled)) = (rerun, t.ratio_vs_baseline) {
+            if beside.id != rec.id {
+                let mine = figures_of(rec).0;
+                if let Some(p) = super::baselines::paired(&mine.repeats, &beside.repeats, pooled) {
+                    t.ratio_vs_baseline = Some(p);
+                }
+            }
+        }
+        Some(t)
     }
 }
 
@@ -606,6 +640,7 @@ mod tests {
             noise_floor: repeat_noise_floor(&repeats).unwrap_or(0.0),
             repeats,
             samples_per_s: None,
+            tokens_per_s: None,
             ratio_vs_baseline: None,
             peak_total_bytes: None,
             phase_share: BTreeMap::new(),

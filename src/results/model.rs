@@ -168,6 +168,10 @@ pub struct TrialReport {
     pub repeats: Vec<Repeat>,
     /// Over the steady-state steps of all repeats pooled.
     pub samples_per_s: Option<Ci>,
+    /// Where the batch is token ids (a script's `[B, T]` integer tensor): samples/s times
+    /// the tokens per sample, interval included (#31). None otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_s: Option<Ci>,
     pub ratio_vs_baseline: Option<Ratio>,
     /// Largest peak over the repeats.
     pub peak_total_bytes: Option<u64>,

@@ -156,6 +156,25 @@ pub struct Sweep<'a> {
 /// (`scripts/sweep-overhead.sh`, 100 trials x 3 repeats: 7.7 s -> 9.9 s median).
 const JOURNAL_REPEATS_FROM: Duration = Duration::from_secs(1);
 
+/// Pairs of runs (the change, then the baseline beside it) a confirmation makes: the
+/// sweep's repeats, at least `CONFIRM_REPEATS_MIN` and at most `CONFIRM_REPEATS_MAX`.
+/// With one pair, a single busy minute decided the verdict (on a shared 2-core machine a
+/// change that does nothing measured 1.16x [1.03, 1.23] beside its baseline run, and a
+/// planted 2x gain measured 1.20x); with three, the verdict rests on the median pair and
+/// any one pair can be set aside (`results::build::paired`). Five bounds the cost: each
+/// pair is two more runs of the job.
+pub const CONFIRM_REPEATS_MIN: usize = 3;
+pub const CONFIRM_REPEATS_MAX: usize = 5;
+
+/// See `CONFIRM_REPEATS_MIN`; `[search] confirm_repeats` sets it outright.
+pub fn confirm_repeats(search: &crate::spec::Search) -> usize {
+    search.confirm_repeats.unwrap_or_else(|| {
+        search
+            .repeats
+            .clamp(CONFIRM_REPEATS_MIN, CONFIRM_REPEATS_MAX)
+    })
+}
+
 /// Median of the repeats' own throughput figures: the halving score and the progress line.
 pub fn median_sps(rec: &TrialRecord) -> Option<f64> {
     let v: Vec<f64> = rec
@@ -635,7 +654,8 @@ impl<'a> Sweep<'a> {
     }
 
     /// The confirmation: the recommended combination and a fresh run of the baseline,
-    /// alternating repeat by repeat so both see the same machine state.
+    /// alternating repeat by repeat so both see the same machine state, `confirm_repeats`
+    /// pairs of them so that one noisy run can neither confirm nor withdraw (#31).
     pub fn confirm(&mut self, combo: &Trial, rerun: &Trial, steps: usize) -> Result<()> {
         self.total += 2;
         // Each of the two is journaled once: a sweep killed between the two lines runs
@@ -655,7 +675,7 @@ impl<'a> Sweep<'a> {
         // Alternating runs share one stretch of time; the timeline shows the plan's
         // trials only.
         self.observer.started(&combo.label);
-        for _ in 0..self.spec.search.repeats.max(1) {
+        for _ in 0..confirm_repeats(&self.spec.search) {
             for rec in recs.iter_mut().filter(|r| r.status == Status::Ok) {
                 let o = self.exec.run(self.spec, &rec.knobs, steps);
                 let r = rec.repeats.len();
@@ -685,5 +705,37 @@ impl<'a> Sweep<'a> {
             live::clear(p);
         }
         self.sampler.cost()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::spec::Spec;
+
+    fn spec(search: &str) -> crate::error::Result<Spec> {
+        Spec::parse(
+            &format!("[workload.python]\nrun = \"python t.py\"\n[search]\n{search}\n"),
+            "c.toml",
+        )
+    }
+
+    #[test]
+    fn a_confirmation_makes_three_to_five_pairs_unless_the_spec_says() {
+        let n = |s: &str| super::confirm_repeats(&spec(s).unwrap().search);
+        assert_eq!(n(""), 3);
+        assert_eq!(n("repeats = 4"), 4);
+        assert_eq!(n("repeats = 9"), 5);
+        assert_eq!(n("repeats = 9\nconfirm_repeats = 2"), 2);
+        for line in [
+            "confirm_repeats = 0",
+            "confirm_repeats = 11",
+            "confirm_repeats = \"x\"",
+        ] {
+            let e = spec(line).unwrap_err().to_string();
+            assert!(
+                e.contains("search.confirm_repeats") && e.contains("c.toml:4:"),
+                "{line}: {e}"
+            );
+        }
     }
 }

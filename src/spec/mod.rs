@@ -176,6 +176,10 @@ pub struct Search {
     /// `compile` mode's compile time) is recommended only when it pays off within it.
     #[serde(default = "window::default_job_steps")]
     pub job_steps: u64,
+    /// Pairs of runs each confirmation makes; None = the runner's default (the repeats,
+    /// at least 3 and at most 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_repeats: Option<usize>,
 }
 
 fn default_slurm() -> SlurmSpec {

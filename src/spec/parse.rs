@@ -55,6 +55,7 @@ const SEARCH_KEYS: &[&str] = &[
     "job_steps",
     "hardware_reruns",
     "max_foreign_cpu_pct",
+    "confirm_repeats",
 ];
 
 pub(super) fn parse(text: &str, path: &Path) -> Result<Spec> {
@@ -577,6 +578,10 @@ impl Cx<'_> {
         )? as u64;
         let executor = self.executor(t)?;
         let hardware_reruns = count("hardware_reruns", &limits::HARDWARE_RERUNS, 0)?;
+        let confirm_repeats = match t.get("confirm_repeats") {
+            Some(v) => Some(self.count(v, "search.confirm_repeats", &limits::CONFIRM_REPEATS)?),
+            None => None,
+        };
         let max_foreign_cpu_pct = match t.get("max_foreign_cpu_pct") {
             Some(v) => {
                 Some(self.count(v, "search.max_foreign_cpu_pct", &limits::FOREIGN_CPU_PCT)? as u64)
@@ -665,6 +670,7 @@ impl Cx<'_> {
             max_foreign_cpu_pct,
             baseline,
             job_steps,
+            confirm_repeats,
         })
     }
 }

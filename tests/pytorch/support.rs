@@ -69,3 +69,47 @@ pub fn alive_with(tag: &str) -> Vec<String> {
     }
     found
 }
+
+/// A finished tune process's status and both streams, for assertion messages.
+#[allow(dead_code)]
+pub fn show(o: &std::process::Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Writes `spec` to DIR/spec.toml and runs `tune sweep` on it into DIR/out (cache in
+/// DIR/cache, no colour): the sweep's output and its report.json (Null when none was
+/// written). Every `pytorch_*` sweep test starts this way.
+#[allow(dead_code)]
+pub fn sweep_script(dir: &Path, spec: &str) -> (std::process::Output, serde_json::Value) {
+    let path = dir.join("spec.toml");
+    std::fs::write(&path, spec).unwrap();
+    let out = dir.join("out");
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("sweep")
+        .arg(&path)
+        .arg("--out")
+        .arg(&out)
+        .env("TUNE_CACHE_DIR", dir.join("cache"))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let r = std::fs::read_to_string(out.join("report.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (o, r)
+}
+
+/// The trial of `r` labelled `label`.
+#[allow(dead_code)]
+pub fn trial<'a>(r: &'a serde_json::Value, label: &str) -> &'a serde_json::Value {
+    r["trials"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["label"] == label))
+        .unwrap_or_else(|| panic!("no trial {label:?} in {}", r["trials"]))
+}
