@@ -73,6 +73,17 @@ pub enum Compile {
     MaxAutotuneNoCudagraphs,
 }
 
+/// Pointwise fusion in tune's engine: the engine's side of `torch.compile` (see the
+/// `fuse` row of the knob table).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Fuse {
+    /// Eager: each pointwise op its own pass, as PyTorch without a compiler runs them.
+    #[default]
+    Off,
+    /// Bias + ReLU, batch norm + ReLU and the optimizer's update each in one pass.
+    On,
+}
+
 /// A knob value's text form: how `set` reads it and `get` writes it. The error is the
 /// part after the knob's name (`'fp8': allowed values are off, bf16, fp16`), so each
 /// caller names the knob its own way (`invalid amp`, `--amp`, `file:line:col`).
@@ -139,6 +150,8 @@ keyword_enum!(
         (MaxAutotuneNoCudagraphs, "max-autotune-no-cudagraphs")
     ]
 );
+
+keyword_enum!(Fuse, "fuse", [(Off, "off"), (On, "on")]);
 
 impl Checkpoint {
     pub const ALLOWED: &'static [&'static str] = &["off", "sqrt", "every:K (K >= 1)"];
@@ -245,7 +258,7 @@ macro_rules! serde_via_str {
         }
     )+};
 }
-serde_via_str!(ZeroGrad, Checkpoint, Amp, Parallel, Compile);
+serde_via_str!(ZeroGrad, Checkpoint, Amp, Parallel, Compile, Fuse);
 
 /// What a knob accepts.
 #[derive(Clone, Copy, Debug)]
@@ -642,6 +655,22 @@ knob_table! {
             (
                 "max-autotune-no-cudagraphs",
                 "model = torch.compile(model, mode=\"max-autotune-no-cudagraphs\")",
+            ),
+        ]);
+
+        /// Fuse pointwise chains (bias+ReLU, batch norm+ReLU, the optimizer's update).
+        fuse: Fuse = Fuse::Off,
+        Values::Words(Fuse::ALLOWED),
+        // tune's engine only: the fused kernels are hand-written (ops/fused.rs, kernels.cu).
+        // In a script the same fusions come from inductor (`compile`) and a fused
+        // optimizer, so the advice names both; a script sweeps `compile` instead.
+        CPU_CUDA,
+        Torch::PerValue(&[
+            ("off", "# eager: no torch.compile, optimizer not fused"),
+            (
+                "on",
+                "model = torch.compile(model); optimizer = torch.optim.SGD(model.parameters(), \
+                 lr=lr, momentum=0.9, fused=True)  # or AdamW(..., fused=True)",
             ),
         ]);
     }
