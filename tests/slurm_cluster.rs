@@ -125,6 +125,40 @@ fn trial<'a>(rep: &'a Value, label: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no trial '{label}' in {rep}"))
 }
 
+/// `tune sweep SPEC --out OUT`, with a planted trial fault when given.
+fn sweep(spec: &Path, out: &Path, fault: Option<&str>) -> Command {
+    let mut c = tune();
+    c.arg("sweep").arg(spec).arg("--out").arg(out);
+    if let Some(f) = fault {
+        c.env("TUNE_TRIAL_FAULT", f);
+    }
+    c
+}
+
+fn report(out: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap()
+}
+
+/// Waits (a minute at most) until the sweep writing to `out` has journaled `n` submissions.
+fn wait_submitted(out: &Path, n: usize) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while lines_of(out, "submitted").len() < n {
+        assert!(Instant::now() < until, "no submissions: {:?}", journal(out));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Both trials of a `batch_size = [16, 32]` sweep ended `failed`, each error naming all
+/// of `words`.
+fn both_failed(rep: &Value, words: &[&str]) {
+    for label in ["baseline", "batch_size=32"] {
+        let t = trial(rep, label);
+        assert_eq!(t["status"], "failed", "{t}");
+        let e = t["error"].as_str().unwrap();
+        assert!(words.iter().all(|w| e.contains(w)), "{e}");
+    }
+}
+
 #[test]
 fn a_sweep_runs_on_the_cluster_and_is_reported() {
     if !cluster("a_sweep_runs_on_the_cluster_and_is_reported") {
@@ -141,13 +175,7 @@ fn a_sweep_runs_on_the_cluster_and_is_reported() {
         "max_parallel = 2",
     );
     let out = dir.path().join("out");
-    let o = tune()
-        .arg("sweep")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = sweep(&spec, &out, None).output().unwrap();
     assert!(o.status.success(), "{}", show(&o));
     // Every run was a job of its own, each journaled once, each known to Slurm as done.
     let submitted = lines_of(&out, "submitted");
@@ -165,8 +193,7 @@ fn a_sweep_runs_on_the_cluster_and_is_reported() {
     );
     assert!(jobs.values().all(|(s, _)| s == "COMPLETED"), "{jobs:?}");
     // The report has both trials, measured, with the node of every repeat.
-    let rep: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let rep = report(&out);
     for label in ["baseline", "batch_size=32"] {
         let t = trial(&rep, label);
         assert_eq!(t["status"], "ok", "{t}");
@@ -206,16 +233,9 @@ fn a_ddp_trial_runs_one_rank_per_srun_task() {
         "",
     );
     let out = dir.path().join("out");
-    let o = tune()
-        .arg("sweep")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = sweep(&spec, &out, None).output().unwrap();
     assert!(o.status.success(), "{}", show(&o));
-    let rep: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let rep = report(&out);
     let t = trial(&rep, "baseline");
     assert_eq!(t["status"], "ok", "{t}");
     let r = &t["repeats"][0];
@@ -279,25 +299,12 @@ fn a_killed_sweep_resumes_its_jobs_without_submitting_twice() {
     );
     let out = dir.path().join("out");
     // Each run sleeps a second first, so jobs are still queued and running at the kill.
-    let mut child = tune()
-        .arg("sweep")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out)
-        .env("TUNE_TRIAL_FAULT", "slow")
+    let mut child = sweep(&spec, &out, Some("slow"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let until = Instant::now() + Duration::from_secs(60);
-    while lines_of(&out, "submitted").len() < 3 {
-        assert!(
-            Instant::now() < until,
-            "no submissions: {:?}",
-            journal(&out)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_submitted(&out, 3);
     child.kill().unwrap();
     child.wait().unwrap();
     let before = lines_of(&out, "submitted");
@@ -311,13 +318,8 @@ fn a_killed_sweep_resumes_its_jobs_without_submitting_twice() {
         "the kill came too late to test re-attaching: {before:?}"
     );
 
-    let o = tune()
-        .arg("sweep")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out)
+    let o = sweep(&spec, &out, Some("slow"))
         .arg("--resume")
-        .env("TUNE_TRIAL_FAULT", "slow")
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));
@@ -372,25 +374,12 @@ fn ctrl_c_cancels_the_jobs_it_submitted_and_says_so() {
         "max_parallel = 2",
     );
     let out = dir.path().join("out");
-    let child = tune()
-        .arg("sweep")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out)
-        .env("TUNE_TRIAL_FAULT", "hang")
+    let child = sweep(&spec, &out, Some("hang"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let until = Instant::now() + Duration::from_secs(60);
-    while lines_of(&out, "submitted").len() < 2 {
-        assert!(
-            Instant::now() < until,
-            "no submissions: {:?}",
-            journal(&out)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_submitted(&out, 2);
     // `tune dash` follows a Slurm sweep through the same live file as a local one.
     let live: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("live.json")).unwrap()).unwrap();
@@ -436,25 +425,10 @@ fn a_bad_partition_and_the_trial_limit_each_get_a_clear_status() {
         "partition = \"no-such-partition\"",
     );
     let out = dir.path().join("out");
-    let o = tune()
-        .arg("sweep")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = sweep(&spec, &out, None).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    let rep: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
-    for label in ["baseline", "batch_size=32"] {
-        let t = trial(&rep, label);
-        assert_eq!(t["status"], "failed", "{t}");
-        let e = t["error"].as_str().unwrap();
-        assert!(
-            e.contains("Slurm refused the job") && e.contains("partition"),
-            "{e}"
-        );
-    }
+    let rep = report(&out);
+    both_failed(&rep, &["Slurm refused the job", "partition"]);
     // The spec's per-trial limit (search.timeout_s) ends a hanging trial on the node; the
     // other trial is measured.
     let dir = tempfile::tempdir().unwrap();
@@ -466,17 +440,11 @@ fn a_bad_partition_and_the_trial_limit_each_get_a_clear_status() {
         "",
     );
     let out = dir.path().join("out");
-    let o = tune()
-        .arg("sweep")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out)
-        .env("TUNE_TRIAL_FAULT", "hang@batch_size=32")
+    let o = sweep(&spec, &out, Some("hang@batch_size=32"))
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));
-    let rep: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let rep = report(&out);
     assert_eq!(trial(&rep, "baseline")["status"], "ok");
     let t = trial(&rep, "batch_size=32");
     assert_eq!(t["status"], "timeout", "{t}");
@@ -507,17 +475,11 @@ fn a_job_slurm_times_out_is_a_timeout() {
         "time_limit_min = 1",
     );
     let out = dir.path().join("out");
-    let o = tune()
-        .arg("sweep")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out)
-        .env("TUNE_TRIAL_FAULT", "hang@batch_size=32")
+    let o = sweep(&spec, &out, Some("hang@batch_size=32"))
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));
-    let rep: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let rep = report(&out);
     assert_eq!(trial(&rep, "baseline")["status"], "ok");
     let t = trial(&rep, "batch_size=32");
     assert_eq!(t["status"], "timeout", "{t}");
@@ -578,21 +540,12 @@ fn a_trial_stuck_on_a_drained_node_fails_clearly_and_the_sweep_ends() {
         "pending_timeout_s = 3",
     );
     let out = dir.path().join("out");
-    let o = tune()
-        .arg("sweep")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = sweep(&spec, &out, None).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    let rep: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let rep = report(&out);
+    both_failed(&rep, &["never started"]);
     for label in ["baseline", "batch_size=32"] {
-        let t = trial(&rep, label);
-        assert_eq!(t["status"], "failed", "{t}");
-        let e = t["error"].as_str().unwrap();
-        assert!(e.contains("never started"), "{e}");
+        let e = trial(&rep, label)["error"].as_str().unwrap();
         assert!(
             e.contains("ReqNodeNotAvail") || e.contains("DRAINED"),
             "{e}"

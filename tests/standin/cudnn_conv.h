@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+#include <thread>
 #include <vector>
 
 #include "half.h"
@@ -129,15 +131,28 @@ static int64_t at(const Filter& f, int64_t k, int64_t c, int64_t r, int64_t s) {
     return k * f.sk + c * f.sc + r * f.sr + s * f.ss;
 }
 
+// The two inputs of a direction as f32 (TF32-rounded where the math type asks), converted
+// once per call: the same values the loops would load element by element, so every sum
+// adds the same terms in the same order. Converting first made a cnn-small step on the
+// stand-in several times faster (the per-element type switch and memcpy dominated
+// tests/gpu_cudnn.rs, 127 s of CI).
+struct Operand {
+    std::vector<float> f;
+    void fill(const void* p, int t, bool tf, int64_t n) {
+        f.resize((size_t)n);
+        for (int64_t i = 0; i < n; ++i) {
+            float v = load(p, t, i);
+            f[(size_t)i] = tf ? tf32(v) : v;
+        }
+    }
+};
+
 struct Ops {
     const Job& j;
-    float X(int64_t i) const { return op(j.px, i); }
-    float W(int64_t i) const { return op(j.pw, i); }
-    float Y(int64_t i) const { return op(j.py, i); }
-    float op(const void* p, int64_t i) const {
-        float v = load(p, j.type, i);
-        return j.tf32 ? tf32(v) : v;
-    }
+    const float *xf, *wf, *yf;  // the inputs of this direction (nullptr for the output)
+    float X(int64_t i) const { return xf[i]; }
+    float W(int64_t i) const { return wf[i]; }
+    float Y(int64_t i) const { return yf[i]; }
     // The filter tap (r, s) of the sum, as stored: flipped under CUDNN_CONVOLUTION.
     int64_t wr(int64_t r) const { return j.g.flip ? j.g.R - 1 - r : r; }
     int64_t wc(int64_t s) const { return j.g.flip ? j.g.S - 1 - s : s; }
@@ -177,45 +192,65 @@ struct Ops {
     }
 };
 
+// Splits [0, n) into contiguous ranges run on up to hardware_concurrency threads (4 at
+// most). Callers split by output channel, so each output element is written by one
+// thread with its sum in the same order as a serial run: results stay bit for bit.
+template <class F>
+static void split(int64_t n, F body) {
+    int64_t t = std::min<int64_t>({(int64_t)std::thread::hardware_concurrency(), 4, n});
+    if (t <= 1) {
+        body(0, n);
+        return;
+    }
+    std::vector<std::thread> ts;
+    for (int64_t i = 1; i < t; ++i) ts.emplace_back(body, n * i / t, n * (i + 1) / t);
+    body(0, n / t);
+    for (auto& th : ts) th.join();
+}
+
 // ---- forward: IMPLICIT_GEMM (0), IMPLICIT_PRECOMP_GEMM (1), GEMM (2) ----------------------
 
-static void forward(const Job& j) {
-    Ops o{j};
+static void forward(const Ops& o) {
+    const Job& j = o.j;
     const Shape& g = j.g;
     int64_t CRS = g.C * g.R * g.S, PQ = g.P * g.Q;
     if (j.algo == 1) o.taps();
     for (int64_t n = 0; n < g.N; ++n) {
         if (j.algo == 2) o.im2col(n);
-        for (int64_t k = 0; k < g.K; ++k)
-            for (int64_t p = 0; p < g.P; ++p)
-                for (int64_t q = 0; q < g.Q; ++q) {
-                    int64_t h0 = p * g.u - g.pad_h, w0 = q * g.v - g.pad_w;
-                    float acc = 0.0f;
-                    if (j.algo == 0) {
-                        for (int64_t c = 0; c < g.C; ++c)
-                            for (int64_t r = 0; r < g.R; ++r)
-                                for (int64_t s = 0; s < g.S; ++s) {
-                                    int64_t h = h0 + r * g.dil_h, w = w0 + s * g.dil_w;
-                                    if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
-                                    acc += o.X(at(j.x, n, c, h, w)) *
-                                           o.W(at(j.w, k, c, o.wr(r), o.wc(s)));
-                                }
-                    } else if (j.algo == 1) {
-                        for (int64_t t = 0; t < CRS; ++t) {
-                            Tap tp = ws_tap(j.ws, t);
-                            int64_t h = h0 + tp.dh, w = w0 + tp.dw;
-                            if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
-                            acc += o.X(at(j.x, n, 0, h0, w0) + tp.xoff) * o.W(k * j.w.sk + tp.woff);
+        split(g.K, [&](int64_t k0, int64_t k1) {
+            for (int64_t k = k0; k < k1; ++k)
+                for (int64_t p = 0; p < g.P; ++p)
+                    for (int64_t q = 0; q < g.Q; ++q) {
+                        int64_t h0 = p * g.u - g.pad_h, w0 = q * g.v - g.pad_w;
+                        float acc = 0.0f;
+                        if (j.algo == 0) {
+                            for (int64_t c = 0; c < g.C; ++c)
+                                for (int64_t r = 0; r < g.R; ++r)
+                                    for (int64_t s = 0; s < g.S; ++s) {
+                                        int64_t h = h0 + r * g.dil_h, w = w0 + s * g.dil_w;
+                                        if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+                                        acc += o.X(at(j.x, n, c, h, w)) *
+                                               o.W(at(j.w, k, c, o.wr(r), o.wc(s)));
+                                    }
+                        } else if (j.algo == 1) {
+                            for (int64_t t = 0; t < CRS; ++t) {
+                                Tap tp = ws_tap(j.ws, t);
+                                int64_t h = h0 + tp.dh, w = w0 + tp.dw;
+                                if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+                                acc += o.X(at(j.x, n, 0, h0, w0) + tp.xoff) *
+                                       o.W(k * j.w.sk + tp.woff);
+                            }
+                        } else {
+                            for (int64_t c = 0; c < g.C; ++c)
+                                for (int64_t r = 0; r < g.R; ++r)
+                                    for (int64_t s = 0; s < g.S; ++s)
+                                        acc += ws_f(j.ws, ((c * g.R + r) * g.S + s) * PQ +
+                                                              p * g.Q + q) *
+                                               o.W(at(j.w, k, c, o.wr(r), o.wc(s)));
                         }
-                    } else {
-                        for (int64_t c = 0; c < g.C; ++c)
-                            for (int64_t r = 0; r < g.R; ++r)
-                                for (int64_t s = 0; s < g.S; ++s)
-                                    acc += ws_f(j.ws, ((c * g.R + r) * g.S + s) * PQ + p * g.Q + q) *
-                                           o.W(at(j.w, k, c, o.wr(r), o.wc(s)));
+                        o.blend(at(j.y, n, k, p, q), acc);
                     }
-                    o.blend(at(j.y, n, k, p, q), acc);
-                }
+        });
     }
 }
 
@@ -232,49 +267,53 @@ static bool source(const Shape& g, int64_t h, int64_t w, int64_t r, int64_t s, i
     return *p < g.P && *q < g.Q;
 }
 
-static void backward_data(const Job& j) {
-    Ops o{j};
+static void backward_data(const Ops& o) {
+    const Job& j = o.j;
     const Shape& g = j.g;
     int64_t PQ = g.P * g.Q;
     for (int64_t n = 0; n < g.N; ++n) {
         if (j.algo == 1) {
-            for (int64_t c = 0; c < g.C; ++c)
-                for (int64_t r = 0; r < g.R; ++r)
-                    for (int64_t s = 0; s < g.S; ++s)
-                        for (int64_t pq = 0; pq < PQ; ++pq) {
-                            float acc = 0.0f;
-                            for (int64_t k = 0; k < g.K; ++k)
-                                acc += o.W(at(j.w, k, c, o.wr(r), o.wc(s))) *
-                                       o.Y(at(j.y, n, k, pq / g.Q, pq % g.Q));
-                            ws_put_f(j.ws, ((c * g.R + r) * g.S + s) * PQ + pq, acc);
-                        }
-        }
-        for (int64_t c = 0; c < g.C; ++c)
-            for (int64_t h = 0; h < g.H; ++h)
-                for (int64_t w = 0; w < g.W; ++w) {
-                    float acc = 0.0f;
+            split(g.C, [&](int64_t c0, int64_t c1) {
+                for (int64_t c = c0; c < c1; ++c)
                     for (int64_t r = 0; r < g.R; ++r)
-                        for (int64_t s = 0; s < g.S; ++s) {
-                            int64_t p, q;
-                            if (!source(g, h, w, r, s, &p, &q)) continue;
-                            if (j.algo == 1) {
-                                acc += ws_f(j.ws, ((c * g.R + r) * g.S + s) * PQ + p * g.Q + q);
-                                continue;
+                        for (int64_t s = 0; s < g.S; ++s)
+                            for (int64_t pq = 0; pq < PQ; ++pq) {
+                                float acc = 0.0f;
+                                for (int64_t k = 0; k < g.K; ++k)
+                                    acc += o.W(at(j.w, k, c, o.wr(r), o.wc(s))) *
+                                           o.Y(at(j.y, n, k, pq / g.Q, pq % g.Q));
+                                ws_put_f(j.ws, ((c * g.R + r) * g.S + s) * PQ + pq, acc);
                             }
-                            for (int64_t k = 0; k < g.K; ++k)
-                                acc += o.Y(at(j.y, n, k, p, q)) *
-                                       o.W(at(j.w, k, c, o.wr(r), o.wc(s)));
-                        }
-                    o.blend(at(j.x, n, c, h, w), acc);
-                }
+            });
+        }
+        split(g.C, [&](int64_t c0, int64_t c1) {
+            for (int64_t c = c0; c < c1; ++c)
+                for (int64_t h = 0; h < g.H; ++h)
+                    for (int64_t w = 0; w < g.W; ++w) {
+                        float acc = 0.0f;
+                        for (int64_t r = 0; r < g.R; ++r)
+                            for (int64_t s = 0; s < g.S; ++s) {
+                                int64_t p, q;
+                                if (!source(g, h, w, r, s, &p, &q)) continue;
+                                if (j.algo == 1) {
+                                    acc += ws_f(j.ws, ((c * g.R + r) * g.S + s) * PQ + p * g.Q + q);
+                                    continue;
+                                }
+                                for (int64_t k = 0; k < g.K; ++k)
+                                    acc += o.Y(at(j.y, n, k, p, q)) *
+                                           o.W(at(j.w, k, c, o.wr(r), o.wc(s)));
+                            }
+                        o.blend(at(j.x, n, c, h, w), acc);
+                    }
+        });
     }
 }
 
 // ---- backward filter: ALGO_0 (0, direct), ALGO_1 (1, im2col per image in the workspace),
 // ALGO_3 (3, tap offsets in the workspace) -------------------------------------------------
 
-static void backward_filter(const Job& j) {
-    Ops o{j};
+static void backward_filter(const Ops& o) {
+    const Job& j = o.j;
     const Shape& g = j.g;
     int64_t CRS = g.C * g.R * g.S, PQ = g.P * g.Q;
     if (j.algo == 1) {
@@ -283,13 +322,15 @@ static void backward_filter(const Job& j) {
         std::vector<float> acc((size_t)(g.K * CRS), 0.0f);
         for (int64_t n = 0; n < g.N; ++n) {
             o.im2col(n);
-            for (int64_t k = 0; k < g.K; ++k)
-                for (int64_t t = 0; t < CRS; ++t) {
-                    float part = 0.0f;
-                    for (int64_t pq = 0; pq < PQ; ++pq)
-                        part += o.Y(at(j.y, n, k, pq / g.Q, pq % g.Q)) * ws_f(j.ws, t * PQ + pq);
-                    acc[(size_t)(k * CRS + t)] += part;
-                }
+            split(g.K, [&](int64_t k0, int64_t k1) {
+                for (int64_t k = k0; k < k1; ++k)
+                    for (int64_t t = 0; t < CRS; ++t) {
+                        float part = 0.0f;
+                        for (int64_t pq = 0; pq < PQ; ++pq)
+                            part += o.Y(at(j.y, n, k, pq / g.Q, pq % g.Q)) * ws_f(j.ws, t * PQ + pq);
+                        acc[(size_t)(k * CRS + t)] += part;
+                    }
+            });
         }
         for (int64_t k = 0; k < g.K; ++k)
             for (int64_t c = 0; c < g.C; ++c)
@@ -300,34 +341,46 @@ static void backward_filter(const Job& j) {
         return;
     }
     if (j.algo == 3) o.taps();
-    for (int64_t k = 0; k < g.K; ++k)
-        for (int64_t t = 0; t < CRS; ++t) {
-            int64_t c = t / (g.R * g.S), r = t / g.S % g.R, s = t % g.S;
-            Tap tp = j.algo == 3 ? ws_tap(j.ws, t)
-                                 : Tap{at(j.x, 0, c, r * g.dil_h, s * g.dil_w),
-                                       at(j.w, 0, c, o.wr(r), o.wc(s)), (int32_t)(r * g.dil_h),
-                                       (int32_t)(s * g.dil_w)};
-            float acc = 0.0f;
-            for (int64_t n = 0; n < g.N; ++n)
-                for (int64_t p = 0; p < g.P; ++p)
-                    for (int64_t q = 0; q < g.Q; ++q) {
-                        int64_t h0 = p * g.u - g.pad_h, w0 = q * g.v - g.pad_w;
-                        int64_t h = h0 + tp.dh, w = w0 + tp.dw;
-                        if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
-                        acc += o.Y(at(j.y, n, k, p, q)) * o.X(at(j.x, n, 0, h0, w0) + tp.xoff);
-                    }
-            o.blend(k * j.w.sk + tp.woff, acc);
-        }
+    split(g.K, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k)
+            for (int64_t t = 0; t < CRS; ++t) {
+                int64_t c = t / (g.R * g.S), r = t / g.S % g.R, s = t % g.S;
+                Tap tp = j.algo == 3 ? ws_tap(j.ws, t)
+                                     : Tap{at(j.x, 0, c, r * g.dil_h, s * g.dil_w),
+                                           at(j.w, 0, c, o.wr(r), o.wc(s)), (int32_t)(r * g.dil_h),
+                                           (int32_t)(s * g.dil_w)};
+                float acc = 0.0f;
+                for (int64_t n = 0; n < g.N; ++n)
+                    for (int64_t p = 0; p < g.P; ++p)
+                        for (int64_t q = 0; q < g.Q; ++q) {
+                            int64_t h0 = p * g.u - g.pad_h, w0 = q * g.v - g.pad_w;
+                            int64_t h = h0 + tp.dh, w = w0 + tp.dw;
+                            if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+                            acc += o.Y(at(j.y, n, k, p, q)) * o.X(at(j.x, n, 0, h0, w0) + tp.xoff);
+                        }
+                o.blend(k * j.w.sk + tp.woff, acc);
+            }
+    });
+}
+
+// Elements from a tensor's first to its last (the stride gaps included).
+static int64_t elems(const Tensor& t) {
+    return (t.n - 1) * t.sn + (t.c - 1) * t.sc + (t.h - 1) * t.sh + (t.w - 1) * t.sw + 1;
 }
 
 static void run(void* user) {
     Job* j = (Job*)user;
+    Operand x, w, y;
+    if (j->dir != BWD_DATA) x.fill(j->px, j->type, j->tf32, elems(j->x));
+    if (j->dir != BWD_FILTER) w.fill(j->pw, j->type, j->tf32, j->w.k * j->w.c * j->w.r * j->w.s);
+    if (j->dir != FWD) y.fill(j->py, j->type, j->tf32, elems(j->y));
+    Ops o{*j, x.f.data(), w.f.data(), y.f.data()};
     if (j->dir == FWD)
-        forward(*j);
+        forward(o);
     else if (j->dir == BWD_DATA)
-        backward_data(*j);
+        backward_data(o);
     else
-        backward_filter(*j);
+        backward_filter(o);
     delete j;
 }
 
