@@ -575,8 +575,8 @@ fn sweep_reports_energy_per_sample_and_gate_judges_it() {
     );
 }
 
-/// A scripted thermal throttle and a foreign process on gpu0 (a real `sleep`, outside the
-/// sweep's tree) contaminate every repeat: the one re-run allowed is spent, the repeats
+/// A scripted thermal throttle, a foreign process on gpu0 (a real `sleep`, outside the
+/// sweep's tree), uncorrected ECC errors and a critical XID contaminate every repeat: the one re-run allowed is spent, the repeats
 /// are kept, flagged with both reasons and said loudly; with the energy counter scripted
 /// absent, energy is integrated from power and said so.
 #[test]
@@ -585,7 +585,8 @@ fn scripted_throttle_and_foreign_process_contaminate_sweep_repeats() {
     let Some(b) = bench(test) else { return };
     let mut other = Command::new("sleep").arg("300").spawn().unwrap();
     b.write_script(&format!(
-        "gpu 0 throttle hw_thermal_slowdown\ngpu 0 process {} 104857600 5\ngpu 0 energy_counter absent\n",
+        "gpu 0 throttle hw_thermal_slowdown\ngpu 0 process {} 104857600 5\ngpu 0 energy_counter absent\n\
+         gpu 0 ecc 0 1000\ngpu 0 xid 79\n",
         other.id()
     ));
     let (o, out) = small_sweep(
@@ -612,6 +613,16 @@ fn scripted_throttle_and_foreign_process_contaminate_sweep_repeats() {
                 "gpu0: another process on the GPU (pid {})",
                 other.id()
             )),
+            "{all}"
+        );
+        // Uncorrected ECC errors accrue while the stand-in GPU works, and each drain of
+        // NVML's event set after work brings a critical XID 79 ("fallen off the bus").
+        assert!(
+            all.contains("uncorrected ECC error(s) during the repeat"),
+            "{all}"
+        );
+        assert!(
+            all.contains("gpu0: critical XID 79 reported by the driver"),
             "{all}"
         );
         assert_eq!(h["energy"]["source"], "power", "{h}");

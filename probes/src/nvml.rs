@@ -8,10 +8,14 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
-use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor};
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor,
+};
 use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper::{Device, EventSet, Nvml};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ProbeError;
@@ -40,6 +44,15 @@ pub mod metric {
     pub const PCIE_RX_KBPS: &str = "pcie_rx_kb_per_s";
     /// Raw NVML throttle-reason bits; decode with [`throttle_reason_names`](super::throttle_reason_names).
     pub const THROTTLE_REASONS: &str = "throttle_reasons";
+    /// Volatile ECC error counts since the driver loaded (absent where ECC is off or
+    /// unsupported): a repeat during which either grows ran on faulty memory.
+    pub const ECC_CORRECTED: &str = "ecc_corrected";
+    pub const ECC_UNCORRECTED: &str = "ecc_uncorrected";
+    /// Critical XID events (driver-reported GPU faults) since the previous sample;
+    /// present only where NVML delivers XID events to this process.
+    pub const XID_EVENTS: &str = "xid_events";
+    /// The newest of those events' XID code (999: unknown).
+    pub const XID_LAST: &str = "xid_last";
     /// `GpuProcess`: GPU memory the process holds.
     pub const PROC_USED_BYTES: &str = "used_bytes";
     /// `GpuProcess`: the process's SM utilisation in the latest driver sample, 0..=100.
@@ -222,6 +235,50 @@ pub struct NvmlSampler {
     gpus: Vec<Gpu>,
     pcie_every: u32,
     pcie_countdown: u32,
+    /// Critical XID events of every GPU, where NVML delivers them (Linux, a driver
+    /// that supports events): drained without waiting at each tick.
+    xid: Option<XidEvents>,
+}
+
+/// NVML's event set, moved into the sampler's thread.
+struct XidEvents(EventSet<'static>);
+
+// SAFETY: an NVML event set is a handle into the thread-safe NVML library ("all NVML
+// calls are thread-safe", NVML API reference); the sampler owns it alone and uses it
+// from one thread at a time.
+unsafe impl Send for XidEvents {}
+
+impl XidEvents {
+    /// One set holding every GPU's critical XID events; None where any registration
+    /// fails (NVML then reports none, as on a GPU without event support).
+    fn open(nvml: &'static Nvml, gpus: &[Gpu]) -> Option<XidEvents> {
+        let mut set = nvml.create_event_set().ok()?;
+        for g in gpus {
+            set = g
+                .device
+                .register_events(EventTypes::CRITICAL_XID_ERROR, set)
+                .ok()?;
+        }
+        Some(XidEvents(set))
+    }
+
+    /// Events waiting now, per GPU index: (count, newest code). A bounded drain, so a
+    /// storm of events cannot hold the tick.
+    fn drain(&self) -> BTreeMap<u32, (u64, u64)> {
+        let mut seen: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        for _ in 0..64 {
+            let Ok(e) = self.0.wait(0) else { break };
+            let Ok(i) = e.device.index() else { continue };
+            let code = match e.event_data {
+                Some(XidError::Value(v)) => v,
+                _ => 999,
+            };
+            let n = seen.entry(i).or_default();
+            n.0 += 1;
+            n.1 = code;
+        }
+        seen
+    }
 }
 
 struct Gpu {
@@ -255,10 +312,15 @@ impl NvmlSampler {
             }
             Err(_) => Vec::new(),
         };
+        let xid = match nvml() {
+            Ok(nvml) if !gpus.is_empty() => XidEvents::open(nvml, &gpus),
+            _ => None,
+        };
         NvmlSampler {
             gpus,
             pcie_every: 10,
             pcie_countdown: 0,
+            xid,
         }
     }
 
@@ -286,9 +348,32 @@ fn put<T>(s: &mut Sample, name: &str, r: Result<T, NvmlError>, f: impl FnOnce(T)
 }
 
 impl Gpu {
-    fn sample(&mut self, now_ms: f64, with_pcie: bool, out: &mut Vec<Sample>) {
+    fn sample(
+        &mut self,
+        now_ms: f64,
+        with_pcie: bool,
+        xid: Option<(u64, u64)>,
+        out: &mut Vec<Sample>,
+    ) {
         let d = &self.device;
         let mut s = Sample::new(now_ms, Source::Gpu).with_device(self.index);
+        for (name, kind) in [
+            (metric::ECC_CORRECTED, MemoryError::Corrected),
+            (metric::ECC_UNCORRECTED, MemoryError::Uncorrected),
+        ] {
+            put(
+                &mut s,
+                name,
+                d.total_ecc_errors(kind, EccCounter::Volatile),
+                |n| n as f64,
+            );
+        }
+        if let Some((n, code)) = xid {
+            s.set(metric::XID_EVENTS, n as f64);
+            if n > 0 {
+                s.set(metric::XID_LAST, code as f64);
+            }
+        }
         if let Ok(u) = d.utilization_rates() {
             s.set(metric::UTIL_GPU_PCT, f64::from(u.gpu));
             s.set(metric::UTIL_MEM_PCT, f64::from(u.memory));
@@ -405,8 +490,12 @@ impl Sampler for NvmlSampler {
         } else {
             self.pcie_countdown - 1
         };
+        let xid = self.xid.as_ref().map(XidEvents::drain);
         for gpu in &mut self.gpus {
-            gpu.sample(now_ms, with_pcie, out);
+            let events = xid
+                .as_ref()
+                .map(|x| x.get(&gpu.index).copied().unwrap_or_default());
+            gpu.sample(now_ms, with_pcie, events, out);
         }
     }
 }

@@ -60,6 +60,14 @@ pub struct GpuState {
     /// Processes outside the sweep's tree holding memory or SM time on it.
     #[serde(default)]
     pub foreign_pids: Vec<u32>,
+    /// Growth of NVML's volatile ECC error counts over the repeat's samples.
+    #[serde(default)]
+    pub ecc_corrected: u64,
+    #[serde(default)]
+    pub ecc_uncorrected: u64,
+    /// XID codes of the critical XID events NVML delivered during the repeat.
+    #[serde(default)]
+    pub xid: Vec<u64>,
 }
 
 /// Energy of one repeat's window.

@@ -137,6 +137,23 @@ pub fn assess(i: &Inputs<'_>) -> RepeatHardware {
                 r * 100.0
             ));
         }
+        for (n, kind) in [
+            (st.ecc_uncorrected, "uncorrected"),
+            (st.ecc_corrected, "corrected"),
+        ] {
+            if n > 0 {
+                hw.reasons
+                    .push(format!("gpu{g}: {n} {kind} ECC error(s) during the repeat"));
+            }
+        }
+        if !st.xid.is_empty() {
+            let codes: BTreeSet<u64> = st.xid.iter().copied().collect();
+            let codes: Vec<String> = codes.iter().map(u64::to_string).collect();
+            hw.reasons.push(format!(
+                "gpu{g}: critical XID {} reported by the driver during the repeat",
+                codes.join(", ")
+            ));
+        }
         if !st.foreign_pids.is_empty() {
             let pids: Vec<String> = st.foreign_pids.iter().map(u32::to_string).collect();
             hw.reasons.push(format!(
@@ -188,8 +205,18 @@ fn gpu_state(samples: &[Sample], g: u32, ours: &BTreeSet<u32>) -> GpuState {
         ..GpuState::default()
     };
     let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut ecc: [(Option<f64>, Option<f64>); 2] = [(None, None); 2];
     for s in gpu_samples(samples, g) {
         st.samples += 1;
+        for (i, m) in ["ecc_corrected", "ecc_uncorrected"].into_iter().enumerate() {
+            if let Some(v) = s.get(m) {
+                ecc[i].0.get_or_insert(v);
+                ecc[i].1 = Some(v);
+            }
+        }
+        if s.get("xid_events").is_some_and(|n| n > 0.0) {
+            st.xid.push(s.get("xid_last").unwrap_or(999.0) as u64);
+        }
         if let Some(bits) = s.get("throttle_reasons") {
             let names = throttle_reason_names(bits);
             for n in names.iter().filter(|n| SLOWING.contains(n)) {
@@ -205,6 +232,12 @@ fn gpu_state(samples: &[Sample], g: u32, ours: &BTreeSet<u32>) -> GpuState {
             }
         }
     }
+    let grew = |(first, last): (Option<f64>, Option<f64>)| match (first, last) {
+        (Some(a), Some(b)) if b > a => (b - a) as u64,
+        _ => 0,
+    };
+    st.ecc_corrected = grew(ecc[0]);
+    st.ecc_uncorrected = grew(ecc[1]);
     st.throttle = reasons
         .into_iter()
         .map(|(n, c)| (n.to_string(), c))
@@ -392,6 +425,53 @@ mod tests {
         });
         // 50% clock still; foreign CPU is no reason unless the spec asks.
         assert_eq!(clean.reasons.len(), 1, "{:?}", clean.reasons);
+    }
+
+    #[test]
+    fn ecc_growth_and_xid_events_are_reasons_and_steady_counts_are_not() {
+        let s = search();
+        let ours = BTreeSet::new();
+        let reasons = |samples: &[Sample]| {
+            assess(&Inputs {
+                samples,
+                ours: &ours,
+                foreign_cpu: &[],
+                steal_pct: None,
+                run: None,
+                search: &s,
+                stand_in: true,
+            })
+            .reasons
+            .join("; ")
+        };
+        let at = |t: f64, c: f64, u: f64, xid: f64| {
+            gpu(
+                t,
+                0,
+                &[
+                    ("util_gpu_pct", 90.0),
+                    ("ecc_corrected", c),
+                    ("ecc_uncorrected", u),
+                    ("xid_events", xid),
+                    ("xid_last", 79.0),
+                ],
+            )
+        };
+        // Counts that were already there when the repeat began are not its fault.
+        assert_eq!(
+            reasons(&[at(0.0, 7.0, 2.0, 0.0), at(100.0, 7.0, 2.0, 0.0)]),
+            ""
+        );
+        let all = reasons(&[at(0.0, 7.0, 2.0, 0.0), at(100.0, 10.0, 3.0, 1.0)]);
+        assert!(
+            all.contains("gpu0: 1 uncorrected ECC error(s) during the repeat"),
+            "{all}"
+        );
+        assert!(
+            all.contains("gpu0: 3 corrected ECC error(s) during the repeat"),
+            "{all}"
+        );
+        assert!(all.contains("gpu0: critical XID 79 reported"), "{all}");
     }
 
     struct ThrottleBits;

@@ -27,6 +27,12 @@
 //   gpu <i> pcie_tx_kbps <n> | pcie_rx_kbps <n>           instead of the copies' rate
 //   gpu <i> process <pid> <bytes> <sm_pct>                 a foreign process on the GPU
 //   gpu <i> energy_counter absent                          the counter is NOT_SUPPORTED
+//   gpu <i> ecc <corrected> <uncorrected>                  volatile ECC errors accrue at
+//                                                          these rates per second the
+//                                                          device is busy (default 0)
+//   gpu <i> xid <code>                                     a critical XID event with this
+//                                                          code each time an event set is
+//                                                          read after the device was busy
 // A bad line is one line on stderr naming the file and line, and is ignored.
 #include <dirent.h>
 #include <signal.h>
@@ -105,6 +111,7 @@ struct Script {
     unsigned long long throttle = 0;
     long sm_clock = -1, temp = -1, power_limit_w = -1, tx = -1, rx = -1;
     bool no_energy = false;
+    long ecc_c = 0, ecc_u = 0, xid = -1;
     std::vector<Foreign> foreign;
 };
 
@@ -194,6 +201,9 @@ static void load_script() {
             else if (k == "pcie_tx_kbps" && w.size() == 4) ok = parse_num(w[3].c_str(), &g.tx);
             else if (k == "pcie_rx_kbps" && w.size() == 4) ok = parse_num(w[3].c_str(), &g.rx);
             else if (k == "energy_counter" && w.size() == 4 && w[3] == "absent") g.no_energy = true;
+            else if (k == "ecc" && w.size() == 5)
+                ok = parse_num(w[3].c_str(), &g.ecc_c) && parse_num(w[4].c_str(), &g.ecc_u);
+            else if (k == "xid" && w.size() == 4) ok = parse_num(w[3].c_str(), &g.xid);
             else if (k == "process" && w.size() == 6 && parse_num(w[3].c_str(), &a) &&
                      parse_num(w[4].c_str(), &b) && parse_num(w[5].c_str(), &c) && c <= 100)
                 g.foreign.push_back({(unsigned)a, (unsigned long long)b, (unsigned)c});
@@ -203,7 +213,7 @@ static void load_script() {
             char msg[512];
             snprintf(msg, sizeof msg,
                      "%s:%d: not a setting (gpu <i below %d> throttle|sm_clock_mhz|temp_c|"
-                     "power_limit_w|pcie_tx_kbps|pcie_rx_kbps|process|energy_counter ...); ignored",
+                     "power_limit_w|pcie_tx_kbps|pcie_rx_kbps|process|energy_counter|ecc|xid ...); ignored",
                      path, line_no, device_count());
             say(msg);
         }
@@ -284,6 +294,8 @@ struct Dev {
     unsigned long long mem_used = 0;
     unsigned long long sample_ts = 0;
     std::vector<ProcNow> procs;
+    uint64_t busy_total_ns = 0, xid_mark_ns = 0;  // tune's own work, all reads so far
+    double ecc_c = 0, ecc_u = 0;
 };
 static Dev g_devs[TUNE_ACT_DEVICES];
 static bool g_init = false;
@@ -329,6 +341,9 @@ static void refresh(Dev& d) {
                              (unsigned)std::min(100.0, 100.0 * (double)mb / window_ns)});
     }
     double util = 100.0 * (double)busy / window_ns;
+    d.busy_total_ns += busy;
+    d.ecc_c += (double)s.ecc_c * (double)busy / 1e9;
+    d.ecc_u += (double)s.ecc_u * (double)busy / 1e9;
     for (const Foreign& f : s.foreign) {
         procs.push_back({f.pid, f.bytes, f.sm_pct, 0});
         used += f.bytes;
@@ -595,4 +610,66 @@ API nvmlReturn_t nvmlDeviceGetProcessUtilization(void* h, ProcUtil* out, unsigne
         out[i] = {d->procs[i].pid, d->sample_ts, d->procs[i].sm, d->procs[i].mem, 0, 0};
     *count = n;
     return SUCCESS;
+}
+
+// ---- ECC counters and XID events ------------------------------------------------------------
+
+enum { ERR_TIMEOUT = 10, EVENT_XID_CRITICAL = 0x8 };
+
+API nvmlReturn_t nvmlDeviceGetTotalEccErrors(void* h, unsigned error_type, unsigned counter,
+                                             unsigned long long* count) {
+    DEVICE(h);
+    if (!count || error_type > 1 || counter > 1) return ERR_INVALID_ARGUMENT;
+    // Volatile and aggregate alike: nothing was counted before this process read it.
+    *count = (unsigned long long)(error_type == 0 ? d->ecc_c : d->ecc_u);
+    return SUCCESS;
+}
+
+struct EventSet {
+    std::vector<Dev*> xid;  // devices registered for critical XID events
+};
+struct EventData {
+    void* device;
+    unsigned long long type, data;
+    unsigned gpu_instance, compute_instance;
+};
+
+API nvmlReturn_t nvmlEventSetCreate(EventSet** set) {
+    if (!set) return ERR_INVALID_ARGUMENT;
+    *set = new EventSet;
+    return SUCCESS;
+}
+API nvmlReturn_t nvmlEventSetFree(EventSet* set) {
+    delete set;
+    return SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(void* h, unsigned long long* types) {
+    if (!dev_of(h) || !types) return ERR_INVALID_ARGUMENT;
+    *types = EVENT_XID_CRITICAL;
+    return SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceRegisterEvents(void* h, unsigned long long types, EventSet* set) {
+    Dev* d = dev_of(h);
+    if (!d || !set) return ERR_INVALID_ARGUMENT;
+    if (types & ~(unsigned long long)EVENT_XID_CRITICAL) return ERR_NOT_SUPPORTED;
+    set->xid.push_back(d);
+    return SUCCESS;
+}
+// One scripted XID per device per read after the device did work since the last one;
+// otherwise a timeout at once (the stand-in never blocks: tune reads with timeout 0).
+API nvmlReturn_t nvmlEventSetWait_v2(EventSet* set, EventData* data, unsigned) {
+    if (!set || !data) return ERR_INVALID_ARGUMENT;
+    std::lock_guard<std::mutex> l(g_mu);
+    for (Dev* d : set->xid) {
+        refresh(*d);
+        const Script& s = g_script[(size_t)d->index];
+        if (s.xid < 0 || d->busy_total_ns == d->xid_mark_ns) continue;
+        d->xid_mark_ns = d->busy_total_ns;
+        *data = EventData{d, EVENT_XID_CRITICAL, (unsigned long long)s.xid, 0xffffffffu, 0xffffffffu};
+        return SUCCESS;
+    }
+    return ERR_TIMEOUT;
+}
+API nvmlReturn_t nvmlEventSetWait(EventSet* set, EventData* data, unsigned ms) {
+    return nvmlEventSetWait_v2(set, data, ms);
 }
