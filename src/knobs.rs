@@ -73,14 +73,12 @@ pub enum Compile {
     MaxAutotuneNoCudagraphs,
 }
 
-/// Pointwise fusion in tune's engine: the engine's side of `torch.compile` (see the
-/// `fuse` row of the knob table).
+/// Pointwise fusion in tune's engine, its side of `torch.compile`: off is eager (a pass
+/// per op), on fuses bias+ReLU, batch norm+ReLU and the optimizer's update.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Fuse {
-    /// Eager: each pointwise op its own pass, as PyTorch without a compiler runs them.
     #[default]
     Off,
-    /// Bias + ReLU, batch norm + ReLU and the optimizer's update each in one pass.
     On,
 }
 
@@ -473,6 +471,16 @@ macro_rules! knob_table {
                 })
             }
 
+            /// Copies one knob's typed value from `from`; false when `name` is no knob.
+            pub fn take_knob(&mut self, name: &str, from: &Knobs) -> bool {
+                match name {
+                    $(stringify!($fname) => self.$fname = from.$fname.clone(),)+
+                    $(stringify!($lname) => self.$lname = from.$lname.clone(),)+
+                    _ => return false,
+                }
+                true
+            }
+
             /// The value of one knob as text (the inverse of `set`).
             pub fn get(&self, name: &str) -> Option<String> {
                 Some(match name {
@@ -661,17 +669,11 @@ knob_table! {
         /// Fuse pointwise chains (bias+ReLU, batch norm+ReLU, the optimizer's update).
         fuse: Fuse = Fuse::Off,
         Values::Words(Fuse::ALLOWED),
-        // tune's engine only: the fused kernels are hand-written (ops/fused.rs, kernels.cu).
-        // In a script the same fusions come from inductor (`compile`) and a fused
-        // optimizer, so the advice names both; a script sweeps `compile` instead.
+        // Hand-written in the engine (ops/fused.rs); a script sweeps `compile` instead.
         CPU_CUDA,
         Torch::PerValue(&[
             ("off", "# eager: no torch.compile, optimizer not fused"),
-            (
-                "on",
-                "model = torch.compile(model); optimizer = torch.optim.SGD(model.parameters(), \
-                 lr=lr, momentum=0.9, fused=True)  # or AdamW(..., fused=True)",
-            ),
+            ("on", "model = torch.compile(model)  # and the optimizer with fused=True"),
         ]);
     }
 }

@@ -329,3 +329,73 @@ fn the_hooks_get_the_python_knobs_in_json_form() {
         );
     }
 }
+
+/// The advisor's rules take every flag they print from the table (`advisor::flag`,
+/// `Knob::flag`): a flag written by hand in a rule (`"--num-workers {n}"`) would keep
+/// its old spelling if a knob were renamed (#29). Unit tests may spell flags out.
+#[test]
+fn the_advisor_writes_no_flag_by_hand() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/advisor");
+    let mut hand = Vec::new();
+    let mut read = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "rs") || p.ends_with("testkit.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+        read += 1;
+        for (i, line) in code.lines().enumerate() {
+            let line = line.split("//").next().unwrap_or("");
+            // A `--` followed by a letter inside a string literal.
+            let in_string = line.split('"').skip(1).step_by(2).any(|s| {
+                s.match_indices("--")
+                    .any(|(j, _)| s[j + 2..].starts_with(|c: char| c.is_ascii_lowercase()))
+            });
+            if in_string {
+                hand.push(format!("{}:{}: {}", p.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(read > 10, "read only {read} advisor files");
+    assert!(
+        hand.is_empty(),
+        "flags written by hand in the advisor's rules (use advisor::flag):\n{}",
+        hand.join("\n")
+    );
+}
+
+/// A spec's knob values are parsed once, when the spec is read, whatever it is read
+/// from: a journal's header (`--resume`) holding a value the table refuses is refused on
+/// read, naming the knob and the value, where the plan used to parse the text again and
+/// quietly leave the knob at its baseline (#29). The stored form stays text.
+#[test]
+fn a_spec_holds_its_knob_values_typed_from_every_source() {
+    let spec = Spec::parse(
+        "name = \"t\"\n[workload]\nmodel = \"mlp\"\ndataset = \"synthetic\"\n[knobs]\namp = [\"off\", \"bf16\"]\n\
+         num_workers = [0, 2]\n",
+        "t.toml",
+    )
+    .unwrap();
+    let mut v = serde_json::to_value(&spec).unwrap();
+    assert_eq!(
+        v["knobs"],
+        serde_json::json!([["amp", ["off", "bf16"]], ["num_workers", ["0", "2"]]])
+    );
+    let back: Spec = serde_json::from_value(v.clone()).unwrap();
+    let ids = |s: &Spec| -> Vec<String> {
+        tune::spec::plan::plan(s)
+            .trials
+            .into_iter()
+            .map(|t| t.id)
+            .collect()
+    };
+    assert_eq!(ids(&back), ids(&spec));
+    assert_eq!(ids(&spec).len(), 3, "{:?}", ids(&spec));
+    v["knobs"][0][1][1] = "fp8".into();
+    let e = serde_json::from_value::<Spec>(v)
+        .expect_err("a journal's spec with amp = fp8 was read")
+        .to_string();
+    assert!(e.contains("amp") && e.contains("fp8"), "{e}");
+}

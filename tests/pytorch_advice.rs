@@ -384,7 +384,7 @@ fn the_watch_names_an_optimizer_bound_and_a_compute_bound_step() {
     assert!(
         spec.knobs
             .iter()
-            .any(|(n, v)| n == "amp" && v.contains(&"bf16".to_string())),
+            .any(|(n, v)| n == "amp" && v.iter().any(|x| x == "bf16")),
         "{:?}",
         spec.knobs
     );

@@ -47,7 +47,10 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 t.knobs.amp
             ),
             evidence,
-            tune_flag: "(keep --amp off, or fix loss scaling first)".into(),
+            tune_flag: format!(
+                "(keep {}, or fix loss scaling first)",
+                super::flag("amp", "off")
+            ),
             pytorch: "# keep this model in float32, or use torch.amp.GradScaler with float16"
                 .into(),
         });
@@ -65,7 +68,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 Say {
                     title: format!("Train in mixed precision ({})", t.knobs.amp),
                     evidence: vec![format!("amp={}: {}", t.knobs.amp, cx.parity(t).describe())],
-                    tune_flag: format!("--amp {}", t.knobs.amp),
+                    tune_flag: super::flag("amp", &t.knobs.amp.to_string()),
                     pytorch: autocast_line(t.knobs.amp, cx.backend()),
                 },
             ),

@@ -37,7 +37,10 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                          inputs to a few shapes, or leave autotuning off",
                         n - b
                     )],
-                    tune_flag: "(leave --autotune off unless shapes are fixed)".into(),
+                    tune_flag: format!(
+                        "(leave {} off unless shapes are fixed)",
+                        super::switch("autotune").unwrap_or_default()
+                    ),
                     pytorch: format!(
                         "{}  # input shapes vary",
                         torch_line("autotune", "false", cx.backend())
@@ -57,7 +60,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 Say {
                     title: "Autotune convolution/GEMM algorithms".into(),
                     evidence: Vec::new(),
-                    tune_flag: "--autotune".into(),
+                    tune_flag: super::flag("autotune", "true"),
                     pytorch: torch_line("autotune", "true", cx.backend()),
                 },
             ),

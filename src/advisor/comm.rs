@@ -76,7 +76,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                     ),
                     format!("{} over {}: {}", x.label, t.label, super::fmt_ratio(&r)),
                 ],
-                tune_flag: format!("--grad-accum {k}"),
+                tune_flag: super::flag("grad_accum", &k.to_string()),
                 pytorch: PYTORCH.into(),
             },
         );
@@ -107,7 +107,11 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 1.0 / (1.0 - share(t)).max(1e-6)
             ),
         ],
-        tune_flag: "--bucket-mb 100 or --grad-accum 2".into(),
+        tune_flag: format!(
+            "{} or {}",
+            super::flag("bucket_mb", "100"),
+            super::flag("grad_accum", "2")
+        ),
         pytorch: PYTORCH.into(),
     })]
 }

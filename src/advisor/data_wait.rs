@@ -100,7 +100,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
             Say {
                 title: format!("Load data in {n} worker threads"),
                 evidence,
-                tune_flag: format!("--num-workers {n}"),
+                tune_flag: super::flag("num_workers", &n.to_string()),
                 pytorch: torch_line("num_workers", &n.to_string(), cx.backend()),
             },
         )];
@@ -128,7 +128,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 if cores == 1 { "" } else { "s" }
             ),
         ],
-        tune_flag: format!("--num-workers {n}"),
+        tune_flag: super::flag("num_workers", &n.to_string()),
         pytorch: torch_line("num_workers", &n.to_string(), cx.backend()),
     })]
 }
@@ -173,7 +173,7 @@ fn cheaper(cx: &Ctx, base: &TrialReport) -> Option<Recommendation> {
                 super::mib(t.rss_peak_bytes.unwrap_or(0)),
                 super::mib(base_mem as u64)
             )],
-            tune_flag: format!("--num-workers {n}"),
+            tune_flag: super::flag("num_workers", &n.to_string()),
             pytorch: torch_line("num_workers", &n.to_string(), cx.backend()),
         },
     );

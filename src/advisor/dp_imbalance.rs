@@ -79,7 +79,11 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
         let say = |evidence| Say {
             title: format!("Use DistributedDataParallel instead of DataParallel on {n} devices"),
             evidence,
-            tune_flag: format!("--parallel ddp --devices {n}"),
+            tune_flag: format!(
+                "{} {}",
+                super::flag("parallel", "ddp"),
+                super::flag("devices", &n.to_string())
+            ),
             pytorch: PYTORCH.into(),
         };
         match ddp.and_then(|d| Some((d, cx.ratio(dp, d)?))) {

@@ -58,10 +58,13 @@ fn lines(cx: &Ctx, t: &TrialReport, change: &BTreeMap<String, String>) -> (Strin
 /// Whether an earlier recommendation (a change, a suggestion or a warning) already
 /// speaks about `knob`: the phase rule's words then stand.
 fn spoken_for(earlier: &[Recommendation], knob: &str) -> bool {
-    let f = format!("--{}", knob.replace('_', "-"));
-    earlier
-        .iter()
-        .any(|r| r.change.contains_key(knob) || r.tune_flag.split_whitespace().any(|w| w == f))
+    let f = super::switch(knob);
+    earlier.iter().any(|r| {
+        r.change.contains_key(knob)
+            || r.tune_flag
+                .split_whitespace()
+                .any(|w| f.as_deref() == Some(w))
+    })
 }
 
 fn recommend(cx: &Ctx, t: &TrialReport, earlier: &[Recommendation]) -> Option<Recommendation> {

@@ -47,7 +47,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
             Say {
                 title: "Pin host memory for device copies".into(),
                 evidence,
-                tune_flag: "--pin-memory".into(),
+                tune_flag: super::flag("pin_memory", "true"),
                 pytorch: pytorch(),
             },
         )];
@@ -59,7 +59,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
     vec![unmeasured_change(Say {
         title: "Try pinned memory for host-to-device copies".into(),
         evidence: vec![seen, "pin_memory was not measured in this sweep".into()],
-        tune_flag: "--pin-memory".into(),
+        tune_flag: super::flag("pin_memory", "true"),
         pytorch: pytorch(),
     })]
 }

@@ -116,7 +116,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 "checkpointing was not measured in this sweep: add checkpoint = [\"off\", \"sqrt\"]"
                     .into(),
             ],
-            tune_flag: "--checkpoint sqrt".into(),
+            tune_flag: super::flag("checkpoint", "sqrt"),
             pytorch: torch_line("checkpoint", "sqrt", cx.backend()),
         })];
     };

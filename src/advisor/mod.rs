@@ -360,12 +360,21 @@ pub fn warning(say: Say) -> Recommendation {
     }
 }
 
-/// The `tune` flag for one knob value (booleans are switches).
+/// The `tune` flag for one knob value, from the knob table (booleans are switches); a
+/// user parameter, which has no flag, as `name=value`.
 pub fn flag(knob: &str, value: &str) -> String {
-    let f = format!("--{}", knob.replace('_', "-"));
+    let Some(f) = switch(knob) else {
+        return format!("{knob}={value}");
+    };
     match value {
         "true" => f,
         "false" => String::new(),
         v => format!("{f} {v}"),
     }
+}
+
+/// A knob's bare flag (`--num-workers`) as the knob table writes it; `None` for a name
+/// that is no knob.
+pub(crate) fn switch(knob: &str) -> Option<String> {
+    crate::knobs::knob(knob).map(crate::knobs::Knob::flag)
 }

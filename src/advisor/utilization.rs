@@ -73,7 +73,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
             Say {
                 title: format!("Raise the batch size to {b}"),
                 evidence,
-                tune_flag: format!("--batch-size {b}"),
+                tune_flag: super::flag("batch_size", &b.to_string()),
                 pytorch: torch_line("batch_size", &b.to_string(), cx.backend()),
             },
         )];
@@ -88,7 +88,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
             seen,
             "larger batches were not measured in this sweep".into(),
         ],
-        tune_flag: format!("--batch-size {b}"),
+        tune_flag: super::flag("batch_size", &b.to_string()),
         pytorch: format!("DataLoader(dataset, batch_size={b})  # and scale the learning rate"),
     })]
 }

@@ -426,7 +426,7 @@ fn empty_reasons(r: &Report, wins: &[&TrialReport], recs: &[RecVerdict]) -> Vec<
         let covered = r.recommendations.iter().any(|x| {
             knobs.keys().any(|k| {
                 x.change.contains_key(k)
-                    || x.tune_flag.contains(&format!("--{}", k.replace('_', "-")))
+                    || super::switch(k).is_some_and(|f| x.tune_flag.contains(&f))
             })
         });
         out.push(if !parity.allows() {

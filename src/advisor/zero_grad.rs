@@ -30,7 +30,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
         Say {
             title: "Release gradients instead of zero-filling them".into(),
             evidence,
-            tune_flag: "--zero-grad none".into(),
+            tune_flag: super::flag("zero_grad", "none"),
             pytorch: torch_line("zero_grad", "none", cx.backend()),
         },
     )]

@@ -13,16 +13,18 @@
 //!   `parallel::collect` and summarised by `parallel::multi_summary`.
 
 use std::sync::Arc;
+use std::thread::{Scope, ScopedJoinHandle};
 use std::time::Instant;
 
 use crate::engine::amp::GradScaler;
 use crate::engine::autotune::{AlgoChoice, Algos, ChoiceSource};
+use crate::engine::collective::is_peer_stop;
 use crate::engine::device::{Device, MemSnapshot};
 use crate::engine::nn::model::{LayerOps, Model};
 use crate::engine::parallel::summary::single_device_summary;
 use crate::engine::step::{self, Exec};
 use crate::engine::vocab::{Feed, Observer, RunSummary, Workload};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 
 /// What a backend contributes to a device's setup.
@@ -210,6 +212,84 @@ pub(crate) fn single<R: Rig>(
             imbalance,
         )
     })
+}
+
+/// One device thread of a multi-device run: the thread's name and what it runs (DP's
+/// driver or a replica, a DDP rank).
+pub(crate) type DeviceThread<'env, T> = (String, Box<dyn FnOnce() -> Result<T> + Send + 'env>);
+
+/// The multi-device launch, the same for every backend and strategy: one thread per
+/// device in one scope; meanwhile the caller's thread turns the devices' step reports
+/// into the run's events (`reports`, given the scope: `parallel::collect`, or
+/// `parallel::dist::route`, which starts its readers there, across processes); then every
+/// device thread is joined, in order. A thread that could not start explains the run
+/// first (the others see its channels hang up), then the first device's own error, then
+/// a peer's "someone else stopped".
+pub(crate) fn spread<'env, T: Send + 'env, C>(
+    devices: Vec<DeviceThread<'env, T>>,
+    reports: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> C,
+) -> (C, Result<Vec<T>>) {
+    std::thread::scope(|s| {
+        let mut hs = Vec::with_capacity(devices.len());
+        let mut spawn_err = None;
+        for (name, body) in devices {
+            match std::thread::Builder::new()
+                .name(name.clone())
+                .spawn_scoped(s, body)
+            {
+                Ok(h) => hs.push((name, h)),
+                Err(e) => {
+                    spawn_err.get_or_insert(Error::Runtime(format!("cannot start {name}: {e}")));
+                }
+            }
+        }
+        let c = reports(s);
+        let ends = first_error(
+            hs.into_iter()
+                .enumerate()
+                .map(|(i, (name, h))| {
+                    let r = h
+                        .join()
+                        .unwrap_or_else(|_| Err(Error::Runtime(format!("{name} panicked"))));
+                    (i, Ok(r))
+                })
+                .collect(),
+        );
+        (c, spawn_err.map_or(ends, Err))
+    })
+}
+
+/// The error that explains a failed run: a device's own error rather than a peer's
+/// "someone else stopped", and a panic as an error.
+pub(crate) fn first_error<T>(
+    results: Vec<(usize, std::thread::Result<Result<T>>)>,
+) -> Result<Vec<T>> {
+    let mut oks = Vec::new();
+    let mut primary: Option<Error> = None;
+    let mut secondary: Option<Error> = None;
+    for (i, r) in results {
+        match r {
+            Ok(Ok(v)) => oks.push(v),
+            Ok(Err(e)) if is_peer_stop(&e) => {
+                secondary.get_or_insert(e);
+            }
+            Ok(Err(e)) => {
+                primary.get_or_insert(e);
+            }
+            Err(_) => {
+                primary.get_or_insert(Error::Runtime(format!("device {i}'s thread panicked")));
+            }
+        }
+    }
+    match primary.or(secondary) {
+        Some(e) => Err(e),
+        None => Ok(oks),
+    }
+}
+
+/// Joins device threads in index order.
+pub(crate) fn join_all<T>(hs: Vec<ScopedJoinHandle<'_, Result<T>>>) -> Result<Vec<T>> {
+    first_error(hs.into_iter().map(|h| h.join()).enumerate().collect())
 }
 
 /// One note per choice that was measured or read from autotune's cache, and the path.

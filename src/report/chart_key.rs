@@ -4,7 +4,7 @@
 
 use plotters::style::RGBColor;
 
-use super::html::esc;
+use super::escape::esc;
 
 /// Estimated width of one character of 12 px sans-serif text. Generous: an estimate that
 /// is too narrow lets real labels collide.

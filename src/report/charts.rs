@@ -120,13 +120,13 @@ pub(super) fn svg(id: &str, w: u32, h: u32, draw: impl FnOnce(&Area) -> Drawn) -
         ),
         Err(e) => format!(
             "<p class=\"bad\">chart {id} could not be drawn: {}</p>",
-            super::html::esc(&e.to_string())
+            super::escape::esc(&e.to_string())
         ),
     }
 }
 
 pub(super) fn note(text: &str) -> String {
-    format!("<p class=\"muted\">{}</p>", super::html::esc(text))
+    format!("<p class=\"muted\">{}</p>", super::escape::esc(text))
 }
 
 /// An axis tick: no decimals once the numbers are large enough not to need them.
@@ -477,7 +477,7 @@ pub fn device_timeline(r: &Report) -> String {
         bands.push_str(&format!(
             "<li><b>{}</b> {}</li>",
             i + 1,
-            super::html::esc(&s.label)
+            super::escape::esc(&s.label)
         ));
     }
     if banded && !bands.is_empty() {

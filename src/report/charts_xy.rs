@@ -9,7 +9,7 @@ use super::chart_key::{legend, Key, Placer};
 use super::charts::{
     anchored, color, note, svg, text_style, tick, BAR, BEST, GRID, INK, MUTED, WIDTH,
 };
-use super::html::esc;
+use super::escape::esc;
 use super::shown::{Shown, CHART_MAX};
 use crate::results::model::{Report, TrialReport};
 use crate::results::record::Status;

@@ -8,7 +8,7 @@ use plotters::prelude::*;
 
 use super::axis::Span;
 use super::charts::{color, note, svg, WIDTH};
-use super::html::esc;
+use super::escape::esc;
 
 /// One named series of `(t_s, value)` points.
 #[derive(Clone, Debug, PartialEq)]

@@ -6,6 +6,7 @@ pub(crate) mod axis;
 mod chart_key;
 pub(crate) mod charts;
 mod charts_xy;
+pub(crate) mod escape;
 pub mod html;
 pub mod lines;
 pub mod markdown;

@@ -2,7 +2,7 @@
 //! repeat, every step including warm-up (kept out of every figure, shown here so a slow
 //! start, a compile or a drift within a trial is visible), in ms.
 
-use super::html::esc;
+use super::escape::esc;
 use super::lines::{render, Line, LinesChart};
 use crate::results::model::{Report, TrialReport};
 use crate::stats::median;

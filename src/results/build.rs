@@ -11,7 +11,7 @@ use super::model::{
 use crate::engine::parallel::DeviceSummary;
 use crate::engine::train::Phases;
 use crate::knobs::Knobs;
-use crate::results::hardware::{figures_of, per_sample};
+use crate::results::figures::{figures_of, per_sample};
 use crate::results::record::{Repeat, Status, TrialRecord};
 use crate::spec::plan::{self, knobs_hash};
 use crate::spec::Spec;

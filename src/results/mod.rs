@@ -5,11 +5,13 @@
 
 pub mod baselines;
 pub(crate) mod build;
+pub(crate) mod figures;
 pub mod finding;
 pub mod hardware;
 pub mod model;
 pub mod nodes;
 pub mod record;
+pub(crate) mod schema;
 pub(crate) mod upgrade;
 
 pub use finding::Finding;

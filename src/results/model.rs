@@ -18,9 +18,7 @@ use crate::results::record::{NodeRun, Repeat, Status};
 use crate::spec::plan::Skipped;
 use crate::spec::Spec;
 
-/// 2.0: a repeat is the engine's `RunSummary` and a trial's `devices` are its
-/// `DeviceSummary` (1.x files are converted on read, `upgrade`).
-pub const SCHEMA_VERSION: &str = "2.0";
+pub use super::schema::SCHEMA_VERSION;
 
 /// Timeline metric on `host`, derived per tick by the sweep's sampler: the share of all
 /// cores (0..=100) busy outside the sweep's process tree, i.e. other processes competing

@@ -288,7 +288,7 @@ pub struct RepeatRecord {
 
 /// The version of the journal's line format, written into every line; a line without
 /// one is 1.x and is converted on read (`upgrade`). Same meaning as report.json's.
-pub const RECORD_VERSION: &str = super::model::SCHEMA_VERSION;
+pub const RECORD_VERSION: &str = super::schema::SCHEMA_VERSION;
 
 /// A journal line.
 #[derive(Clone, Debug, PartialEq)]

@@ -22,7 +22,7 @@ pub fn major(version: &str) -> Option<u64> {
 
 /// Converts one journal line to the current form in place; refuses a newer major.
 pub fn record(v: &mut Value) -> Result<(), String> {
-    let current = major(super::model::SCHEMA_VERSION);
+    let current = major(super::schema::SCHEMA_VERSION);
     let version = match v.get("schema_version") {
         None => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -44,7 +44,7 @@ pub fn record(v: &mut Value) -> Result<(), String> {
         _ => Err(format!(
             "journal line schema {} is not one this tune reads ({}): use the tune that wrote it",
             version.unwrap_or_default(),
-            super::model::SCHEMA_VERSION
+            super::schema::SCHEMA_VERSION
         )),
     }
 }

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::fsio::read_text_limited;
 use crate::knobs::Knobs;
 pub use cluster::{ExecutorKind, SlurmSpec};
+pub use value::KnobValue;
 pub use window::Window;
 
 pub mod cluster;
@@ -20,6 +21,7 @@ pub mod plan;
 mod shell;
 #[cfg(test)]
 mod tests;
+pub mod value;
 pub mod window;
 
 /// Largest spec read. Real specs are a few KB; TOML parsing costs many times the text's
@@ -37,9 +39,10 @@ pub struct Spec {
     /// Names the report folder, `reports/<name>/`.
     pub name: String,
     pub workload: Workload,
-    /// Knob name and its values in the spelling `Knobs::set` accepts and `Knobs::get`
-    /// gives back, in file order. Values within a knob are distinct.
-    pub knobs: Vec<(String, Vec<String>)>,
+    /// Knob name and its values, parsed when the spec was read (stored in the spelling
+    /// `Knobs::get` gives back), in file order. Values within a knob are distinct.
+    #[serde(deserialize_with = "value::knob_axes")]
+    pub knobs: Vec<(String, Vec<KnobValue>)>,
     /// `[params]`: a command workload's own parameters and their values, in file order,
     /// as written (numbers keep their spelling). Swept like knobs; each fills `{name}`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -249,13 +252,17 @@ impl Spec {
         format!("{hash:016x}")
     }
 
-    /// The values listed for one knob or parameter.
-    pub fn values(&self, knob: &str) -> Option<&[String]> {
-        self.knobs
-            .iter()
-            .chain(&self.params)
-            .find(|(n, _)| n == knob)
-            .map(|(_, v)| v.as_slice())
+    /// The values listed for one knob or parameter, as text.
+    pub fn values(&self, knob: &str) -> Option<Vec<&str>> {
+        let of_knob = self.knobs.iter().find(|(n, _)| n == knob);
+        match of_knob {
+            Some((_, v)) => Some(v.iter().map(KnobValue::as_str).collect()),
+            None => self
+                .params
+                .iter()
+                .find(|(n, _)| n == knob)
+                .map(|(_, v)| v.iter().map(String::as_str).collect()),
+        }
     }
 }
 

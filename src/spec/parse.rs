@@ -14,6 +14,7 @@ use super::{
 use crate::error::{shown, Error, Result};
 use crate::knobs::Knobs;
 use crate::limits::{self, Bound};
+use crate::spec::KnobValue;
 
 mod bounds;
 mod inject_check;
@@ -487,7 +488,7 @@ impl Cx<'_> {
     }
 
     /// One knob value in its canonical spelling.
-    fn knob_value(&self, name: &str, v: &Val<'_>) -> Result<String> {
+    fn knob_value(&self, name: &str, v: &Val<'_>) -> Result<KnobValue> {
         let raw = match v.get_ref() {
             DeValue::String(s) => s.to_string(),
             DeValue::Boolean(b) => b.to_string(),
@@ -503,10 +504,7 @@ impl Cx<'_> {
                 ))
             }
         };
-        let mut k = Knobs::default();
-        k.set(name, &raw)
-            .map_err(|e| self.err(v.span(), e.to_string()))?;
-        Ok(k.get(name).unwrap_or(raw))
+        KnobValue::parse(name, &raw).map_err(|e| self.err(v.span(), e.to_string()))
     }
 
     fn knob_name(&self, k: &Key<'_>) -> Result<String> {
@@ -517,16 +515,16 @@ impl Cx<'_> {
         }
     }
 
-    fn knobs(&self, t: &DeTable<'_>) -> Result<Vec<(String, Vec<String>)>> {
+    fn knobs(&self, t: &DeTable<'_>) -> Result<Vec<(String, Vec<KnobValue>)>> {
         let mut out = Vec::new();
         for (k, v) in entries(t) {
             let name = self.knob_name(k)?;
             let items = self.items(v, &format!("knob {name}"))?;
-            let mut values: Vec<String> = Vec::new();
+            let mut values: Vec<KnobValue> = Vec::new();
             let mut seen = HashSet::new();
             for item in items {
                 let value = self.knob_value(&name, item)?;
-                if !seen.insert(value.clone()) {
+                if !seen.insert(value.to_string()) {
                     return Err(self.err(item.span(), format!("knob {name} lists '{value}' twice")));
                 }
                 values.push(value);
@@ -540,7 +538,7 @@ impl Cx<'_> {
         &self,
         doc: &DeTable<'_>,
         workload: &Workload,
-        knobs: &[(String, Vec<String>)],
+        knobs: &[(String, Vec<KnobValue>)],
         params: &[Param],
     ) -> Result<Search> {
         let empty = DeTable::new();
@@ -597,9 +595,7 @@ impl Cx<'_> {
         }
         for (name, values) in knobs {
             if let Some(first) = values.first() {
-                baseline
-                    .set(name, first)
-                    .map_err(|e| Error::Invalid(e.to_string()))?;
+                first.apply(name, &mut baseline);
             }
         }
         for (name, values, _) in params {
@@ -642,14 +638,12 @@ impl Cx<'_> {
                             v.span(),
                             format!(
                                 "baseline {name} = {value} is not one of the values listed in [knobs]: {}",
-                                listed.join(", ")
+                                listed.iter().map(KnobValue::as_str).collect::<Vec<_>>().join(", ")
                             ),
                         ));
                     }
                 }
-                baseline
-                    .set(&name, &value)
-                    .map_err(|e| self.err(v.span(), e.to_string()))?;
+                value.apply(&name, &mut baseline);
             }
         }
         baseline.validate().map_err(|e| {

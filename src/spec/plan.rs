@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Spec, Strategy};
+use super::{KnobValue, Spec, Strategy};
 use crate::knobs::Knobs;
 
 /// One configuration to measure.
@@ -75,7 +75,16 @@ pub fn trial_id(knobs: &Knobs, baseline: &Knobs) -> String {
 pub fn plan(spec: &Spec) -> Plan {
     let base = &spec.search.baseline;
     // User parameters are swept exactly like knobs, after them.
-    let axes: Vec<(String, Vec<String>)> = spec.knobs.iter().chain(&spec.params).cloned().collect();
+    let axes: Vec<(String, Vec<Setting>)> = spec
+        .knobs
+        .iter()
+        .map(|(n, v)| (n.clone(), v.iter().map(Setting::Knob).collect()))
+        .chain(
+            spec.params
+                .iter()
+                .map(|(n, v)| (n.clone(), v.iter().map(|t| Setting::Param(t)).collect())),
+        )
+        .collect();
     let candidates = match spec.search.strategy {
         Strategy::Grid | Strategy::Halving => grid(base, &axes),
         Strategy::OneAtATime => one_at_a_time(base, &axes),
@@ -103,16 +112,26 @@ pub fn plan(spec: &Spec) -> Plan {
     out
 }
 
-fn with(base: &Knobs, name: &str, value: &str) -> Knobs {
+/// One value of one axis: a knob's, parsed when the spec was read, or a user
+/// parameter's text.
+enum Setting<'a> {
+    Knob(&'a KnobValue),
+    Param(&'a str),
+}
+
+fn with(base: &Knobs, name: &str, value: &Setting) -> Knobs {
     let mut k = base.clone();
-    // Values were checked with `Knobs::set` when the spec was parsed; a failure here
-    // would leave the knob at its baseline value, which dedup then drops.
-    let _ = k.set_or_param(name, value);
+    match value {
+        Setting::Knob(v) => v.apply(name, &mut k),
+        Setting::Param(t) => {
+            k.params.insert(name.to_string(), (*t).to_string());
+        }
+    }
     k
 }
 
 /// Cartesian product in file order: the first knob varies slowest.
-fn grid(base: &Knobs, knobs: &[(String, Vec<String>)]) -> Vec<Knobs> {
+fn grid(base: &Knobs, knobs: &[(String, Vec<Setting>)]) -> Vec<Knobs> {
     let mut out = vec![base.clone()];
     for (name, values) in knobs {
         out = out
@@ -124,7 +143,7 @@ fn grid(base: &Knobs, knobs: &[(String, Vec<String>)]) -> Vec<Knobs> {
 }
 
 /// Each value of each knob, the others at baseline.
-fn one_at_a_time(base: &Knobs, knobs: &[(String, Vec<String>)]) -> Vec<Knobs> {
+fn one_at_a_time(base: &Knobs, knobs: &[(String, Vec<Setting>)]) -> Vec<Knobs> {
     knobs
         .iter()
         .flat_map(|(name, values)| values.iter().map(move |v| with(base, name, v)))

@@ -68,6 +68,8 @@ pub enum FindingKind {
     Contention,
     /// From the PyTorch hooks: the first steps (start-up, compilation) took most of the run.
     Warmup,
+    /// NVML's ECC error counts grew, or the driver reported a critical XID.
+    GpuFault,
 }
 
 /// A finding about one device (or the Python job) of a watched run.
@@ -110,6 +112,7 @@ pub fn findings(series: &[DeviceSeries], ctx: &Context) -> Vec<WatchFinding> {
     }
     for d in series.iter().filter(|d| d.id.source == Source::Gpu) {
         out.extend(throttling(d));
+        out.extend(gpu_fault(d));
     }
     out.extend(shared_gpus(series, ctx));
     out
@@ -347,6 +350,54 @@ fn throttling(d: &DeviceSeries) -> Option<WatchFinding> {
         },
         hint: "timings taken while throttled are not comparable with unthrottled ones; \
                check cooling and power limits (nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE)"
+            .into(),
+    })
+}
+
+/// ECC errors that appeared while the run was watched (growth of the volatile counts, so
+/// errors from before are not blamed on it) and critical XID events.
+fn gpu_fault(d: &DeviceSeries) -> Option<WatchFinding> {
+    let grew = |metric: &str| {
+        let v = d.values(metric);
+        match (v.first(), v.last()) {
+            (Some(a), Some(b)) if b > a => (b - a) as u64,
+            _ => 0,
+        }
+    };
+    let mut what = Vec::new();
+    for (metric, kind) in [
+        (gpu::ECC_UNCORRECTED, "uncorrected"),
+        (gpu::ECC_CORRECTED, "corrected"),
+    ] {
+        let n = grew(metric);
+        if n > 0 {
+            what.push(format!("{n} {kind} ECC error(s)"));
+        }
+    }
+    let xid: f64 = d.values(gpu::XID_EVENTS).iter().sum();
+    if xid > 0.0 {
+        let mut codes: Vec<u64> = d.values(gpu::XID_LAST).iter().map(|c| *c as u64).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        let codes: Vec<String> = codes.iter().map(u64::to_string).collect();
+        what.push(format!(
+            "{xid:.0} critical XID event(s) ({})",
+            codes.join(", ")
+        ));
+    }
+    if what.is_empty() {
+        return None;
+    }
+    Some(WatchFinding {
+        kind: FindingKind::GpuFault,
+        device: d.label(),
+        finding: Finding {
+            title: format!("{} reported hardware faults", d.label()),
+            evidence: format!("{} while the run was watched", what.join(" and ")),
+        },
+        hint: "timings and results from a faulting GPU are suspect: check it \
+               (nvidia-smi -q -d ECC,PAGE_RETIREMENT; the kernel log for NVRM: Xid) \
+               before trusting or comparing this run"
             .into(),
     })
 }
@@ -670,6 +721,40 @@ mod tests {
         // One throttled sample in 20 is below the threshold.
         let s = with_mask(&|t| if t == 3 { SW_POWER_CAP } else { 0.0 });
         assert!(findings(&group(&s), &Context::default()).is_empty());
+    }
+
+    #[test]
+    fn ecc_growth_and_xid_events_are_a_gpu_fault() {
+        let run = |ecc_u: &dyn Fn(usize) -> f64, xid: &dyn Fn(usize) -> f64| {
+            let s: Vec<Sample> = (0..10)
+                .map(|t| {
+                    sample(
+                        t as f64 * 100.0,
+                        Source::Gpu,
+                        Some(0),
+                        None,
+                        &[
+                            (m::ECC_UNCORRECTED, ecc_u(t)),
+                            (m::ECC_CORRECTED, 4.0),
+                            (m::XID_EVENTS, xid(t)),
+                            (m::XID_LAST, 79.0),
+                        ],
+                    )
+                })
+                .collect();
+            findings(&group(&s), &Context::default())
+        };
+        // Counts from before the watch, steady through it: nothing to say.
+        assert!(run(&|_| 2.0, &|_| 0.0).is_empty());
+        let f = run(&|t| if t < 5 { 2.0 } else { 5.0 }, &|t| f64::from(t == 7));
+        assert_eq!(kinds(&f), vec![(FindingKind::GpuFault, "gpu0".into())]);
+        let e = &f[0].finding.evidence;
+        assert!(e.contains("3 uncorrected ECC error(s)"), "{e}");
+        assert!(e.contains("1 critical XID event(s) (79)"), "{e}");
+        assert!(
+            !e.contains("4 corrected"),
+            "steady counts are not blamed: {e}"
+        );
     }
 
     /// NVML's throttle-reason bits (nvml.h `nvmlClocksEventReason*`).

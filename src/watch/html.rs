@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::report::WatchReport;
-use crate::report::html::esc;
+use crate::report::escape::esc;
 use crate::report::lines::{render, Line, LinesChart};
 
 const STYLE: &str = "\

@@ -17,6 +17,7 @@
 //! - `timeline`: the steps over time (warm-up, step-time and phase charts, trace.json).
 
 pub(crate) mod dominant;
+pub(crate) mod files;
 pub(crate) mod findings;
 pub(crate) mod html;
 pub(crate) mod live;

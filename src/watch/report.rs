@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use tune_probes::{GpuInfo, Sample, TimelineSnapshot};
@@ -254,30 +254,6 @@ impl WatchReport {
         }
         serde_json::from_value(v)
             .map_err(|e| Error::format(path, format!("invalid watch report: {e}")))
-    }
-
-    /// Writes report.json, report.html and summary.md into `dir` as one set (all or
-    /// nothing, as a sweep's), with trace.json where the hooks reported steps.
-    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>> {
-        use crate::report::trace::TRACE_JSON;
-        use crate::report::{write_set, REPORT_HTML, REPORT_JSON, SUMMARY_MD};
-        let mut files = vec![
-            (dir.join(REPORT_JSON), self.to_json()?.into_bytes()),
-            (dir.join(REPORT_HTML), self.html().into_bytes()),
-            (dir.join(SUMMARY_MD), self.markdown().into_bytes()),
-        ];
-        if !self.steps.is_empty() {
-            files.push((
-                dir.join(TRACE_JSON),
-                super::timeline::trace(self).into_bytes(),
-            ));
-        }
-        write_set(&files)?;
-        Ok(files.into_iter().map(|(p, _)| p).collect())
-    }
-
-    pub fn html(&self) -> String {
-        super::html::render_html(self)
     }
 
     pub fn markdown(&self) -> String {

@@ -11,7 +11,7 @@ use serde_json::{json, Map};
 use super::findings::{FindingKind, WatchFinding};
 use super::report::WatchReport;
 use crate::bridge::{Events, Step};
-use crate::report::html::esc;
+use crate::report::escape::esc;
 use crate::report::lines::{render, Line, LinesChart};
 use crate::report::trace::{phase_spans, render as render_trace, Span, Track, PHASE_ORDER};
 use crate::results::Finding;

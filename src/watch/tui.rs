@@ -26,11 +26,11 @@ use tune_probes::nvml::metric as gpu;
 use tune_probes::{Sample, Source};
 
 use crate::error::{Error, Result};
-use crate::tui::dash::view::{centered, popup, too_small};
-use crate::tui::dash::{input_thread, Event};
+use crate::tui::input::{input_thread, FromInput};
 use crate::tui::terminal;
 use crate::tui::widgets::bytes;
 use crate::tui::widgets::devices::{DeviceHistory, DeviceSeries, DevicesView};
+use crate::tui::widgets::frame::{centered, popup, too_small};
 
 /// Below this the tree and one device do not fit legibly.
 pub const MIN_WIDTH: u16 = 50;
@@ -334,6 +334,22 @@ fn render_help(area: Rect, buf: &mut Buffer) {
         .render(area, buf);
 }
 
+/// What the watch view's event loop takes in: only input (its data comes by the session).
+enum Event {
+    Input(term::Event),
+    Fatal(String),
+}
+
+impl FromInput for Event {
+    fn input(ev: term::Event) -> Self {
+        Event::Input(ev)
+    }
+
+    fn fatal(why: String) -> Self {
+        Event::Fatal(why)
+    }
+}
+
 /// The view on the terminal: the terminal guard, the input thread and the app. Dropping
 /// it stops the thread and then restores the terminal.
 pub struct Screen {
@@ -379,7 +395,6 @@ impl Screen {
                 // A resize or anything else: the next draw picks up the new size.
                 Event::Input(_) => {}
                 Event::Fatal(msg) => return Err(msg),
-                Event::Data(_) | Event::SweepEnded(_) => {}
             }
             self.last_draw = None;
         }

@@ -32,7 +32,7 @@ use crate::engine::cuda::libs;
 use crate::engine::cuda::sync_bn::NcclSync;
 use crate::engine::cuda::train::{open_gpus, GpuClock, GpuExec, GpuRig};
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
-use crate::engine::launcher::{self, note_choices, Rig};
+use crate::engine::launcher::{self, note_choices, DeviceThread, Rig};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::model_cuda::GLayer;
 use crate::engine::parallel::summary::DeviceStep;
@@ -485,9 +485,9 @@ pub fn run_verified(
     let per_rank = k.batch_size / world;
     let id = Id::new().map_err(|e| nccl_err("unique id", e))?;
     let (tx, rx) = channel();
-    let mut ranks = Vec::with_capacity(world);
+    let mut ranks: Vec<DeviceThread<'_, RankEnd>> = Vec::with_capacity(world);
     for (r, (gpu, dev)) in gpus.iter().zip(&devs).enumerate() {
-        ranks.push(Rank {
+        let rank = Rank {
             w,
             k,
             rank: r,
@@ -500,27 +500,15 @@ pub fn run_verified(
             reports: tx.clone(),
             verify,
             lead: (r == 0).then_some(&feed),
-        });
+        };
+        ranks.push((
+            format!("tune-gpu-rank{r}"),
+            Box::new(move || rank_main(rank)),
+        ));
     }
     drop(tx);
     let threads = vec![1; world];
-    let (collected, ends) = std::thread::scope(|s| {
-        let mut hs = Vec::with_capacity(world);
-        let mut spawn_err = None;
-        for r in ranks {
-            let i = r.rank;
-            match std::thread::Builder::new()
-                .name(format!("tune-gpu-rank{i}"))
-                .spawn_scoped(s, move || rank_main(r))
-            {
-                Ok(h) => hs.push(h),
-                Err(e) => spawn_err = Some(Error::Runtime(format!("cannot start rank {i}: {e}"))),
-            }
-        }
-        let c = collect(rx, world, &threads, true, w, obs);
-        let ends = crate::engine::parallel::join_all(hs);
-        (c, spawn_err.map_or(ends, Err))
-    });
+    let (collected, ends) = launcher::spread(ranks, |_| collect(rx, world, &threads, true, w, obs));
     let ends = ends?;
     let first = ends
         .first()

@@ -41,7 +41,7 @@ use crate::engine::cuda::gpu::{cuda_err, nccl_err, GTensor, Gpu};
 use crate::engine::cuda::libs;
 use crate::engine::cuda::train::{autotune_on, build_model, open_gpus, GpuExec, GpuRig};
 use crate::engine::device::{Backend, MemCategory, MemSnapshot};
-use crate::engine::launcher::{self, note_choices, Rig};
+use crate::engine::launcher::{self, note_choices, DeviceThread, Rig};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::model_cuda::{GCtx, GLayer};
 use crate::engine::ops::layer_cuda::Pass;
@@ -538,120 +538,110 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
     let (tx, rx) = channel();
     let threads = vec![1; n];
     let (gpus, devs) = (&gpus, &devs);
-    let (collected, outcome) = std::thread::scope(|s| {
-        let mut to = Vec::new();
-        let mut from = Vec::new();
-        let mut hs = Vec::new();
-        let mut spawn_err = None;
-        for (i, gpu) in gpus.iter().enumerate().skip(1) {
-            let (ctx_tx, ctx_rx) = channel();
-            let (rep_tx, rep_rx) = channel();
-            to.push(ctx_tx);
-            from.push(rep_rx);
-            let gpu = Arc::clone(gpu);
-            let h = std::thread::Builder::new()
-                .name(format!("tune-gpu-dp{i}"))
-                .spawn_scoped(s, move || -> Result<()> {
-                    gpu.ctx
-                        .bind_to_thread()
-                        .map_err(|e| cuda_err("context", e))?;
-                    let comm = Comm::from_rank(Arc::clone(&gpu.stream), i, n, id)
-                        .map_err(|e| nccl_err(&format!("GPU {i} joining {n}"), e))?;
-                    let (model, _, _) = build_model(w, k, feed.classes, &gpu)?;
-                    autotune_on(w, k, &gpu, &mut NoObserver)?;
-                    let ctx = GCtx {
-                        gpu: Arc::clone(&gpu),
-                        pass: Pass {
-                            train: true,
-                            save: true,
-                            recompute: false,
-                            half: amp::half_dtype(k.amp),
-                        },
-                    };
-                    Replica {
-                        index: i,
-                        gpu,
-                        comm,
-                        model,
-                        ctx,
-                        rows,
-                        spans: Vec::new(),
-                    }
-                    .run(ctx_rx, rep_tx)
-                });
-            match h {
-                Ok(h) => hs.push(h),
-                Err(e) => spawn_err = Some(Error::Runtime(format!("cannot start GPU {i}: {e}"))),
-            }
-        }
-        let driver = std::thread::Builder::new()
-            .name("tune-gpu-dp0".into())
-            .spawn_scoped(s, move || -> Result<Driven> {
-                let gpu = &gpus[0];
+    let mut to = Vec::new();
+    let mut from = Vec::new();
+    let mut replicas: Vec<DeviceThread<'_, Option<Driven>>> = Vec::new();
+    for (i, gpu) in gpus.iter().enumerate().skip(1) {
+        let (ctx_tx, ctx_rx) = channel();
+        let (rep_tx, rep_rx) = channel();
+        to.push(ctx_tx);
+        from.push(rep_rx);
+        let gpu = Arc::clone(gpu);
+        let feed = &feed;
+        replicas.push((
+            format!("tune-gpu-dp{i}"),
+            Box::new(move || -> Result<Option<Driven>> {
                 gpu.ctx
                     .bind_to_thread()
                     .map_err(|e| cuda_err("context", e))?;
-                let comm = Comm::from_rank(Arc::clone(&gpu.stream), 0, n, id)
-                    .map_err(|e| nccl_err(&format!("GPU 0 joining {n}"), e))?;
-                let rig = GpuRig {
-                    gpu: Arc::clone(gpu),
-                    dev: Arc::clone(&devs[0]),
+                let comm = Comm::from_rank(Arc::clone(&gpu.stream), i, n, id)
+                    .map_err(|e| nccl_err(&format!("GPU {i} joining {n}"), e))?;
+                let (model, _, _) = build_model(w, k, feed.classes, &gpu)?;
+                autotune_on(w, k, &gpu, &mut NoObserver)?;
+                let ctx = GCtx {
+                    gpu: Arc::clone(&gpu),
+                    pass: Pass {
+                        train: true,
+                        save: true,
+                        recompute: false,
+                        half: amp::half_dtype(k.amp),
+                    },
                 };
-                let mut p = launcher::prepare(&rig, w, k, feed.classes, &mut NoObserver)?;
-                let mut dp = GpuDp {
+                Replica {
+                    index: i,
                     gpu,
                     comm,
+                    model,
+                    ctx,
                     rows,
-                    to,
-                    from,
-                    reports: tx,
-                    seg: None,
-                    dy: None,
-                    comm_spans: Vec::new(),
-                };
-                rig.before_loop();
-                let res = step::train_with(
-                    &mut p.exec,
-                    &mut dp,
-                    &mut p.model,
-                    &mut source,
-                    w,
-                    k,
-                    &mut p.scaler,
-                    &mut NoObserver,
-                    Instant::now(),
-                );
-                gpu.sync()?;
-                // Hanging up ends the replicas' loops.
-                drop(dp);
-                let trained = res?;
-                let end = launcher::finish(&rig, &mut p, w, feed.classes, Some(&feed))?;
-                Ok(Driven {
-                    params: p.params,
-                    accuracy: end.accuracy,
-                    snap: end.snap,
-                    algorithms: end.algorithms,
-                    skipped_steps: trained.skipped_steps,
-                    loss_scale: p.loss_scale(),
-                })
-            })
-            .map_err(|e| Error::Runtime(format!("cannot start GPU 0's driver: {e}")));
-        let c = collect(rx, 1, &threads, false, w, obs);
-        let d = match driver {
-            Ok(h) => h
-                .join()
-                .unwrap_or_else(|_| Err(Error::Runtime("GPU 0's driver panicked".into()))),
-            Err(e) => Err(e),
+                    spans: Vec::new(),
+                }
+                .run(ctx_rx, rep_tx)
+                .map(|()| None)
+            }),
+        ));
+    }
+    let feed = &feed;
+    let driver = move || -> Result<Option<Driven>> {
+        let gpu = &gpus[0];
+        gpu.ctx
+            .bind_to_thread()
+            .map_err(|e| cuda_err("context", e))?;
+        let comm = Comm::from_rank(Arc::clone(&gpu.stream), 0, n, id)
+            .map_err(|e| nccl_err(&format!("GPU 0 joining {n}"), e))?;
+        let rig = GpuRig {
+            gpu: Arc::clone(gpu),
+            dev: Arc::clone(&devs[0]),
         };
-        let r = crate::engine::parallel::join_all(hs);
-        let out = match (d, r, spawn_err) {
-            (_, _, Some(e)) => Err(e),
-            (Err(e), _, _) if !crate::engine::collective::is_peer_stop(&e) => Err(e),
-            (_, Err(e), _) => Err(e),
-            (Err(e), Ok(_), _) => Err(e),
-            (Ok(v), Ok(_), _) => Ok(v),
+        let mut p = launcher::prepare(&rig, w, k, feed.classes, &mut NoObserver)?;
+        let mut dp = GpuDp {
+            gpu,
+            comm,
+            rows,
+            to,
+            from,
+            reports: tx,
+            seg: None,
+            dy: None,
+            comm_spans: Vec::new(),
         };
-        (c, out)
+        rig.before_loop();
+        let res = step::train_with(
+            &mut p.exec,
+            &mut dp,
+            &mut p.model,
+            &mut source,
+            w,
+            k,
+            &mut p.scaler,
+            &mut NoObserver,
+            Instant::now(),
+        );
+        gpu.sync()?;
+        // Hanging up ends the replicas' loops.
+        drop(dp);
+        let trained = res?;
+        let end = launcher::finish(&rig, &mut p, w, feed.classes, Some(feed))?;
+        Ok(Some(Driven {
+            params: p.params,
+            accuracy: end.accuracy,
+            snap: end.snap,
+            algorithms: end.algorithms,
+            skipped_steps: trained.skipped_steps,
+            loss_scale: p.loss_scale(),
+        }))
+    };
+    // GPU 0 first: the replicas end when it hangs up, so their errors matter only if it
+    // reports none of its own.
+    let mut all: Vec<DeviceThread<'_, Option<Driven>>> =
+        vec![("tune-gpu-dp0".into(), Box::new(driver))];
+    all.extend(replicas);
+    let (collected, outcome) = launcher::spread(all, |_| collect(rx, 1, &threads, false, w, obs));
+    let outcome = outcome.and_then(|ends| {
+        ends.into_iter()
+            .flatten()
+            .next()
+            .ok_or_else(|| Error::Runtime("dp: GPU 0's driver returned nothing".into()))
     });
     let d = outcome?;
     note_choices(obs, &d.algorithms);

@@ -17,7 +17,7 @@ use crate::engine::clock::{Clock, HostClock, Phase};
 use crate::engine::collective::Collective;
 use crate::engine::cpu::{CpuExec, CpuRig};
 use crate::engine::device::{Device, MemCategory, MemSnapshot};
-use crate::engine::launcher::{self, Rig};
+use crate::engine::launcher::{self, DeviceThread, Rig};
 use crate::engine::nn::model::Model;
 use crate::engine::ops::layer::Layer;
 use crate::engine::parallel::bucket::{comm_loop, BucketSpan, ParamLayout, Reducer};
@@ -26,7 +26,7 @@ use crate::engine::parallel::dist;
 use crate::engine::parallel::summary::{ClockReading, DeviceClock, DeviceStep};
 use crate::engine::parallel::tcp::Joined;
 use crate::engine::parallel::{
-    join_all, param_digest, pool, Lead, Options, Outcome, RankTrace, Span, StepReport, Trace,
+    param_digest, pool, Lead, Options, Outcome, RankTrace, Span, StepReport, Trace,
 };
 use crate::engine::step::{self, Strategy};
 use crate::engine::tensor::Tensor;
@@ -96,49 +96,34 @@ pub(super) fn run(
     }
     let t0 = Instant::now();
     let (tx, rx) = channel();
-    let (collected, ends) = std::thread::scope(|s| {
-        let mut handles = Vec::with_capacity(n);
-        for (((i, source), (grad_ring, sync_ring)), dev) in
-            sources.into_iter().enumerate().zip(rings).zip(devs)
-        {
-            let rank = first + i;
-            let r = Rank {
-                w,
-                k,
-                rank,
-                dev: Arc::clone(dev),
-                classes: feed.classes,
-                source,
-                grad_ring,
-                sync_ring,
-                t0,
-                reports: tx.clone(),
-                verify: opts.verify_replicas,
-                lead: (i == 0).then_some(feed),
-            };
-            handles.push(
-                std::thread::Builder::new()
-                    .name(format!("tune-ddp-rank{rank}"))
-                    .spawn_scoped(s, move || rank_main(r))
-                    .map_err(|e| Error::Runtime(format!("cannot start rank {rank}: {e}"))),
-            );
-        }
-        let (collected, tail) = dist::route(s, role, tx, rx, (n, world), &threads, w, obs);
-        let mut hs = Vec::with_capacity(n);
-        let mut spawn_err = None;
-        for h in handles {
-            match h {
-                Ok(h) => hs.push(h),
-                Err(e) => spawn_err = Some(e),
-            }
-        }
-        let ends = join_all(hs);
-        let ends = match spawn_err {
-            Some(e) => Err(e),
-            None => ends,
+    let mut ranks: Vec<DeviceThread<'_, RankEnd>> = Vec::with_capacity(n);
+    for (((i, source), (grad_ring, sync_ring)), dev) in
+        sources.into_iter().enumerate().zip(rings).zip(devs)
+    {
+        let rank = first + i;
+        let r = Rank {
+            w,
+            k,
+            rank,
+            dev: Arc::clone(dev),
+            classes: feed.classes,
+            source,
+            grad_ring,
+            sync_ring,
+            t0,
+            reports: tx.clone(),
+            verify: opts.verify_replicas,
+            lead: (i == 0).then_some(feed),
         };
-        (collected, ends.map(|e| (e, tail)))
+        ranks.push((
+            format!("tune-ddp-rank{rank}"),
+            Box::new(move || rank_main(r)),
+        ));
+    }
+    let ((collected, tail), ends) = launcher::spread(ranks, |s| {
+        dist::route(s, role, tx, rx, (n, world), &threads, w, obs)
     });
+    let ends = ends.map(|e| (e, tail));
     let (mut ends, tail) = ends?;
     let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.lead.end.snap.clone()).collect();
     let remote_mem = dist::finish(tail, first, &snaps[0])?;

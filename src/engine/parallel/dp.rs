@@ -24,7 +24,7 @@ use crate::engine::clock::HostClock;
 use crate::engine::collective::PEER_STOPPED;
 use crate::engine::cpu::{CpuExec, CpuRig};
 use crate::engine::device::{Device, MemCategory};
-use crate::engine::launcher::{self, Rig};
+use crate::engine::launcher::{self, DeviceThread, Rig};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
 use crate::engine::ops::layer::Ctx;
@@ -66,59 +66,40 @@ pub(super) fn run(
     let clocks: Vec<Arc<DeviceClock>> = (0..n).map(|_| Arc::default()).collect();
     let threads: Vec<usize> = devs.iter().map(|d| d.threads).collect();
     let (tx, rx) = channel();
-    let (collected, lead) = std::thread::scope(|s| {
-        let mut to_replicas = Vec::new();
-        let mut from_replicas = Vec::new();
-        let mut replica_handles = Vec::new();
-        let mut spawn_err = None;
-        for i in 1..n {
-            let (cmd_tx, cmd_rx) = channel::<Cmd>();
-            let (rep_tx, rep_rx) = channel::<Result<Reply>>();
-            let (dev, clock) = (Arc::clone(&devs[i]), Arc::clone(&clocks[i]));
-            match std::thread::Builder::new()
-                .name(format!("tune-dp-dev{i}"))
-                .spawn_scoped(s, move || {
-                    replica_main(w, k, feed.classes, dev, clock, cmd_rx, rep_tx)
-                }) {
-                Ok(h) => replica_handles.push(h),
-                Err(e) => spawn_err = Some(Error::Runtime(format!("cannot start device {i}: {e}"))),
-            }
-            to_replicas.push(cmd_tx);
-            from_replicas.push(rep_rx);
-        }
-        let driver = Driver {
-            w,
-            k,
-            devs,
-            clocks: &clocks,
-            feed,
-            source,
-            to: to_replicas,
-            from: from_replicas,
-            reports: tx,
-        };
-        let driver_handle = match spawn_err {
-            Some(e) => Err(e),
-            None => std::thread::Builder::new()
-                .name("tune-dp-dev0".into())
-                .spawn_scoped(s, move || driver_main(driver))
-                .map_err(|e| Error::Runtime(format!("cannot start device 0: {e}"))),
-        };
-        let collected = collect(rx, 1, &threads, false, w, obs);
-        let lead = driver_handle.and_then(|h| {
-            let mut all = vec![(0, h.join())];
-            // Replicas end when the driver hangs up; their errors matter only if the
-            // driver reports none of its own.
-            all.extend(
-                replica_handles
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, h)| (i + 1, h.join().map(|r| r.map(|_| None)))),
-            );
-            crate::engine::parallel::first_error(all)
-        });
-        (collected, lead)
-    });
+    let mut to = Vec::new();
+    let mut from = Vec::new();
+    let mut replicas: Vec<DeviceThread<'_, Option<Lead>>> = Vec::new();
+    for i in 1..n {
+        let (cmd_tx, cmd_rx) = channel::<Cmd>();
+        let (rep_tx, rep_rx) = channel::<Result<Reply>>();
+        let (dev, clock) = (Arc::clone(&devs[i]), Arc::clone(&clocks[i]));
+        replicas.push((
+            format!("tune-dp-dev{i}"),
+            Box::new(move || {
+                replica_main(w, k, feed.classes, dev, clock, cmd_rx, rep_tx).map(|_| None)
+            }),
+        ));
+        to.push(cmd_tx);
+        from.push(rep_rx);
+    }
+    let driver = Driver {
+        w,
+        k,
+        devs,
+        clocks: &clocks,
+        feed,
+        source,
+        to,
+        from,
+        reports: tx,
+    };
+    // Device 0 first: replicas end when the driver hangs up, so their errors matter only
+    // if the driver reports none of its own.
+    let mut threads_of: Vec<DeviceThread<'_, Option<Lead>>> =
+        vec![("tune-dp-dev0".into(), Box::new(move || driver_main(driver)))];
+    threads_of.extend(replicas);
+    let (collected, lead) =
+        launcher::spread(threads_of, |_| collect(rx, 1, &threads, false, w, obs));
     let lead = lead?
         .into_iter()
         .flatten()

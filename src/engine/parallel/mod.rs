@@ -40,7 +40,6 @@ pub(crate) mod tcp;
 use std::collections::BTreeMap;
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
-use std::thread::ScopedJoinHandle;
 use std::time::Instant;
 
 pub use bucket::BucketSpan;
@@ -48,9 +47,9 @@ pub use summary::{DeviceSummary, Imbalance};
 
 use crate::engine::caps::{self, Layout};
 use crate::engine::clock::Phases;
-use crate::engine::collective::is_peer_stop;
 use crate::engine::cpu::CpuRig;
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
+pub(crate) use crate::engine::launcher::join_all;
 use crate::engine::launcher::{self, note_choices, End, Prepared};
 use crate::engine::nn::model::Model;
 use crate::engine::parallel::summary::{summarize, DeviceStep, DeviceTotals};
@@ -425,39 +424,6 @@ pub(crate) fn collect(
         });
     }
     c
-}
-
-/// The error that explains a failed run: a device's own error rather than a peer's
-/// "someone else stopped", and a panic as an error.
-pub(crate) fn first_error<T>(
-    results: Vec<(usize, std::thread::Result<Result<T>>)>,
-) -> Result<Vec<T>> {
-    let mut oks = Vec::new();
-    let mut primary: Option<Error> = None;
-    let mut secondary: Option<Error> = None;
-    for (i, r) in results {
-        match r {
-            Ok(Ok(v)) => oks.push(v),
-            Ok(Err(e)) if is_peer_stop(&e) => {
-                secondary.get_or_insert(e);
-            }
-            Ok(Err(e)) => {
-                primary.get_or_insert(e);
-            }
-            Err(_) => {
-                primary.get_or_insert(Error::Runtime(format!("device {i}'s thread panicked")));
-            }
-        }
-    }
-    match primary.or(secondary) {
-        Some(e) => Err(e),
-        None => Ok(oks),
-    }
-}
-
-/// Joins device threads in index order.
-pub(crate) fn join_all<T>(hs: Vec<ScopedJoinHandle<'_, Result<T>>>) -> Result<Vec<T>> {
-    first_error(hs.into_iter().map(|h| h.join()).enumerate().collect())
 }
 
 /// Digest of every parameter's bits (FNV-1a over 32-bit words): equal digests after a

@@ -11,7 +11,7 @@ use super::{Cx, Param, Val};
 use crate::error::Result;
 use crate::limits::{self, Bound};
 use crate::spec::plan::halving_rounds;
-use crate::spec::{Search, Strategy};
+use crate::spec::{KnobValue, Search, Strategy};
 
 /// Bytes of one configuration's parameter values: its knobs, its label and its
 /// journal record each hold a copy.
@@ -39,7 +39,7 @@ impl Cx<'_> {
         &self,
         doc: &DeTable<'_>,
         search: &Search,
-        knobs: &[(String, Vec<String>)],
+        knobs: &[(String, Vec<KnobValue>)],
         params: &[Param],
     ) -> Result<()> {
         let at = |table: &str| doc.get_key_value(table).map_or(0..0, |(k, _)| k.span());

@@ -29,6 +29,7 @@ use self::app::SweepState;
 use self::source::{Follower, Update};
 use crate::error::{Error, Result};
 use crate::runner::live::unix_ms;
+use crate::tui::input::{input_thread, FromInput, PanicNotice};
 use crate::tui::terminal;
 
 pub use crate::tui::terminal::check_terminal;
@@ -45,6 +46,16 @@ pub enum Event {
     SweepEnded(String),
     /// A dashboard thread died (a panic) or the terminal stopped giving input.
     Fatal(String),
+}
+
+impl FromInput for Event {
+    fn input(ev: term::Event) -> Self {
+        Event::Input(ev)
+    }
+
+    fn fatal(why: String) -> Self {
+        Event::Fatal(why)
+    }
 }
 
 /// A sweep running in this process on another thread (`tune sweep --tui`).
@@ -97,20 +108,6 @@ impl Drop for EndGuard<'_> {
     }
 }
 
-/// Tells the event loop when its thread dies by panic, so the screen does not freeze.
-struct PanicNotice(Sender<Event>, &'static str);
-
-impl Drop for PanicNotice {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let _ = self.0.send(Event::Fatal(format!(
-                "the dashboard's {} thread panicked",
-                self.1
-            )));
-        }
-    }
-}
-
 impl App {
     pub fn apply_update(&mut self, u: Update) {
         if let Some((report, mode, done, planned)) = u.report {
@@ -145,34 +142,6 @@ pub fn run_attached(out: &Path, link: &SweepLink) -> Result<()> {
     let mut app = App::new("", out.display().to_string(), SweepState::Running);
     app.apply_update(first);
     run(app, follower, Some(link))
-}
-
-/// Forwards terminal events until `stop` is set; shared with `tune watch --tui`.
-pub(crate) fn input_thread(tx: Sender<Event>, stop: &AtomicBool) {
-    let _notice = PanicNotice(tx.clone(), "input");
-    while !stop.load(Ordering::Relaxed) {
-        // A short poll so that quitting never waits long for this thread.
-        let ready = match term::poll(Duration::from_millis(100)) {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = tx.send(Event::Fatal(format!("cannot read the terminal: {e}")));
-                return;
-            }
-        };
-        if !ready {
-            continue;
-        }
-        let sent = match term::read() {
-            Ok(ev) => tx.send(Event::Input(ev)),
-            Err(e) => {
-                let _ = tx.send(Event::Fatal(format!("cannot read the terminal: {e}")));
-                return;
-            }
-        };
-        if sent.is_err() {
-            return;
-        }
-    }
 }
 
 fn data_thread(

@@ -17,6 +17,7 @@ use crate::results::model::{Recommendation, TrialReport};
 use crate::results::record::Status;
 use crate::runner::live::LiveTrial;
 use crate::tui::widgets::devices::{rows_needed, DevicesView};
+use crate::tui::widgets::frame::{centered, pct, popup, too_small};
 use crate::tui::widgets::{bar, bytes};
 
 /// Below this the panels cannot show their content legibly; say so instead.
@@ -88,21 +89,6 @@ fn share_lines(shares: &[(&str, f64)], width: u16) -> Vec<Line<'static>> {
 }
 
 /// `p` percent of `v`, without overflowing on very large terminals.
-fn pct(v: u16, p: u16) -> u16 {
-    (u32::from(v) * u32::from(p) / 100) as u16
-}
-
-pub(crate) fn centered(area: Rect, w_pct: u16, h_pct: u16) -> Rect {
-    let w = pct(area.width, w_pct).max(40).min(area.width);
-    let h = pct(area.height, h_pct).max(10).min(area.height);
-    Rect::new(
-        area.x + (area.width - w) / 2,
-        area.y + (area.height - h) / 2,
-        w,
-        h,
-    )
-}
-
 impl Widget for &App {
     fn render(self, area: Rect, buf: &mut Buffer) {
         if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
@@ -160,24 +146,6 @@ impl Widget for &App {
             }
         }
     }
-}
-
-/// A "too small" message instead of garbage; shared with `tune watch --tui`.
-pub(crate) fn too_small(area: Rect, buf: &mut Buffer, who: &str, min_w: u16, min_h: u16) {
-    let lines = vec![
-        Line::from("terminal too small".bold()),
-        Line::from(format!(
-            "{}x{} here; {who} needs at least {min_w}x{min_h}",
-            area.width, area.height
-        )),
-        Line::from("enlarge the window, or press q to quit"),
-    ];
-    let h = (lines.len() as u16).min(area.height);
-    let y = area.y + area.height.saturating_sub(h) / 2;
-    Paragraph::new(lines)
-        .centered()
-        .wrap(Wrap { trim: true })
-        .render(Rect::new(area.x, y, area.width, h), buf);
 }
 
 impl App {
@@ -513,14 +481,6 @@ impl App {
         lines.extend(listed);
         Paragraph::new(lines).block(block).render(area, buf);
     }
-}
-
-pub(crate) fn popup<'a>(title: impl Into<Line<'a>>) -> Block<'a> {
-    Block::bordered()
-        .border_type(BorderType::Double)
-        .border_style(Style::new().fg(Color::Cyan))
-        .title(title)
-        .title_bottom(Line::from(" esc/enter close ").right_aligned())
 }
 
 fn render_help(area: Rect, buf: &mut Buffer) {

@@ -1,6 +1,7 @@
 //! Widgets that are not specific to one screen, and the small text helpers they share.
 
 pub mod devices;
+pub(crate) mod frame;
 
 use ratatui::buffer::Buffer;
 

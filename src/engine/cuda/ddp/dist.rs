@@ -14,11 +14,12 @@ use std::time::Instant;
 use cudarc::driver::CudaContext;
 use cudarc::nccl::safe::Id;
 
-use super::{nccl_version, rank_main, summarize, Rank};
+use super::{nccl_version, rank_main, summarize, Rank, RankEnd};
 use crate::engine::collective::{Collective, ReduceOp};
 use crate::engine::cuda::gpu::{nccl_err, Gpu};
 use crate::engine::cuda::libs;
 use crate::engine::device::Device;
+use crate::engine::launcher::{self, DeviceThread};
 use crate::engine::parallel::launch::Launch;
 use crate::engine::parallel::{dist, settings, tcp};
 use crate::engine::vocab::{Feed, Observer, RunSummary, Workload};
@@ -90,18 +91,17 @@ pub(super) fn run(
     };
     let threads = joined.threads.clone();
     let role = joined.role;
-    let (collected, tail, end) = std::thread::scope(|s| {
-        let h = std::thread::Builder::new()
-            .name(format!("tune-gpu-rank{}", l.rank))
-            .spawn_scoped(s, move || rank_main(rank));
-        let (c, tail) = dist::route(s, Some(role), tx, rx, (1, l.world), &threads, w, obs);
-        let end = match h {
-            Ok(h) => h
-                .join()
-                .unwrap_or_else(|_| Err(Error::Runtime(format!("rank {} panicked", l.rank)))),
-            Err(e) => Err(Error::Runtime(format!("cannot start rank {}: {e}", l.rank))),
-        };
-        (c, tail, end)
+    let one: Vec<DeviceThread<'_, RankEnd>> = vec![(
+        format!("tune-gpu-rank{}", l.rank),
+        Box::new(move || rank_main(rank)),
+    )];
+    let ((collected, tail), ends) = launcher::spread(one, |s| {
+        dist::route(s, Some(role), tx, rx, (1, l.world), &threads, w, obs)
+    });
+    let end = ends.and_then(|e| {
+        e.into_iter()
+            .next()
+            .ok_or_else(|| Error::Runtime(format!("rank {} returned nothing", l.rank)))
     });
     // NCCL's own error says only that a peer went away; the rendezvous's connections say
     // which one.
