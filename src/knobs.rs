@@ -73,6 +73,15 @@ pub enum Compile {
     MaxAutotuneNoCudagraphs,
 }
 
+/// Pointwise fusion in tune's engine, its side of `torch.compile`: off is eager (a pass
+/// per op), on fuses bias+ReLU, batch norm+ReLU and the optimizer's update.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Fuse {
+    #[default]
+    Off,
+    On,
+}
+
 /// A knob value's text form: how `set` reads it and `get` writes it. The error is the
 /// part after the knob's name (`'fp8': allowed values are off, bf16, fp16`), so each
 /// caller names the knob its own way (`invalid amp`, `--amp`, `file:line:col`).
@@ -139,6 +148,8 @@ keyword_enum!(
         (MaxAutotuneNoCudagraphs, "max-autotune-no-cudagraphs")
     ]
 );
+
+keyword_enum!(Fuse, "fuse", [(Off, "off"), (On, "on")]);
 
 impl Checkpoint {
     pub const ALLOWED: &'static [&'static str] = &["off", "sqrt", "every:K (K >= 1)"];
@@ -245,7 +256,7 @@ macro_rules! serde_via_str {
         }
     )+};
 }
-serde_via_str!(ZeroGrad, Checkpoint, Amp, Parallel, Compile);
+serde_via_str!(ZeroGrad, Checkpoint, Amp, Parallel, Compile, Fuse);
 
 /// What a knob accepts.
 #[derive(Clone, Copy, Debug)]
@@ -653,6 +664,16 @@ knob_table! {
                 "max-autotune-no-cudagraphs",
                 "model = torch.compile(model, mode=\"max-autotune-no-cudagraphs\")",
             ),
+        ]);
+
+        /// Fuse pointwise chains (bias+ReLU, batch norm+ReLU, the optimizer's update).
+        fuse: Fuse = Fuse::Off,
+        Values::Words(Fuse::ALLOWED),
+        // Hand-written in the engine (ops/fused.rs); a script sweeps `compile` instead.
+        CPU_CUDA,
+        Torch::PerValue(&[
+            ("off", "# eager: no torch.compile, optimizer not fused"),
+            ("on", "model = torch.compile(model)  # and the optimizer with fused=True"),
         ]);
     }
 }

@@ -233,6 +233,30 @@ mod tests {
         assert_eq!(c.rules, vec!["faster"]);
     }
 
+    /// `fuse = on` measured faster is recommended with its PyTorch line, torch.compile
+    /// and a fused optimizer (#30).
+    #[test]
+    fn a_faster_fuse_is_recommended_as_torch_compile() {
+        let s = spec("fuse = [\"off\", \"on\"]", "");
+        let r = report(
+            &s,
+            vec![trial(&s, &[], 0.010), trial(&s, &[("fuse", "on")], 0.006)],
+        );
+        let recs = by_rule(&r, "faster");
+        assert_eq!(recs.len(), 1, "{:?}", r.recommendations);
+        assert!(
+            recs[0].tune_flag.contains("--fuse on"),
+            "{}",
+            recs[0].tune_flag
+        );
+        assert!(
+            recs[0].pytorch.contains("torch.compile(model)")
+                && recs[0].pytorch.contains("fused=True"),
+            "{}",
+            recs[0].pytorch
+        );
+    }
+
     #[test]
     fn a_multi_knob_winner_is_recommended_when_no_one_knob_trial_exists() {
         let s = spec(

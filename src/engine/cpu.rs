@@ -157,8 +157,8 @@ impl Rig for CpuRig {
         "cpu".into()
     }
 
-    fn model(&self, w: &Workload, classes: usize) -> Result<(Model, usize)> {
-        let mut model = zoo::build(w.model, classes, w.seed, &self.dev)?;
+    fn model(&self, w: &Workload, k: &Knobs, classes: usize) -> Result<(Model, usize)> {
+        let mut model = zoo::build_with(w.model, classes, w.seed, &self.dev, k.fuse)?;
         if std::env::var_os("TUNE_PROFILE_LAYERS").is_some() {
             model.enable_layer_times();
         }
@@ -194,7 +194,7 @@ impl Rig for CpuRig {
         Ok(CpuExec {
             ctx,
             dev: Arc::clone(&self.dev),
-            opt: Optimizer::new(OptimConfig::of(w.optimizer, w.lr)?)?,
+            opt: Optimizer::new(OptimConfig::of(w.optimizer, w.lr)?)?.with_fuse(k.fuse),
             classes,
         })
     }

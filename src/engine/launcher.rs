@@ -35,8 +35,13 @@ pub(crate) trait Rig {
     /// The backend as the summary names it (`cpu`, `cuda (NAME)`).
     fn label(&self) -> String;
     /// The model from the zoo and the seeded initial values (bit for bit the same on
-    /// every backend), with its parameter count.
-    fn model(&self, w: &Workload, classes: usize) -> Result<(Model<LayerOf<Self>>, usize)>;
+    /// every backend), its layers fused as `k.fuse` says, with its parameter count.
+    fn model(
+        &self,
+        w: &Workload,
+        k: &Knobs,
+        classes: usize,
+    ) -> Result<(Model<LayerOf<Self>>, usize)>;
     /// The algorithm table the device's kernels choose from under `k` (`None`: the
     /// backend's fixed heuristics, nothing to record); autotune's cache note to `obs`.
     fn algos(&self, w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Option<Arc<Algos>>>;
@@ -85,7 +90,7 @@ pub(crate) fn prepare<R: Rig>(
     classes: usize,
     obs: &mut dyn Observer,
 ) -> Result<Prepared<R>> {
-    let (model, params) = rig.model(w, classes)?;
+    let (model, params) = rig.model(w, k, classes)?;
     let scaler = w
         .scaler
         .active_for(k.amp)

@@ -11,6 +11,7 @@ use crate::engine::device::MemCategory;
 use crate::engine::ops::layer::Param;
 use crate::engine::tensor::Tensor;
 use crate::error::{Error, Result};
+use crate::knobs::Fuse;
 
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -101,6 +102,12 @@ pub struct Optimizer {
     /// Per parameter (in visit order): momentum buffer, or Adam's (m, v).
     state: Vec<Vec<Tensor>>,
     step: u64,
+    /// One sweep per parameter (`fuse = on`, as PyTorch's `fused=True`), or one pass per
+    /// element-wise op (`off`, as PyTorch's eager for-loop optimizers): the same f32
+    /// operations in the same order either way.
+    fused: bool,
+    /// The unfused path's temporary gradient (`d_p` in PyTorch's loop), kept between steps.
+    scratch: Vec<f32>,
 }
 
 impl Optimizer {
@@ -110,7 +117,15 @@ impl Optimizer {
             cfg,
             state: Vec::new(),
             step: 0,
+            fused: true,
+            scratch: Vec::new(),
         })
+    }
+
+    /// The update as the `fuse` knob says: one sweep (`on`) or a pass per op (`off`).
+    pub fn with_fuse(mut self, fuse: Fuse) -> Optimizer {
+        self.fused = fuse == Fuse::On;
+        self
     }
 
     /// Starts a new optimizer step; `update` is then called once per parameter, in the
@@ -143,6 +158,11 @@ impl Optimizer {
             ));
         }
         let w = p.w.f32_mut()?;
+        if !self.fused {
+            let first = self.step == 1;
+            let (t, scratch) = (self.step, &mut self.scratch);
+            return unfused(c, t, first, w, g, st, inv, wd, scratch);
+        }
         match c.kind {
             OptimKind::Sgd => {
                 let first = self.step == 1;
@@ -213,6 +233,121 @@ impl Optimizer {
     }
 }
 
+/// `a[i] = f(a[i])` in one pass.
+fn pass(a: &mut [f32], f: impl Fn(f32) -> f32 + Sync) {
+    a.par_chunks_mut(PAR_CHUNK).for_each(|a| {
+        for v in a {
+            *v = f(*v);
+        }
+    });
+}
+
+/// `a[i] = f(a[i], b[i])` in one pass.
+fn pass2(a: &mut [f32], b: &[f32], f: impl Fn(f32, f32) -> f32 + Sync) {
+    a.par_chunks_mut(PAR_CHUNK)
+        .zip(b.par_chunks(PAR_CHUNK))
+        .for_each(|(a, b)| {
+            for (a, b) in a.iter_mut().zip(b) {
+                *a = f(*a, *b);
+            }
+        });
+}
+
+/// `a[i] = f(b[i], c[i])` in one pass.
+fn pass3(a: &mut [f32], b: &[f32], c: &[f32], f: impl Fn(f32, f32) -> f32 + Sync) {
+    a.par_chunks_mut(PAR_CHUNK)
+        .zip(b.par_chunks(PAR_CHUNK))
+        .zip(c.par_chunks(PAR_CHUNK))
+        .for_each(|((a, b), c)| {
+            for ((a, b), c) in a.iter_mut().zip(b).zip(c) {
+                *a = f(*b, *c);
+            }
+        });
+}
+
+/// One parameter's update, one pass per element-wise op as PyTorch's eager for-loop
+/// optimizers run it (GradScaler's unscale, `d_p = grad + wd * param`, `buf.mul_`,
+/// `buf.add_`, `param.add_`; Adam's moments and denominator likewise), with the gradient
+/// read in place when no op changes it. Each op rounds to f32 as the fused sweep's does,
+/// in the same order, so both give the same bits (up to the sign of a zero).
+#[allow(clippy::too_many_arguments)]
+fn unfused(
+    c: &OptimConfig,
+    t: u64,
+    first: bool,
+    w: &mut [f32],
+    g: &[f32],
+    st: &mut [Tensor],
+    inv: f32,
+    wd: f32,
+    scratch: &mut Vec<f32>,
+) -> Result<()> {
+    let n = g.len();
+    if scratch.len() < n {
+        scratch.resize(n, 0.0);
+    }
+    let sgd_decay = c.kind == OptimKind::Sgd && wd != 0.0;
+    let own = inv != 1.0 || sgd_decay;
+    if inv != 1.0 {
+        pass2(&mut scratch[..n], g, |_, g| g * inv);
+        if sgd_decay {
+            pass2(&mut scratch[..n], w, |d, w| d + wd * w);
+        }
+    } else if sgd_decay {
+        pass3(&mut scratch[..n], g, w, |g, w| g + wd * w);
+    }
+    match c.kind {
+        OptimKind::Sgd => {
+            let d: &[f32] = if own { &scratch[..n] } else { g };
+            let lr = c.lr;
+            match st.first_mut() {
+                Some(buf) => {
+                    let b = buf.f32_mut()?;
+                    if first {
+                        b.copy_from_slice(d);
+                    } else {
+                        let mom = c.momentum;
+                        pass(b, |b| mom * b);
+                        pass2(b, d, |b, d| b + d);
+                    }
+                    pass2(w, b, |w, b| w - lr * b);
+                }
+                None => pass2(w, d, |w, d| w - lr * d),
+            }
+        }
+        OptimKind::Adamw => {
+            let t = t as i32;
+            let (b1, b2) = c.betas;
+            let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+            let decay = 1.0 - c.lr * wd;
+            pass(w, |w| w * decay);
+            let (m_t, v_t) = st.split_at_mut(1);
+            let m = m_t[0].f32_mut()?;
+            let v = v_t[0].f32_mut()?;
+            {
+                let d: &[f32] = if own { &scratch[..n] } else { g };
+                pass(m, |m| b1 * m);
+                pass2(m, d, |m, g| m + (1.0 - b1) * g);
+                pass(v, |v| b2 * v);
+                pass2(v, d, |v, g| v + (1.0 - b2) * g * g);
+            }
+            // denom = sqrt(v / bc2) + eps, then the step: PyTorch's two last ops.
+            let den = &mut scratch[..n];
+            pass2(den, v, |_, v| (v / bc2).sqrt() + c.eps);
+            let lr = c.lr;
+            w.par_chunks_mut(PAR_CHUNK)
+                .zip(m.par_chunks(PAR_CHUNK))
+                .zip(den.par_chunks(PAR_CHUNK))
+                .for_each(|((w, m), den)| {
+                    for ((w, m), den) in w.iter_mut().zip(m).zip(den) {
+                        *w -= lr * (m / bc1) / den;
+                    }
+                });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +386,50 @@ mod tests {
         }
         // step1: w = 1 - 0.1*1 = 0.9; step2: buf = 1.9, w = 0.9 - 0.19 = 0.71
         assert!((p.w.f32().unwrap()[0] - 0.71).abs() < 1e-6);
+    }
+
+    /// `fuse = off` (a pass per op) and `on` (one sweep) give the same weights bit for bit
+    /// over several steps, for both optimizers, with weight decay, loss-scale unscaling and
+    /// a parameter without decay.
+    #[test]
+    fn unfused_update_matches_the_fused_sweep_bit_for_bit() {
+        let dev = Device::cpu(0, 1);
+        for cfg in [
+            OptimConfig {
+                weight_decay: 0.01,
+                ..OptimConfig::sgd(0.1)
+            },
+            OptimConfig::adamw(0.01),
+        ] {
+            let mut ws: Vec<Vec<u32>> = Vec::new();
+            for fuse in [Fuse::On, Fuse::Off] {
+                let mut rng = crate::engine::rng::Rng::new(7);
+                let init: Vec<f32> = (0..1000).map(|_| rng.range_f32(-1.0, 1.0)).collect();
+                let mut a = Param::new("w", &[1000], init.clone(), true, &dev).unwrap();
+                let mut b = Param::new("b", &[1000], init, false, &dev).unwrap();
+                let mut opt = Optimizer::new(cfg.clone()).unwrap().with_fuse(fuse);
+                for step in 0..4 {
+                    for p in [&mut a, &mut b] {
+                        let g: Vec<f32> = (0..1000).map(|_| rng.range_f32(-2.0, 2.0)).collect();
+                        p.g = Some(
+                            Tensor::from_vec(&[1000], g, MemCategory::Grads, dev.mem()).unwrap(),
+                        );
+                    }
+                    let scale = if step % 2 == 0 { 1.0 } else { 128.0 };
+                    opt.step(&mut [&mut a, &mut b], scale).unwrap();
+                }
+                let bits = [&a, &b]
+                    .iter()
+                    .flat_map(|p| p.w.f32().unwrap().iter().map(|v| v.to_bits()))
+                    .collect();
+                ws.push(bits);
+            }
+            assert!(
+                ws[0] == ws[1],
+                "{:?}: fused and unfused updates differ",
+                cfg.kind
+            );
+        }
     }
 
     #[test]

@@ -556,7 +556,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
                     .map_err(|e| cuda_err("context", e))?;
                 let comm = Comm::from_rank(Arc::clone(&gpu.stream), i, n, id)
                     .map_err(|e| nccl_err(&format!("GPU {i} joining {n}"), e))?;
-                let (model, _, _) = build_model(w, feed.classes, &gpu)?;
+                let (model, _, _) = build_model(w, k, feed.classes, &gpu)?;
                 autotune_on(w, k, &gpu, &mut NoObserver)?;
                 let ctx = GCtx {
                     gpu: Arc::clone(&gpu),

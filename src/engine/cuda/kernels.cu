@@ -239,6 +239,100 @@ extern "C" __global__ void bn_sync_backward_dx(float* dx, const float* dy, const
     }
 }
 
+// ---- fused pointwise chains (`fuse = on`: ops/fused.rs, ops/fused_cuda.rs) ---------------
+
+// y[r, c] = max(y[r, c] + b[c], 0): a bias-less GEMM's output, its bias and ReLU in one
+// pass (unfused: fill_rows before the GEMM and relu_forward after it).
+extern "C" __global__ void bias_relu(float* y, const float* b, u64 rows, int cols) {
+    GRID_STRIDE(i, rows * cols) { y[i] = fmaxf(y[i] + b[i % cols], 0.0f); }
+}
+
+// dm = dy where y > 0 (ReLU's mask, from its output) and gb[ch] += the column sums of dm:
+// ReLU's backward and the bias gradient in one pass.
+extern "C" __global__ void relu_mask_channel_sum(float* dm, float* gb, const float* dy,
+                                                 const float* y, u64 rows, int c) {
+    int ch = blockIdx.x * RED_X + threadIdx.x;
+    float acc = 0.0f;
+    if (ch < c) {
+        for (u64 r = (u64)blockIdx.y * RED_Y + threadIdx.y; r < rows;
+             r += (u64)gridDim.y * RED_Y) {
+            u64 i = r * c + ch;
+            float d = y[i] > 0.0f ? dy[i] : 0.0f;
+            dm[i] = d;
+            acc += d;
+        }
+    }
+    block_col_add(gb, acc, ch, c);
+}
+
+// Batch norm's output through ReLU: positive exactly where gamma*xhat + beta is, the
+// expression the backward kernels below recompute the mask from.
+__device__ __forceinline__ float bn_relu_grad(float d, float h, float g, float b) {
+    return g * h + b > 0.0f ? d : 0.0f;
+}
+
+// bn_forward with ReLU applied in the same pass.
+extern "C" __global__ void bn_relu_forward(float* y, float* xhat, const float* x,
+                                           const float* mean, const float* invstd,
+                                           const float* gamma, const float* beta, u64 n,
+                                           int c) {
+    GRID_STRIDE(i, n) {
+        int ch = (int)(i % c);
+        float h = (x[i] - mean[ch]) * invstd[ch];
+        if (xhat) xhat[i] = h;
+        y[i] = fmaxf(gamma[ch] * h + beta[ch], 0.0f);
+    }
+}
+
+// dbeta[ch] += sum dm and dgamma[ch] += sum dm * xhat, dm being ReLU's mask on dy
+// recomputed from xhat: relu_backward, channel_sum and channel_dot in one pass.
+extern "C" __global__ void bn_relu_channel_sums(float* dbeta, float* dgamma, const float* dy,
+                                                const float* xhat, const float* gamma,
+                                                const float* beta, u64 rows, int c) {
+    int ch = blockIdx.x * RED_X + threadIdx.x;
+    float sb = 0.0f, sg = 0.0f;
+    if (ch < c) {
+        float g = gamma[ch], b = beta[ch];
+        for (u64 r = (u64)blockIdx.y * RED_Y + threadIdx.y; r < rows;
+             r += (u64)gridDim.y * RED_Y) {
+            u64 i = r * c + ch;
+            float h = xhat[i];
+            float d = bn_relu_grad(dy[i], h, g, b);
+            sb += d;
+            sg += d * h;
+        }
+    }
+    block_col_add(dbeta, sb, ch, c);
+    // The second sum reuses the block's shared row: every thread waits until the first
+    // has been read out.
+    __syncthreads();
+    block_col_add(dgamma, sg, ch, c);
+}
+
+// bn_backward_dx on ReLU's masked gradient, the mask recomputed from xhat.
+extern "C" __global__ void bn_relu_backward_dx(float* dx, const float* dy, const float* xhat,
+                                               const float* gamma, const float* beta,
+                                               const float* invstd, const float* dbeta,
+                                               const float* dgamma, float inv_m, u64 n,
+                                               int c) {
+    GRID_STRIDE(i, n) {
+        int ch = (int)(i % c);
+        float h = xhat[i];
+        float d = bn_relu_grad(dy[i], h, gamma[ch], beta[ch]);
+        dx[i] = gamma[ch] * invstd[ch] * (d - dbeta[ch] * inv_m - h * dgamma[ch] * inv_m);
+    }
+}
+
+// ReLU's mask alone, recomputed from xhat: the SyncBatchNorm path, whose sums cross ranks
+// between the two passes, masks once up front.
+extern "C" __global__ void bn_relu_mask(float* dm, const float* dy, const float* xhat,
+                                        const float* gamma, const float* beta, u64 n, int c) {
+    GRID_STRIDE(i, n) {
+        int ch = (int)(i % c);
+        dm[i] = bn_relu_grad(dy[i], xhat[i], gamma[ch], beta[ch]);
+    }
+}
+
 // ---- convolution helpers (NHWC, patch columns ordered ky, kx, c as the weights) ---------
 
 extern "C" __global__ void im2col(float* col, const float* x, int n, int h, int w, int c, int k,

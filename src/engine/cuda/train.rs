@@ -552,8 +552,8 @@ impl Rig for GpuRig {
         crate::engine::cuda::backend_label(&self.gpu.name).to_string()
     }
 
-    fn model(&self, w: &Workload, classes: usize) -> Result<(Model<GLayer>, usize)> {
-        let (model, params, _) = build_model(w, classes, &self.gpu)?;
+    fn model(&self, w: &Workload, k: &Knobs, classes: usize) -> Result<(Model<GLayer>, usize)> {
+        let (model, params, _) = build_model(w, k, classes, &self.gpu)?;
         Ok((model, params))
     }
 
@@ -632,12 +632,13 @@ pub(super) fn open_gpus(w: &Workload, n: usize, tf32: bool) -> Result<Gpus> {
 /// bit for bit), with its parameter count.
 pub(super) fn build_model(
     w: &Workload,
+    k: &Knobs,
     classes: usize,
     gpu: &Arc<Gpu>,
 ) -> Result<(Model<GLayer>, usize, Vec<LayerDesc>)> {
     let init = Initial::of(w.model, classes, w.seed)?;
     let params = init.params.iter().map(|p| p.values.len()).sum();
-    let descs = zoo::describe(w.model, classes);
+    let descs = zoo::describe_with(w.model, classes, k.fuse);
     let glayers = model_cuda::from_desc(&descs, init, gpu)?;
     let model = Model::new(&w.model.to_string(), glayers, w.model.input(), classes);
     Ok((model, params, descs))

@@ -96,14 +96,24 @@ impl LayerSpec for BasicBlockDesc {
     fn op(&self) -> &'static str {
         "basic_block"
     }
+    /// From the descriptions (fused or not), drawing in `BasicBlock::new`'s order: main,
+    /// then the shortcut.
     fn cpu(&self, rng: &mut Rng, dev: &Device) -> Result<Box<dyn Layer>> {
-        Ok(Box::new(BasicBlock::new(
-            self.c_in,
-            self.c_out,
-            self.stride,
-            rng,
-            dev,
-        )?))
+        let build = |ls: &[LayerDesc], rng: &mut Rng| {
+            ls.iter()
+                .map(|l| l.cpu(rng, dev))
+                .collect::<Result<Vec<_>>>()
+        };
+        let main = build(&self.main, rng)?;
+        let shortcut = build(&self.shortcut, rng)?;
+        Ok(Box::new(BasicBlock {
+            c_in: self.c_in,
+            c_out: self.c_out,
+            stride: self.stride,
+            main,
+            shortcut,
+            out: self.out.cpu(rng, dev)?,
+        }))
     }
     fn init(&self, rng: &mut Rng, out: &mut Initial) -> Result<()> {
         self.layers().try_for_each(|l| l.init(rng, out))

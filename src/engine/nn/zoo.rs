@@ -7,13 +7,15 @@ use crate::engine::device::Device;
 use crate::engine::nn::model::Model;
 use crate::engine::nn::residual::BasicBlockDesc;
 use crate::engine::ops::activation::ReluDesc;
-use crate::engine::ops::batchnorm::BatchNormDesc;
+use crate::engine::ops::batchnorm::{BatchNormDesc, BnReluDesc};
 use crate::engine::ops::conv2d::Conv2dDesc;
+use crate::engine::ops::fused::LinearReluDesc;
 use crate::engine::ops::layer::LayerDesc;
 use crate::engine::ops::linear::LinearDesc;
 use crate::engine::ops::pool::{FlattenDesc, GlobalAvgPoolDesc};
 use crate::engine::rng::Rng;
 use crate::error::{Error, Result};
+use crate::knobs::Fuse;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ModelKind {
@@ -73,19 +75,26 @@ fn conv(c_in: usize, c_out: usize, k: usize, stride: usize, pad: usize) -> Layer
     })
 }
 
-fn conv_bn_relu(c_in: usize, c_out: usize, stride: usize) -> Vec<LayerDesc> {
-    vec![
-        conv(c_in, c_out, 3, stride, 1),
-        Box::new(BatchNormDesc::new(c_out)),
-        Box::new(ReluDesc),
-    ]
+fn conv_bn_relu(c_in: usize, c_out: usize, stride: usize, fuse: Fuse) -> Vec<LayerDesc> {
+    match fuse {
+        Fuse::Off => vec![
+            conv(c_in, c_out, 3, stride, 1),
+            Box::new(BatchNormDesc::new(c_out)),
+            Box::new(ReluDesc),
+        ],
+        Fuse::On => vec![
+            conv(c_in, c_out, 3, stride, 1),
+            Box::new(BnReluDesc(BatchNormDesc::new(c_out))),
+        ],
+    }
 }
 
-/// A ResNet basic block as `BasicBlock::new` builds it.
-fn basic_block(c_in: usize, c_out: usize, stride: usize) -> LayerDesc {
-    let mut main = conv_bn_relu(c_in, c_out, stride);
-    main.extend(conv_bn_relu(c_out, c_out, 1));
-    main.pop();
+/// A ResNet basic block as `BasicBlock::new` builds it. Its second batch norm feeds the
+/// residual sum, not a ReLU, so only the first pair fuses.
+fn basic_block(c_in: usize, c_out: usize, stride: usize, fuse: Fuse) -> LayerDesc {
+    let mut main = conv_bn_relu(c_in, c_out, stride, fuse);
+    main.push(conv(c_out, c_out, 3, 1, 1));
+    main.push(Box::new(BatchNormDesc::new(c_out)));
     let shortcut: Vec<LayerDesc> = if stride != 1 || c_in != c_out {
         vec![
             conv(c_in, c_out, 1, stride, 0),
@@ -107,32 +116,44 @@ fn basic_block(c_in: usize, c_out: usize, stride: usize) -> LayerDesc {
 /// The model as a description every backend builds from: the one definition of each
 /// model's layers.
 pub fn describe(kind: ModelKind, classes: usize) -> Vec<LayerDesc> {
+    describe_with(kind, classes, Fuse::Off)
+}
+
+/// [`describe`] under the `fuse` knob: with `on`, each bias+ReLU and batch norm+ReLU pair
+/// is one fused layer (ops/fused.rs). The parameters, their order and their initial
+/// values are the same either way.
+pub fn describe_with(kind: ModelKind, classes: usize, fuse: Fuse) -> Vec<LayerDesc> {
     let linear = |d_in, d_out| -> LayerDesc { Box::new(LinearDesc { d_in, d_out }) };
+    let linear_relu = |d_in, d_out| -> Vec<LayerDesc> {
+        match fuse {
+            Fuse::Off => vec![linear(d_in, d_out), Box::new(ReluDesc)],
+            Fuse::On => vec![Box::new(LinearReluDesc(LinearDesc { d_in, d_out }))],
+        }
+    };
     match kind {
-        ModelKind::Mlp => vec![
-            Box::new(FlattenDesc),
-            linear(784, 1024),
-            Box::new(ReluDesc),
-            linear(1024, 1024),
-            Box::new(ReluDesc),
-            linear(1024, classes),
-        ],
+        ModelKind::Mlp => {
+            let mut l: Vec<LayerDesc> = vec![Box::new(FlattenDesc)];
+            l.extend(linear_relu(784, 1024));
+            l.extend(linear_relu(1024, 1024));
+            l.push(linear(1024, classes));
+            l
+        }
         ModelKind::CnnSmall => {
-            let mut l = conv_bn_relu(3, 32, 1);
-            l.extend(conv_bn_relu(32, 64, 2));
-            l.extend(conv_bn_relu(64, 128, 2));
+            let mut l = conv_bn_relu(3, 32, 1, fuse);
+            l.extend(conv_bn_relu(32, 64, 2, fuse));
+            l.extend(conv_bn_relu(64, 128, 2, fuse));
             l.push(Box::new(GlobalAvgPoolDesc));
             l.push(linear(128, classes));
             l
         }
         ModelKind::ResnetMini => {
             // ResNet-20 layout for 32x32 inputs: 3 stages of 3 basic blocks.
-            let mut l = conv_bn_relu(3, 16, 1);
+            let mut l = conv_bn_relu(3, 16, 1, fuse);
             let mut c = 16;
             for (stage, width) in [16usize, 32, 64].into_iter().enumerate() {
                 for b in 0..3 {
                     let stride = if stage > 0 && b == 0 { 2 } else { 1 };
-                    l.push(basic_block(c, width, stride));
+                    l.push(basic_block(c, width, stride, fuse));
                     c = width;
                 }
             }
@@ -150,8 +171,19 @@ pub fn init_rng(seed: u64) -> Rng {
 
 /// Builds a freshly initialised model; the same seed gives the same weights.
 pub fn build(kind: ModelKind, classes: usize, seed: u64, dev: &Device) -> Result<Model> {
+    build_with(kind, classes, seed, dev, Fuse::Off)
+}
+
+/// [`build`] under the `fuse` knob: the same weights, fused layers where `fuse` is on.
+pub fn build_with(
+    kind: ModelKind,
+    classes: usize,
+    seed: u64,
+    dev: &Device,
+    fuse: Fuse,
+) -> Result<Model> {
     let mut rng = init_rng(seed);
-    let layers = describe(kind, classes)
+    let layers = describe_with(kind, classes, fuse)
         .iter()
         .map(|d| d.cpu(&mut rng, dev))
         .collect::<Result<Vec<_>>>()?;

@@ -56,6 +56,57 @@ pub struct BatchNorm2d {
     pub running_mean: Vec<f32>,
     pub running_var: Vec<f32>,
     saved: Option<(Tensor, Vec<f32>)>,
+    /// A ReLU fused in (`fuse = on`): applied in the output pass, and its mask recomputed
+    /// from the saved `xhat` in backward, so no pass of its own and no output kept.
+    pub(crate) relu: bool,
+}
+
+/// `y = gamma * xhat + beta` over rows of `c` channels, then ReLU when `RELU`: the one
+/// expression both the plain and the fused layer compute, so the fused mask recomputed
+/// in backward is exactly the sign the forward saw.
+#[inline(always)]
+fn affine<const RELU: bool>(x: f32, g: f32, b: f32) -> f32 {
+    let y = g * x + b;
+    if RELU {
+        y.max(0.0)
+    } else {
+        y
+    }
+}
+
+fn affine_rows<const RELU: bool>(yd: &mut [f32], xh: &[f32], gamma: &[f32], beta: &[f32]) {
+    let c = gamma.len();
+    yd.par_chunks_mut(CHUNK_ROWS * c)
+        .zip(xh.par_chunks(CHUNK_ROWS * c))
+        .for_each(|(yc, xc)| {
+            for (yr, xr) in yc.chunks_exact_mut(c).zip(xc.chunks_exact(c)) {
+                for (((y, x), g), b) in yr.iter_mut().zip(xr).zip(gamma).zip(beta) {
+                    *y = affine::<RELU>(*x, *g, *b);
+                }
+            }
+        });
+}
+
+fn affine_rows_in_place<const RELU: bool>(yd: &mut [f32], gamma: &[f32], beta: &[f32]) {
+    let c = gamma.len();
+    yd.par_chunks_mut(CHUNK_ROWS * c).for_each(|yc| {
+        for yr in yc.chunks_exact_mut(c) {
+            for ((y, g), b) in yr.iter_mut().zip(gamma).zip(beta) {
+                *y = affine::<RELU>(*y, *g, *b);
+            }
+        }
+    });
+}
+
+/// The fused ReLU's gradient mask on `dy`, from what forward kept: the output was
+/// positive exactly where `gamma * xhat + beta > 0` (ReLU's backward zeroes `y <= 0`).
+#[inline(always)]
+fn masked<const RELU: bool>(d: f32, x: f32, g: f32, b: f32) -> f32 {
+    if RELU && g * x + b <= 0.0 {
+        0.0
+    } else {
+        d
+    }
 }
 
 impl BatchNorm2d {
@@ -69,6 +120,15 @@ impl BatchNorm2d {
             running_mean: vec![0.0; c],
             running_var: vec![1.0; c],
             saved: None,
+            relu: false,
+        })
+    }
+
+    /// Batch norm with the following ReLU fused in (`fuse = on`).
+    pub fn with_relu(c: usize, dev: &Device) -> Result<BatchNorm2d> {
+        Ok(BatchNorm2d {
+            relu: true,
+            ..BatchNorm2d::new(c, dev)?
         })
     }
 
@@ -141,8 +201,20 @@ impl LayerSpec for BatchNormDesc {
         Ok(())
     }
     fn gpu(&self, gpu: &Gpu, src: &mut InitSource) -> Result<Box<dyn GpuLayer>> {
+        Ok(Box::new(self.gpu_layer(gpu, src, false)?))
+    }
+}
+
+impl BatchNormDesc {
+    /// The GPU layer, with the following ReLU fused in when `relu` (ops/fused.rs).
+    pub(crate) fn gpu_layer(
+        &self,
+        gpu: &Gpu,
+        src: &mut InitSource,
+        relu: bool,
+    ) -> Result<GBatchNorm> {
         let c = self.c;
-        Ok(Box::new(GBatchNorm {
+        Ok(GBatchNorm {
             c,
             eps: self.eps,
             momentum: self.momentum,
@@ -152,21 +224,56 @@ impl LayerSpec for BatchNormDesc {
             run_var: src.buffer(gpu, "running_var", c)?,
             saved: None,
             sync: None,
-        }))
+            relu,
+        })
+    }
+}
+
+/// A batch norm and the ReLU after it, as one layer (`BatchNorm2d::with_relu`).
+#[derive(Debug)]
+pub struct BnReluDesc(pub BatchNormDesc);
+
+impl LayerSpec for BnReluDesc {
+    fn op(&self) -> &'static str {
+        "batchnorm_relu"
+    }
+    fn cpu(&self, _rng: &mut Rng, dev: &Device) -> Result<Box<dyn Layer>> {
+        let mut bn = BatchNorm2d::with_relu(self.0.c, dev)?;
+        bn.eps = self.0.eps;
+        bn.momentum = self.0.momentum;
+        Ok(Box::new(bn))
+    }
+    fn init(&self, rng: &mut Rng, out: &mut Initial) -> Result<()> {
+        self.0.init(rng, out)
+    }
+    fn gpu(&self, gpu: &Gpu, src: &mut InitSource) -> Result<Box<dyn GpuLayer>> {
+        Ok(Box::new(self.0.gpu_layer(gpu, src, true)?))
+    }
+    fn holds(&self, op: &str) -> bool {
+        matches!(op, "batchnorm_relu" | "batchnorm" | "relu")
     }
 }
 
 impl Layer for BatchNorm2d {
     fn name(&self) -> String {
-        format!("batchnorm({})", self.c)
+        if self.relu {
+            format!("batchnorm_relu({})", self.c)
+        } else {
+            format!("batchnorm({})", self.c)
+        }
     }
 
     fn describe(&self) -> LayerDesc {
-        Box::new(BatchNormDesc {
+        let bn = BatchNormDesc {
             c: self.c,
             eps: self.eps,
             momentum: self.momentum,
-        })
+        };
+        if self.relu {
+            Box::new(BnReluDesc(bn))
+        } else {
+            Box::new(bn)
+        }
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
@@ -216,34 +323,59 @@ impl Layer for BatchNorm2d {
         }
         if save {
             let mut y = ctx.alloc(xhat.shape());
-            let xh = xhat.f32()?;
-            let yd = y.f32_mut()?;
-            yd.par_chunks_mut(CHUNK_ROWS * c)
-                .zip(xh.par_chunks(CHUNK_ROWS * c))
-                .for_each(|(yc, xc)| {
-                    for (yr, xr) in yc.chunks_exact_mut(c).zip(xc.chunks_exact(c)) {
-                        for (((y, x), g), b) in yr.iter_mut().zip(xr).zip(gamma).zip(beta) {
-                            *y = g * x + b;
-                        }
-                    }
-                });
+            let (xh, yd) = (xhat.f32()?, y.f32_mut()?);
+            if self.relu {
+                affine_rows::<true>(yd, xh, gamma, beta);
+            } else {
+                affine_rows::<false>(yd, xh, gamma, beta);
+            }
             self.saved = Some((ctx.store(xhat)?, invstd));
             ctx.store(y)
         } else {
             let mut y = xhat;
             let yd = y.f32_mut()?;
-            yd.par_chunks_mut(CHUNK_ROWS * c).for_each(|yc| {
-                for yr in yc.chunks_exact_mut(c) {
-                    for ((y, g), b) in yr.iter_mut().zip(gamma).zip(beta) {
-                        *y = g * *y + b;
-                    }
-                }
-            });
+            if self.relu {
+                affine_rows_in_place::<true>(yd, gamma, beta);
+            } else {
+                affine_rows_in_place::<false>(yd, gamma, beta);
+            }
             ctx.store(y)
         }
     }
 
     fn backward(&mut self, dy: Tensor, need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
+        if self.relu {
+            self.backward_as::<true>(dy, need_dx, ctx)
+        } else {
+            self.backward_as::<false>(dy, need_dx, ctx)
+        }
+    }
+
+    fn clear_saved(&mut self) {
+        self.saved = None;
+    }
+
+    fn visit_params(&mut self, f: &mut dyn FnMut(&mut Param)) {
+        f(&mut self.gamma);
+        f(&mut self.beta);
+    }
+
+    fn visit_buffers(&mut self, f: &mut dyn FnMut(&str, &mut Vec<f32>)) {
+        f("running_mean", &mut self.running_mean);
+        f("running_var", &mut self.running_var);
+    }
+}
+
+impl BatchNorm2d {
+    /// Backward; with `RELU` the fused ReLU's mask is applied to `dy` inside both passes
+    /// (the sums and the input gradient) instead of in a pass of its own. Same values in
+    /// the same order as ReLU's backward followed by batch norm's: bit for bit in f32.
+    fn backward_as<const RELU: bool>(
+        &mut self,
+        dy: Tensor,
+        need_dx: bool,
+        ctx: &Ctx,
+    ) -> Result<Option<Tensor>> {
         let (xhat, invstd) = self
             .saved
             .take()
@@ -257,10 +389,14 @@ impl Layer for BatchNorm2d {
         // dbeta = sum(dy) and dgamma = sum(dy * xhat) in one pass over both tensors.
         // Zipped, not indexed: the indexed loop's bounds checks kept it scalar (resnet and
         // cnn-small's batchnorm(32) backward, 1 thread: see docs/performance.md).
+        let (gw, bw) = (self.gamma.w.f32()?.to_vec(), self.beta.w.f32()?.to_vec());
         let sums = channel_sums(dyd, xh, c, 2 * c, |acc, dr, xr| {
             let (db, dg) = acc.split_at_mut(c);
-            for (((b, g), d), x) in db.iter_mut().zip(dg.iter_mut()).zip(dr).zip(xr) {
-                let d = *d as f64;
+            let gb = gw.iter().zip(&bw);
+            for ((((b, g), d), x), (gc, bc)) in
+                db.iter_mut().zip(dg.iter_mut()).zip(dr).zip(xr).zip(gb)
+            {
+                let d = masked::<RELU>(*d, *x, *gc, *bc) as f64;
                 *b += d;
                 *g += d * *x as f64;
             }
@@ -282,7 +418,7 @@ impl Layer for BatchNorm2d {
             None => (sums, m),
         };
         let (dbeta, dgamma) = sums.split_at(c);
-        let gamma = self.gamma.w.f32()?;
+        let gamma = &gw;
         let scale: Vec<f32> = (0..c).map(|i| gamma[i] * invstd[i]).collect();
         let mb: Vec<f32> = dbeta.iter().map(|v| (v / m) as f32).collect();
         let mg: Vec<f32> = dgamma.iter().map(|v| (v / m) as f32).collect();
@@ -291,26 +427,13 @@ impl Layer for BatchNorm2d {
             .zip(xh.par_chunks(CHUNK_ROWS * c))
             .for_each(|(dc, xc)| {
                 for (dr, xr) in dc.chunks_exact_mut(c).zip(xc.chunks_exact(c)) {
-                    for ((((d, x), s), b), g) in dr.iter_mut().zip(xr).zip(&scale).zip(&mb).zip(&mg)
-                    {
-                        *d = s * (*d - b - x * g);
+                    let per = scale.iter().zip(&mb).zip(&mg).zip(gw.iter().zip(&bw));
+                    for ((d, x), (((s, b), g), (gc, bc))) in dr.iter_mut().zip(xr).zip(per) {
+                        let dm = masked::<RELU>(*d, *x, *gc, *bc);
+                        *d = s * (dm - b - x * g);
                     }
                 }
             });
         Ok(Some(ctx.store(dy)?))
-    }
-
-    fn clear_saved(&mut self) {
-        self.saved = None;
-    }
-
-    fn visit_params(&mut self, f: &mut dyn FnMut(&mut Param)) {
-        f(&mut self.gamma);
-        f(&mut self.beta);
-    }
-
-    fn visit_buffers(&mut self, f: &mut dyn FnMut(&str, &mut Vec<f32>)) {
-        f("running_mean", &mut self.running_mean);
-        f("running_var", &mut self.running_var);
     }
 }

@@ -27,11 +27,17 @@ pub struct GBatchNorm {
     pub(crate) saved: Option<(GTensor, DBuf)>,
     /// SyncBatchNorm's communicator, under DDP with `sync_bn`.
     pub(crate) sync: Option<Rc<NcclSync>>,
+    /// The following ReLU fused in (`fuse = on`, ops/fused.rs): the `bn_relu_*` kernels.
+    pub(crate) relu: bool,
 }
 
 impl GpuLayer for GBatchNorm {
     fn name(&self) -> &'static str {
-        "batchnorm2d"
+        if self.relu {
+            "batchnorm_relu"
+        } else {
+            "batchnorm2d"
+        }
     }
     fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
         let x = gpu.widen(&x)?;
@@ -46,6 +52,11 @@ impl GpuLayer for GBatchNorm {
         let (n, ci) = (x.len() as u64, c as i32);
         let mut invstd = gpu.alloc(c, MemCategory::Workspace)?;
         let mut y = out(gpu, x.len(), p)?;
+        let forward = if self.relu {
+            "bn_relu_forward"
+        } else {
+            "bn_forward"
+        };
         if !p.train {
             cuda_launch!(
                 gpu,
@@ -59,7 +70,7 @@ impl GpuLayer for GBatchNorm {
             let null = 0u64;
             cuda_launch!(
                 gpu,
-                "bn_forward",
+                forward,
                 elementwise(x.len()),
                 &mut y.s,
                 &null,
@@ -147,7 +158,7 @@ impl GpuLayer for GBatchNorm {
         let null = 0u64;
         {
             use cudarc::driver::PushKernelArg;
-            let f = gpu.kernels.get("bn_forward")?;
+            let f = gpu.kernels.get(forward)?;
             let mut b = gpu.stream.launch_builder(f);
             b.arg(&mut y.s);
             match &mut xhat {
@@ -161,10 +172,11 @@ impl GpuLayer for GBatchNorm {
                 .arg(&self.beta.w.s)
                 .arg(&n)
                 .arg(&ci);
-            // SAFETY: bn_forward(y, xhat|null, x, mean, invstd, gamma, beta, n, c): the
-            // arguments above in that order; every buffer holds n or c floats.
+            // SAFETY: bn_forward and bn_relu_forward(y, xhat|null, x, mean, invstd, gamma,
+            // beta, n, c): the arguments above in that order; every buffer holds n or c
+            // floats.
             unsafe { b.launch(elementwise(x.len())) }
-                .map_err(|e| crate::engine::cuda::gpu::cuda_err("kernel bn_forward", e))?;
+                .map_err(|e| crate::engine::cuda::gpu::cuda_err(&format!("kernel {forward}"), e))?;
         }
         if let Some(h) = xhat {
             self.saved = Some((store(gpu, GTensor::new(&x.shape, h)?, p)?, invstd));
@@ -183,19 +195,57 @@ impl GpuLayer for GBatchNorm {
         let c = self.c;
         let rows = xhat.len() / c;
         let (r, ci) = (rows as u64, c as i32);
+        // The fused ReLU's mask goes inside the sums and the input gradient's kernel,
+        // except under SyncBatchNorm, whose sums cross ranks in between: masked up front.
+        let fused = self.relu && self.sync.is_none();
+        let dy = if self.relu && !fused {
+            let mut dm = gpu.alloc(dy.len(), MemCategory::Workspace)?;
+            let n = dy.len() as u64;
+            cuda_launch!(
+                gpu,
+                "bn_relu_mask",
+                elementwise(dy.len()),
+                &mut dm.s,
+                dy.s(),
+                xhat.s(),
+                &self.gamma.w.s,
+                &self.beta.w.s,
+                &n,
+                &ci
+            )?;
+            GTensor::new(&dy.shape, dm)?
+        } else {
+            dy
+        };
         let mut dbeta = gpu.zeros(c, MemCategory::Workspace)?;
         let mut dgamma = gpu.zeros(c, MemCategory::Workspace)?;
-        gpu.channel_sum(&mut dbeta.s, dy.s(), c)?;
-        cuda_launch!(
-            gpu,
-            "channel_dot",
-            channel_reduce(rows, c),
-            &mut dgamma.s,
-            dy.s(),
-            xhat.s(),
-            &r,
-            &ci
-        )?;
+        if fused {
+            cuda_launch!(
+                gpu,
+                "bn_relu_channel_sums",
+                channel_reduce(rows, c),
+                &mut dbeta.s,
+                &mut dgamma.s,
+                dy.s(),
+                xhat.s(),
+                &self.gamma.w.s,
+                &self.beta.w.s,
+                &r,
+                &ci
+            )?;
+        } else {
+            gpu.channel_sum(&mut dbeta.s, dy.s(), c)?;
+            cuda_launch!(
+                gpu,
+                "channel_dot",
+                channel_reduce(rows, c),
+                &mut dgamma.s,
+                dy.s(),
+                xhat.s(),
+                &r,
+                &ci
+            )?;
+        }
         {
             let (gg, _) = self.gamma.slot(gpu)?;
             gpu.axpy(&mut gg.s, &dgamma.s, 1.0)?;
@@ -229,6 +279,25 @@ impl GpuLayer for GBatchNorm {
                     &self.gamma.w.s,
                     &invstd.s,
                     &sums.s,
+                    &n,
+                    &ci
+                )?;
+            }
+            None if fused => {
+                let inv_m = 1.0 / rows as f32;
+                cuda_launch!(
+                    gpu,
+                    "bn_relu_backward_dx",
+                    elementwise(xhat.len()),
+                    &mut dx.s,
+                    dy.s(),
+                    xhat.s(),
+                    &self.gamma.w.s,
+                    &self.beta.w.s,
+                    &invstd.s,
+                    &dbeta.s,
+                    &dgamma.s,
+                    &inv_m,
                     &n,
                     &ci
                 )?;

@@ -213,6 +213,29 @@ impl Layer for Linear {
     }
 
     fn backward(&mut self, dy: Tensor, need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
+        self.backward_with(dy, need_dx, ctx, true)
+    }
+
+    fn clear_saved(&mut self) {
+        self.saved_x = None;
+    }
+
+    fn visit_params(&mut self, f: &mut dyn FnMut(&mut Param)) {
+        f(&mut self.w);
+        f(&mut self.b);
+    }
+}
+
+impl Linear {
+    /// Backward; without `bias_grad` the caller has summed the bias gradient already (the
+    /// fused bias+ReLU layer does it in its mask pass, ops/fused.rs).
+    pub(crate) fn backward_with(
+        &mut self,
+        dy: Tensor,
+        need_dx: bool,
+        ctx: &Ctx,
+        bias_grad: bool,
+    ) -> Result<Option<Tensor>> {
         let x = take_saved(&mut self.saved_x, "linear")?.into_f32()?;
         let dy = dy.into_f32()?;
         let n = self.rows(&x)?;
@@ -229,7 +252,9 @@ impl Layer for Linear {
                 ctx.amp,
             )?;
         }
-        add_bias_grad(&mut self.b, dyd)?;
+        if bias_grad {
+            add_bias_grad(&mut self.b, dyd)?;
+        }
         if !need_dx {
             return Ok(None);
         }
@@ -244,15 +269,6 @@ impl Layer for Linear {
             ctx.amp,
         )?;
         Ok(Some(ctx.store(dx)?))
-    }
-
-    fn clear_saved(&mut self) {
-        self.saved_x = None;
-    }
-
-    fn visit_params(&mut self, f: &mut dyn FnMut(&mut Param)) {
-        f(&mut self.w);
-        f(&mut self.b);
     }
 }
 

@@ -73,9 +73,35 @@ impl GpuLayer for GLinear {
         gpu: &Gpu,
         p: Pass,
     ) -> Result<Option<GTensor>> {
+        self.backward_with(dy, need_dx, gpu, p, true)
+    }
+    fn clear_saved(&mut self) {
+        self.saved_x = None;
+    }
+    fn visit_params(&mut self, f: &mut dyn FnMut(&mut GParam)) {
+        f(&mut self.w);
+        f(&mut self.b);
+    }
+}
+
+impl GLinear {
+    /// Backward; without `bias_grad` the caller has summed the bias gradient already (the
+    /// fused bias+ReLU layer, in its mask kernel: ops/fused_cuda.rs).
+    pub(crate) fn backward_with(
+        &mut self,
+        dy: GTensor,
+        need_dx: bool,
+        gpu: &Gpu,
+        p: Pass,
+        bias_grad: bool,
+    ) -> Result<Option<GTensor>> {
         let x = self.saved_x.take().ok_or_else(|| missing("linear"))?;
         let n = x.shape[0];
-        let dyf = gpu.widen(&dy)?;
+        let dyf = if bias_grad {
+            Some(gpu.widen(&dy)?)
+        } else {
+            None
+        };
         let dy = operand(gpu, &dy, p)?;
         {
             let (gw, acc) = self.w.slot(gpu)?;
@@ -90,9 +116,10 @@ impl GpuLayer for GLinear {
             };
             gpu.gemm(&s, dy.s(), x.s(), &mut gw.s)?;
         }
-        let (gb, _) = self.b.slot(gpu)?;
-        gpu.channel_sum(&mut gb.s, dyf.s(), self.d_out)?;
-        drop(dyf);
+        if let Some(dyf) = dyf {
+            let (gb, _) = self.b.slot(gpu)?;
+            gpu.channel_sum(&mut gb.s, dyf.s(), self.d_out)?;
+        }
         if !need_dx {
             return Ok(None);
         }
@@ -114,12 +141,5 @@ impl GpuLayer for GLinear {
             &mut dx.s,
         )?;
         store(gpu, GTensor::new(&x.shape, dx)?, p).map(Some)
-    }
-    fn clear_saved(&mut self) {
-        self.saved_x = None;
-    }
-    fn visit_params(&mut self, f: &mut dyn FnMut(&mut GParam)) {
-        f(&mut self.w);
-        f(&mut self.b);
     }
 }

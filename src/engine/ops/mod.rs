@@ -10,6 +10,8 @@ pub mod conv2d;
 pub mod conv2d_cuda;
 pub mod conv_algos;
 pub mod desc;
+pub mod fused;
+pub(crate) mod fused_cuda;
 pub mod gemm;
 pub(crate) mod gemm_amx;
 pub(crate) mod gemm_bf16;

@@ -156,7 +156,7 @@ fn replica_loop(
     rx: &Receiver<Cmd>,
     tx: &Sender<Result<Reply>>,
 ) -> Result<()> {
-    let mut model = zoo::build(w.model, classes, w.seed, dev)?;
+    let mut model = zoo::build_with(w.model, classes, w.seed, dev, k.fuse)?;
     release_params(&mut model, dev);
     let ctx = Ctx {
         amp: k.amp,
