@@ -2,7 +2,8 @@
 
 use crate::commands::cli::ProbeArgs;
 use crate::engine::cuda::versions::{self, Found};
-use crate::engine::ops::gemm::{amp_path_lines, bf16_unit, kernel_family, native_half};
+use crate::engine::ops::gemm::kernel_family;
+use crate::engine::ops::gemm_amp::{amp_path_lines, bf16_unit, native_half};
 use crate::error::Result;
 use crate::knobs::Amp;
 

@@ -13,6 +13,7 @@ pub mod desc;
 pub mod fused;
 pub(crate) mod fused_cuda;
 pub mod gemm;
+pub mod gemm_amp;
 pub(crate) mod gemm_amx;
 pub(crate) mod gemm_bf16;
 pub(crate) mod gemm_peak;

@@ -1,0 +1,77 @@
+//! GEMMs in the precision `amp` computes in: the native bf16 kernels where the CPU has
+//! them (`gemm_bf16`, `gemm_amx`), else the f32 GEMM (`gemm`). Apart from `gemm.rs` so
+//! the f32 GEMM, which the bf16 kernels build on (`Mat`), imports none of them.
+
+use crate::engine::ops::gemm::{kernel_family, matmul, matmul_turned, Mat};
+use crate::engine::ops::gemm_bf16;
+use crate::error::Result;
+use crate::knobs::Amp;
+
+/// What native bf16 GEMMs run on here (`amx`, `avx512_bf16`), None where bf16 is
+/// computed in f32.
+pub fn bf16_unit() -> Option<&'static str> {
+    gemm_bf16::unit()
+}
+
+/// Whether `amp` computes its GEMMs natively in half precision on this CPU: bf16 where
+/// the CPU has AVX512_BF16 ([`gemm_bf16`]). Everything else widens to f32.
+pub fn native_half(amp: Amp) -> bool {
+    amp == Amp::Bf16 && gemm_bf16::available()
+}
+
+/// [`matmul`] in the precision `amp` computes in: the native bf16 kernel where
+/// [`native_half`], the f32 GEMM otherwise.
+pub fn matmul_amp(
+    dst: &mut [f32],
+    a: Mat,
+    b: Mat,
+    accumulate: bool,
+    par: gemm::Parallelism,
+    amp: Amp,
+) -> Result<()> {
+    if native_half(amp) {
+        gemm_bf16::matmul(dst, a, b, accumulate, par)
+    } else {
+        matmul(dst, a, b, accumulate, par)
+    }
+}
+
+/// [`matmul_turned`] in the precision `amp` computes in. The bf16 kernel packs either
+/// orientation of its operands at the same speed, so it is called unturned.
+pub fn matmul_turned_amp(
+    dst: &mut [f32],
+    a: Mat,
+    b: Mat,
+    accumulate: bool,
+    (par, amp): (gemm::Parallelism, Amp),
+    scratch: &mut [f32],
+) -> Result<()> {
+    if native_half(amp) {
+        gemm_bf16::matmul(dst, a, b, accumulate, par)
+    } else {
+        matmul_turned(dst, a, b, accumulate, par, scratch)
+    }
+}
+
+/// How each precision's GEMMs compute on this CPU, and why: one line per `amp` value,
+/// for `tune probe` and `tune bench`.
+pub fn amp_path_lines() -> Vec<String> {
+    #[cfg(target_arch = "x86_64")]
+    let fp16_native = std::arch::is_x86_feature_detected!("avx512fp16");
+    #[cfg(not(target_arch = "x86_64"))]
+    let fp16_native = false;
+    let fp16 = if fp16_native {
+        // AVX512_FP16's FMAs accumulate in fp16 (AMX-FP16 is not on this CPU class), and
+        // AMP promises f32 accumulation, which on this CPU means widening first.
+        "fp16: storage only, computed in f32: AVX512_FP16 is here but accumulates in fp16, \
+         and AMP accumulates in f32"
+    } else {
+        "fp16: storage only, computed in f32: this CPU has no AVX512_FP16"
+    };
+    vec![
+        format!("fp32: {} f32 FMA kernels (gemm crate)", kernel_family()),
+        gemm_bf16::path_line().to_string(),
+        fp16.to_string(),
+        "tf32: no TF32 on CPUs: runs as fp32".to_string(),
+    ]
+}
