@@ -235,6 +235,7 @@ impl Spec {
                 "channels_last",
                 "num_threads",
                 "compile",
+                "fuse",
             ] {
                 if self.search.baseline.get(n) == def.get(n) {
                     m.remove(n);
