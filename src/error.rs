@@ -80,10 +80,13 @@ impl Error {
         }
     }
 
+    /// The message is made one inert line here, not at each call: a field the file
+    /// supplied (a schema version, a label) may carry a line break that a caller quoted
+    /// verbatim (the report fuzz test found `schema_version` "1.1|a\n# heading").
     pub fn format(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {
         Error::Format {
             path: path.into(),
-            msg: msg.into(),
+            msg: one_line(&msg.into()),
         }
     }
 

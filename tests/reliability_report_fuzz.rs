@@ -87,3 +87,20 @@ proptest! {
         mutated_reads_cleanly(read("tests/corpus/report/ok-v2-dp-ddp.json"), muts)?;
     }
 }
+
+/// The case proptest found in CI: a 1.x report whose `schema_version` carries a line
+/// break and a field of the wrong type; the message quoted the version verbatim.
+#[test]
+fn a_schema_version_with_a_line_break_stays_one_line() {
+    let mut v = baseline();
+    v["schema_version"] = Value::from("1.1| a | b |\n# heading");
+    v["environment"]["backend"] = Value::Null;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.json");
+    std::fs::write(&file, serde_json::to_string(&v).unwrap()).unwrap();
+    let Err(e) = Report::load(&file) else {
+        panic!("a null backend must not read")
+    };
+    let msg = e.to_string();
+    assert!(!msg.contains('\n') && msg.contains("report.json"), "{msg}");
+}
