@@ -111,7 +111,7 @@ pub const REPEATS: Bound = Bound {
 };
 
 /// Pairs of runs (the change, the baseline beside it) a confirmation makes
-/// (`[search] confirm_repeats`, default `runner`'s three at least): each pair is two more
+/// (`[search] confirm_repeats`, default `runner`'s four at least): each pair is two more
 /// runs of the job.
 pub const CONFIRM_REPEATS: Bound = Bound {
     min: 1,

@@ -156,22 +156,28 @@ pub struct Sweep<'a> {
 /// (`scripts/sweep-overhead.sh`, 100 trials x 3 repeats: 7.7 s -> 9.9 s median).
 const JOURNAL_REPEATS_FROM: Duration = Duration::from_secs(1);
 
-/// Pairs of runs (the change, then the baseline beside it) a confirmation makes: the
-/// sweep's repeats, at least `CONFIRM_REPEATS_MIN` and at most `CONFIRM_REPEATS_MAX`.
-/// With one pair, a single busy minute decided the verdict (on a shared 2-core machine a
-/// change that does nothing measured 1.16x [1.03, 1.23] beside its baseline run, and a
-/// planted 2x gain measured 1.20x); with three, the verdict rests on the median pair and
-/// any one pair can be set aside (`results::build::paired`). Five bounds the cost: each
-/// pair is two more runs of the job.
-pub const CONFIRM_REPEATS_MIN: usize = 3;
-pub const CONFIRM_REPEATS_MAX: usize = 5;
+/// Pairs of runs (the change and the baseline beside it) a confirmation makes: the
+/// sweep's repeats, at least `CONFIRM_REPEATS_MIN` and at most `CONFIRM_REPEATS_MAX`,
+/// rounded up to an even count. With one pair, a single busy minute decided the verdict
+/// (on a shared 2-core machine a change that does nothing measured 1.16x [1.03, 1.23]
+/// beside its baseline run, and a planted 2x gain measured 1.20x); with several, the
+/// verdict rests on the median pair and any one pair can be set aside
+/// (`results::baselines::paired`). Even, because the pairs alternate their order (see
+/// `Sweep::confirm`): half run the baseline first, half the change first, so a machine
+/// that speeds up or slows down steadily favours each side in as many pairs, and the
+/// median of an even count sits between the two halves. With three pairs in one order, a
+/// change that does nothing measured 1.29x [1.13, 1.39] while the machine sped up (#31).
+/// Six bounds the cost: each pair is two more runs of the job.
+pub const CONFIRM_REPEATS_MIN: usize = 4;
+pub const CONFIRM_REPEATS_MAX: usize = 6;
 
 /// See `CONFIRM_REPEATS_MIN`; `[search] confirm_repeats` sets it outright.
 pub fn confirm_repeats(search: &crate::spec::Search) -> usize {
     search.confirm_repeats.unwrap_or_else(|| {
-        search
+        let n = search
             .repeats
-            .clamp(CONFIRM_REPEATS_MIN, CONFIRM_REPEATS_MAX)
+            .clamp(CONFIRM_REPEATS_MIN, CONFIRM_REPEATS_MAX);
+        n + n % 2
     })
 }
 
@@ -655,7 +661,8 @@ impl<'a> Sweep<'a> {
 
     /// The confirmation: the recommended combination and a fresh run of the baseline,
     /// alternating repeat by repeat so both see the same machine state, `confirm_repeats`
-    /// pairs of them so that one noisy run can neither confirm nor withdraw (#31).
+    /// pairs of them so that one noisy run can neither confirm nor withdraw, the
+    /// baseline first in the 1st, 3rd, ... pair and second in the others (#31).
     pub fn confirm(&mut self, combo: &Trial, rerun: &Trial, steps: usize) -> Result<()> {
         self.total += 2;
         // Each of the two is journaled once: a sweep killed between the two lines runs
@@ -675,8 +682,16 @@ impl<'a> Sweep<'a> {
         // Alternating runs share one stretch of time; the timeline shows the plan's
         // trials only.
         self.observer.started(&combo.label);
-        for _ in 0..confirm_repeats(&self.spec.search) {
-            for rec in recs.iter_mut().filter(|r| r.status == Status::Ok) {
+        for pair in 0..confirm_repeats(&self.spec.search) {
+            // AB, BA, AB, BA: a steady drift of the machine's speed favours the baseline
+            // in half the pairs and the change in the other half, so it cancels in the
+            // median instead of deciding it (#31).
+            let n = recs.len();
+            for i in 0..n {
+                let rec = &mut recs[if pair % 2 == 0 { i } else { n - 1 - i }];
+                if rec.status != Status::Ok {
+                    continue;
+                }
                 let o = self.exec.run(self.spec, &rec.knobs, steps);
                 let r = rec.repeats.len();
                 rec.repeats.extend(o.repeat.map(clean));
@@ -720,11 +735,13 @@ mod tests {
     }
 
     #[test]
-    fn a_confirmation_makes_three_to_five_pairs_unless_the_spec_says() {
+    fn a_confirmation_makes_four_or_six_pairs_unless_the_spec_says() {
         let n = |s: &str| super::confirm_repeats(&spec(s).unwrap().search);
-        assert_eq!(n(""), 3);
+        assert_eq!(n(""), 4);
         assert_eq!(n("repeats = 4"), 4);
-        assert_eq!(n("repeats = 9"), 5);
+        assert_eq!(n("repeats = 5"), 6);
+        assert_eq!(n("repeats = 9"), 6);
+        assert_eq!(n("repeats = 9\nconfirm_repeats = 3"), 3);
         assert_eq!(n("repeats = 9\nconfirm_repeats = 2"), 2);
         for line in [
             "confirm_repeats = 0",

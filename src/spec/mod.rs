@@ -177,7 +177,7 @@ pub struct Search {
     #[serde(default = "window::default_job_steps")]
     pub job_steps: u64,
     /// Pairs of runs each confirmation makes; None = the runner's default (the repeats,
-    /// at least 3 and at most 5).
+    /// 4 to 6, even).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm_repeats: Option<usize>,
 }

@@ -1,0 +1,100 @@
+//! The confirmation of a sweep's recommendations (#31), on a cheap shell command whose
+//! speeds are planted (no PyTorch, no engine): the order of its paired runs, and what it
+//! leaves out. The first run of the baseline is slow (a busy minute), every later run of
+//! it quick; `a=1` runs exactly as fast as the quick baseline (no effect, a win only
+//! against the busy run), `b=1` twice as fast (a real gain), `c` changes nothing.
+
+#[path = "common/cli.rs"]
+mod cli;
+
+use std::path::Path;
+use std::time::Duration;
+
+use cli::{output_within, show, tune};
+use serde_json::Value;
+
+/// Six plan trials: the baseline, a=1, b=1, c=1, then (after three) the baseline again,
+/// then c=2 and c=3. Every run appends its `abc` to runs.log.
+fn sweep(dir: &Path) -> (std::process::Output, Value) {
+    let spec = dir.join("s.toml");
+    std::fs::write(
+        &spec,
+        "name = \"confirm\"\n[workload.command]\n\
+         run = \"echo {a}{b}{c} >> runs.log; \
+         if [ {a}{b}{c} = 000 ] && [ ! -e warm ]; then touch warm; r=50; \
+         elif [ {b} = 1 ]; then r=200; else r=100; fi; \
+         for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo samples/s: $((r + i % 3)); done\"\n\
+         metric_regex = 'samples/s: ([0-9.]+)'\n\
+         [params]\na = [0, 1]\nb = [0, 1]\nc = [0, 1, 2, 3]\n\
+         [search]\nstrategy = \"one-at-a-time\"\nrepeats = 1\ntimeout_s = 60\n",
+    )
+    .unwrap();
+    let mut c = tune();
+    c.current_dir(dir)
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(dir.join("out"))
+        .env("TUNE_SAMPLE_MS", "0");
+    let o = output_within(&mut c, Duration::from_secs(120));
+    let text = std::fs::read_to_string(dir.join("out/report.json")).unwrap_or_default();
+    (o, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+#[test]
+fn a_withdrawn_change_is_neither_confirmed_nor_shown_in_the_confirmation_and_pairs_alternate() {
+    let d = tempfile::tempdir().unwrap();
+    let (o, r) = sweep(d.path());
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let runs = std::fs::read_to_string(d.path().join("runs.log")).unwrap();
+    let runs: Vec<&str> = runs.lines().collect();
+    // The set-up did what it says: the plan, with the baseline again after three trials.
+    assert_eq!(
+        runs[..7],
+        ["000", "100", "010", "001", "000", "002", "003"],
+        "{runs:?}"
+    );
+    let recs = r["recommendations"].as_array().unwrap();
+    let of = |k: &str| {
+        recs.iter()
+            .find(|x| x["change"][k] == "1")
+            .unwrap_or_else(|| panic!("{k}=1 not recommended: {recs:#?}\n{}", show(&o)))
+    };
+    // a=1 beat only the busy first run: withdrawn by the drift check before the
+    // confirmation; b=1 stands.
+    assert_eq!(of("a")["confidence"], "withdrawn", "{}", of("a"));
+    assert_ne!(of("b")["confidence"], "withdrawn", "{}", of("b"));
+
+    // The confirmation combines b=1 only: a=1 is neither combined nor run on its own.
+    let c = &r["confirmation"];
+    assert_eq!(c["label"], "b=1", "{c:#}");
+    assert!(c["alone"].as_array().is_none_or(|a| a.is_empty()), "{c:#}");
+    let confirm_runs = &runs[7..];
+    assert!(
+        !confirm_runs.contains(&"100") && !confirm_runs.contains(&"110"),
+        "a=1 was confirmed: {runs:?}"
+    );
+    // Pairs alternate their order (baseline first, then change first, ...), so a steady
+    // drift of the machine favours each side equally often; four pairs by default.
+    assert_eq!(
+        confirm_runs,
+        ["000", "010", "010", "000", "000", "010", "010", "000"],
+        "{runs:?}"
+    );
+    assert_eq!(c["verdict"], "matches", "{c:#}");
+
+    // No face names a=1 in a confirmation line.
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    let md = std::fs::read_to_string(d.path().join("out/summary.md")).unwrap();
+    let html = std::fs::read_to_string(d.path().join("out/report.html")).unwrap();
+    for (face, text) in [
+        ("terminal", &stdout),
+        ("summary.md", &md),
+        ("report.html", &html),
+    ] {
+        for bad in ["a=1, b=1", "alone, a=1", "confirm alone: a=1"] {
+            assert!(!text.contains(bad), "{face} shows {bad:?}:\n{text}");
+        }
+        assert!(text.contains("withdrawn"), "{face}:\n{text}");
+    }
+}
