@@ -27,7 +27,7 @@ pub fn bound(share: f64, cores: usize) -> f64 {
 /// script's own (read by the hooks), which tune does not force.
 fn workers_of(cx: &Ctx, t: &TrialReport) -> usize {
     let own = (Some(t.id.as_str()) == cx.report.baseline.as_deref())
-        .then(|| t.script_knobs.get("num_workers")?.parse().ok())
+        .then(|| cx.own("num_workers")?.parse().ok())
         .flatten();
     own.unwrap_or(t.knobs.num_workers)
 }
@@ -174,7 +174,7 @@ fn cheaper(cx: &Ctx, base: &TrialReport) -> Option<Recommendation> {
                 "{}'s {have} loader workers buy no speed: num_workers={n} measured {} \
                  ({}) at {:.0} MiB resident at the peak against {:.0} MiB; each worker is a \
                  process with its own copy of the dataset object and its prefetched batches",
-                if base.script_knobs.contains_key("num_workers") {
+                if cx.own("num_workers").is_some() {
                     "your script"
                 } else {
                     "the baseline"

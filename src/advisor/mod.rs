@@ -159,11 +159,18 @@ impl<'a> Ctx<'a> {
         &self.report.spec.search.baseline
     }
 
+    /// What the script does by itself for `knob`, where that is what the baseline ran
+    /// (not where tune set the spec's baseline value over it).
+    pub fn own(&self, knob: &str) -> Option<&'a String> {
+        let b = self.base?;
+        crate::results::baselines::own_value(self.base_knobs(), &b.script_knobs, knob)
+    }
+
     /// The baseline's `knob` as the advice names it: the script's own value when the
     /// hooks read one ("your script's num_workers=4"), since tune then leaves it as the
     /// script has it; else the value tune ran ("the baseline (num_workers=0)") (#31).
     pub fn baseline_named(&self, knob: &str) -> String {
-        let own = self.base.and_then(|b| b.script_knobs.get(knob));
+        let own = self.own(knob);
         match own {
             Some(v) => format!("your script's {knob}={v}"),
             None => format!(

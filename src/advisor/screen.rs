@@ -3,6 +3,7 @@
 //! the script already makes by itself cannot speed it up. Both are said in the report's
 //! notes, in words, instead of being recommended.
 
+use crate::results::baselines::{forced_in_baseline, own_value};
 use crate::results::model::{RecKind, Recommendation, Report, TrialReport};
 
 /// The recommendations that can act, and a note for each one that cannot.
@@ -36,7 +37,8 @@ fn why_not(report: &Report, base: Option<&TrialReport>, rec: &Recommendation) ->
         if let Some(why) = blocked {
             return Some(no_effect(knob, value, why));
         }
-        if base.and_then(|b| b.script_knobs.get(knob)) == Some(value) {
+        let own = base.and_then(|b| own_value(&report.spec.search.baseline, &b.script_knobs, knob));
+        if own == Some(value) {
             return Some(already(knob, value));
         }
     }
@@ -58,9 +60,11 @@ fn already(knob: &str, value: &str) -> String {
 }
 
 /// What every face says about the swept values whether or not a rule fired on them:
-/// those that could not act in this job, those the script already uses, and where the
-/// baseline ran the script's own value rather than the spec's baseline value (tune
-/// forces no value the script sets itself).
+/// those that could not act in this job, those the script already uses, and which value
+/// the baseline ran where the script's own differs from the spec's baseline value: the
+/// script's, unless the spec's baseline moved the knob off PyTorch's default, which tune
+/// then applies in every trial (`forced_in_baseline`; the baseline row's override says
+/// the same).
 pub fn sweep_notes(report: &Report) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let spec_base = &report.spec.search.baseline;
@@ -84,6 +88,17 @@ pub fn sweep_notes(report: &Report) -> Vec<String> {
         let (Some(own), Some(said)) = (base.script_knobs.get(knob), spec_base.get(knob)) else {
             continue;
         };
+        if forced_in_baseline(spec_base, knob) {
+            if own != &said {
+                out.push(format!(
+                    "the baseline ran {knob}={said}, not your script's own {knob}={own}: tune \
+                     applied it (a spec's baseline value other than PyTorch's default is set \
+                     in every trial)"
+                ));
+            }
+            // The script's own value never ran as the baseline: a trial of it is measured.
+            continue;
+        }
         if own != &said {
             out.push(format!(
                 "the baseline is your script as written: it ran your script's own {knob}={own} \
@@ -107,4 +122,60 @@ pub fn sweep_notes(report: &Report) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit::{report, spec, trial};
+    use super::super::Ctx;
+
+    #[test]
+    fn the_baseline_note_names_the_value_tune_ran() {
+        // The spec's baseline (1) is not PyTorch's default (0): tune applies it in every
+        // trial, the baseline's included, over the script's own 4 (its row's override
+        // says "tune applied 1"), so the note must not say 1 "was not forced", and a
+        // trial of 4 is not the baseline.
+        let s = spec("num_workers = [1, 4]", "");
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010).script_knob("num_workers", "4"),
+                trial(&s, &[("num_workers", "4")], 0.010).script_knob("num_workers", "4"),
+            ],
+        );
+        let has = |s: &str| r.notes.iter().any(|n| n.contains(s));
+        assert!(!has("was not forced"), "{:#?}", r.notes);
+        assert!(!has("your script already does this"), "{:#?}", r.notes);
+        assert!(
+            has("the baseline ran num_workers=1, not your script's own num_workers=4: tune applied it"),
+            "{:#?}",
+            r.notes
+        );
+        assert_eq!(
+            Ctx::new(&r).baseline_named("num_workers"),
+            "the baseline (num_workers=1)"
+        );
+        // The spec's baseline is the default: tune leaves the knob to the script, whose
+        // own 4 is what the baseline ran.
+        let s = spec("num_workers = [0, 4]", "");
+        let r = report(
+            &s,
+            vec![trial(&s, &[], 0.010).script_knob("num_workers", "4")],
+        );
+        let has = |s: &str| r.notes.iter().any(|n| n.contains(s));
+        assert!(
+            has("it ran your script's own num_workers=4 (the spec's baseline value 0 was not forced)"),
+            "{:#?}",
+            r.notes
+        );
+        assert!(
+            has("your script already does this: num_workers=4"),
+            "{:#?}",
+            r.notes
+        );
+        assert_eq!(
+            Ctx::new(&r).baseline_named("num_workers"),
+            "your script's num_workers=4"
+        );
+    }
 }

@@ -25,6 +25,29 @@ pub fn again_id(k: usize, base_id: &str) -> String {
     format!("{AGAIN_PREFIX}{k}:{base_id}")
 }
 
+/// Whether tune itself sets `knob` in the baseline of a script (`[workload.python]`),
+/// and so in every trial: the spec's baseline moved it off the default and the hooks can
+/// apply it (the rule of `bridge::inject::knob_values`). The script's own value, which
+/// the hooks still read and report (`script_knobs`), then never ran: the baseline ran the
+/// spec's value, and nothing may say "your script's" of it (#31).
+pub fn forced_in_baseline(baseline: &Knobs, knob: &str) -> bool {
+    crate::knobs::knob(knob).is_some_and(|k| k.applies.python)
+        && baseline.get(knob) != Knobs::default().get(knob)
+}
+
+/// What the script does by itself for `knob` in the run `script_knobs` came from, where
+/// that is what the baseline ran: None when the hooks read nothing or tune set the
+/// spec's value over it (`forced_in_baseline`).
+pub fn own_value<'a>(
+    baseline: &Knobs,
+    script_knobs: &'a std::collections::BTreeMap<String, String>,
+    knob: &str,
+) -> Option<&'a String> {
+    script_knobs
+        .get(knob)
+        .filter(|_| !forced_in_baseline(baseline, knob))
+}
+
 /// Steady step times and samples per step.
 pub(crate) type Steady = (Vec<f64>, f64);
 

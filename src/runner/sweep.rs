@@ -19,7 +19,7 @@ use super::resume::{existing_records, stamped};
 use super::sampling::SweepSampler;
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
-use crate::results::baselines::{again_id, EVERY};
+use crate::results::baselines::{again_id, own_value, EVERY};
 use crate::results::record::{
     clean, NodeRun, Record, Repeat, RepeatRecord, Status, Submission, TrialRecord,
 };
@@ -374,10 +374,12 @@ impl<'a> Sweep<'a> {
         else {
             return false;
         };
+        // Where tune set the spec's baseline value over the script's, the script's own
+        // value is not what the baseline ran: a trial of it measures something new.
         let own = |knob: &str| {
             b.repeats
                 .iter()
-                .find_map(|r| r.script_knobs.get(knob).cloned())
+                .find_map(|r| own_value(base, &r.script_knobs, knob).cloned())
         };
         let changed: Vec<&str> = Knobs::NAMES
             .iter()
