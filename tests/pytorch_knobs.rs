@@ -146,6 +146,11 @@ fn each_injected_knob_is_what_the_script_observes() {
     for t in trials {
         assert_eq!(t["status"], "ok", "{t}");
     }
+    // No autocast of the script's own: its amp is "off", read from its first step.
+    let base = trials.iter().find(|t| t["label"] == "baseline").unwrap();
+    assert_eq!(base["script_knobs"]["amp"], "off", "{base}");
+    let ms = base["repeats"][0]["step_ms_median"].as_f64().unwrap_or(0.0);
+    assert!(ms > 0.0, "no step time in {base}");
 }
 
 #[test]
@@ -164,7 +169,7 @@ fn knobs_the_script_sets_itself_are_its_baseline_and_overrides_are_said() {
         &py,
         d.path(),
         "--workers 1 --own",
-        "amp = [\"off\", \"fp16\"]\nprefetch_factor = [2, 4]\npersistent_workers = [false, true]",
+        "amp = [\"off\", \"fp16\", \"bf16\"]\nprefetch_factor = [2, 4]\npersistent_workers = [false, true]",
     );
     let trials = r["trials"].as_array().unwrap();
     let base = trials.iter().find(|t| t["label"] == "baseline").unwrap();
@@ -182,6 +187,13 @@ fn knobs_the_script_sets_itself_are_its_baseline_and_overrides_are_said() {
     );
     assert_eq!(base["script_knobs"]["persistent_workers"], "true", "{base}");
     assert_eq!(base["script_knobs"]["prefetch_factor"], "3", "{base}");
+    // Its own bf16 autocast is its amp: an amp=bf16 trial would be the baseline again,
+    // so it is not run (it once ran, and a busy minute made it look 4x slower).
+    assert_eq!(base["script_knobs"]["amp"], "bf16", "{base}");
+    assert!(
+        !trials.iter().any(|t| t["knobs"]["amp"] == "bf16"),
+        "{trials:?}"
+    );
     let rec = records
         .iter()
         .find(|x| x["knobs"] == serde_json::json!({}))

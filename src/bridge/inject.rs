@@ -113,6 +113,8 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
         // fall between them.
         samples_per_step: samples_per_step.round().max(1.0) as usize,
         samples_per_s: samples_per_step / crate::stats::median(&durs),
+        // report.json's per-repeat step time was 0 for every PyTorch trial before.
+        step_ms_median: crate::stats::median(&durs) * 1e3,
         phases_mean: events.phases_mean(),
         backend: "pytorch".into(),
         wall_s,

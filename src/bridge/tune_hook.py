@@ -413,31 +413,29 @@ def _autocast_dtype(torch, amp):
 
 def _install_autocast(torch):
     """A script's own autocast (`with torch.autocast(...)`, the decorator, the
-    torch.cuda.amp/torch.cpu.amp spellings) takes tune's setting, reported once."""
+    torch.cuda.amp/torch.cpu.amp spellings) is what the script does for `amp` (recorded,
+    so a trial of the same precision is the baseline again, not a finding), and takes
+    tune's setting where the trial sets one, reported once."""
     amp = _knobs.get("amp")
-    if amp is None:
-        return
     ac = torch.amp.autocast_mode.autocast
     orig_enter = ac.__enter__
     dtype = _autocast_dtype(torch, amp)
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
     def enter(self):
-        # A region the script turns autocast off in (a loss kept in float32) stays off.
+        # A region the script turns autocast off in (a loss kept in float32) stays off;
+        # one under no_grad (an eval pass) says nothing of how the script trains.
         try:
-            if (
-                not _off
-                and self._enabled
-                and not getattr(_tl, "ours", False)
-                and self.fast_dtype != dtype
-            ):
-                seen = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
-                    self.fast_dtype, str(self.fast_dtype)
-                )
-                _override("amp", "torch.autocast(%s)" % seen, amp)
-                if dtype is None:
-                    self._enabled = False
-                else:
-                    self.fast_dtype = dtype
+            if not _off and self._enabled and not getattr(_tl, "ours", False):
+                seen = names.get(self.fast_dtype, str(self.fast_dtype))
+                if torch.is_grad_enabled():
+                    _script_value("amp", seen)
+                if amp is not None and self.fast_dtype != dtype:
+                    _override("amp", "torch.autocast(%s)" % seen, amp)
+                    if dtype is None:
+                        self._enabled = False
+                    else:
+                        self.fast_dtype = dtype
         except Exception as e:
             _fail("autocast.__enter__", e)
         return orig_enter(self)
@@ -629,8 +627,10 @@ def _first_step_checks():
         _script_value("autotune", bool(torch.backends.cudnn.benchmark))
     if not _knobs.get("num_threads"):
         _script_value("num_threads", int(torch.get_num_threads()))
-    # A script that called torch.compile has said so already (once per knob).
+    # A script that called torch.compile, or trained under its own autocast, has said so
+    # already (once per knob): a first step without either is the script's "off".
     _script_value("compile", _tc.script_mode())
+    _script_value("amp", "off")
     if _knobs.get("compile") == "reduce-overhead" and not cuda:
         _notice(
             "compile = reduce-overhead adds CUDA graphs to the default compile; this job "
