@@ -91,6 +91,44 @@ fn a_kernel_that_does_not_compile_is_a_clear_error() {
     assert!(e.contains("sm_1"), "{e}");
 }
 
+/// The stand-in runs kernels of different streams at the same time, except those that use
+/// its one `__shared__` section, a barrier or atomics, itself or through a `__device__`
+/// helper: the generated table marks exactly those, read from kernels.cu (a kernel missed
+/// here would race; the stand-in also reports one that writes shared memory unmarked).
+#[test]
+fn the_standin_runs_alone_exactly_the_kernels_that_share_memory() {
+    let alone = standin::exclusive_kernels(kernels::SOURCE);
+    for n in [
+        "channel_sum",
+        "channel_sqdev",
+        "channel_dot",
+        "relu_mask_channel_sum",
+        "bn_relu_channel_sums",
+    ] {
+        assert!(alone.iter().any(|a| a == n), "{n} runs alone: {alone:?}");
+    }
+    for n in [
+        "relu_forward",
+        "gelu_forward",
+        "gelu_backward",
+        "fill",
+        "axpy",
+    ] {
+        assert!(
+            !alone.iter().any(|a| a == n),
+            "{n} runs beside others: {alone:?}"
+        );
+    }
+    for n in &alone {
+        assert!(kernels::names().any(|k| k == n), "{n} is a kernel");
+    }
+    let table = standin::kernel_table();
+    assert!(
+        table.contains("TUNE_EXCLUSIVE_KERNELS \"") && table.contains("\"channel_sum\""),
+        "{table}"
+    );
+}
+
 /// The CPU stand-in's kernel table is generated from `kernels::names()` (the one list, read
 /// from kernels.cu): launch.h holds no list of its own, and the generated table names
 /// every kernel once.

@@ -13,7 +13,7 @@ use tune::engine::nn::layer::{Ctx, Layer};
 use tune::engine::nn::model::Model;
 use tune::engine::nn::residual::BasicBlock;
 use tune::engine::nn::zoo::ModelKind;
-use tune::engine::ops::activation::Relu;
+use tune::engine::ops::activation::{Gelu, Relu};
 use tune::engine::ops::batchnorm::BatchNorm2d;
 use tune::engine::ops::conv2d::Conv2d;
 use tune::engine::ops::linear::Linear;
@@ -138,6 +138,7 @@ fn every_layer_matches_the_cpu_forward_and_backward() {
     };
     let dev = Device::cpu(0, 1);
     let mut r = Rng::from_keys(&[7]);
+    let gelu = || -> Box<dyn Layer> { Box::new(Gelu::default()) };
     let cases: Vec<(&str, Box<dyn Layer>, Vec<usize>)> = vec![
         (
             "linear",
@@ -170,6 +171,8 @@ fn every_layer_matches_the_cpu_forward_and_backward() {
             vec![4, 5, 5, 6],
         ),
         ("relu", Box::new(Relu::default()), vec![3, 50]),
+        // Inputs are N(0, 1): both tails and the bend of the curve are crossed.
+        ("gelu", Box::new(Gelu::default()), vec![3, 50]),
         (
             "global avg pool",
             Box::new(GlobalAvgPool::default()),
@@ -185,6 +188,11 @@ fn every_layer_matches_the_cpu_forward_and_backward() {
             "basic block projection",
             Box::new(BasicBlock::new(4, 8, 2, &mut r, &dev).unwrap()),
             vec![2, 8, 8, 4],
+        ),
+        (
+            "basic block with gelu",
+            Box::new(BasicBlock::with_activation(4, 4, 1, gelu, &mut r, &dev).unwrap()),
+            vec![2, 5, 5, 4],
         ),
     ];
     for (name, layer, shape) in cases {

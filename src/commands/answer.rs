@@ -17,6 +17,9 @@ pub struct Spent {
     /// torch.compile beyond the steady step time (mostly before the first reported step,
     /// so taken out of start-up).
     pub compile: f64,
+    /// Trials that kept no repeat (crashed, timed out): their span on the timeline. A
+    /// sweep of two 40 s timeouts once said "tune's own 1m21s (100%)".
+    pub failed: f64,
 }
 
 /// What the trials of `report` (confirmation included) spent, from their repeats.
@@ -28,6 +31,11 @@ pub fn spent(report: &Report) -> Spent {
     let mut s = Spent::default();
     for t in report.trials.iter().chain(confirm) {
         add(&mut s, t);
+    }
+    for t in report.trials.iter().filter(|t| t.repeats.is_empty()) {
+        if let Some(span) = report.trial_spans.iter().find(|x| x.id == t.id) {
+            s.failed += (span.end_s - span.start_s).max(0.0);
+        }
     }
     s
 }
@@ -65,7 +73,7 @@ fn mmss(x: f64) -> String {
 pub fn line(report: &Report, wall: Duration) -> String {
     let wall = wall.as_secs_f64();
     let s = spent(report);
-    let own = (wall - s.measuring - s.warmup - s.startup - s.compile).max(0.0);
+    let own = (wall - s.measuring - s.warmup - s.startup - s.compile - s.failed).max(0.0);
     let pct = |x: f64| {
         if wall > 0.0 {
             100.0 * x / wall
@@ -97,13 +105,67 @@ pub fn line(report: &Report, wall: Duration) -> String {
                 pct(s.compile)
             ));
         }
+        if s.failed > 0.0 {
+            parts.push(format!(
+                "trials that failed {} ({:.0}%)",
+                mmss(s.failed),
+                pct(s.failed)
+            ));
+        }
     } else {
+        let ran = s.startup + s.failed;
         parts.push(format!(
             "running the trials {} ({:.0}%)",
-            mmss(s.startup),
-            pct(s.startup)
+            mmss(ran),
+            pct(ran)
         ));
     }
     parts.push(format!("tune's own {} ({:.0}%)", mmss(own), pct(own)));
     format!("time to answer: {}; {}", mmss(wall), parts.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::model::TrialSpan;
+
+    fn failed_trial(report: &Report, id: &str) -> TrialReport {
+        let mut t = report.trials[0].clone();
+        t.id = id.into();
+        t.repeats.clear();
+        t
+    }
+
+    #[test]
+    fn trials_that_kept_no_repeat_count_as_running_not_as_tunes_own() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/reports/ci-baseline/report.json"
+        );
+        let mut r = Report::load(path).unwrap();
+        let measured = spent(&r);
+        let span = |id: &str, a: f64, b: f64| TrialSpan {
+            id: id.into(),
+            label: id.into(),
+            start_s: a,
+            end_s: b,
+        };
+        r.trials.push(failed_trial(&r, "timeout#1"));
+        r.trial_spans.push(span("timeout#1", 100.0, 140.0));
+        // A span of a trial that kept its repeats is not counted again.
+        let kept = r.trials[0].id.clone();
+        r.trial_spans.push(span(&kept, 0.0, 3.0));
+        let s = spent(&r);
+        assert_eq!(s.failed, 40.0);
+        assert_eq!(s.measuring, measured.measuring);
+        let wall = s.measuring + s.warmup + s.startup + 40.0 + 1.0;
+        let l = line(&r, Duration::from_secs_f64(wall));
+        assert!(l.contains("trials that failed 40s"), "{l}");
+        assert!(l.contains("tune's own 1s"), "{l}");
+        // Nothing measured at all: the failures are the trials' running time.
+        r.trials.retain(|t| t.repeats.is_empty());
+        let l = line(&r, Duration::from_secs(41));
+        assert!(l.contains("running the trials 40s"), "{l}");
+        assert!(l.contains("tune's own 1s"), "{l}");
+    }
 }

@@ -151,7 +151,7 @@ fn compile(k: &Knobs, l: Layout) -> Support {
         k,
         l,
         "compile",
-        "tune's engine has no graph compiler (each layer runs its own kernels, fused by hand where they are); this knob is torch.compile in a PyTorch script",
+        "tune's engine has no graph compiler; its side of torch.compile is the fuse knob (fuse = on: bias+ReLU, batch norm+ReLU and the optimizer in fused passes); this knob is torch.compile in a PyTorch script",
     )
 }
 

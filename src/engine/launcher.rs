@@ -8,9 +8,10 @@
 //! around it:
 //!
 //! - [`single`]: one device of any backend, the `Local` strategy, on the caller's thread;
-//! - `parallel::{dp, ddp}` (CPU) and `cuda::{dp, ddp}`: one thread per device or rank,
-//!   each `prepare` → loop with its strategy → `finish`, the step reports merged by
-//!   `parallel::collect` and summarised by `parallel::multi_summary`.
+//! - `parallel::{dp, ddp}` (CPU) and `cuda::{dp, ddp}`: one thread per device or rank
+//!   ([`spread`]), each [`prepare`] → [`run_loop`] with its strategy → `parallel::Lead::of`
+//!   ([`finish`]), the step reports merged by `parallel::collect` and summarised by
+//!   `parallel::run_summary`, one path for both backends.
 
 use std::sync::Arc;
 use std::thread::{Scope, ScopedJoinHandle};
@@ -22,8 +23,8 @@ use crate::engine::collective::is_peer_stop;
 use crate::engine::device::{Device, MemSnapshot};
 use crate::engine::nn::model::{LayerOps, Model};
 use crate::engine::parallel::summary::single_device_summary;
-use crate::engine::step::{self, Exec};
-use crate::engine::vocab::{Feed, Observer, RunSummary, Workload};
+use crate::engine::step::{self, Exec, Local, Strategy, Trained};
+use crate::engine::vocab::{Feed, Observer, RunSummary, Source, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 
@@ -112,6 +113,35 @@ pub(crate) fn prepare<R: Rig>(
     })
 }
 
+/// The loop of one device under `strategy`, the same on every backend and strategy:
+/// single (`Local`), DP's driver, each DDP rank, in threads or processes. Each device's
+/// body is [`prepare`], this, then [`finish`] (through `parallel::Lead::of` on several
+/// devices).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_loop<R: Rig, S: Strategy<R::E>>(
+    rig: &R,
+    p: &mut Prepared<R>,
+    strategy: &mut S,
+    source: &mut Source,
+    w: &Workload,
+    k: &Knobs,
+    obs: &mut dyn Observer,
+    started: Instant,
+) -> Result<Trained> {
+    rig.before_loop();
+    step::train_with(
+        &mut p.exec,
+        strategy,
+        &mut p.model,
+        source,
+        w,
+        k,
+        &mut p.scaler,
+        obs,
+        started,
+    )
+}
+
 /// How a device's run ended.
 pub(crate) struct End {
     /// Memory right after training: evaluation's bigger batches must not count.
@@ -176,17 +206,7 @@ pub(crate) fn single<R: Rig>(
     let feed = Feed::open(w, k)?;
     let mut source = feed.source(w, k, 0, 1, k.batch_size)?;
     let mut p = prepare(rig, w, k, feed.classes, obs)?;
-    rig.before_loop();
-    let trained = step::train(
-        &mut p.exec,
-        &mut p.model,
-        &mut source,
-        w,
-        k,
-        &mut p.scaler,
-        obs,
-        started,
-    )?;
+    let trained = run_loop(rig, &mut p, &mut Local, &mut source, w, k, obs, started)?;
     drop(source);
     note_layer_times(&p.model, w.steps, obs);
     let end = finish(rig, &mut p, w, feed.classes, Some(&feed))?;

@@ -183,21 +183,6 @@ pub(crate) struct Trained {
     pub skipped_steps: Vec<usize>,
 }
 
-/// Runs `w.steps` optimizer steps of `model` on `b`, alone on its device.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn train<B: Exec>(
-    b: &mut B,
-    model: &mut Model<B::L>,
-    source: &mut Source,
-    w: &Workload,
-    k: &Knobs,
-    scaler: &mut Option<GradScaler>,
-    obs: &mut dyn Observer,
-    started: Instant,
-) -> Result<Trained> {
-    train_with(b, &mut Local, model, source, w, k, scaler, obs, started)
-}
-
 /// Runs `w.steps` optimizer steps of `model` on `b`, kept in step with its peers by `sync`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn train_with<B: Exec, S: Strategy<B>>(

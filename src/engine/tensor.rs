@@ -189,6 +189,14 @@ impl Tensor {
         }
     }
 
+    /// The bf16 data when the storage is bf16, for kernels that read it directly.
+    pub fn bf16(&self) -> Option<&[bf16]> {
+        match &self.storage.buf {
+            Buf::Bf16(v) => Some(v),
+            _ => None,
+        }
+    }
+
     pub fn u32(&self) -> Result<&[u32]> {
         match &self.storage.buf {
             Buf::U32(v) => Ok(v),

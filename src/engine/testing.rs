@@ -12,6 +12,6 @@ pub use crate::engine::ops::layer_cuda::{GParam, GpuLayer, Pass};
 /// The backend's own kernels (`kernels.cu`): the list, NVRTC, the PTX cache, launch shapes.
 pub mod kernels {
     pub use crate::engine::cuda::kernels::{
-        compile, cubin, elementwise, names, nvrtc_version, per_item, ptx_cached,
+        compile, cubin, elementwise, names, nvrtc_version, per_item, ptx_cached, SOURCE,
     };
 }

@@ -36,7 +36,7 @@
 #include "cuda_shim.h"
 #include "publish.h"
 
-tune_dim3 threadIdx, blockIdx, blockDim, gridDim;
+thread_local tune_dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 #include "kernels.cu"
 

@@ -1,8 +1,10 @@
 // What NVRTC provides to kernels.cu, for a host C++ build of the same file (the CPU
-// stand-in for the driver, tests only). The driver stand-in (cuda.cpp) runs one kernel
-// at a time process-wide, so the CUDA indices are plain globals; `__shared__` storage
-// lives in its own section, which the launcher fills with NaN before every block so a
-// read before the block's writes (a missing __syncthreads) shows.
+// stand-in for the driver, tests only). The driver stand-in (cuda.cpp) runs each launch's
+// blocks on the launching stream's thread, so the CUDA indices are per host thread, and
+// kernels of different streams run at the same time. `__shared__` storage lives in one
+// section of its own, which the launcher fills with NaN before every block so a read
+// before the block's writes (a missing __syncthreads) shows; a kernel that uses it (or a
+// barrier, or atomics) runs alone (launch.h).
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -11,7 +13,7 @@
 struct tune_dim3 {
     unsigned x, y, z;
 };
-extern tune_dim3 threadIdx, blockIdx, blockDim, gridDim;
+extern thread_local tune_dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 #define __global__ __attribute__((visibility("hidden")))
 #define __device__
@@ -21,7 +23,8 @@ extern tune_dim3 threadIdx, blockIdx, blockDim, gridDim;
 // A barrier across the block's threads (run as fibers when a block reaches one).
 void __syncthreads();
 
-// Blocks run one at a time on one host thread, so a plain add is atomic here.
+// Blocks run one at a time on one host thread, and a kernel that uses atomics runs alone
+// (launch.h), so a plain add is atomic here.
 inline float atomicAdd(float* p, float v) {
     float old = *p;
     *p = old + v;

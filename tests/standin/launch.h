@@ -1,27 +1,81 @@
 // Part of the driver stand-in (cuda.cpp includes it once, after its allocations, streams
 // and sticky error, which this uses): kernels.cu's functions run over a launch grid on the
-// launching stream's thread, one kernel at a time process-wide, with a fiber per CUDA
-// thread once a block reaches __syncthreads. Kept apart so cuda.cpp stays readable.
+// launching stream's thread, with a fiber per CUDA thread once a block reaches
+// __syncthreads. Kept apart so cuda.cpp stays readable.
+//
+// Kernels of different streams (DDP's ranks, DP's replicas, a copy beside a compute
+// stream) run at the same time, as on a GPU: the CUDA indices and the fibers are per host
+// thread. The `__shared__` section is one for the process, so a kernel that uses it, a
+// barrier or atomics (the generated table's TUNE_EXCLUSIVE_KERNELS, read from kernels.cu)
+// runs alone and leaves the section NaN-filled again; every other kernel must leave it
+// untouched, which is checked after each such launch, so a kernel the table failed to
+// mark is reported, not raced.
 #pragma once
+
+#include <shared_mutex>
+
+#include "kernel_table.h"  // generated: TUNE_KERNEL_TABLE, TUNE_EXCLUSIVE_KERNELS
 
 // ---- kernels over the grid ----------------------------------------------------------------
 
-static std::mutex g_kernel_mu;  // one kernel at a time process-wide (the globals above)
+// Shared by concurrent kernels, held alone by an exclusive one. A writer first takes the
+// turnstile, which new readers also pass through, so a stream of concurrent kernels cannot
+// starve an exclusive one.
+static std::shared_mutex g_kernel_rw;
+static std::mutex g_kernel_turnstile;
 extern "C" char __start_tune_shared[], __stop_tune_shared[];
-static const char* g_kernel_name = nullptr;  // for the fault handler
+static thread_local const char* g_kernel_name = nullptr;  // for the fault handler
 
-// Fibers for blocks that reach __syncthreads.
+static size_t shared_bytes() { return (size_t)(__stop_tune_shared - __start_tune_shared); }
+
+// Whether the `__shared__` section still holds the NaN fill (0xff bytes) every exclusive
+// kernel leaves behind.
+static bool shared_untouched() {
+    for (size_t i = 0; i < shared_bytes(); ++i)
+        if ((unsigned char)__start_tune_shared[i] != 0xff) return false;
+    return true;
+}
+
+// Filled once at load (the section starts zeroed), so the first concurrent kernel finds
+// it as every exclusive kernel leaves it.
+static const bool g_shared_filled = [] {
+    if (shared_bytes()) memset(__start_tune_shared, 0xff, shared_bytes());
+    return true;
+}();
+
+// TUNE_CUDA_STANDIN_SERIAL=1: every kernel runs alone, as the stand-in did before kernels
+// of different streams ran at the same time (to compare the two).
+static bool is_exclusive(const char* name) {
+    static const bool serial = [] {
+        const char* v = getenv("TUNE_CUDA_STANDIN_SERIAL");
+        return v && strcmp(v, "1") == 0;
+    }();
+    if (serial) return true;
+    static const std::vector<std::string> all = {TUNE_EXCLUSIVE_KERNELS};
+    for (const std::string& n : all)
+        if (n == name) return true;
+    return false;
+}
+
+// Fibers for blocks that reach __syncthreads, per host thread.
 struct Fiber {
     ucontext_t ctx;
     char* stack = nullptr;
     bool done = false, waiting = false;
     tune_dim3 tid;
 };
-static ucontext_t g_sched;
-static Fiber* g_cur = nullptr;
-static std::function<void()>* g_body = nullptr;
-static std::vector<Fiber> g_fibers;
-static bool g_bad_sync = false;
+static thread_local ucontext_t g_sched;
+static thread_local Fiber* g_cur = nullptr;
+static thread_local std::function<void()>* g_body = nullptr;
+// A host thread's fibers; their stacks go with the thread (a stream's worker).
+struct Fibers {
+    std::vector<Fiber> v;
+    ~Fibers() {
+        for (Fiber& f : v) free(f.stack);
+    }
+};
+static thread_local Fibers g_fibers;
+static thread_local bool g_bad_sync = false;
 static const size_t FIBER_STACK = 256 * 1024;
 
 void __syncthreads() {
@@ -59,36 +113,35 @@ static void resume(Fiber& f) {
 // Runs one block: thread 0 as a fiber; when it finishes without reaching a barrier the
 // rest run as plain calls (fast), else every thread runs as a fiber and they meet at each
 // barrier in thread order (so thread 0 reads what the others wrote only after the barrier).
-static void run_block(std::function<void()>& body, unsigned nthreads) {
-    size_t shared = (size_t)(__stop_tune_shared - __start_tune_shared);
-    if (shared) memset(__start_tune_shared, 0xff, shared);
-    if (g_fibers.size() < nthreads) g_fibers.resize(nthreads);
+static void run_block(std::function<void()>& body, unsigned nthreads, bool exclusive) {
+    if (exclusive && shared_bytes()) memset(__start_tune_shared, 0xff, shared_bytes());
+    if (g_fibers.v.size() < nthreads) g_fibers.v.resize(nthreads);
     g_body = &body;
     for (unsigned t = 0; t < nthreads; ++t) {
-        Fiber& f = g_fibers[t];
+        Fiber& f = g_fibers.v[t];
         f.tid.x = t % blockDim.x;
         f.tid.y = (t / blockDim.x) % blockDim.y;
         f.tid.z = t / (blockDim.x * blockDim.y);
     }
-    start_fiber(g_fibers[0]);
-    resume(g_fibers[0]);
-    if (g_fibers[0].done) {
+    start_fiber(g_fibers.v[0]);
+    resume(g_fibers.v[0]);
+    if (g_fibers.v[0].done) {
         for (unsigned t = 1; t < nthreads; ++t) {
-            threadIdx = g_fibers[t].tid;
+            threadIdx = g_fibers.v[t].tid;
             body();
         }
         return;
     }
     for (unsigned t = 1; t < nthreads; ++t) {
-        start_fiber(g_fibers[t]);
-        resume(g_fibers[t]);
+        start_fiber(g_fibers.v[t]);
+        resume(g_fibers.v[t]);
     }
     for (;;) {
         bool any = false;
         for (unsigned t = 0; t < nthreads; ++t) {
-            if (!g_fibers[t].done) {
+            if (!g_fibers.v[t].done) {
                 any = true;
-                resume(g_fibers[t]);
+                resume(g_fibers.v[t]);
             }
         }
         if (!any) break;
@@ -99,10 +152,19 @@ struct LaunchGeom {
     unsigned gx, gy, gz, bx, by, bz;
 };
 
-static void run_grid(const char* name, const LaunchGeom& g, std::function<void()> body) {
+static void run_grid(const char* name, bool exclusive, const LaunchGeom& g,
+                     std::function<void()> body) {
     uint64_t w0 = act_now_ns();
-    std::lock_guard<std::mutex> l(g_kernel_mu);
-    t_unbusy_ns += act_now_ns() - w0;  // another device's kernel ran meanwhile: not busy
+    std::unique_lock<std::shared_mutex> alone(g_kernel_rw, std::defer_lock);
+    std::shared_lock<std::shared_mutex> beside(g_kernel_rw, std::defer_lock);
+    if (exclusive) {
+        std::lock_guard<std::mutex> t(g_kernel_turnstile);
+        alone.lock();
+    } else {
+        { std::lock_guard<std::mutex> t(g_kernel_turnstile); }
+        beside.lock();
+    }
+    t_unbusy_ns += act_now_ns() - w0;  // an exclusive kernel ran meanwhile: not busy
     g_kernel_name = name;
     gridDim = {g.gx, g.gy, g.gz};
     blockDim = {g.bx, g.by, g.bz};
@@ -112,11 +174,18 @@ static void run_grid(const char* name, const LaunchGeom& g, std::function<void()
         for (unsigned y = 0; y < g.gy; ++y)
             for (unsigned x = 0; x < g.gx; ++x) {
                 blockIdx = {x, y, z};
-                run_block(body, nthreads);
+                run_block(body, nthreads, exclusive);
             }
     if (g_bad_sync) {
         say("kernel %s: a thread reached __syncthreads after thread 0 had finished without one "
             "(divergent barrier)", name);
+        set_sticky(ERR_ILLEGAL_ADDRESS);
+    }
+    if (exclusive) {
+        if (shared_bytes()) memset(__start_tune_shared, 0xff, shared_bytes());
+    } else if (!shared_untouched()) {
+        say("kernel %s wrote __shared__ memory while running beside other kernels: the "
+            "stand-in's table (tests/common/standin.rs) did not mark it exclusive", name);
         set_sticky(ERR_ILLEGAL_ADDRESS);
     }
     g_kernel_name = nullptr;
@@ -126,6 +195,7 @@ static void run_grid(const char* name, const LaunchGeom& g, std::function<void()
 // pointers into a call over the grid.
 struct Kernel {
     const char* name;
+    bool exclusive;
     CUresult (*enqueue)(const Kernel*, Stream*, const LaunchGeom&, void**);
     void* fn;
 };
@@ -151,6 +221,7 @@ static CUresult enqueue_impl(const Kernel* k, Stream* s, const LaunchGeom& g, vo
     auto args = std::make_tuple(*static_cast<A*>(params[I])...);
     auto fn = reinterpret_cast<void (*)(A...)>(k->fn);
     const char* name = k->name;
+    bool exclusive = k->exclusive;
     s->push("kernel", [=] {
         if (g_sticky.load()) return;
         bool ok = true;
@@ -159,7 +230,7 @@ static CUresult enqueue_impl(const Kernel* k, Stream* s, const LaunchGeom& g, vo
             set_sticky(ERR_ILLEGAL_ADDRESS);
             return;
         }
-        run_grid(name, g, [&] { fn(std::get<I>(args)...); });
+        run_grid(name, exclusive, g, [&] { fn(std::get<I>(args)...); });
     });
     return OK;
 }
@@ -172,13 +243,12 @@ static CUresult enqueue(const Kernel* k, Stream* s, const LaunchGeom& g, void** 
 
 template <typename... A>
 static Kernel make_kernel(const char* name, void (*f)(A...)) {
-    return Kernel{name, &enqueue<A...>, reinterpret_cast<void*>(f)};
+    return Kernel{name, is_exclusive(name), &enqueue<A...>, reinterpret_cast<void*>(f)};
 }
 
 // Every kernel of kernels.cu, by name. kernel_table.h is written by the stand-in's build
 // (tests/common/standin.rs) from `kernels::names()`, the list the engine loads, read from
 // kernels.cu itself: no list is kept by hand here.
-#include "kernel_table.h"
 #define K(n) make_kernel(#n, &n),
 static const std::vector<Kernel>& kernels() {
     static const std::vector<Kernel> all = {TUNE_KERNEL_TABLE};

@@ -24,7 +24,6 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream};
 use cudarc::nccl::safe::{group_end, group_start, Comm, Id, ReduceOp};
 
-use crate::engine::autotune::AlgoChoice;
 use crate::engine::caps::{self, Layout};
 use crate::engine::clock::{Clock, Phase};
 use crate::engine::cuda::gpu::{cuda_err, nccl_err, DBuf, Gpu};
@@ -32,14 +31,14 @@ use crate::engine::cuda::libs;
 use crate::engine::cuda::sync_bn::NcclSync;
 use crate::engine::cuda::train::{open_gpus, GpuClock, GpuExec, GpuRig};
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
-use crate::engine::launcher::{self, note_choices, DeviceThread, Rig};
+use crate::engine::launcher::{self, DeviceThread};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::model_cuda::GLayer;
 use crate::engine::parallel::summary::DeviceStep;
 use crate::engine::parallel::{
-    collect, digest_words, multi_summary, Collected, StepReport, DIGEST_START,
+    collect, digest_words, note_buckets, run_summary, Collected, Lead, StepReport, DIGEST_START,
 };
-use crate::engine::step::{self, Strategy};
+use crate::engine::step::Strategy;
 use crate::engine::vocab::{Feed, NoObserver, Observer, RunSummary, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
@@ -329,19 +328,11 @@ struct Rank<'a> {
     lead: Option<&'a Feed>,
 }
 
-struct RankEnd {
-    params: usize,
-    accuracy: Option<f64>,
-    snap: MemSnapshot,
+pub(super) struct RankEnd {
+    /// Rank 0's end: its autotune choices and conv path for the record, the scaler's
+    /// figures, and whether SyncBatchNorm had a layer to act on.
+    pub(super) lead: Lead,
     buckets: Vec<usize>,
-    /// Rank 0's autotune choices and conv path, for the trial record.
-    algorithms: Vec<AlgoChoice>,
-    /// Whether SyncBatchNorm had a layer to act on.
-    synced_bn: bool,
-    /// The scaler's skipped steps and final scale (the same on every rank: each checks
-    /// the averaged gradients).
-    skipped_steps: Vec<usize>,
-    loss_scale: Option<f32>,
 }
 
 fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
@@ -420,15 +411,13 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
         verify,
         at: StepMarks::default(),
     };
-    rig.before_loop();
-    let trained = step::train_with(
-        &mut p.exec,
+    let trained = launcher::run_loop(
+        &rig,
+        &mut p,
         &mut ddp,
-        &mut p.model,
         &mut source,
         w,
         k,
-        &mut p.scaler,
         &mut NoObserver,
         Instant::now(),
     )?;
@@ -437,16 +426,9 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
     // cudarc's Comm aborts when dropped: nothing of this rank's may still be queued.
     cs.synchronize()
         .map_err(|e| cuda_err("communication stream", e))?;
-    let end = launcher::finish(&rig, &mut p, w, classes, lead)?;
     Ok(RankEnd {
-        params: p.params,
-        accuracy: end.accuracy,
-        snap: end.snap,
+        lead: Lead::of(&rig, p, w, classes, lead, has_bn, trained.skipped_steps)?,
         buckets: bucket_lens,
-        algorithms: end.algorithms,
-        synced_bn: has_bn,
-        skipped_steps: trained.skipped_steps,
-        loss_scale: p.loss_scale(),
     })
 }
 
@@ -510,10 +492,11 @@ pub fn run_verified(
     let threads = vec![1; world];
     let (collected, ends) = launcher::spread(ranks, |_| collect(rx, world, &threads, true, w, obs));
     let ends = ends?;
+    let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.lead.end.snap.clone()).collect();
     let first = ends
-        .first()
+        .into_iter()
+        .next()
         .ok_or_else(|| Error::Runtime("ddp: no rank finished".into()))?;
-    let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.snap.clone()).collect();
     summarize(
         w,
         k,
@@ -534,55 +517,39 @@ fn nccl_version() -> String {
 }
 
 /// The run's summary from rank 0's end and every rank's steps (`collected`) and memory
-/// (`snaps`, one per rank), with the notes a DDP run prints.
+/// (`snaps`, one per rank), with DDP's note on its buckets.
 #[allow(clippy::too_many_arguments)]
 fn summarize(
     w: &Workload,
     k: &Knobs,
     obs: &mut dyn Observer,
     gpu_name: &str,
-    first: &RankEnd,
+    first: RankEnd,
     collected: Collected,
     snaps: &[MemSnapshot],
     started: Instant,
-    mut not_applicable: std::collections::BTreeMap<String, String>,
+    not_applicable: std::collections::BTreeMap<String, String>,
 ) -> Result<RunSummary> {
-    let world = k.devices;
-    if let Some(m) = &collected.mismatch {
-        return Err(Error::Runtime(m.clone()));
-    }
-    if let Some(b) = first.buckets.first() {
-        obs.on_note(&format!(
-            "ddp: {world} ranks, {} gradient bucket(s) of cap {} MiB (first {:.2} MiB), NCCL \
-             all-reduce on a communication stream",
-            first.buckets.len(),
+    if collected.mismatch.is_none() {
+        note_buckets(
+            obs,
+            k.devices,
+            &first.buckets,
             k.bucket_mb,
-            (*b * 4) as f64 / (1 << 20) as f64
-        ));
+            "NCCL all-reduce on a communication stream",
+        );
     }
-    note_choices(obs, &first.algorithms);
-    if k.sync_bn && !first.synced_bn {
-        let why = format!("{} has no batch norm", w.model);
-        obs.on_note(&format!("sync_bn: not applicable ({why})"));
-        not_applicable.insert("sync_bn".into(), why);
-    }
-    let label = crate::engine::cuda::backend_label(gpu_name);
     let totals = collected.totals.clone();
-    Ok(RunSummary {
-        accuracy: first.accuracy,
-        algorithms: first.algorithms.clone(),
-        skipped_steps: first.skipped_steps.clone(),
-        loss_scale_final: first.loss_scale,
+    run_summary(
+        w,
+        k,
+        obs,
+        crate::engine::cuda::backend_label(gpu_name),
+        first.lead,
+        collected,
+        &totals,
+        snaps,
+        started,
         not_applicable,
-        ..multi_summary(
-            w,
-            k,
-            label,
-            first.params,
-            collected,
-            &totals,
-            snaps,
-            started,
-        )
-    })
+    )
 }

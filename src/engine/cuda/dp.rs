@@ -35,19 +35,18 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nccl::safe::{group_end, group_start, Comm, Id, ReduceOp};
 
 use crate::engine::amp;
-use crate::engine::autotune::AlgoChoice;
 use crate::engine::caps::{self, Layout};
 use crate::engine::cuda::gpu::{cuda_err, nccl_err, GTensor, Gpu};
 use crate::engine::cuda::libs;
 use crate::engine::cuda::train::{autotune_on, build_model, open_gpus, GpuExec, GpuRig};
-use crate::engine::device::{Backend, MemCategory, MemSnapshot};
-use crate::engine::launcher::{self, note_choices, DeviceThread, Rig};
+use crate::engine::device::{Backend, MemCategory};
+use crate::engine::launcher::{self, DeviceThread};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::model_cuda::{GCtx, GLayer};
 use crate::engine::ops::layer_cuda::Pass;
 use crate::engine::parallel::summary::DeviceStep;
-use crate::engine::parallel::{collect, multi_summary, StepReport};
-use crate::engine::step::{self, Strategy};
+use crate::engine::parallel::{collect, run_summary, Lead, StepReport};
+use crate::engine::step::Strategy;
 use crate::engine::tensor::DType;
 use crate::engine::vocab::{Feed, NoObserver, Observer, RunSummary, StepEvent, Workload};
 use crate::error::{Error, Result};
@@ -507,17 +506,6 @@ impl Strategy<GpuExec> for GpuDp<'_> {
     }
 }
 
-/// What GPU 0's driver thread hands back.
-struct Driven {
-    params: usize,
-    accuracy: Option<f64>,
-    snap: MemSnapshot,
-    /// GPU 0's autotune choices and the conv path, for the trial record.
-    algorithms: Vec<AlgoChoice>,
-    skipped_steps: Vec<usize>,
-    loss_scale: Option<f32>,
-}
-
 /// Trains `w` under `k` with `parallel = dp` on `k.devices` GPUs of this machine.
 pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
     let not_applicable = caps::admit(Backend::Cuda, k, Layout::Multi, obs)?;
@@ -540,7 +528,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
     let (gpus, devs) = (&gpus, &devs);
     let mut to = Vec::new();
     let mut from = Vec::new();
-    let mut replicas: Vec<DeviceThread<'_, Option<Driven>>> = Vec::new();
+    let mut replicas: Vec<DeviceThread<'_, Option<Lead>>> = Vec::new();
     for (i, gpu) in gpus.iter().enumerate().skip(1) {
         let (ctx_tx, ctx_rx) = channel();
         let (rep_tx, rep_rx) = channel();
@@ -550,7 +538,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
         let feed = &feed;
         replicas.push((
             format!("tune-gpu-dp{i}"),
-            Box::new(move || -> Result<Option<Driven>> {
+            Box::new(move || -> Result<Option<Lead>> {
                 gpu.ctx
                     .bind_to_thread()
                     .map_err(|e| cuda_err("context", e))?;
@@ -582,7 +570,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
         ));
     }
     let feed = &feed;
-    let driver = move || -> Result<Option<Driven>> {
+    let driver = move || -> Result<Option<Lead>> {
         let gpu = &gpus[0];
         gpu.ctx
             .bind_to_thread()
@@ -605,15 +593,13 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
             dy: None,
             comm_spans: Vec::new(),
         };
-        rig.before_loop();
-        let res = step::train_with(
-            &mut p.exec,
+        let res = launcher::run_loop(
+            &rig,
+            &mut p,
             &mut dp,
-            &mut p.model,
             &mut source,
             w,
             k,
-            &mut p.scaler,
             &mut NoObserver,
             Instant::now(),
         );
@@ -621,19 +607,21 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
         // Hanging up ends the replicas' loops.
         drop(dp);
         let trained = res?;
-        let end = launcher::finish(&rig, &mut p, w, feed.classes, Some(feed))?;
-        Ok(Some(Driven {
-            params: p.params,
-            accuracy: end.accuracy,
-            snap: end.snap,
-            algorithms: end.algorithms,
-            skipped_steps: trained.skipped_steps,
-            loss_scale: p.loss_scale(),
-        }))
+        // sync_bn needs DDP: nothing for it to act on here.
+        let lead = Lead::of(
+            &rig,
+            p,
+            w,
+            feed.classes,
+            Some(feed),
+            false,
+            trained.skipped_steps,
+        )?;
+        Ok(Some(lead))
     };
     // GPU 0 first: the replicas end when it hangs up, so their errors matter only if it
     // reports none of its own.
-    let mut all: Vec<DeviceThread<'_, Option<Driven>>> =
+    let mut all: Vec<DeviceThread<'_, Option<Lead>>> =
         vec![("tune-gpu-dp0".into(), Box::new(driver))];
     all.extend(replicas);
     let (collected, outcome) = launcher::spread(all, |_| collect(rx, 1, &threads, false, w, obs));
@@ -643,18 +631,21 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
             .next()
             .ok_or_else(|| Error::Runtime("dp: GPU 0's driver returned nothing".into()))
     });
-    let d = outcome?;
-    note_choices(obs, &d.algorithms);
-    let mut snaps = vec![d.snap];
+    let lead = outcome?;
+    let mut snaps = vec![lead.end.snap.clone()];
     snaps.extend(devs.iter().skip(1).map(|d| d.mem().snapshot()));
     let label = crate::engine::cuda::backend_label(&gpus[0].name);
     let totals = collected.totals.clone();
-    Ok(RunSummary {
-        accuracy: d.accuracy,
+    run_summary(
+        w,
+        k,
+        obs,
+        label,
+        lead,
+        collected,
+        &totals,
+        &snaps,
+        started,
         not_applicable,
-        algorithms: d.algorithms,
-        skipped_steps: d.skipped_steps,
-        loss_scale_final: d.loss_scale,
-        ..multi_summary(w, k, label, d.params, collected, &totals, &snaps, started)
-    })
+    )
 }

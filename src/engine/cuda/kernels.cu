@@ -40,6 +40,27 @@ extern "C" __global__ void relu_backward(float* dx, const float* dy, const float
     GRID_STRIDE(i, n) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; }
 }
 
+// GELU, tanh approximation (PyTorch's nn.GELU(approximate="tanh")), with the CPU op's
+// constants (ops/activation.rs). Backward takes the saved input, as the CPU layer does.
+#define GELU_K0 0.7978846f /* sqrt(2/pi) */
+#define GELU_K1 0.044715f
+extern "C" __global__ void gelu_forward(float* y, const float* x, u64 n) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        float t = tanhf(GELU_K0 * (v + GELU_K1 * v * v * v));
+        y[i] = 0.5f * v * (1.0f + t);
+    }
+}
+
+extern "C" __global__ void gelu_backward(float* dx, const float* dy, const float* x, u64 n) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        float t = tanhf(GELU_K0 * (v + GELU_K1 * v * v * v));
+        float du = GELU_K0 * (1.0f + 3.0f * GELU_K1 * v * v);
+        dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    }
+}
+
 // ---- half precision (AMP storage) ---------------------------------------------------
 
 #ifdef __CUDACC__

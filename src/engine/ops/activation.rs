@@ -98,6 +98,10 @@ impl Layer for Gelu {
         "gelu".into()
     }
 
+    fn describe(&self) -> LayerDesc {
+        Box::new(crate::engine::ops::gelu::GeluDesc)
+    }
+
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
         let xf = x.widened()?;
         let mut y = ctx.alloc(x.shape());

@@ -112,7 +112,7 @@ impl InitSource {
     }
 }
 
-/// A layer only the CPU backend has (the gradient check's GELU): it can be described,
+/// A layer only the CPU backend has (one whose `describe()` is not written): it can be described,
 /// so a model holding it fails to build elsewhere with its name.
 #[derive(Debug)]
 pub struct CpuOnly(pub String);

@@ -2,9 +2,10 @@
 
 use rayon::prelude::*;
 
+use crate::engine::amp::{half_dtype, narrow_relu};
 use crate::engine::autotune;
 use crate::engine::cuda::gpu::Gpu;
-use crate::engine::device::Device;
+use crate::engine::device::{Device, MemCategory};
 use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
 use crate::engine::ops::gemm::Mat;
 use crate::engine::ops::gemm_amp::{matmul_amp, matmul_turned_amp, native_half};
@@ -66,7 +67,7 @@ fn rowsplit(
     x: &[f32],
     (n, d_in, d_out): (usize, usize, usize),
     w: Mat,
-    amp: Amp,
+    (amp, relu): (Amp, bool),
 ) -> Result<()> {
     let per = n.div_ceil(rayon::current_num_threads().max(1)).max(1);
     y[..n * d_out]
@@ -81,7 +82,12 @@ fn rowsplit(
                 true,
                 gemm::Parallelism::None,
                 amp,
-            )
+            )?;
+            if relu {
+                // This block was just written by this thread and is still in its cache.
+                yc.iter_mut().for_each(|v| *v = v.max(0.0));
+            }
+            Ok(())
         })
 }
 
@@ -180,37 +186,7 @@ impl Layer for Linear {
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
-        let n = self.rows(&x)?;
-        let xf = x.widened()?;
-        let w = gemm_weights(&self.w.w, ctx)?;
-        let key = format!("n{n} {}->{} {}", self.d_in, self.d_out, ctx.dtype_name());
-        let (xd, wd, bd) = (xf.f32()?, w.f32()?, self.b.w.f32()?);
-        let (d_in, d_out) = (self.d_in, self.d_out);
-        let y = ctx
-            .algos
-            .run("linear", &key, &forward_algos(n, d_in, d_out), |algo| {
-                let mut y = ctx.alloc(&[n, d_out]);
-                let yd = y.f32_mut()?;
-                let wm = Mat::rm(wd, d_out, d_in).t();
-                match algo {
-                    "transposed" => transposed(yd, xd, n, (d_in, d_out), wd, bd, ctx)?,
-                    "rowsplit" => {
-                        fill_rows(yd, bd);
-                        rowsplit(yd, xd, (n, d_in, d_out), wm, ctx.amp)?;
-                    }
-                    _ => {
-                        fill_rows(yd, bd);
-                        let xm = Mat::rm(xd, n, d_in);
-                        matmul_amp(yd, xm, wm, true, ctx.dev.par(), ctx.amp)?;
-                    }
-                }
-                Ok(y)
-            })?;
-        drop(xf);
-        if ctx.save {
-            self.saved_x = Some(ctx.store(x)?);
-        }
-        ctx.store(y)
+        self.forward_with(x, ctx, false)
     }
 
     fn backward(&mut self, dy: Tensor, need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
@@ -227,7 +203,69 @@ impl Layer for Linear {
     }
 }
 
+/// `max(v, 0)` in place, in parallel chunks.
+fn relu_in_place(v: &mut [f32]) {
+    v.par_chunks_mut(1 << 14).for_each(|c| {
+        for v in c {
+            *v = v.max(0.0);
+        }
+    });
+}
+
 impl Linear {
+    /// Forward, with a ReLU epilogue when `relu` (the fused Linear+ReLU, ops/fused.rs):
+    /// the ReLU runs in the pass that narrows the output to the half type under AMP (no
+    /// pass of its own, and no widen-ReLU-narrow round trip), and in f32 on each
+    /// thread's row block right after its GEMM under `rowsplit`, else in one pass after
+    /// the GEMM (the gemm crate owns its output pass). Bit for bit the unfused pair's
+    /// output: rounding to the half grid keeps the sign, so it commutes with ReLU.
+    pub(crate) fn forward_with(&mut self, x: Tensor, ctx: &Ctx, relu: bool) -> Result<Tensor> {
+        let n = self.rows(&x)?;
+        let xf = x.widened()?;
+        let w = gemm_weights(&self.w.w, ctx)?;
+        let key = format!("n{n} {}->{} {}", self.d_in, self.d_out, ctx.dtype_name());
+        let (xd, wd, bd) = (xf.f32()?, w.f32()?, self.b.w.f32()?);
+        let (d_in, d_out) = (self.d_in, self.d_out);
+        // Under AMP the ReLU rides on the narrowing pass instead.
+        let f32_relu = relu && half_dtype(ctx.amp).is_none();
+        let y = ctx
+            .algos
+            .run("linear", &key, &forward_algos(n, d_in, d_out), |algo| {
+                let mut y = ctx.alloc(&[n, d_out]);
+                let yd = y.f32_mut()?;
+                let wm = Mat::rm(wd, d_out, d_in).t();
+                match algo {
+                    "transposed" => transposed(yd, xd, n, (d_in, d_out), wd, bd, ctx)?,
+                    "rowsplit" => {
+                        fill_rows(yd, bd);
+                        rowsplit(yd, xd, (n, d_in, d_out), wm, (ctx.amp, f32_relu))?;
+                    }
+                    _ => {
+                        fill_rows(yd, bd);
+                        let xm = Mat::rm(xd, n, d_in);
+                        matmul_amp(yd, xm, wm, true, ctx.dev.par(), ctx.amp)?;
+                    }
+                }
+                if f32_relu && algo != "rowsplit" {
+                    relu_in_place(yd);
+                }
+                Ok(y)
+            })?;
+        drop(xf);
+        if ctx.save {
+            self.saved_x = Some(ctx.store(x)?);
+        }
+        match half_dtype(ctx.amp) {
+            Some(dt) if relu => Tensor::from_buf(
+                y.shape(),
+                narrow_relu(y.f32()?, dt)?,
+                MemCategory::Activations,
+                ctx.dev.mem(),
+            ),
+            _ => ctx.store(y),
+        }
+    }
+
     /// Backward; without `bias_grad` the caller has summed the bias gradient already (the
     /// fused bias+ReLU layer does it in its mask pass, ops/fused.rs).
     pub(crate) fn backward_with(
@@ -335,7 +373,7 @@ mod tests {
             .num_threads(3)
             .build()
             .unwrap();
-        pool.install(|| rowsplit(&mut b, &x, (n, d_in, d_out), wm, Amp::Off))
+        pool.install(|| rowsplit(&mut b, &x, (n, d_in, d_out), wm, (Amp::Off, false)))
             .unwrap();
         for (u, v) in a.iter().zip(&b) {
             assert!((u - v).abs() <= 1e-5 * (1.0 + u.abs()), "{u} vs {v}");

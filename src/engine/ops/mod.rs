@@ -12,6 +12,8 @@ pub mod conv_algos;
 pub mod desc;
 pub mod fused;
 pub(crate) mod fused_cuda;
+pub mod gelu;
+pub(crate) mod gelu_cuda;
 pub mod gemm;
 pub mod gemm_amp;
 pub(crate) mod gemm_amx;

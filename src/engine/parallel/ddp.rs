@@ -17,7 +17,7 @@ use crate::engine::clock::{Clock, HostClock, Phase};
 use crate::engine::collective::Collective;
 use crate::engine::cpu::{CpuExec, CpuRig};
 use crate::engine::device::{Device, MemCategory, MemSnapshot};
-use crate::engine::launcher::{self, DeviceThread, Rig};
+use crate::engine::launcher::{self, DeviceThread};
 use crate::engine::nn::model::Model;
 use crate::engine::ops::layer::Layer;
 use crate::engine::parallel::bucket::{comm_loop, BucketSpan, ParamLayout, Reducer};
@@ -26,9 +26,10 @@ use crate::engine::parallel::dist;
 use crate::engine::parallel::summary::{ClockReading, DeviceClock, DeviceStep};
 use crate::engine::parallel::tcp::Joined;
 use crate::engine::parallel::{
-    param_digest, pool, Lead, Options, Outcome, RankTrace, Span, StepReport, Trace,
+    has_batch_norm, note_buckets, param_digest, pool, Lead, Options, Outcome, RankTrace, Span,
+    StepReport, Trace,
 };
-use crate::engine::step::{self, Strategy};
+use crate::engine::step::Strategy;
 use crate::engine::tensor::Tensor;
 use crate::engine::vocab::{Feed, NoObserver, Observer, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
@@ -127,9 +128,6 @@ pub(super) fn run(
     let (mut ends, tail) = ends?;
     let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.lead.end.snap.clone()).collect();
     let remote_mem = dist::finish(tail, first, &snaps[0])?;
-    if let Some(m) = &collected.mismatch {
-        return Err(Error::Runtime(m.clone()));
-    }
     let bucket_lens = ends
         .first()
         .map(|e| e.bucket_lens.clone())
@@ -145,19 +143,13 @@ pub(super) fn run(
         .into_iter()
         .next()
         .ok_or_else(|| Error::Runtime("ddp: no rank finished".into()))?;
-    if let Some(b) = trace.bucket_lens.first() {
-        obs.on_note(&format!(
-            "ddp: {world} ranks, {} gradient bucket(s) of cap {} MiB (first {:.2} MiB), {} \
-             all-reduce",
-            trace.bucket_lens.len(),
-            k.bucket_mb,
-            (*b * 4) as f64 / (1 << 20) as f64,
-            if first == 0 && n == world {
-                "in-process ring"
-            } else {
-                "TCP ring"
-            }
-        ));
+    if collected.mismatch.is_none() {
+        let how = if first == 0 && n == world {
+            "in-process ring all-reduce"
+        } else {
+            "TCP ring all-reduce"
+        };
+        note_buckets(obs, world, &trace.bucket_lens, k.bucket_mb, how);
     }
     Ok((
         Outcome {
@@ -243,7 +235,7 @@ fn rank_inner(r: Rank<'_>) -> Result<RankEnd> {
     let cap = k.bucket_mb.saturating_mul(1 << 20);
     let reducer = Reducer::new(layout, cap, &dev, job_tx, done_rx, t0);
     let bucket_lens = reducer.bucket_lens();
-    let trace = std::thread::scope(|s| {
+    let (trace, skipped) = std::thread::scope(|s| {
         let comm_clock = Arc::clone(&clock);
         let comm = std::thread::Builder::new()
             .name(format!("tune-ddp-comm{rank}"))
@@ -261,16 +253,14 @@ fn rank_inner(r: Rank<'_>) -> Result<RankEnd> {
             trace: RankTrace::default(),
             at: StepMarks::default(),
         };
-        rig.before_loop();
         // No scaler: mixed precision is refused for multi-device runs.
-        let res = step::train_with(
-            &mut p.exec,
+        let res = launcher::run_loop(
+            &rig,
+            &mut p,
             &mut ddp,
-            &mut p.model,
             &mut source,
             w,
             k,
-            &mut p.scaler,
             &mut NoObserver,
             t0,
         );
@@ -284,11 +274,12 @@ fn rank_inner(r: Rank<'_>) -> Result<RankEnd> {
         match (res, comm_res) {
             (Err(_), Err(e)) => Err(e),
             (Err(e), Ok(())) => Err(e),
-            (Ok(_), _) => Ok(trace),
+            (Ok(t), _) => Ok((trace, t.skipped_steps)),
         }
     })?;
+    let bn = has_batch_norm(&mut p.model);
     Ok(RankEnd {
-        lead: Lead::of(&rig, p, w, classes, lead)?,
+        lead: Lead::of(&rig, p, w, classes, lead, bn, skipped)?,
         trace,
         bucket_lens,
     })

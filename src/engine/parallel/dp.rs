@@ -24,13 +24,13 @@ use crate::engine::clock::HostClock;
 use crate::engine::collective::PEER_STOPPED;
 use crate::engine::cpu::{CpuExec, CpuRig};
 use crate::engine::device::{Device, MemCategory};
-use crate::engine::launcher::{self, DeviceThread, Rig};
+use crate::engine::launcher::{self, DeviceThread};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
 use crate::engine::ops::layer::Ctx;
 use crate::engine::parallel::summary::{ClockReading, DeviceClock, DeviceStep};
-use crate::engine::parallel::{collect, pool, Lead, Outcome, StepReport, Trace};
-use crate::engine::step::{self, Strategy};
+use crate::engine::parallel::{collect, has_batch_norm, pool, Lead, Outcome, StepReport, Trace};
+use crate::engine::step::Strategy;
 use crate::engine::tensor::Tensor;
 use crate::engine::vocab::{Feed, NoObserver, Observer, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
@@ -262,22 +262,29 @@ impl Driver<'_> {
             reports,
             at: DpMarks::default(),
         };
-        rig.before_loop();
         // No scaler: mixed precision is refused for multi-device runs.
-        step::train_with(
-            &mut p.exec,
+        let trained = launcher::run_loop(
+            &rig,
+            &mut p,
             &mut dp,
-            &mut p.model,
             &mut source,
             w,
             k,
-            &mut p.scaler,
             &mut NoObserver,
             Instant::now(),
         )?;
         // Hanging up ends the replicas' loops.
         drop(dp);
-        Lead::of(&rig, p, w, feed.classes, Some(feed))
+        let bn = has_batch_norm(&mut p.model);
+        Lead::of(
+            &rig,
+            p,
+            w,
+            feed.classes,
+            Some(feed),
+            bn,
+            trained.skipped_steps,
+        )
     }
 }
 

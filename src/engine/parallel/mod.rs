@@ -47,10 +47,9 @@ pub use summary::{DeviceSummary, Imbalance};
 
 use crate::engine::caps::{self, Layout};
 use crate::engine::clock::Phases;
-use crate::engine::cpu::CpuRig;
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 pub(crate) use crate::engine::launcher::join_all;
-use crate::engine::launcher::{self, note_choices, End, Prepared};
+use crate::engine::launcher::{self, note_choices, End, Prepared, Rig};
 use crate::engine::nn::model::Model;
 use crate::engine::parallel::summary::{summarize, DeviceStep, DeviceTotals};
 use crate::engine::vocab::{Feed, Measured, Observer, RunSummary, StepEvent, Workload};
@@ -132,7 +131,7 @@ pub fn run_traced(
     // Devices this process runs: all of them, or its one rank.
     let n = if dist.is_some() { 1 } else { k.devices };
     let per = (w.threads / n).max(1);
-    let mut not_applicable = caps::admit(Backend::Cpu, k, Layout::Multi, obs)?;
+    let not_applicable = caps::admit(Backend::Cpu, k, Layout::Multi, obs)?;
     let group = match dist {
         Some(l) => {
             let j = tcp::join(l, w.threads, settings(w, k))?;
@@ -166,13 +165,6 @@ pub fn run_traced(
         Parallel::Ddp => ddp::run(w, k, obs, &feed, &devs, opts, group)?,
         Parallel::Dp | Parallel::Single => dp::run(w, k, obs, &feed, &devs)?,
     };
-    let lead = out.lead;
-    if k.sync_bn && !lead.has_batch_norm {
-        let why = format!("{} has no batch norm", w.model);
-        not_applicable.insert("sync_bn".into(), why.clone());
-        obs.on_note(&format!("sync_bn: not applicable ({why})"));
-    }
-    note_choices(obs, &lead.end.algorithms);
     let mut snaps = out.snaps;
     snaps.extend(out.remote_mem);
     let c = out.collected;
@@ -181,12 +173,18 @@ pub fn run_traced(
         Some(l) if l.rank > 0 => c.totals.get(l.rank..=l.rank).unwrap_or(&[]).to_vec(),
         _ => c.totals.clone(),
     };
-    let summary = RunSummary {
-        accuracy: lead.end.accuracy,
-        algorithms: lead.end.algorithms,
+    let summary = run_summary(
+        w,
+        k,
+        obs,
+        "cpu",
+        out.lead,
+        c,
+        &totals,
+        &snaps,
+        started,
         not_applicable,
-        ..multi_summary(w, k, "cpu", lead.params, c, &totals, &snaps, started)
-    };
+    )?;
     Ok((summary, trace))
 }
 
@@ -289,35 +287,103 @@ pub(crate) fn multi_summary(
     RunSummary::from_measured(w, k, backend, params, m, &top, devices, imbalance)
 }
 
-/// What the lead device (DP's device 0, this process's first DDP rank) hands back.
+/// What the lead device (DP's device 0, this process's first DDP rank) hands back, on
+/// every backend.
 pub(crate) struct Lead {
     pub params: usize,
+    /// Whether SyncBatchNorm had a batch norm to act on (read only under `sync_bn`).
     pub has_batch_norm: bool,
     pub end: End,
+    /// The loss scaler's skipped steps and final scale (the same on every rank: each
+    /// checks the averaged gradients).
+    pub skipped_steps: Vec<usize>,
+    pub loss_scale: Option<f32>,
 }
 
 impl Lead {
-    /// The end of a device's run: [`launcher::finish`], evaluating and recording only
-    /// where `lead` holds the run's data.
-    pub(crate) fn of(
-        rig: &CpuRig,
-        mut p: Prepared<CpuRig>,
+    /// The end of a device's run on any backend: [`launcher::finish`], evaluating and
+    /// recording only where `lead` holds the run's data.
+    pub(crate) fn of<R: Rig>(
+        rig: &R,
+        mut p: Prepared<R>,
         w: &Workload,
         classes: usize,
         lead: Option<&Feed>,
+        has_batch_norm: bool,
+        skipped_steps: Vec<usize>,
     ) -> Result<Lead> {
-        let mut has_batch_norm = false;
-        p.model.visit_buffers(&mut |_, _| has_batch_norm = true);
         let end = launcher::finish(rig, &mut p, w, classes, lead)?;
         Ok(Lead {
             params: p.params,
             has_batch_norm,
             end,
+            skipped_steps,
+            loss_scale: p.loss_scale(),
         })
     }
 }
 
-/// What the parallel strategies hand back to the launcher.
+/// Whether a CPU model holds a batch norm (a layer with buffers).
+pub(crate) fn has_batch_norm(model: &mut Model) -> bool {
+    let mut bn = false;
+    model.visit_buffers(&mut |_, _| bn = true);
+    bn
+}
+
+/// The one ending of a multi-device run, CPU or CUDA, DP or DDP, threads or processes:
+/// a replica mismatch fails the run, `sync_bn` without a batch norm is said to be not
+/// applicable, the lead's choices become notes, and the summary is built from the
+/// merged steps (`c`), each device's `totals` and memory (`snaps`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_summary(
+    w: &Workload,
+    k: &Knobs,
+    obs: &mut dyn Observer,
+    backend: &str,
+    lead: Lead,
+    c: Collected,
+    totals: &[DeviceTotals],
+    snaps: &[MemSnapshot],
+    started: Instant,
+    mut not_applicable: BTreeMap<String, String>,
+) -> Result<RunSummary> {
+    if let Some(m) = &c.mismatch {
+        return Err(Error::Runtime(m.clone()));
+    }
+    if k.sync_bn && !lead.has_batch_norm {
+        let why = format!("{} has no batch norm", w.model);
+        obs.on_note(&format!("sync_bn: not applicable ({why})"));
+        not_applicable.insert("sync_bn".into(), why);
+    }
+    note_choices(obs, &lead.end.algorithms);
+    Ok(RunSummary {
+        accuracy: lead.end.accuracy,
+        algorithms: lead.end.algorithms,
+        skipped_steps: lead.skipped_steps,
+        loss_scale_final: lead.loss_scale,
+        not_applicable,
+        ..multi_summary(w, k, backend, lead.params, c, totals, snaps, started)
+    })
+}
+
+/// DDP's note on its gradient buckets (`lens`: elements per bucket, launch order).
+pub(crate) fn note_buckets(
+    obs: &mut dyn Observer,
+    world: usize,
+    lens: &[usize],
+    cap_mb: usize,
+    how: &str,
+) {
+    if let Some(b) = lens.first() {
+        obs.on_note(&format!(
+            "ddp: {world} ranks, {} gradient bucket(s) of cap {cap_mb} MiB (first {:.2} MiB), {how}",
+            lens.len(),
+            (*b * 4) as f64 / (1 << 20) as f64
+        ));
+    }
+}
+
+/// What the CPU strategies hand back to the launcher.
 pub(crate) struct Outcome {
     pub lead: Lead,
     pub collected: Collected,

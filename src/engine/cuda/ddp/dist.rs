@@ -114,14 +114,14 @@ pub(super) fn run(
         ))),
         (end, _) => end,
     }?;
-    let mut snaps = vec![end.snap.clone()];
-    snaps.extend(dist::finish(tail, l.rank, &end.snap)?);
+    let mut snaps = vec![end.lead.end.snap.clone()];
+    snaps.extend(dist::finish(tail, l.rank, &end.lead.end.snap)?);
     summarize(
         w,
         k,
         obs,
         &gpu.name,
-        &end,
+        end,
         collected,
         &snaps,
         started,
