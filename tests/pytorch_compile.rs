@@ -19,8 +19,14 @@ use serde_json::Value;
 use support::show;
 
 /// Whether inductor compiles on this machine (it needs a working C++ compiler); the
-/// reason when it does not.
+/// reason when it does not. Asked once per test binary: the answer costs a Python start,
+/// `import torch` and a compile, 10-20 s under load.
 fn inductor_works(py: &Path) -> Result<(), String> {
+    static ANSWER: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    ANSWER.get_or_init(|| ask_inductor(py)).clone()
+}
+
+fn ask_inductor(py: &Path) -> Result<(), String> {
     let o = Command::new(py)
         .args([
             "-c",
@@ -40,8 +46,9 @@ fn inductor_works(py: &Path) -> Result<(), String> {
         .to_string())
 }
 
-/// Runs a sweep of pointwise.py with `knobs` and `search` lines; returns the output and
-/// report.json.
+/// Runs a sweep of pointwise.py with `knobs` and `search` lines (`search` may begin
+/// with `[workload.python]` lines, before a `[search]` of its own); returns the output
+/// and report.json.
 fn sweep(
     d: &Path,
     py: &Path,
@@ -52,10 +59,11 @@ fn sweep(
     resume: bool,
 ) -> (Output, Value) {
     let spec = d.join("spec.toml");
+    let (python, search) = search.split_once("[search]\n").unwrap_or(("", search));
     std::fs::write(
         &spec,
         format!(
-            "name = \"compile\"\n[workload.python]\nrun = \"{} {} {args}\"\nwarmup = 3\nsteps = 15\n\
+            "name = \"compile\"\n[workload.python]\nrun = \"{} {} {args}\"\nwarmup = 3\nsteps = 15\n{python}\
              [knobs]\n{knobs}\n[search]\nrepeats = 1\nconfirm_repeats = 1\ntimeout_s = 400\n{search}\n",
             py.display(),
             support::script("pointwise.py").display()
@@ -225,6 +233,49 @@ fn a_script_that_compiles_itself_is_the_baseline_and_off_overrides_it() {
         "{off}"
     );
     assert!(off["repeats"][0].get("compile_s").is_none(), "{off}");
+}
+
+#[test]
+fn a_compile_past_its_budget_is_ended_as_a_timeout_that_says_why() {
+    let _serial = support::serial();
+    let test = "a_compile_past_its_budget_is_ended_as_a_timeout_that_says_why";
+    let Some(py) = support::python(test) else {
+        return;
+    };
+    if let Err(why) = inductor_works(&py) {
+        eprintln!("skipping {test}: torch.compile cannot run here ({why})");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    // A cold inductor cache: the compile of the 24-layer chain (dynamo, then C++ kernels
+    // built by the compiler) takes many seconds, far past a 1 s budget.
+    let cache = d.path().join("inductor");
+    let tag = d.path().display().to_string();
+    let (o, r) = sweep(
+        d.path(),
+        &py,
+        &format!("--tag {tag}"),
+        "compile = [\"off\", \"default\"]",
+        "compile_budget_s = 1\n[search]\n",
+        &[("TORCHINDUCTOR_CACHE_DIR", &cache)],
+        false,
+    );
+    assert!(o.status.success(), "{}", show(&o));
+    assert_eq!(trial(&r, "baseline")["status"], "ok", "{}", show(&o));
+    let t = trial(&r, "compile=default");
+    assert_eq!(t["status"], "timeout", "{t}\n{}", show(&o));
+    let why = t["error"].as_str().unwrap_or("");
+    assert!(
+        why.starts_with("compile=default: torch.compile was still compiling")
+            && why.contains("(compile_budget_s = 1)"),
+        "{why}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        support::alive_with(&tag),
+        Vec::<String>::new(),
+        "processes left behind"
+    );
 }
 
 /// The engine has no graph compiler: a non-default `compile` is recorded as not

@@ -15,7 +15,9 @@ use serde_json::Value;
 use support::show;
 
 /// Runs a sweep of probe.py (with `args`) over `knobs` (TOML lines); returns the report
-/// and the probe's records, one per trial run.
+/// and the probe's records, one per trial run. A short window (2 + 8 steps) ends each
+/// trial: what is tested is what the script observes, not its speed, and a job tune stops
+/// skips the interpreter's teardown (seconds of each trial under load).
 fn sweep(py: &Path, dir: &Path, args: &str, knobs: &str) -> (Value, Vec<Value>) {
     let record = dir.join("record.jsonl");
     let spec = dir.join("spec.toml");
@@ -23,7 +25,7 @@ fn sweep(py: &Path, dir: &Path, args: &str, knobs: &str) -> (Value, Vec<Value>) 
         &spec,
         format!(
             "name = \"probe\"\n[workload.python]\nrun = \"{} {} --record {} {args}\"\n\
-             [knobs]\n{knobs}\n[search]\nstrategy = \"one-at-a-time\"\nrepeats = 1\nconfirm_repeats = 1\ntimeout_s = 120\n",
+             warmup = 2\nsteps = 8\n[knobs]\n{knobs}\n[search]\nstrategy = \"one-at-a-time\"\nrepeats = 1\nconfirm_repeats = 1\ntimeout_s = 120\n",
             py.display(),
             support::script("probe.py").display(),
             record.display(),

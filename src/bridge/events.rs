@@ -139,6 +139,17 @@ pub struct Events {
     pub compiled: Vec<String>,
     /// torch.compile failed in the job: the mode and PyTorch's message.
     pub compile_failed: Option<(String, String)>,
+    /// The hooks ended the job because its compile ran past `compile_budget_s`.
+    pub compile_over: Option<CompileOver>,
+}
+
+/// The hooks' word that torch.compile was still compiling at its budget: the mode, the
+/// budget and the seconds since the compile began.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct CompileOver {
+    pub mode: String,
+    pub budget: f64,
+    pub seconds: f64,
 }
 
 /// The first training step, seconds, with the compiling in it.
@@ -199,6 +210,7 @@ enum Line {
         mode: Option<String>,
         message: String,
     },
+    CompileBudget(CompileOver),
 }
 
 impl Events {
@@ -262,6 +274,9 @@ impl Events {
             Ok(Line::CompileFailed { mode, message }) => {
                 self.compile_failed
                     .get_or_insert((mode.unwrap_or_else(|| "?".into()), message));
+            }
+            Ok(Line::CompileBudget(c)) => {
+                self.compile_over.get_or_insert(c);
             }
             _ => self.malformed += 1,
         }

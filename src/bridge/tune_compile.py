@@ -12,9 +12,15 @@ tune_hook once torch is imported.
 - A compile that fails (no C compiler, an inductor error, a mode this torch lacks) is
   reported with PyTorch's message as the trial's reason, then raised on as PyTorch
   raised it: the trial ends, never measured as eager under the compile label.
+- A compile budget (`compile_budget_s` in the trial's window): when no optimizer step
+  has ended that long after the job's first compile began, the job is ended from a
+  watcher thread, with an event that says so (a `timeout` trial with why, instead of a
+  compile that eats the trial's whole time limit).
 """
 
+import os
 import sys
+import threading
 import time
 import weakref
 
@@ -27,6 +33,8 @@ _st = {
     "n": 0,  # compilations since the last step's end
     "start": None,
     "failed": False,
+    "steps": 0,  # optimizer steps ended (the budget's watcher waits for one)
+    "watched": False,
 }
 _seen = weakref.WeakSet()
 
@@ -85,6 +93,45 @@ def install(torch, hook):
 
 def _started(*args):
     _st["start"] = _now()
+    if not _st["watched"]:
+        _st["watched"] = True
+        _watch_budget()
+
+
+def _watch_budget():
+    """Ends the job if no optimizer step ends within the budget after this, the first
+    compile: the compile (forward and backward) is inside the first compiled steps."""
+    win = getattr(getattr(_h, "_tw", None), "_win", None) or {}
+    budget = win.get("compile_budget_s")
+    if not isinstance(budget, (int, float)) or budget <= 0 or os.getpid() != _h._pid:
+        return
+    t0, steps0 = _now(), _st["steps"]
+
+    def watch():
+        while _st["steps"] == steps0:
+            left = t0 + budget - _now()
+            if left <= 0:
+                _over(budget, _now() - t0)
+                return
+            time.sleep(min(left, 0.25))
+
+    threading.Thread(target=watch, name="tune-compile-budget", daemon=True).start()
+
+
+def _over(budget, took):
+    mode = _st["mode"] or _st["script"] or "default"
+    _h._emit({"ev": "compile_budget", "mode": mode, "budget": float(budget), "seconds": took})
+    try:
+        sys.stderr.write(
+            "tune: torch.compile(mode=%r) still compiling %.0f s after it began "
+            "(compile_budget_s = %g): ending the job\n" % (mode, took, budget)
+        )
+        sys.stderr.flush()
+    except Exception:
+        pass
+    # From a thread, mid-compile: nothing of the script's can run safely now, and
+    # inductor's compile workers are ended with the process tree by tune.
+    os._exit(3)
 
 
 def _ended(*args):
@@ -99,6 +146,7 @@ def taken():
     """Seconds compiling and compilations since the last call (one step's)."""
     t, n = _st["t"], _st["n"]
     _st["t"], _st["n"] = 0.0, 0
+    _st["steps"] += 1
     return t, n
 
 

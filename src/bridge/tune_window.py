@@ -6,6 +6,9 @@ period, and its process tree either way. Apart from tune_hook so that each file 
 under the project's 800 lines.
 """
 
+import atexit
+import gc
+import io
 import json
 import os
 import sys
@@ -100,8 +103,48 @@ def _read():
     return w
 
 
+def _crashed(kind, value, tb):
+    _wst["crashed"] = True
+    _prev_hook(kind, value, tb)
+
+
+_prev_hook = sys.excepthook
+
+
+def _exit_fast():
+    """After tune's stop, ends the process once the script's own exit work is done,
+    without the interpreter's teardown. That teardown frees the model, the optimizer and
+    torch's modules and libraries one by one: 5-7 s for a ResNet-18 job on a loaded
+    2-core machine, 0.8-1.4 s with os._exit (measured, docs/pytorch.md), which pushed
+    upstream examples past the polite stop's grace. Registered when the hooks install,
+    before the script runs, so every atexit handler of the script's and its libraries'
+    (multiprocessing ending DataLoader workers, logging flushing its files) runs before
+    this one; finally: blocks and context managers ran as SystemExit unwound. Files the
+    script left open are flushed first, as the teardown would have."""
+    if _h is None or not _wst["full"] or os.getpid() != _h._pid:
+        return
+    # Exact types, not isinstance(o, io.IOBase): that ABC check took 3.0 s over the
+    # 342,000 objects of a ResNet-18 job at load 10, the exact types 0.24 s.
+    buffered = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom, io.BufferedRWPair)
+    for o in gc.get_objects():
+        try:
+            if type(o) in buffered and not o.closed:
+                o.flush()
+        except Exception:
+            pass
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    os._exit(1 if _wst.get("crashed") else 0)
+
+
 def activate(hook):
     """Reads the trial's window (none outside a windowed trial) for this process."""
     global _h, _win
     _h = hook
     _win = _read()
+    if _win is not None:
+        sys.excepthook = _crashed
+        atexit.register(_exit_fast)

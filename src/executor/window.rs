@@ -152,6 +152,19 @@ pub(super) fn hooked_outcome(
             ),
         );
     }
+    if let Some(c) = &events.compile_over {
+        // The time-out of its compile: said as such, with what it means for the job.
+        return Outcome::fail(
+            Status::Timeout,
+            format!(
+                "compile={}: torch.compile was still compiling {:.0} s after it began \
+                 (compile_budget_s = {}), so tune ended the job: a compile that long pays for \
+                 itself only in a job longer than {} s divided by the time each compiled step \
+                 saves; raise compile_budget_s to measure this mode",
+                c.mode, c.seconds, c.budget, c.budget
+            ),
+        );
+    }
     let repeat = crate::bridge::repeat(events, spec, knobs, e.wall_s).map(|r| Repeat {
         peak_total_bytes: r.peak_total_bytes.max(e.peak_rss),
         ..r

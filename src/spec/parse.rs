@@ -43,7 +43,14 @@ const COMMAND_KEYS: &[&str] = &[
     "samples",
     "seconds",
 ];
-const PYTHON_KEYS: &[&str] = &["run", "cwd", "warmup", "steps", "seconds"];
+const PYTHON_KEYS: &[&str] = &[
+    "run",
+    "cwd",
+    "warmup",
+    "steps",
+    "seconds",
+    "compile_budget_s",
+];
 const SEARCH_KEYS: &[&str] = &[
     "strategy",
     "repeats",
@@ -262,6 +269,9 @@ impl Cx<'_> {
         };
         self.check_injectable(doc, &workload)?;
         let search = self.search(doc, &workload, &knobs, &params)?;
+        if let Workload::Command(c) = &workload {
+            self.check_compile_budget(doc, c.window.as_ref(), search.timeout_s)?;
+        }
         self.check_plan(doc, &search, &knobs, &params)?;
         self.check_executor(doc, search.executor, &workload)?;
         let slurm = self.slurm(doc, search.timeout_s)?;

@@ -42,6 +42,11 @@ pub struct Window {
     /// Or full after this many seconds of measuring, whichever comes first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
+    /// `[workload.python] compile_budget_s`: a trial whose torch.compile has not
+    /// finished its first compiled step this many seconds after it began is ended and
+    /// reported as `timeout` with why, instead of eating the trial's whole time limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile_budget_s: Option<f64>,
 }
 
 impl Default for Window {
@@ -50,6 +55,7 @@ impl Default for Window {
             warmup: Some(DEFAULT_WARMUP),
             steps: DEFAULT_STEPS,
             seconds: None,
+            compile_budget_s: None,
         }
     }
 }
@@ -75,6 +81,7 @@ impl Window {
             "steps": self.steps,
             "seconds": self.seconds,
             "steady_max": STEADY_MAX_WARMUP,
+            "compile_budget_s": self.compile_budget_s,
         })
         .to_string()
     }
@@ -122,6 +129,11 @@ mod tests {
             ("steps = 0", "steps 0: must be at least 1"),
             ("seconds = -1", "must be more than 0"),
             ("seconds = \"x\"", "expected a number of seconds"),
+            (
+                "compile_budget_s = 0",
+                "compile_budget_s: must be more than 0",
+            ),
+            ("compile_budget_s = \"x\"", "expected a number of seconds"),
         ];
         for (line, want) in bad {
             let e = window(&format!(
@@ -130,6 +142,33 @@ mod tests {
             .unwrap_err();
             assert!(e.contains(want) && e.contains("w.toml:3:"), "{line}: {e}");
         }
+    }
+
+    #[test]
+    fn a_compile_budget_is_read_and_one_the_time_limit_beats_is_refused() {
+        let w = window("[workload.python]\nrun = \"python t.py\"\ncompile_budget_s = 90\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(w.compile_budget_s, Some(90.0));
+        assert!(
+            w.hook_json().contains("\"compile_budget_s\":90.0"),
+            "{}",
+            w.hook_json()
+        );
+        let e = window(
+            "[workload.python]\nrun = \"python t.py\"\ncompile_budget_s = 600\n[search]\ntimeout_s = 600\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("w.toml:3:") && e.contains("less than the trial's time limit"),
+            "{e}"
+        );
+        // A command has no torch.compile tune can see.
+        let e = window(
+            "[workload.command]\nrun = \"x\"\nmetric_json_key = \"k\"\ncompile_budget_s = 9\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("compile_budget_s"), "{e}");
     }
 
     #[test]

@@ -5,7 +5,11 @@ For the tests of tune's measurement window (issue #26) it can also misbehave:
 --ignore-exit   catch SystemExit (tune's polite stop) and train on;
 --crash-after N raise after N optimizer steps;
 --never-step    compute forever without calling optimizer.step();
---total N       end by itself after N optimizer steps.
+--total N       end by itself after N optimizer steps;
+--slow-exit S   make the interpreter's teardown take S more seconds: a module-level
+                object whose finaliser sleeps, standing in for a large job's teardown
+                (freeing its model and torch's libraries takes 5-7 s for ResNet-18 on a
+                loaded 2-core machine), which outlived tune's polite stop.
 """
 
 import argparse
@@ -14,6 +18,17 @@ import time
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
+
+
+class SlowExit:
+    """Sleeps when the interpreter's teardown collects it (never during training)."""
+
+    def __init__(self, s):
+        self.s = s
+        self.sleep = time.sleep
+
+    def __del__(self):
+        self.sleep(self.s)
 
 
 class Slow(Dataset):
@@ -41,8 +56,12 @@ def main():
     p.add_argument("--crash-after", type=int, default=0)
     p.add_argument("--never-step", action="store_true")
     p.add_argument("--total", type=int, default=0)
+    p.add_argument("--slow-exit", type=float, default=0.0)
     p.add_argument("--tag", default="")  # lets a test find its processes
     args = p.parse_args()
+    if args.slow_exit:
+        global _slow_exit
+        _slow_exit = SlowExit(args.slow_exit)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     loader = DataLoader(Slow(256, args.cost_ms), batch_size=args.batch, shuffle=True,

@@ -4,7 +4,9 @@ of its conv weights and input batch there, the gradient its loss received (the l
 scale under GradScaler), its DataLoader's settings and the backend flags. The tests
 compare those observations with the knobs tune injected (TUNE_BRIDGE_KNOBS).
 
-It knows nothing of tune's hooks. With --own it sets every one of those knobs itself,
+It trains for --epochs over --steps batches (by default far longer than a test: tune's
+measurement window ends it, which is cheaper than a job's own exit) and writes its record
+as it ends, however it ends. It knows nothing of tune's hooks. With --own it sets every one of those knobs itself,
 as a tuned script would, so the tests can see tune detect and report each override.
 """
 
@@ -41,6 +43,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--record", required=True)
     p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--epochs", type=int, default=1000)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--own", action="store_true")
     args = p.parse_args()
@@ -58,19 +61,26 @@ def main():
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
     losses = []
-    for x, y in loader:
-        if args.own:
-            x = x.contiguous(memory_format=torch.channels_last)
-        opt.zero_grad()
-        if args.own:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = loss_fn(net(x), y)
-        else:
-            loss = loss_fn(net(x), y)
-        loss.register_hook(lambda g: seen.__setitem__("loss_grad", float(g)))
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    try:
+        for _ in range(args.epochs):
+            for x, y in loader:
+                if args.own:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                opt.zero_grad()
+                if args.own:
+                    with torch.autocast("cpu", dtype=torch.bfloat16):
+                        loss = loss_fn(net(x), y)
+                else:
+                    loss = loss_fn(net(x), y)
+                loss.register_hook(lambda g: seen.__setitem__("loss_grad", float(g)))
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+    finally:
+        record(args, loader, net, losses)
+
+
+def record(args, loader, net, losses):
     rec = {
         "knobs": json.loads(os.environ.get("TUNE_BRIDGE_KNOBS", "{}")),
         "seen": seen,

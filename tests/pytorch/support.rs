@@ -8,32 +8,45 @@ use std::process::Command;
 /// The interpreter to run PyTorch scripts with, or None (after printing why) when the
 /// test should skip.
 pub fn python(test: &str) -> Option<PathBuf> {
-    let why = match std::env::var_os("TUNE_PYTHON") {
-        None => "TUNE_PYTHON is not set (point it at a python with torch installed)".to_string(),
-        Some(p) => {
-            let p = PathBuf::from(p);
-            match Command::new(&p)
-                .args(["-c", "import torch; print(torch.__version__)"])
-                .output()
-            {
-                Ok(o) if o.status.success() => return Some(p),
-                Ok(o) => format!(
-                    "{} cannot import torch: {}",
-                    p.display(),
-                    String::from_utf8_lossy(&o.stderr)
-                        .lines()
-                        .last()
-                        .unwrap_or("")
-                ),
-                Err(e) => format!("{} does not run: {e}", p.display()),
-            }
-        }
+    let why = match found() {
+        Ok(p) => return Some(p.clone()),
+        Err(why) => why,
     };
     if std::env::var("TUNE_REQUIRE_TORCH").is_ok_and(|v| v == "1") {
         panic!("{test}: TUNE_REQUIRE_TORCH=1 but {why}");
     }
     eprintln!("skipping {test}: {why}");
     None
+}
+
+/// TUNE_PYTHON if it can `import torch`, else why not. Asked once per test binary: each
+/// answer is a Python start and `import torch` (8-20 s on a loaded 2-core machine, PyPI's
+/// CUDA build), which every test of a binary paid before.
+fn found() -> &'static Result<PathBuf, String> {
+    static FOUND: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    FOUND.get_or_init(|| {
+        let Some(p) = std::env::var_os("TUNE_PYTHON") else {
+            return Err(
+                "TUNE_PYTHON is not set (point it at a python with torch installed)".to_string(),
+            );
+        };
+        let p = PathBuf::from(p);
+        match Command::new(&p)
+            .args(["-c", "import torch; print(torch.__version__)"])
+            .output()
+        {
+            Ok(o) if o.status.success() => Ok(p),
+            Ok(o) => Err(format!(
+                "{} cannot import torch: {}",
+                p.display(),
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            )),
+            Err(e) => Err(format!("{} does not run: {e}", p.display())),
+        }
+    })
 }
 
 /// A test script under tests/pytorch.

@@ -1,4 +1,5 @@
-//! The measurement window's keys in `[workload.python]` (`warmup`, `steps`, `seconds`)
+//! The measurement window's keys in `[workload.python]` (`warmup`, `steps`, `seconds`,
+//! and `compile_budget_s`, the most a trial's torch.compile may take)
 //! and `[workload.command]` (`warmup`, `samples`, `seconds`), checked when
 //! the spec is read.
 
@@ -26,7 +27,8 @@ impl Cx<'_> {
         Ok(Window {
             warmup,
             steps,
-            seconds: self.seconds(t, table)?,
+            seconds: self.seconds(t, table, "seconds")?,
+            compile_budget_s: self.seconds(t, table, "compile_budget_s")?,
         })
     }
 
@@ -55,8 +57,37 @@ impl Cx<'_> {
         Ok(Some(Window {
             warmup,
             steps: self.count(samples, &format!("{table}.samples"), &limits::STEPS)?,
-            seconds: self.seconds(t, table)?,
+            seconds: self.seconds(t, table, "seconds")?,
+            compile_budget_s: None,
         }))
+    }
+
+    /// A compile budget at or past the trial's time limit could never act: refused.
+    pub(super) fn check_compile_budget(
+        &self,
+        doc: &DeTable<'_>,
+        window: Option<&Window>,
+        timeout_s: u64,
+    ) -> Result<()> {
+        let Some(budget) = window.and_then(|w| w.compile_budget_s) else {
+            return Ok(());
+        };
+        if budget < timeout_s as f64 {
+            return Ok(());
+        }
+        let v = doc
+            .get("workload")
+            .and_then(|w| self.table(w, "workload").ok())
+            .and_then(|w| w.get("python"))
+            .and_then(|p| self.table(p, "workload.python").ok())
+            .and_then(|p| p.get("compile_budget_s"));
+        Err(self.err(
+            v.map_or(0..0, |v| v.span()),
+            format!(
+                "workload.python.compile_budget_s = {budget}: must be less than the trial's \
+                 time limit ([search] timeout_s = {timeout_s}), or the limit ends the trial first"
+            ),
+        ))
     }
 
     /// `warmup = N` steps, or `warmup = "steady"`.
@@ -71,12 +102,13 @@ impl Cx<'_> {
         }
     }
 
-    /// `seconds`: a positive number of seconds of measuring, at most a week.
-    fn seconds(&self, t: &DeTable<'_>, table: &str) -> Result<Option<f64>> {
-        let Some(v) = t.get("seconds") else {
+    /// `key` (`seconds` of measuring, or `compile_budget_s`): a positive number of
+    /// seconds, at most a week.
+    fn seconds(&self, t: &DeTable<'_>, table: &str, key: &str) -> Result<Option<f64>> {
+        let Some(v) = t.get(key) else {
             return Ok(None);
         };
-        let what = format!("{table}.seconds");
+        let what = format!("{table}.{key}");
         let x = match v.get_ref() {
             DeValue::Float(f) => f.as_str().parse::<f64>().ok(),
             DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
