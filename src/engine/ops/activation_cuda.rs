@@ -7,35 +7,35 @@ use crate::engine::cuda::kernels::elementwise;
 use crate::engine::ops::layer_cuda::{missing, out, store, GpuLayer, Pass};
 use crate::error::Result;
 
-pub(crate) fn relu_forward(x: &GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
+/// An element-wise activation kernel `name(y, x, n)` over `x` (ReLU's, GELU's forward).
+pub(crate) fn pointwise(gpu: &Gpu, name: &'static str, x: &GTensor, p: Pass) -> Result<GTensor> {
     let mut y = out(gpu, x.len(), p)?;
     let n = x.len() as u64;
-    cuda_launch!(
-        gpu,
-        "relu_forward",
-        elementwise(x.len()),
-        &mut y.s,
-        x.s(),
-        &n
-    )?;
+    cuda_launch!(gpu, name, elementwise(x.len()), &mut y.s, x.s(), &n)?;
     GTensor::new(&x.shape, y)
 }
 
-/// The input gradient from the saved output `y` (ReLU's output is zero exactly where
-/// its gradient is).
-pub(crate) fn relu_backward(dy: &GTensor, y: &GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
-    let mut dx = out(gpu, y.len(), p)?;
-    let n = y.len() as u64;
+/// An activation's input gradient `name(dx, dy, saved, n)` from what its layer kept:
+/// ReLU its output (zero exactly where its gradient is), GELU its input.
+pub(crate) fn pointwise_grad(
+    gpu: &Gpu,
+    name: &'static str,
+    dy: &GTensor,
+    saved: &GTensor,
+    p: Pass,
+) -> Result<GTensor> {
+    let mut dx = out(gpu, saved.len(), p)?;
+    let n = saved.len() as u64;
     cuda_launch!(
         gpu,
-        "relu_backward",
-        elementwise(y.len()),
+        name,
+        elementwise(saved.len()),
         &mut dx.s,
         dy.s(),
-        y.s(),
+        saved.s(),
         &n
     )?;
-    GTensor::new(&y.shape, dx)
+    GTensor::new(&saved.shape, dx)
 }
 
 /// ReLU as a GPU layer; it keeps its output for backward.
@@ -49,7 +49,7 @@ impl GpuLayer for GRelu {
         "relu"
     }
     fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
-        let y = store(gpu, relu_forward(&gpu.widen(&x)?, gpu, p)?, p)?;
+        let y = store(gpu, pointwise(gpu, "relu_forward", &gpu.widen(&x)?, p)?, p)?;
         if p.save {
             self.saved = Some(y.clone());
         }
@@ -63,7 +63,7 @@ impl GpuLayer for GRelu {
         p: Pass,
     ) -> Result<Option<GTensor>> {
         let y = self.saved.take().ok_or_else(|| missing("relu"))?;
-        let dx = relu_backward(&gpu.widen(&dy)?, &gpu.widen(&y)?, gpu, p)?;
+        let dx = pointwise_grad(gpu, "relu_backward", &gpu.widen(&dy)?, &gpu.widen(&y)?, p)?;
         store(gpu, dx, p).map(Some)
     }
     fn clear_saved(&mut self) {
