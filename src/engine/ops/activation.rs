@@ -5,7 +5,7 @@ use rayon::prelude::*;
 
 use crate::engine::cuda::gpu::Gpu;
 use crate::engine::device::Device;
-use crate::engine::ops::activation_cuda::GRelu;
+use crate::engine::ops::activation_cuda::GActivation;
 use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
 use crate::engine::ops::layer::{take_saved, Ctx, Layer, LayerDesc};
 use crate::engine::ops::layer_cuda::GpuLayer;
@@ -36,7 +36,7 @@ impl LayerSpec for ReluDesc {
         Ok(())
     }
     fn gpu(&self, _gpu: &Gpu, _src: &mut InitSource) -> Result<Box<dyn GpuLayer>> {
-        Ok(Box::<GRelu>::default())
+        Ok(Box::new(GActivation::relu()))
     }
 }
 

@@ -1,5 +1,5 @@
-//! ReLU on the CUDA backend, beside the CPU op in `activation.rs` (f32 in and out; under
-//! AMP the layer widens and stores around it).
+//! Element-wise activations (ReLU, GELU) on the CUDA backend, beside the CPU ops in
+//! `activation.rs` (f32 in and out; under AMP the layer widens and stores around it).
 
 use crate::cuda_launch;
 use crate::engine::cuda::gpu::{GTensor, Gpu};
@@ -38,20 +38,58 @@ pub(crate) fn pointwise_grad(
     GTensor::new(&saved.shape, dx)
 }
 
-/// ReLU as a GPU layer; it keeps its output for backward.
-#[derive(Default)]
-pub struct GRelu {
+/// What an activation's input gradient is computed from.
+#[derive(Clone, Copy)]
+pub(crate) enum Keeps {
+    /// Its output: ReLU's is zero exactly where its gradient is.
+    Output,
+    /// Its input: GELU's derivative needs it, as on the CPU.
+    Input,
+}
+
+/// An element-wise activation as a GPU layer: its forward and gradient kernels, and the
+/// tensor (in the pass's storage type) it keeps for backward. ReLU and GELU are two
+/// values of it, not two copies of the layer.
+pub struct GActivation {
+    name: &'static str,
+    forward: &'static str,
+    grad: &'static str,
+    keeps: Keeps,
     saved: Option<GTensor>,
 }
 
-impl GpuLayer for GRelu {
+impl GActivation {
+    pub(crate) fn new(
+        name: &'static str,
+        forward: &'static str,
+        grad: &'static str,
+        keeps: Keeps,
+    ) -> Self {
+        GActivation {
+            name,
+            forward,
+            grad,
+            keeps,
+            saved: None,
+        }
+    }
+
+    pub(crate) fn relu() -> Self {
+        GActivation::new("relu", "relu_forward", "relu_backward", Keeps::Output)
+    }
+}
+
+impl GpuLayer for GActivation {
     fn name(&self) -> &'static str {
-        "relu"
+        self.name
     }
     fn forward(&mut self, x: GTensor, gpu: &Gpu, p: Pass) -> Result<GTensor> {
-        let y = store(gpu, pointwise(gpu, "relu_forward", &gpu.widen(&x)?, p)?, p)?;
+        let y = store(gpu, pointwise(gpu, self.forward, &gpu.widen(&x)?, p)?, p)?;
         if p.save {
-            self.saved = Some(y.clone());
+            self.saved = Some(match self.keeps {
+                Keeps::Output => y.clone(),
+                Keeps::Input => store(gpu, x, p)?,
+            });
         }
         Ok(y)
     }
@@ -62,8 +100,8 @@ impl GpuLayer for GRelu {
         gpu: &Gpu,
         p: Pass,
     ) -> Result<Option<GTensor>> {
-        let y = self.saved.take().ok_or_else(|| missing("relu"))?;
-        let dx = pointwise_grad(gpu, "relu_backward", &gpu.widen(&dy)?, &gpu.widen(&y)?, p)?;
+        let kept = self.saved.take().ok_or_else(|| missing(self.name))?;
+        let dx = pointwise_grad(gpu, self.grad, &gpu.widen(&dy)?, &gpu.widen(&kept)?, p)?;
         store(gpu, dx, p).map(Some)
     }
     fn clear_saved(&mut self) {

@@ -1,12 +1,12 @@
 //! GELU's description (tanh approximation, PyTorch's `nn.GELU(approximate="tanh")`): the
-//! CPU layer is `activation::Gelu`, beside ReLU; the GPU layer is `gelu_cuda::GGelu`. A
+//! CPU layer is `activation::Gelu`, beside ReLU; the GPU layer is `gelu_cuda::gelu()`. A
 //! model description holding `GeluDesc` builds on both backends.
 
 use crate::engine::cuda::gpu::Gpu;
 use crate::engine::device::Device;
 use crate::engine::ops::activation::Gelu;
 use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
-use crate::engine::ops::gelu_cuda::GGelu;
+use crate::engine::ops::gelu_cuda;
 use crate::engine::ops::layer::Layer;
 use crate::engine::ops::layer_cuda::GpuLayer;
 use crate::engine::rng::Rng;
@@ -27,6 +27,6 @@ impl LayerSpec for GeluDesc {
         Ok(())
     }
     fn gpu(&self, _gpu: &Gpu, _src: &mut InitSource) -> Result<Box<dyn GpuLayer>> {
-        Ok(Box::<GGelu>::default())
+        Ok(Box::new(gelu_cuda::gelu()))
     }
 }
