@@ -98,3 +98,62 @@ fn a_withdrawn_change_is_neither_confirmed_nor_shown_in_the_confirmation_and_pai
         assert!(text.contains("withdrawn"), "{face}:\n{text}");
     }
 }
+
+/// A real 2x gain whose two sweep repeats landed apart (a noisy minute: 1.1x and 1.5x),
+/// then confirmed in four alternating pairs at 2x. The pairs decide: the confirmation is
+/// kept in the report and the change stands. Before, the confirmation's own baseline runs
+/// were turned against the noisy sweep trial (1.3x, short of its 31% noise margin), the
+/// change was "withdrawn" and its confirmation dropped from report.json.
+#[test]
+fn a_change_its_alternating_pairs_confirm_is_not_withdrawn_by_its_noisy_sweep_trial() {
+    let d = tempfile::tempdir().unwrap();
+    let spec = d.path().join("s.toml");
+    std::fs::write(
+        &spec,
+        "name = \"pairs\"\n[workload.command]\n\
+         run = \"echo {b} >> runs.log; r=100; \
+         if [ {b} = 1 ]; then n=$(grep -c 1 runs.log); \
+         if [ $n = 1 ]; then r=110; elif [ $n = 2 ]; then r=150; else r=200; fi; fi; \
+         for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo samples/s: $((r + i % 3)); done\"\n\
+         metric_regex = 'samples/s: ([0-9.]+)'\n\
+         [params]\nb = [0, 1]\n\
+         [search]\nstrategy = \"one-at-a-time\"\nrepeats = 2\ntimeout_s = 60\n",
+    )
+    .unwrap();
+    let mut c = tune();
+    c.current_dir(d.path())
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(d.path().join("out"))
+        .env("TUNE_SAMPLE_MS", "0");
+    let o = output_within(&mut c, Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path().join("out/report.json")).unwrap())
+            .unwrap();
+    let runs = std::fs::read_to_string(d.path().join("runs.log")).unwrap();
+    let runs: Vec<&str> = runs.lines().collect();
+    // The set-up: two repeats each in the plan, then four alternating pairs.
+    assert_eq!(
+        runs,
+        ["0", "0", "1", "1", "0", "1", "1", "0", "0", "1", "1", "0"],
+        "{}",
+        show(&o)
+    );
+    let rec = r["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["change"]["b"] == "1")
+        .unwrap_or_else(|| panic!("b=1 not recommended: {r:#}"));
+    assert_ne!(rec["confidence"], "withdrawn", "{rec:#}\n{}", show(&o));
+    let c = &r["confirmation"];
+    assert_eq!(c["label"], "b=1", "the confirmation was dropped: {r:#}");
+    assert!(
+        matches!(c["verdict"].as_str(), Some("matches" | "better")),
+        "{c:#}"
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("confirmed"), "{stdout}");
+}

@@ -40,10 +40,12 @@ fn combine(report: &Report) -> (Knobs, Vec<usize>, Option<Ratio>) {
         let Some(gain) = super::drift::counted(report, rec) else {
             continue;
         };
-        // Withdrawn: its gain did not clear the baseline runs beside it. Confirming it
-        // would spend runs on a change the report already says does not stand, and
-        // would put it back into the combination every face shows (#31).
-        if super::drift::withdrawn(report, rec).is_some() {
+        // Withdrawn: its gain did not clear the plan's baseline runs beside it.
+        // Confirming it would spend runs on a change the report already says does not
+        // stand, and would put it back into the combination every face shows (#31). The
+        // confirmation's own baseline runs do not count here: they are what the
+        // confirmation judges the change by (`drift::withdrawn_in_plan`).
+        if super::drift::withdrawn_in_plan(report, rec).is_some() {
             continue;
         }
         if rec.kind != RecKind::Change || rec.change.is_empty() {
@@ -296,10 +298,23 @@ mod tests {
             "{:?}",
             r.notes
         );
-        // 30% faster: neither change beats the re-run, both are withdrawn, and the
-        // confirmation names neither (#31).
+        // 30% faster: neither change beats the re-run. The runner chose to confirm them
+        // before the re-run existed, so the confirmation is kept (nothing measured is
+        // lost); neither change was run alone beside the baseline, so the drift check
+        // still decides each: no change stands.
         let gone = sweep_with_rerun(Some(0.005), Some(0.00695));
-        assert!(gone.confirmation.is_none(), "{:?}", gone.confirmation);
+        assert!(
+            gone.confirmation.is_some(),
+            "the measured confirmation is kept"
+        );
+        let verdicts = crate::advisor::verdict::story(&gone).recs;
+        assert!(
+            verdicts
+                .iter()
+                .all(|v| !matches!(v.confidence.as_str(), "high" | "medium")),
+            "{:?}",
+            gone.recommendations
+        );
         let same = sweep_with_rerun(Some(0.0072), Some(0.010));
         assert!(!same.notes.iter().any(|n| n.contains("drifted")));
     }
