@@ -51,22 +51,18 @@ fn combine(report: &Report) -> (Knobs, Vec<usize>, Option<Ratio>) {
         if rec.kind != RecKind::Change || rec.change.is_empty() {
             continue;
         }
-        if rec.change.keys().any(|k| claimed.contains(&k.as_str())) {
+        if rec.change.keys().any(|k| claimed.contains(&k)) {
             continue;
         }
         let mut next = knobs.clone();
         // A `[params]` change is set like a knob's: the confirmation runs the command
         // with the new value.
-        if rec
-            .change
-            .iter()
-            .any(|(k, v)| next.set_or_param(k, v).is_err())
-            || next.validate().is_err()
-        {
+        rec.change.apply(&mut next);
+        if next.validate().is_err() {
             continue;
         }
         knobs = next;
-        claimed.extend(rec.change.keys().map(String::as_str));
+        claimed.extend(rec.change.keys());
         picked.push(i);
         predicted = Some(match predicted {
             None => gain,
@@ -90,12 +86,11 @@ pub fn singles(report: &Report) -> Vec<(usize, Knobs)> {
     }
     picked
         .into_iter()
-        .filter_map(|i| {
-            let mut k = report.spec.search.baseline.clone();
-            for (n, v) in &report.recommendations[i].change {
-                k.set_or_param(n, v).ok()?;
-            }
-            Some((i, k))
+        .map(|i| {
+            (
+                i,
+                super::drift::recommended_knobs(report, &report.recommendations[i]),
+            )
         })
         .collect()
 }

@@ -27,11 +27,15 @@ pub const WITHDRAWN: &str = "withdrawn";
 
 /// The plan trial that measured `rec`'s change: the baseline's knobs with the change.
 pub fn trial_of<'a>(r: &'a Report, rec: &Recommendation) -> Option<&'a TrialReport> {
-    let mut k = r.spec.search.baseline.clone();
-    for (n, v) in &rec.change {
-        k.set_or_param(n, v).ok()?;
-    }
+    let k = recommended_knobs(r, rec);
     r.trials.iter().find(|t| t.knobs == k)
+}
+
+/// The baseline's knobs with `rec`'s change: the configuration it recommends.
+pub fn recommended_knobs(r: &Report, rec: &Recommendation) -> crate::knobs::Knobs {
+    let mut k = r.spec.search.baseline.clone();
+    rec.change.apply(&mut k);
+    k
 }
 
 /// `rec`'s trial against the baseline's re-run after the sweep, when there is one.

@@ -28,9 +28,9 @@ fn why_not(report: &Report, base: Option<&TrialReport>, rec: &Recommendation) ->
     if rec.kind != RecKind::Change {
         return None;
     }
-    for (knob, value) in &rec.change {
+    for (knob, value) in rec.change.iter() {
         let blocked = report.trials.iter().find_map(|t| {
-            (t.knobs.value(knob).as_deref() == Some(value.as_str()))
+            (t.knobs.value(knob).as_deref() == Some(value))
                 .then(|| t.not_applicable.get(knob))
                 .flatten()
         });
@@ -38,7 +38,7 @@ fn why_not(report: &Report, base: Option<&TrialReport>, rec: &Recommendation) ->
             return Some(no_effect(knob, value, why));
         }
         let own = base.and_then(|b| own_value(&report.spec.search.baseline, &b.script_knobs, knob));
-        if own == Some(value) {
+        if own.map(String::as_str) == Some(value) {
             return Some(already(knob, value));
         }
     }

@@ -71,6 +71,17 @@ impl SweepObserver for Progress {
         self.bar.set_message(label.to_string());
     }
 
+    fn note(&mut self, text: &str) {
+        if self.tui || self.json {
+            return;
+        }
+        if self.plain {
+            eprintln!("{text}");
+        } else {
+            self.bar.println(text);
+        }
+    }
+
     fn finished(&mut self, rec: &TrialRecord, index: usize, total: usize) {
         self.bar.set_length(total as u64);
         self.bar.set_position(index as u64);
