@@ -257,10 +257,11 @@ fn a_change_its_alternating_pairs_confirm_is_not_withdrawn_by_its_noisy_sweep_tr
             .unwrap();
     let runs = std::fs::read_to_string(d.path().join("runs.log")).unwrap();
     let runs: Vec<&str> = runs.lines().collect();
-    // The set-up: two repeats each in the plan, then four alternating pairs.
+    // The set-up: two repeats each in the plan (round-robin), then four alternating
+    // pairs.
     assert_eq!(
         runs,
-        ["0", "0", "1", "1", "0", "1", "1", "0", "0", "1", "1", "0"],
+        ["0", "1", "0", "1", "0", "1", "1", "0", "0", "1", "1", "0"],
         "{}",
         show(&o)
     );
