@@ -58,7 +58,9 @@ struct Row {
 fn flops_per_sample(kind: ModelKind) -> Option<f64> {
     // (multiply-adds of the layer's forward GEMM per sample, input gradient computed)
     let layers: &[(usize, bool)] = match kind {
-        ModelKind::Mlp => &[(784 * 1024, false), (1024 * 1024, true), (1024 * 10, true)],
+        ModelKind::Mlp | ModelKind::MlpGelu => {
+            &[(784 * 1024, false), (1024 * 1024, true), (1024 * 10, true)]
+        }
         // 3x3 convs 3->32 (32x32 out), 32->64 s2 (16x16), 64->128 s2 (8x8), linear 128->10.
         ModelKind::CnnSmall => &[
             (32 * 32 * 32 * 27, false),

@@ -175,7 +175,7 @@ impl KnobArgs {
 
 #[derive(Debug, Args, Clone)]
 pub struct TrainArgs {
-    /// mlp | cnn-small | resnet-mini
+    /// mlp | cnn-small | resnet-mini | mlp-gelu
     #[arg(long, default_value = "cnn-small")]
     pub model: ModelKind,
     /// shapes[:N] | mnist:DIR | cifar10:DIR | synthetic

@@ -1,17 +1,16 @@
-//! The one launcher. Every run, whatever its backend and strategy, sets a device up the
-//! same way and ends it the same way: [`prepare`] builds the model, the loss scaler,
-//! autotune's choices and the executor; the launcher then writes out the one loop
-//! (`step::train_with`) with its strategy, as llm.c writes its loop out in full; and
-//! [`finish`] takes the memory figures, evaluates and collects the algorithm choices.
-//! What differs per backend is a [`Rig`] (CPU: `cpu::CpuRig`, CUDA: `cuda::train::GpuRig`);
-//! what differs per strategy is the `step::Strategy` the loop runs with and the threads
-//! around it:
+//! The one launcher. Every device that trains, whatever its backend and strategy, runs
+//! one body, [`device`]: [`prepare`] (the model, the loss scaler, autotune's choices, the
+//! executor), its [`GradSync`] around the one loop (`step::train_with`), then the memory
+//! figures and, on the lead device, [`finish`] (evaluation, the algorithm choices),
+//! handing back a [`Lead`]. What differs per backend is a [`Rig`] (`cpu::CpuRig`,
+//! `cuda::train::GpuRig`); what differs per strategy is its `GradSync`: its setup on the
+//! prepared device, its per-step hooks (`step::Strategy`) and its teardown:
 //!
-//! - [`single`]: one device of any backend, the `Local` strategy, on the caller's thread;
+//! - [`single`]: one device of any backend with `Local`, on the caller's thread;
 //! - `parallel::{dp, ddp}` (CPU) and `cuda::{dp, ddp}`: one thread per device or rank
-//!   ([`spread`]), each [`prepare`] → [`run_loop`] with its strategy → `parallel::Lead::of`
-//!   ([`finish`]), the step reports merged by `parallel::collect` and summarised by
-//!   `parallel::run_summary`, one path for both backends.
+//!   ([`spread`]), each running [`device`] with its strategy, the step reports merged by
+//!   `parallel::collect` and summarised by `parallel::run_summary`, one path for both
+//!   backends.
 
 use std::sync::Arc;
 use std::thread::{Scope, ScopedJoinHandle};
@@ -24,7 +23,7 @@ use crate::engine::device::{Device, MemSnapshot};
 use crate::engine::nn::model::{LayerOps, Model};
 use crate::engine::parallel::summary::single_device_summary;
 use crate::engine::step::{self, Exec, Local, Strategy, Trained};
-use crate::engine::vocab::{Feed, Observer, RunSummary, Source, Workload};
+use crate::engine::vocab::{Feed, Measured, Observer, RunSummary, Source, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 
@@ -84,7 +83,7 @@ impl<R: Rig> Prepared<R> {
 
 /// The one setup path: model, loss scaler, autotune, executor, in that order on every
 /// backend and strategy.
-pub(crate) fn prepare<R: Rig>(
+fn prepare<R: Rig>(
     rig: &R,
     w: &Workload,
     k: &Knobs,
@@ -113,62 +112,169 @@ pub(crate) fn prepare<R: Rig>(
     })
 }
 
-/// The loop of one device under `strategy`, the same on every backend and strategy:
-/// single (`Local`), DP's driver, each DDP rank, in threads or processes. Each device's
-/// body is [`prepare`], this, then [`finish`] (through `parallel::Lead::of` on several
-/// devices).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn run_loop<R: Rig, S: Strategy<R::E>>(
-    rig: &R,
-    p: &mut Prepared<R>,
-    strategy: &mut S,
-    source: &mut Source,
-    w: &Workload,
-    k: &Knobs,
-    obs: &mut dyn Observer,
-    started: Instant,
-) -> Result<Trained> {
-    rig.before_loop();
-    step::train_with(
-        &mut p.exec,
-        strategy,
-        &mut p.model,
-        source,
-        w,
-        k,
-        &mut p.scaler,
-        obs,
-        started,
-    )
+/// How a device keeps its replica in step with its peers, for the whole of its run:
+/// the strategy's setup on the prepared device (DDP: rank 0's parameters everywhere, the
+/// gradient buckets, the communication thread or stream), its per-step hooks (the
+/// `step::Strategy` it hands to [`Looper::run`]) and its teardown (hanging up on DP's
+/// replicas, joining DDP's communication thread, draining its stream), whatever the
+/// loop returned. `Local` is one device's: nothing around the loop.
+pub(crate) trait GradSync<R: Rig> {
+    /// What the strategy hands back besides the loop's result (DDP: its trace).
+    type Out;
+    fn around(self, p: &mut Prepared<R>, l: Looper<'_, R>) -> Result<Synced<Self::Out>>;
 }
 
-/// How a device's run ended.
-pub(crate) struct End {
+/// What a [`GradSync`] hands back.
+pub(crate) struct Synced<O> {
+    pub trained: Trained,
+    /// Whether SyncBatchNorm had a batch norm to act on (read only under `sync_bn`).
+    pub has_batch_norm: bool,
+    pub out: O,
+}
+
+impl<O> Synced<O> {
+    pub(crate) fn new(trained: Trained, has_batch_norm: bool, out: O) -> Synced<O> {
+        Synced {
+            trained,
+            has_batch_norm,
+            out,
+        }
+    }
+}
+
+impl<R: Rig> GradSync<R> for Local {
+    type Out = ();
+    fn around(mut self, p: &mut Prepared<R>, l: Looper<'_, R>) -> Result<Synced<()>> {
+        Ok(Synced::new(l.run(p, &mut self)?, false, ()))
+    }
+}
+
+/// The one loop of one device, handed to its [`GradSync`], which runs it once with its
+/// strategy.
+pub(crate) struct Looper<'a, R: Rig> {
+    rig: &'a R,
+    source: &'a mut Source,
+    w: &'a Workload,
+    k: &'a Knobs,
+    obs: &'a mut dyn Observer,
+    started: Instant,
+}
+
+impl<R: Rig> Looper<'_, R> {
+    /// `step::train_with` under `strategy`, the same on every backend and strategy.
+    pub(crate) fn run<S: Strategy<R::E>>(
+        self,
+        p: &mut Prepared<R>,
+        strategy: &mut S,
+    ) -> Result<Trained> {
+        self.rig.before_loop();
+        step::train_with(
+            &mut p.exec,
+            strategy,
+            &mut p.model,
+            self.source,
+            self.w,
+            self.k,
+            &mut p.scaler,
+            self.obs,
+            self.started,
+        )
+    }
+}
+
+/// How a device's run ended, on every backend and strategy. Accuracy and choices only
+/// on the lead device (the only one, DP's device 0, DDP's first rank of the process).
+pub(crate) struct Lead {
+    pub params: usize,
     /// Memory right after training: evaluation's bigger batches must not count.
     pub snap: MemSnapshot,
     pub accuracy: Option<f64>,
     /// Autotune's choices (its cache saved) and the backend's path choices.
     pub algorithms: Vec<AlgoChoice>,
+    /// Whether SyncBatchNorm had a batch norm to act on (read only under `sync_bn`).
+    pub has_batch_norm: bool,
+    /// The loss scaler's skipped steps and final scale (the same on every rank: each
+    /// checks the averaged gradients).
+    pub skipped_steps: Vec<usize>,
+    pub loss_scale: Option<f32>,
 }
 
-/// The one ending: memory figures, then, on the lead device (the only one, DP's device
-/// 0, DDP's rank 0 of this process), held-out accuracy on `lead`'s test set and the
-/// choices (autotune's cache saved once).
-pub(crate) fn finish<R: Rig>(
+/// What [`device`] hands back: the device's end, what its loop measured (a single
+/// device's run is summarised from it; several devices report each step instead), and
+/// what its strategy handed back.
+pub(crate) struct Ran<O> {
+    pub lead: Lead,
+    pub measured: Measured,
+    pub out: O,
+}
+
+/// What a device trains on: its data (a shard per rank), the run's classes, and, on the
+/// lead device (the only one, DP's device 0, DDP's first rank of the process), the run's
+/// data, for evaluation.
+pub(crate) struct Work<'a> {
+    pub source: Source,
+    pub classes: usize,
+    pub lead: Option<&'a Feed>,
+}
+
+/// The one body of a device that trains, on every backend and strategy: single, DP's
+/// driver, each DDP rank (in threads or processes). [`prepare`], the strategy around the
+/// one loop, the memory figures, then [`finish`] on the lead device.
+pub(crate) fn device<R: Rig, G: GradSync<R>>(
+    rig: &R,
+    sync: G,
+    work: Work<'_>,
+    (w, k): (&Workload, &Knobs),
+    obs: &mut dyn Observer,
+    started: Instant,
+) -> Result<Ran<G::Out>> {
+    let Work {
+        mut source,
+        classes,
+        lead,
+    } = work;
+    let mut p = prepare(rig, w, k, classes, obs)?;
+    let l = Looper {
+        rig,
+        source: &mut source,
+        w,
+        k,
+        obs: &mut *obs,
+        started,
+    };
+    let synced = sync.around(&mut p, l)?;
+    // The loader's threads end before evaluation.
+    drop(source);
+    note_layer_times(&p.model, w.steps, obs);
+    let snap = rig.device().mem().snapshot();
+    let (accuracy, algorithms) = match lead {
+        Some(feed) => finish(rig, &mut p, w, classes, feed)?,
+        None => (None, Vec::new()),
+    };
+    Ok(Ran {
+        lead: Lead {
+            params: p.params,
+            snap,
+            accuracy,
+            algorithms,
+            has_batch_norm: synced.has_batch_norm,
+            skipped_steps: synced.trained.skipped_steps,
+            loss_scale: p.loss_scale(),
+        },
+        measured: synced.trained.measured,
+        out: synced.out,
+    })
+}
+
+/// On the lead device: held-out accuracy on `feed`'s test set and the choices
+/// (autotune's cache saved once, the backend's path).
+fn finish<R: Rig>(
     rig: &R,
     p: &mut Prepared<R>,
     w: &Workload,
     classes: usize,
-    lead: Option<&Feed>,
-) -> Result<End> {
-    let snap = rig.device().mem().snapshot();
-    let Some(feed) = lead else {
-        return Ok(End {
-            snap,
-            accuracy: None,
-            algorithms: Vec::new(),
-        });
-    };
+    feed: &Feed,
+) -> Result<(Option<f64>, Vec<AlgoChoice>)> {
     let accuracy = match (&feed.test, w.eval) {
         (Some(test), true) => Some(step::evaluate(
             &mut p.exec,
@@ -184,16 +290,11 @@ pub(crate) fn finish<R: Rig>(
         algorithms = a.choices();
     }
     algorithms.extend(rig.path(w, classes));
-    Ok(End {
-        snap,
-        accuracy,
-        algorithms,
-    })
+    Ok((accuracy, algorithms))
 }
 
-/// A run on one device of any backend: the data, [`prepare`], the loop with the
-/// `Local` strategy, [`finish`], the summary. The caller has admitted the knobs and
-/// opened the device.
+/// A run on one device of any backend: the data, [`device`] with `Local`, the summary.
+/// The caller has admitted the knobs and opened the device.
 pub(crate) fn single<R: Rig>(
     rig: &R,
     w: &Workload,
@@ -204,30 +305,31 @@ pub(crate) fn single<R: Rig>(
 ) -> Result<RunSummary> {
     obs.on_devices(std::slice::from_ref(rig.device()));
     let feed = Feed::open(w, k)?;
-    let mut source = feed.source(w, k, 0, 1, k.batch_size)?;
-    let mut p = prepare(rig, w, k, feed.classes, obs)?;
-    let trained = run_loop(rig, &mut p, &mut Local, &mut source, w, k, obs, started)?;
-    drop(source);
-    note_layer_times(&p.model, w.steps, obs);
-    let end = finish(rig, &mut p, w, feed.classes, Some(&feed))?;
-    note_choices(obs, &end.algorithms);
-    let m = trained.measured;
+    let work = Work {
+        source: feed.source(w, k, 0, 1, k.batch_size)?,
+        classes: feed.classes,
+        lead: Some(&feed),
+    };
+    let Ran {
+        lead, measured: m, ..
+    } = device(rig, Local, work, (w, k), obs, started)?;
+    note_choices(obs, &lead.algorithms);
     let busy_wall = m.after_warmup(w.warmup).iter().sum();
     let (devices, imbalance) =
-        single_device_summary(rig.device().threads, &m.phase_sum, busy_wall, &end.snap);
+        single_device_summary(rig.device().threads, &m.phase_sum, busy_wall, &lead.snap);
     Ok(RunSummary {
-        accuracy: end.accuracy,
+        accuracy: lead.accuracy,
         not_applicable,
-        skipped_steps: trained.skipped_steps,
-        loss_scale_final: p.loss_scale(),
-        algorithms: end.algorithms,
+        skipped_steps: lead.skipped_steps,
+        loss_scale_final: lead.loss_scale,
+        algorithms: lead.algorithms,
         ..RunSummary::from_measured(
             w,
             k,
             &rig.label(),
-            p.params,
+            lead.params,
             m,
-            &end.snap,
+            &lead.snap,
             devices,
             imbalance,
         )

@@ -30,7 +30,7 @@ pub mod window;
 pub const MAX_SPEC_BYTES: u64 = 1 << 20;
 
 /// Models of the built-in engine.
-pub const MODELS: &[&str] = &["mlp", "cnn-small", "resnet-mini"];
+pub const MODELS: &[&str] = &["mlp", "cnn-small", "resnet-mini", "mlp-gelu"];
 /// Values of `workload.device`.
 pub const DEVICES: &[&str] = &["cpu", "cuda", "auto"];
 

@@ -30,16 +30,16 @@ use crate::engine::cuda::gpu::{cuda_err, nccl_err, DBuf, Gpu};
 use crate::engine::cuda::libs;
 use crate::engine::cuda::sync_bn::NcclSync;
 use crate::engine::cuda::train::{open_gpus, GpuClock, GpuExec, GpuRig};
-use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
-use crate::engine::launcher::{self, DeviceThread};
+use crate::engine::device::{Backend, MemCategory, MemSnapshot};
+use crate::engine::launcher::{self, DeviceThread, GradSync, Looper, Prepared, Ran, Synced, Work};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::model_cuda::GLayer;
 use crate::engine::parallel::summary::DeviceStep;
 use crate::engine::parallel::{
-    collect, digest_words, note_buckets, run_summary, Collected, Lead, StepReport, DIGEST_START,
+    collect, digest_words, note_buckets, run_summary, Collected, StepReport, DIGEST_START,
 };
 use crate::engine::step::Strategy;
-use crate::engine::vocab::{Feed, NoObserver, Observer, RunSummary, Source, StepEvent, Workload};
+use crate::engine::vocab::{Feed, NoObserver, Observer, RunSummary, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::{Amp, Knobs};
 
@@ -311,45 +311,24 @@ fn digest(gpu: &Gpu, model: &mut Model<GLayer>) -> Result<u64> {
     res.map(|()| h)
 }
 
-/// Everything one rank's thread owns.
-struct Rank<'a> {
-    w: &'a Workload,
-    k: &'a Knobs,
+/// Who a GPU rank is, and where its step reports go.
+struct Rank {
     rank: usize,
     world: usize,
-    gpu: Arc<Gpu>,
-    dev: Arc<Device>,
     id: Id,
-    classes: usize,
-    source: Source,
     reports: Sender<StepReport>,
     verify: bool,
-    /// Rank 0 evaluates the trained replica and records the choices.
-    lead: Option<&'a Feed>,
 }
 
-pub(super) struct RankEnd {
-    /// Rank 0's end: its autotune choices and conv path for the record, the scaler's
-    /// figures, and whether SyncBatchNorm had a layer to act on.
-    pub(super) lead: Lead,
-    buckets: Vec<usize>,
-}
-
-fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
-    let Rank {
-        w,
-        k,
-        rank,
-        world,
-        gpu,
-        dev,
-        id,
-        classes,
-        mut source,
-        reports,
-        verify,
-        lead,
-    } = r;
+/// A GPU rank's thread: its communicator joined (blocking until every rank has, as
+/// ncclCommInitRank does) before its model is built, then the launcher's one body.
+fn rank_main(
+    rig: GpuRig,
+    r: Rank,
+    work: Work<'_>,
+    (w, k): (&Workload, &Knobs),
+) -> Result<Ran<Vec<usize>>> {
+    let gpu = &rig.gpu;
     gpu.ctx
         .bind_to_thread()
         .map_err(|e| cuda_err("context", e))?;
@@ -357,79 +336,106 @@ fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
         .ctx
         .new_stream()
         .map_err(|e| cuda_err("communication stream", e))?;
-    // Blocks until every rank has joined, as ncclCommInitRank does.
-    let comm = Comm::from_rank(Arc::clone(&cs), rank, world, id)
-        .map_err(|e| nccl_err(&format!("rank {rank} joining {world}"), e))?;
+    let comm = Comm::from_rank(Arc::clone(&cs), r.rank, r.world, r.id)
+        .map_err(|e| nccl_err(&format!("rank {} joining {}", r.rank, r.world), e))?;
+    // Outlives the run: cudarc's Comm aborts when dropped.
     let comm = Rc::new(comm);
     // Every rank times its own GEMM candidates (reading the cache first) and only rank 0
     // writes the cache. Ranks may pick different algorithms; the gradients they average
     // are then not bit-equal, but every rank applies the same average, so the replicas
     // still are.
-    let rig = GpuRig { gpu, dev };
-    let mut p = launcher::prepare(&rig, w, k, classes, &mut NoObserver)?;
-    let (gpu, model) = (&rig.gpu, &mut p.model);
-    let mut has_bn = false;
-    if k.sync_bn {
-        let sync = Rc::new(NcclSync::new(Rc::clone(&comm), Arc::clone(&cs)));
-        for l in &mut model.layers {
-            has_bn |= l.use_sync_bn(&sync);
-        }
-    }
-    // DDP's constructor: rank 0's parameters everywhere.
-    cs.join(&gpu.stream)
-        .map_err(|e| cuda_err("stream wait", e))?;
-    group_start().map_err(|e| nccl_err("group start", e))?;
-    let mut res = Ok(());
-    model.visit_params(&mut |p| {
-        if res.is_ok() {
-            res = comm
-                .broadcast_in_place(&mut p.w.s, 0)
-                .map(|_| ())
-                .map_err(|e| nccl_err("broadcast of parameters", e));
-        }
-    });
-    group_end().map_err(|e| nccl_err("group end", e))?;
-    res?;
-    gpu.stream
-        .join(&cs)
-        .map_err(|e| cuda_err("stream wait", e))?;
-    let mut has_buffers = false;
-    for l in &mut model.layers {
-        l.visit_buffers(&mut |_| has_buffers = true);
-    }
-    let (buckets, owner) = plan_buckets(model, k.bucket_mb.saturating_mul(1 << 20), gpu)?;
-    let bucket_lens = buckets.iter().map(|b| b.buf.len()).collect();
-    let mut ddp = NcclDdp {
-        rank,
-        gpu,
-        comm: &comm,
-        cs: Arc::clone(&cs),
-        buckets,
-        owner,
-        has_buffers,
-        reports: &reports,
-        verify,
-        at: StepMarks::default(),
+    let setup = NcclSetup {
+        r,
+        comm: Rc::clone(&comm),
+        cs,
+        sync_bn: k.sync_bn,
+        bucket_mb: k.bucket_mb,
     };
-    let trained = launcher::run_loop(
-        &rig,
-        &mut p,
-        &mut ddp,
-        &mut source,
-        w,
-        k,
-        &mut NoObserver,
-        Instant::now(),
-    )?;
-    drop(ddp);
-    drop(reports);
-    // cudarc's Comm aborts when dropped: nothing of this rank's may still be queued.
-    cs.synchronize()
-        .map_err(|e| cuda_err("communication stream", e))?;
-    Ok(RankEnd {
-        lead: Lead::of(&rig, p, w, classes, lead, has_bn, trained.skipped_steps)?,
-        buckets: bucket_lens,
-    })
+    launcher::device(&rig, setup, work, (w, k), &mut NoObserver, Instant::now())
+}
+
+/// A joined GPU rank's DDP: its communicator and the communication stream it runs on.
+struct NcclSetup {
+    r: Rank,
+    comm: Rc<Comm>,
+    cs: Arc<CudaStream>,
+    sync_bn: bool,
+    bucket_mb: usize,
+}
+
+impl GradSync<GpuRig> for NcclSetup {
+    /// Elements per gradient bucket, in launch order.
+    type Out = Vec<usize>;
+
+    /// DDP's constructor (SyncBatchNorm on the communicator, rank 0's parameters
+    /// everywhere, the buckets), the loop, then the communication stream drained:
+    /// cudarc's `Comm` aborts when dropped, so nothing of this rank's may still be queued.
+    fn around(self, p: &mut Prepared<GpuRig>, l: Looper<'_, GpuRig>) -> Result<Synced<Vec<usize>>> {
+        let NcclSetup {
+            r:
+                Rank {
+                    rank,
+                    reports,
+                    verify,
+                    ..
+                },
+            comm,
+            cs,
+            sync_bn,
+            bucket_mb,
+        } = self;
+        let gpu = Arc::clone(&p.exec.gpu);
+        let model = &mut p.model;
+        let mut has_bn = false;
+        if sync_bn {
+            let sync = Rc::new(NcclSync::new(Rc::clone(&comm), Arc::clone(&cs)));
+            for layer in &mut model.layers {
+                has_bn |= layer.use_sync_bn(&sync);
+            }
+        }
+        // DDP's constructor: rank 0's parameters everywhere.
+        cs.join(&gpu.stream)
+            .map_err(|e| cuda_err("stream wait", e))?;
+        group_start().map_err(|e| nccl_err("group start", e))?;
+        let mut res = Ok(());
+        model.visit_params(&mut |p| {
+            if res.is_ok() {
+                res = comm
+                    .broadcast_in_place(&mut p.w.s, 0)
+                    .map(|_| ())
+                    .map_err(|e| nccl_err("broadcast of parameters", e));
+            }
+        });
+        group_end().map_err(|e| nccl_err("group end", e))?;
+        res?;
+        gpu.stream
+            .join(&cs)
+            .map_err(|e| cuda_err("stream wait", e))?;
+        let mut has_buffers = false;
+        for layer in &mut model.layers {
+            layer.visit_buffers(&mut |_| has_buffers = true);
+        }
+        let (buckets, owner) = plan_buckets(model, bucket_mb.saturating_mul(1 << 20), &gpu)?;
+        let bucket_lens = buckets.iter().map(|b| b.buf.len()).collect();
+        let mut ddp = NcclDdp {
+            rank,
+            gpu: &gpu,
+            comm: &comm,
+            cs: Arc::clone(&cs),
+            buckets,
+            owner,
+            has_buffers,
+            reports: &reports,
+            verify,
+            at: StepMarks::default(),
+        };
+        let trained = l.run(p, &mut ddp)?;
+        drop(ddp);
+        drop(reports);
+        cs.synchronize()
+            .map_err(|e| cuda_err("communication stream", e))?;
+        Ok(Synced::new(trained, has_bn, bucket_lens))
+    }
 }
 
 /// Trains `w` under `k` with `parallel = ddp` on `k.devices` GPUs of this machine.
@@ -467,32 +473,35 @@ pub fn run_verified(
     let per_rank = k.batch_size / world;
     let id = Id::new().map_err(|e| nccl_err("unique id", e))?;
     let (tx, rx) = channel();
-    let mut ranks: Vec<DeviceThread<'_, RankEnd>> = Vec::with_capacity(world);
+    let mut ranks: Vec<DeviceThread<'_, Ran<Vec<usize>>>> = Vec::with_capacity(world);
     for (r, (gpu, dev)) in gpus.iter().zip(&devs).enumerate() {
-        let rank = Rank {
-            w,
-            k,
-            rank: r,
-            world,
+        let rig = GpuRig {
             gpu: Arc::clone(gpu),
             dev: Arc::clone(dev),
+        };
+        let rank = Rank {
+            rank: r,
+            world,
             id,
-            classes: feed.classes,
-            source: feed.source(w, k, r, world, per_rank)?,
             reports: tx.clone(),
             verify,
+        };
+        let work = Work {
+            source: feed.source(w, k, r, world, per_rank)?,
+            classes: feed.classes,
+            // Rank 0 evaluates the trained replica and records the choices.
             lead: (r == 0).then_some(&feed),
         };
         ranks.push((
             format!("tune-gpu-rank{r}"),
-            Box::new(move || rank_main(rank)),
+            Box::new(move || rank_main(rig, rank, work, (w, k))),
         ));
     }
     drop(tx);
     let threads = vec![1; world];
     let (collected, ends) = launcher::spread(ranks, |_| collect(rx, world, &threads, true, w, obs));
     let ends = ends?;
-    let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.lead.end.snap.clone()).collect();
+    let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.lead.snap.clone()).collect();
     let first = ends
         .into_iter()
         .next()
@@ -524,7 +533,7 @@ fn summarize(
     k: &Knobs,
     obs: &mut dyn Observer,
     gpu_name: &str,
-    first: RankEnd,
+    first: Ran<Vec<usize>>,
     collected: Collected,
     snaps: &[MemSnapshot],
     started: Instant,
@@ -534,7 +543,7 @@ fn summarize(
         note_buckets(
             obs,
             k.devices,
-            &first.buckets,
+            &first.out,
             k.bucket_mb,
             "NCCL all-reduce on a communication stream",
         );

@@ -40,12 +40,12 @@ use crate::engine::cuda::gpu::{cuda_err, nccl_err, GTensor, Gpu};
 use crate::engine::cuda::libs;
 use crate::engine::cuda::train::{autotune_on, build_model, open_gpus, GpuExec, GpuRig};
 use crate::engine::device::{Backend, MemCategory};
-use crate::engine::launcher::{self, DeviceThread};
+use crate::engine::launcher::{self, DeviceThread, GradSync, Lead, Looper, Prepared, Synced, Work};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::model_cuda::{GCtx, GLayer};
 use crate::engine::ops::layer_cuda::Pass;
 use crate::engine::parallel::summary::DeviceStep;
-use crate::engine::parallel::{collect, run_summary, Lead, StepReport};
+use crate::engine::parallel::{collect, run_summary, StepReport};
 use crate::engine::step::Strategy;
 use crate::engine::tensor::DType;
 use crate::engine::vocab::{Feed, NoObserver, Observer, RunSummary, StepEvent, Workload};
@@ -506,6 +506,18 @@ impl Strategy<GpuExec> for GpuDp<'_> {
     }
 }
 
+impl GradSync<GpuRig> for GpuDp<'_> {
+    type Out = ();
+    fn around(mut self, p: &mut Prepared<GpuRig>, l: Looper<'_, GpuRig>) -> Result<Synced<()>> {
+        let res = l.run(p, &mut self);
+        self.gpu.sync()?;
+        // Hanging up ends the replicas' loops.
+        drop(self);
+        // sync_bn needs DDP: nothing for it to act on here.
+        Ok(Synced::new(res?, false, ()))
+    }
+}
+
 /// Trains `w` under `k` with `parallel = dp` on `k.devices` GPUs of this machine.
 pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<RunSummary> {
     let not_applicable = caps::admit(Backend::Cuda, k, Layout::Multi, obs)?;
@@ -520,7 +532,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
     ));
     obs.on_devices(&devs);
     let feed = Feed::open(w, k)?;
-    let mut source = feed.source(w, k, 0, 1, k.batch_size)?;
+    let source = feed.source(w, k, 0, 1, k.batch_size)?;
     let rows = k.batch_size / n;
     let id = Id::new().map_err(|e| nccl_err("unique id", e))?;
     let (tx, rx) = channel();
@@ -581,8 +593,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
             gpu: Arc::clone(gpu),
             dev: Arc::clone(&devs[0]),
         };
-        let mut p = launcher::prepare(&rig, w, k, feed.classes, &mut NoObserver)?;
-        let mut dp = GpuDp {
+        let dp = GpuDp {
             gpu,
             comm,
             rows,
@@ -593,31 +604,13 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
             dy: None,
             comm_spans: Vec::new(),
         };
-        let res = launcher::run_loop(
-            &rig,
-            &mut p,
-            &mut dp,
-            &mut source,
-            w,
-            k,
-            &mut NoObserver,
-            Instant::now(),
-        );
-        gpu.sync()?;
-        // Hanging up ends the replicas' loops.
-        drop(dp);
-        let trained = res?;
-        // sync_bn needs DDP: nothing for it to act on here.
-        let lead = Lead::of(
-            &rig,
-            p,
-            w,
-            feed.classes,
-            Some(feed),
-            false,
-            trained.skipped_steps,
-        )?;
-        Ok(Some(lead))
+        let work = Work {
+            source,
+            classes: feed.classes,
+            lead: Some(feed),
+        };
+        launcher::device(&rig, dp, work, (w, k), &mut NoObserver, Instant::now())
+            .map(|r| Some(r.lead))
     };
     // GPU 0 first: the replicas end when it hangs up, so their errors matter only if it
     // reports none of its own.
@@ -632,7 +625,7 @@ pub(crate) fn run(w: &Workload, k: &Knobs, obs: &mut dyn Observer) -> Result<Run
             .ok_or_else(|| Error::Runtime("dp: GPU 0's driver returned nothing".into()))
     });
     let lead = outcome?;
-    let mut snaps = vec![lead.end.snap.clone()];
+    let mut snaps = vec![lead.snap.clone()];
     snaps.extend(devs.iter().skip(1).map(|d| d.mem().snapshot()));
     let label = crate::engine::cuda::backend_label(&gpus[0].name);
     let totals = collected.totals.clone();

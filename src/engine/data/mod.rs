@@ -151,7 +151,7 @@ pub fn open(spec: &str, want: ImageShape, cache_dir: &Path) -> Result<Splits> {
             let have = splits.train.image_shape();
             if have != want {
                 let model = if have == GRAY28 {
-                    "mlp"
+                    "mlp or mlp-gelu"
                 } else if have == RGB32 {
                     "cnn-small or resnet-mini"
                 } else {

@@ -30,7 +30,12 @@ mod tests {
     #[test]
     fn initial_values_are_the_cpu_models_bit_for_bit() {
         let dev = Device::cpu(0, 1);
-        for kind in [ModelKind::Mlp, ModelKind::CnnSmall, ModelKind::ResnetMini] {
+        for kind in [
+            ModelKind::Mlp,
+            ModelKind::MlpGelu,
+            ModelKind::CnnSmall,
+            ModelKind::ResnetMini,
+        ] {
             for seed in [0, 7] {
                 let mut model = zoo::build(kind, 10, seed, &dev).unwrap();
                 let mut want = Initial::default();

@@ -1,4 +1,6 @@
-//! The model zoo: `mlp`, `cnn-small` and `resnet-mini`, as defined in DESIGN.md.
+//! The model zoo: `mlp`, `cnn-small` and `resnet-mini`, as defined in DESIGN.md, and
+//! `mlp-gelu`, the MLP with GELU (tanh approximation) where `mlp` has ReLU, as a
+//! transformer's feed-forward block has it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,6 +12,7 @@ use crate::engine::ops::activation::ReluDesc;
 use crate::engine::ops::batchnorm::{BatchNormDesc, BnReluDesc};
 use crate::engine::ops::conv2d::Conv2dDesc;
 use crate::engine::ops::fused::LinearReluDesc;
+use crate::engine::ops::gelu::GeluDesc;
 use crate::engine::ops::layer::LayerDesc;
 use crate::engine::ops::linear::LinearDesc;
 use crate::engine::ops::pool::{FlattenDesc, GlobalAvgPoolDesc};
@@ -21,6 +24,8 @@ use crate::knobs::Fuse;
 pub enum ModelKind {
     #[serde(rename = "mlp")]
     Mlp,
+    #[serde(rename = "mlp-gelu")]
+    MlpGelu,
     #[serde(rename = "cnn-small")]
     CnnSmall,
     #[serde(rename = "resnet-mini")]
@@ -28,12 +33,12 @@ pub enum ModelKind {
 }
 
 impl ModelKind {
-    pub const ALLOWED: &'static [&'static str] = &["mlp", "cnn-small", "resnet-mini"];
+    pub const ALLOWED: &'static [&'static str] = &["mlp", "cnn-small", "resnet-mini", "mlp-gelu"];
 
     /// Input shape per sample (H, W, C).
     pub fn input(self) -> [usize; 3] {
         match self {
-            ModelKind::Mlp => [28, 28, 1],
+            ModelKind::Mlp | ModelKind::MlpGelu => [28, 28, 1],
             ModelKind::CnnSmall | ModelKind::ResnetMini => [32, 32, 3],
         }
     }
@@ -43,6 +48,7 @@ impl fmt::Display for ModelKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             ModelKind::Mlp => "mlp",
+            ModelKind::MlpGelu => "mlp-gelu",
             ModelKind::CnnSmall => "cnn-small",
             ModelKind::ResnetMini => "resnet-mini",
         })
@@ -54,6 +60,7 @@ impl FromStr for ModelKind {
     fn from_str(s: &str) -> Result<Self> {
         match s.trim() {
             "mlp" => Ok(ModelKind::Mlp),
+            "mlp-gelu" | "mlp_gelu" => Ok(ModelKind::MlpGelu),
             "cnn-small" | "cnn_small" | "cnn" => Ok(ModelKind::CnnSmall),
             "resnet-mini" | "resnet_mini" | "resnet" => Ok(ModelKind::ResnetMini),
             other => Err(Error::Invalid(format!(
@@ -121,7 +128,8 @@ pub fn describe(kind: ModelKind, classes: usize) -> Vec<LayerDesc> {
 
 /// [`describe`] under the `fuse` knob: with `on`, each bias+ReLU and batch norm+ReLU pair
 /// is one fused layer (ops/fused.rs). The parameters, their order and their initial
-/// values are the same either way.
+/// values are the same either way. `mlp-gelu` has no fused bias+GELU layer: under
+/// `fuse = on` only its optimizer is fused.
 pub fn describe_with(kind: ModelKind, classes: usize, fuse: Fuse) -> Vec<LayerDesc> {
     let linear = |d_in, d_out| -> LayerDesc { Box::new(LinearDesc { d_in, d_out }) };
     let linear_relu = |d_in, d_out| -> Vec<LayerDesc> {
@@ -138,6 +146,14 @@ pub fn describe_with(kind: ModelKind, classes: usize, fuse: Fuse) -> Vec<LayerDe
             l.push(linear(1024, classes));
             l
         }
+        ModelKind::MlpGelu => vec![
+            Box::new(FlattenDesc),
+            linear(784, 1024),
+            Box::new(GeluDesc),
+            linear(1024, 1024),
+            Box::new(GeluDesc),
+            linear(1024, classes),
+        ],
         ModelKind::CnnSmall => {
             let mut l = conv_bn_relu(3, 32, 1, fuse);
             l.extend(conv_bn_relu(32, 64, 2, fuse));

@@ -17,7 +17,7 @@ use crate::engine::clock::{Clock, HostClock, Phase};
 use crate::engine::collective::Collective;
 use crate::engine::cpu::{CpuExec, CpuRig};
 use crate::engine::device::{Device, MemCategory, MemSnapshot};
-use crate::engine::launcher::{self, DeviceThread};
+use crate::engine::launcher::{self, DeviceThread, GradSync, Looper, Prepared, Ran, Synced, Work};
 use crate::engine::nn::model::Model;
 use crate::engine::ops::layer::Layer;
 use crate::engine::parallel::bucket::{comm_loop, BucketSpan, ParamLayout, Reducer};
@@ -26,37 +26,14 @@ use crate::engine::parallel::dist;
 use crate::engine::parallel::summary::{ClockReading, DeviceClock, DeviceStep};
 use crate::engine::parallel::tcp::Joined;
 use crate::engine::parallel::{
-    has_batch_norm, note_buckets, param_digest, pool, Lead, Options, Outcome, RankTrace, Span,
+    has_batch_norm, note_buckets, param_digest, pool, Options, Outcome, RankTrace, Span,
     StepReport, Trace,
 };
 use crate::engine::step::Strategy;
 use crate::engine::tensor::Tensor;
-use crate::engine::vocab::{Feed, NoObserver, Observer, Source, StepEvent, Workload};
+use crate::engine::vocab::{Feed, NoObserver, Observer, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
-
-/// Everything one rank's thread owns.
-struct Rank<'a> {
-    w: &'a Workload,
-    k: &'a Knobs,
-    rank: usize,
-    dev: Arc<Device>,
-    classes: usize,
-    source: Source,
-    grad_ring: Ring,
-    sync_ring: Ring,
-    t0: Instant,
-    reports: Sender<StepReport>,
-    verify: bool,
-    /// The first rank of this process evaluates and records the choices.
-    lead: Option<&'a Feed>,
-}
-
-struct RankEnd {
-    lead: Lead,
-    trace: RankTrace,
-    bucket_lens: Vec<usize>,
-}
 
 /// Who this process's ranks are: all of them, or one of a multi-process job.
 pub(super) enum Group {
@@ -91,34 +68,44 @@ pub(super) fn run(
         ),
     };
     let per_rank = k.batch_size / world;
-    let mut sources = Vec::with_capacity(n);
-    for r in 0..n {
-        sources.push(feed.source(w, k, first + r, world, per_rank)?);
-    }
     let t0 = Instant::now();
     let (tx, rx) = channel();
-    let mut ranks: Vec<DeviceThread<'_, RankEnd>> = Vec::with_capacity(n);
-    for (((i, source), (grad_ring, sync_ring)), dev) in
-        sources.into_iter().enumerate().zip(rings).zip(devs)
-    {
+    let mut ranks: Vec<DeviceThread<'_, Ran<DdpOut>>> = Vec::with_capacity(n);
+    for (i, ((grad_ring, sync_ring), dev)) in rings.into_iter().zip(devs).enumerate() {
         let rank = first + i;
-        let r = Rank {
-            w,
-            k,
+        let work = Work {
+            source: feed.source(w, k, rank, world, per_rank)?,
+            classes: feed.classes,
+            // The first rank of this process evaluates and records the choices.
+            lead: (i == 0).then_some(feed),
+        };
+        let clock = Arc::new(DeviceClock::default());
+        let sync: Arc<dyn Collective> = Arc::new(Timed {
+            inner: Arc::new(sync_ring),
+            clock: Arc::clone(&clock),
+        });
+        let rig = CpuRig {
+            dev: Arc::clone(dev),
+            sync_bn: k.sync_bn.then(|| Arc::clone(&sync)),
+        };
+        let setup = DdpSetup {
             rank,
             dev: Arc::clone(dev),
-            classes: feed.classes,
-            source,
+            bucket_mb: k.bucket_mb,
             grad_ring,
-            sync_ring,
+            sync,
+            clock,
             t0,
             reports: tx.clone(),
             verify: opts.verify_replicas,
-            lead: (i == 0).then_some(feed),
         };
         ranks.push((
             format!("tune-ddp-rank{rank}"),
-            Box::new(move || rank_main(r)),
+            Box::new(move || {
+                // No scaler: mixed precision is refused for multi-device runs.
+                pool(rig.dev.threads, &format!("tune-dev{rank}"))?
+                    .install(|| launcher::device(&rig, setup, work, (w, k), &mut NoObserver, t0))
+            }),
         ));
     }
     let ((collected, tail), ends) = launcher::spread(ranks, |s| {
@@ -126,17 +113,14 @@ pub(super) fn run(
     });
     let ends = ends.map(|e| (e, tail));
     let (mut ends, tail) = ends?;
-    let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.lead.end.snap.clone()).collect();
+    let snaps: Vec<MemSnapshot> = ends.iter().map(|e| e.lead.snap.clone()).collect();
     let remote_mem = dist::finish(tail, first, &snaps[0])?;
-    let bucket_lens = ends
-        .first()
-        .map(|e| e.bucket_lens.clone())
-        .unwrap_or_default();
+    let bucket_lens = ends.first().map(|e| e.out.1.clone()).unwrap_or_default();
     let trace = Trace {
         bucket_lens,
         ranks: ends
             .iter_mut()
-            .map(|e| std::mem::take(&mut e.trace))
+            .map(|e| std::mem::take(&mut e.out.0))
             .collect(),
     };
     let first_end = ends
@@ -160,11 +144,6 @@ pub(super) fn run(
         },
         trace,
     ))
-}
-
-fn rank_main(r: Rank<'_>) -> Result<RankEnd> {
-    let p = pool(r.dev.threads, &format!("tune-dev{}", r.rank))?;
-    p.install(|| rank_inner(r))
 }
 
 fn visit_result(
@@ -200,89 +179,88 @@ fn broadcast_buffers(model: &mut Model, coll: &dyn Collective, dev: &Device) -> 
     Ok(())
 }
 
-fn rank_inner(r: Rank<'_>) -> Result<RankEnd> {
-    let Rank {
-        w,
-        k,
-        rank,
-        dev,
-        classes,
-        mut source,
-        grad_ring,
-        sync_ring,
-        t0,
-        reports,
-        verify,
-        lead,
-    } = r;
-    let clock = Arc::new(DeviceClock::default());
-    let sync: Arc<dyn Collective> = Arc::new(Timed {
-        inner: Arc::new(sync_ring),
-        clock: Arc::clone(&clock),
-    });
-    let rig = CpuRig {
-        dev: Arc::clone(&dev),
-        sync_bn: k.sync_bn.then(|| Arc::clone(&sync)),
-    };
-    let mut p = launcher::prepare(&rig, w, k, classes, &mut NoObserver)?;
-    let model = &mut p.model;
-    visit_result(model, |p| sync.broadcast(&mut p.w, 0))?;
-    broadcast_buffers(model, sync.as_ref(), &dev)?;
-    let layout = ParamLayout::of(model);
-    let (job_tx, job_rx) = channel();
-    let (done_tx, done_rx) = channel();
-    let grad: Arc<dyn Collective> = Arc::new(grad_ring);
-    let cap = k.bucket_mb.saturating_mul(1 << 20);
-    let reducer = Reducer::new(layout, cap, &dev, job_tx, done_rx, t0);
-    let bucket_lens = reducer.bucket_lens();
-    let (trace, skipped) = std::thread::scope(|s| {
-        let comm_clock = Arc::clone(&clock);
-        let comm = std::thread::Builder::new()
-            .name(format!("tune-ddp-comm{rank}"))
-            .spawn_scoped(s, move || comm_loop(grad, job_rx, done_tx, comm_clock, t0))
-            .map_err(|e| Error::Runtime(format!("cannot start rank {rank}'s comm thread: {e}")))?;
-        let mut ddp = Ddp {
+/// What a CPU rank's DDP needs before its loop: the rings, the device clock the
+/// collectives charge, and where its step reports go.
+struct DdpSetup {
+    rank: usize,
+    dev: Arc<Device>,
+    bucket_mb: usize,
+    grad_ring: Ring,
+    /// Broadcasts and SyncBatchNorm's statistics, timed.
+    sync: Arc<dyn Collective>,
+    clock: Arc<DeviceClock>,
+    t0: Instant,
+    reports: Sender<StepReport>,
+    verify: bool,
+}
+
+/// A CPU rank's trace and its elements per gradient bucket, in launch order.
+type DdpOut = (RankTrace, Vec<usize>);
+
+impl GradSync<CpuRig> for DdpSetup {
+    type Out = DdpOut;
+
+    /// DDP's constructor (rank 0's parameters and buffers everywhere, the buckets), the
+    /// communication thread for the loop's duration, then its join: a failed collective
+    /// shows first as a hang-up to the reducer, so the thread's error explains the run.
+    fn around(self, p: &mut Prepared<CpuRig>, l: Looper<'_, CpuRig>) -> Result<Synced<Self::Out>> {
+        let DdpSetup {
             rank,
-            dev: &dev,
-            reducer,
-            sync: sync.as_ref(),
-            clock: &clock,
+            dev,
+            bucket_mb,
+            grad_ring,
+            sync,
+            clock,
             t0,
-            reports: &reports,
+            reports,
             verify,
-            trace: RankTrace::default(),
-            at: StepMarks::default(),
-        };
-        // No scaler: mixed precision is refused for multi-device runs.
-        let res = launcher::run_loop(
-            &rig,
-            &mut p,
-            &mut ddp,
-            &mut source,
-            w,
-            k,
-            &mut NoObserver,
-            t0,
-        );
-        let Ddp { reducer, trace, .. } = ddp;
-        // Hanging up ends the communication thread's loop.
-        drop(reducer);
-        let comm_res = comm
-            .join()
-            .map_err(|_| Error::Runtime(format!("rank {rank}'s comm thread panicked")))?;
-        // A failed collective shows first as a hang-up to the reducer: report the cause.
-        match (res, comm_res) {
-            (Err(_), Err(e)) => Err(e),
-            (Err(e), Ok(())) => Err(e),
-            (Ok(t), _) => Ok((trace, t.skipped_steps)),
-        }
-    })?;
-    let bn = has_batch_norm(&mut p.model);
-    Ok(RankEnd {
-        lead: Lead::of(&rig, p, w, classes, lead, bn, skipped)?,
-        trace,
-        bucket_lens,
-    })
+        } = self;
+        let model = &mut p.model;
+        visit_result(model, |p| sync.broadcast(&mut p.w, 0))?;
+        broadcast_buffers(model, sync.as_ref(), &dev)?;
+        let layout = ParamLayout::of(model);
+        let (job_tx, job_rx) = channel();
+        let (done_tx, done_rx) = channel();
+        let grad: Arc<dyn Collective> = Arc::new(grad_ring);
+        let cap = bucket_mb.saturating_mul(1 << 20);
+        let reducer = Reducer::new(layout, cap, &dev, job_tx, done_rx, t0);
+        let bucket_lens = reducer.bucket_lens();
+        let (trace, trained) = std::thread::scope(|s| {
+            let comm_clock = Arc::clone(&clock);
+            let comm = std::thread::Builder::new()
+                .name(format!("tune-ddp-comm{rank}"))
+                .spawn_scoped(s, move || comm_loop(grad, job_rx, done_tx, comm_clock, t0))
+                .map_err(|e| {
+                    Error::Runtime(format!("cannot start rank {rank}'s comm thread: {e}"))
+                })?;
+            let mut ddp = Ddp {
+                rank,
+                dev: &dev,
+                reducer,
+                sync: sync.as_ref(),
+                clock: &clock,
+                t0,
+                reports: &reports,
+                verify,
+                trace: RankTrace::default(),
+                at: StepMarks::default(),
+            };
+            let res = l.run(p, &mut ddp);
+            let Ddp { reducer, trace, .. } = ddp;
+            // Hanging up ends the communication thread's loop.
+            drop(reducer);
+            let comm_res = comm
+                .join()
+                .map_err(|_| Error::Runtime(format!("rank {rank}'s comm thread panicked")))?;
+            match (res, comm_res) {
+                (Err(_), Err(e)) => Err(e),
+                (Err(e), Ok(())) => Err(e),
+                (Ok(t), _) => Ok((trace, t)),
+            }
+        })?;
+        let bn = has_batch_norm(&mut p.model);
+        Ok(Synced::new(trained, bn, (trace, bucket_lens)))
+    }
 }
 
 /// What one step's hooks measured, for the rank's report at its end.

@@ -24,15 +24,15 @@ use crate::engine::clock::HostClock;
 use crate::engine::collective::PEER_STOPPED;
 use crate::engine::cpu::{CpuExec, CpuRig};
 use crate::engine::device::{Device, MemCategory};
-use crate::engine::launcher::{self, DeviceThread};
+use crate::engine::launcher::{self, DeviceThread, GradSync, Lead, Looper, Prepared, Synced, Work};
 use crate::engine::nn::model::Model;
 use crate::engine::nn::zoo;
 use crate::engine::ops::layer::Ctx;
 use crate::engine::parallel::summary::{ClockReading, DeviceClock, DeviceStep};
-use crate::engine::parallel::{collect, has_batch_norm, pool, Lead, Outcome, StepReport, Trace};
+use crate::engine::parallel::{collect, has_batch_norm, pool, Outcome, StepReport, Trace};
 use crate::engine::step::Strategy;
 use crate::engine::tensor::Tensor;
-use crate::engine::vocab::{Feed, NoObserver, Observer, Source, StepEvent, Workload};
+use crate::engine::vocab::{Feed, NoObserver, Observer, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 
@@ -82,21 +82,35 @@ pub(super) fn run(
         to.push(cmd_tx);
         from.push(rep_rx);
     }
-    let driver = Driver {
-        w,
-        k,
+    let rig = CpuRig {
+        dev: Arc::clone(&devs[0]),
+        sync_bn: None,
+    };
+    let dp = Dp {
         devs,
         clocks: &clocks,
-        feed,
-        source,
+        rows: k.batch_size / n,
         to,
         from,
         reports: tx,
+        at: DpMarks::default(),
+    };
+    let work = Work {
+        source,
+        classes: feed.classes,
+        lead: Some(feed),
+    };
+    // Device 0 runs the one loop on the whole batch with the DP strategy, then evaluates
+    // the module. No scaler: mixed precision is refused for multi-device runs.
+    let driver = move || {
+        pool(rig.dev.threads, "tune-dev0")?
+            .install(|| launcher::device(&rig, dp, work, (w, k), &mut NoObserver, Instant::now()))
+            .map(|r| Some(r.lead))
     };
     // Device 0 first: replicas end when the driver hangs up, so their errors matter only
     // if the driver reports none of its own.
     let mut threads_of: Vec<DeviceThread<'_, Option<Lead>>> =
-        vec![("tune-dp-dev0".into(), Box::new(move || driver_main(driver)))];
+        vec![("tune-dp-dev0".into(), Box::new(driver))];
     threads_of.extend(replicas);
     let (collected, lead) =
         launcher::spread(threads_of, |_| collect(rx, 1, &threads, false, w, obs));
@@ -106,7 +120,7 @@ pub(super) fn run(
         .next()
         .ok_or_else(|| Error::Runtime("dp: device 0 returned nothing".into()))?;
     // Device 0's memory as training left it; the replicas' now.
-    let mut snaps = vec![lead.end.snap.clone()];
+    let mut snaps = vec![lead.snap.clone()];
     snaps.extend(devs[1..].iter().map(|d| d.mem().snapshot()));
     Ok((
         Outcome {
@@ -207,23 +221,6 @@ fn replica_loop(
     Ok(())
 }
 
-struct Driver<'a> {
-    w: &'a Workload,
-    k: &'a Knobs,
-    devs: &'a [Arc<Device>],
-    clocks: &'a [Arc<DeviceClock>],
-    feed: &'a Feed,
-    source: Source,
-    to: Vec<Sender<Cmd>>,
-    from: Vec<Receiver<Result<Reply>>>,
-    reports: Sender<StepReport>,
-}
-
-fn driver_main(d: Driver<'_>) -> Result<Option<Lead>> {
-    let p = pool(d.devs[0].threads, "tune-dev0")?;
-    p.install(|| d.train()).map(Some)
-}
-
 /// Rows `i*b..(i+1)*b` of a row-major tensor, copied into `dev`'s arena.
 fn rows(t: &Tensor, i: usize, b: usize, dev: &Device) -> Result<Tensor> {
     let row: usize = t.shape()[1..].iter().product();
@@ -233,58 +230,13 @@ fn rows(t: &Tensor, i: usize, b: usize, dev: &Device) -> Result<Tensor> {
     Tensor::from_vec(&shape, v, MemCategory::Activations, dev.mem())
 }
 
-impl Driver<'_> {
-    /// Device 0 runs the one step loop on the whole batch with the DP strategy, then
-    /// evaluates the module.
-    fn train(self) -> Result<Lead> {
-        let Driver {
-            w,
-            k,
-            devs,
-            clocks,
-            feed,
-            mut source,
-            to,
-            from,
-            reports,
-        } = self;
-        let rig = CpuRig {
-            dev: Arc::clone(&devs[0]),
-            sync_bn: None,
-        };
-        let mut p = launcher::prepare(&rig, w, k, feed.classes, &mut NoObserver)?;
-        let mut dp = Dp {
-            devs,
-            clocks,
-            rows: k.batch_size / devs.len(),
-            to,
-            from,
-            reports,
-            at: DpMarks::default(),
-        };
-        // No scaler: mixed precision is refused for multi-device runs.
-        let trained = launcher::run_loop(
-            &rig,
-            &mut p,
-            &mut dp,
-            &mut source,
-            w,
-            k,
-            &mut NoObserver,
-            Instant::now(),
-        )?;
+impl GradSync<CpuRig> for Dp<'_> {
+    type Out = ();
+    fn around(mut self, p: &mut Prepared<CpuRig>, l: Looper<'_, CpuRig>) -> Result<Synced<()>> {
+        let trained = l.run(p, &mut self)?;
         // Hanging up ends the replicas' loops.
-        drop(dp);
-        let bn = has_batch_norm(&mut p.model);
-        Lead::of(
-            &rig,
-            p,
-            w,
-            feed.classes,
-            Some(feed),
-            bn,
-            trained.skipped_steps,
-        )
+        drop(self);
+        Ok(Synced::new(trained, has_batch_norm(&mut p.model), ()))
     }
 }
 

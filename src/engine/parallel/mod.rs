@@ -25,8 +25,10 @@
 //! - SyncBatchNorm statistics over the global batch are `ops/sync_bn.rs` (a layer's work).
 //! - `summary.rs`: the per-device summary and imbalance figures.
 //!
-//! The launcher here owns the data, starts the device threads, turns their per-step
-//! reports into the run's `StepEvent`s and builds the `RunSummary`.
+//! Each device that trains runs the launcher's one body (`launcher::device`) with its
+//! strategy's `launcher::GradSync`; this module owns the CPU run around them: the data,
+//! the device threads, their per-step reports turned into the run's `StepEvent`s, and
+//! the `RunSummary` (`run_summary`, the one ending for both backends).
 
 pub mod bucket;
 pub mod collective;
@@ -49,7 +51,7 @@ use crate::engine::caps::{self, Layout};
 use crate::engine::clock::Phases;
 use crate::engine::device::{Backend, Device, MemCategory, MemSnapshot};
 pub(crate) use crate::engine::launcher::join_all;
-use crate::engine::launcher::{self, note_choices, End, Prepared, Rig};
+use crate::engine::launcher::{note_choices, Lead};
 use crate::engine::nn::model::Model;
 use crate::engine::parallel::summary::{summarize, DeviceStep, DeviceTotals};
 use crate::engine::vocab::{Feed, Measured, Observer, RunSummary, StepEvent, Workload};
@@ -287,42 +289,6 @@ pub(crate) fn multi_summary(
     RunSummary::from_measured(w, k, backend, params, m, &top, devices, imbalance)
 }
 
-/// What the lead device (DP's device 0, this process's first DDP rank) hands back, on
-/// every backend.
-pub(crate) struct Lead {
-    pub params: usize,
-    /// Whether SyncBatchNorm had a batch norm to act on (read only under `sync_bn`).
-    pub has_batch_norm: bool,
-    pub end: End,
-    /// The loss scaler's skipped steps and final scale (the same on every rank: each
-    /// checks the averaged gradients).
-    pub skipped_steps: Vec<usize>,
-    pub loss_scale: Option<f32>,
-}
-
-impl Lead {
-    /// The end of a device's run on any backend: [`launcher::finish`], evaluating and
-    /// recording only where `lead` holds the run's data.
-    pub(crate) fn of<R: Rig>(
-        rig: &R,
-        mut p: Prepared<R>,
-        w: &Workload,
-        classes: usize,
-        lead: Option<&Feed>,
-        has_batch_norm: bool,
-        skipped_steps: Vec<usize>,
-    ) -> Result<Lead> {
-        let end = launcher::finish(rig, &mut p, w, classes, lead)?;
-        Ok(Lead {
-            params: p.params,
-            has_batch_norm,
-            end,
-            skipped_steps,
-            loss_scale: p.loss_scale(),
-        })
-    }
-}
-
 /// Whether a CPU model holds a batch norm (a layer with buffers).
 pub(crate) fn has_batch_norm(model: &mut Model) -> bool {
     let mut bn = false;
@@ -355,10 +321,10 @@ pub(crate) fn run_summary(
         obs.on_note(&format!("sync_bn: not applicable ({why})"));
         not_applicable.insert("sync_bn".into(), why);
     }
-    note_choices(obs, &lead.end.algorithms);
+    note_choices(obs, &lead.algorithms);
     Ok(RunSummary {
-        accuracy: lead.end.accuracy,
-        algorithms: lead.end.algorithms,
+        accuracy: lead.accuracy,
+        algorithms: lead.algorithms,
         skipped_steps: lead.skipped_steps,
         loss_scale_final: lead.loss_scale,
         not_applicable,

@@ -14,12 +14,13 @@ use std::time::Instant;
 use cudarc::driver::CudaContext;
 use cudarc::nccl::safe::Id;
 
-use super::{nccl_version, rank_main, summarize, Rank, RankEnd};
+use super::{nccl_version, rank_main, summarize, Rank};
 use crate::engine::collective::{Collective, ReduceOp};
 use crate::engine::cuda::gpu::{nccl_err, Gpu};
 use crate::engine::cuda::libs;
+use crate::engine::cuda::train::GpuRig;
 use crate::engine::device::Device;
-use crate::engine::launcher::{self, DeviceThread};
+use crate::engine::launcher::{self, DeviceThread, Ran, Work};
 use crate::engine::parallel::launch::Launch;
 use crate::engine::parallel::{dist, settings, tcp};
 use crate::engine::vocab::{Feed, Observer, RunSummary, Workload};
@@ -75,25 +76,27 @@ pub(super) fn run(
     let feed = Feed::open(w, k)?;
     let per_rank = k.batch_size / l.world;
     let (tx, rx) = channel();
-    let rank = Rank {
-        w,
-        k,
-        rank: l.rank,
-        world: l.world,
+    let rig = GpuRig {
         gpu: Arc::clone(&gpu),
         dev: Arc::clone(&dev),
+    };
+    let rank = Rank {
+        rank: l.rank,
+        world: l.world,
         id,
-        classes: feed.classes,
-        source: feed.source(w, k, l.rank, l.world, per_rank)?,
         reports: tx.clone(),
         verify,
+    };
+    let work = Work {
+        source: feed.source(w, k, l.rank, l.world, per_rank)?,
+        classes: feed.classes,
         lead: (l.rank == 0).then_some(&feed),
     };
     let threads = joined.threads.clone();
     let role = joined.role;
-    let one: Vec<DeviceThread<'_, RankEnd>> = vec![(
+    let one: Vec<DeviceThread<'_, Ran<Vec<usize>>>> = vec![(
         format!("tune-gpu-rank{}", l.rank),
-        Box::new(move || rank_main(rank)),
+        Box::new(move || rank_main(rig, rank, work, (w, k))),
     )];
     let ((collected, tail), ends) = launcher::spread(one, |s| {
         dist::route(s, Some(role), tx, rx, (1, l.world), &threads, w, obs)
@@ -114,8 +117,8 @@ pub(super) fn run(
         ))),
         (end, _) => end,
     }?;
-    let mut snaps = vec![end.lead.end.snap.clone()];
-    snaps.extend(dist::finish(tail, l.rank, &end.lead.end.snap)?);
+    let mut snaps = vec![end.lead.snap.clone()];
+    snaps.extend(dist::finish(tail, l.rank, &end.lead.snap)?);
     summarize(
         w,
         k,
