@@ -2,7 +2,7 @@
 //! machine, by how much, and why.
 //!
 //! One folder per stage, stacked; a stage imports only the stages below it
-//! (tests/stages.rs holds the order and fails on a back-edge), bottom to top:
+//! (tests/quick/stages.rs holds the order and fails on a back-edge), bottom to top:
 //! base (`error`, `fsio`, `limits`, `knobs`, `stats`, `process`) → `engine` (trains) →
 //! `spec` (what to measure: spec and plan) → `results` (what was measured: trial records,
 //! the report model) → `runner` (sweeps through an `Executor`) → `bridge` (PyTorch jobs) →

@@ -8,8 +8,9 @@
 #[path = "pytorch/support.rs"]
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -30,6 +31,54 @@ fn watch(py: &Path, out: &Path, args: &[&str]) -> (Output, Value) {
 }
 
 use support::show;
+
+/// A watch run shared by two tests (each run is a Python start and `import torch`, the
+/// bulk of its seconds): its folder under the target dir, its output and report.json.
+type Shared = (PathBuf, Output, Value);
+
+/// The plain job with a DataLoader, 24 tokens a sample: the first test's job without the
+/// planted first step, and the token test's loader case.
+fn loader_job(py: &Path) -> &'static Shared {
+    static RUN: OnceLock<Shared> = OnceLock::new();
+    RUN.get_or_init(|| shared(py, "loader", &["--loader", "--seq", "24", "--steps", "40"]))
+}
+
+/// The job fed directly from memory, 24 tokens a sample, 10 ms of sleep a forward: the
+/// compare test's quicker watch, and the token test's direct case.
+fn direct_job(py: &Path) -> &'static Shared {
+    static RUN: OnceLock<Shared> = OnceLock::new();
+    RUN.get_or_init(|| {
+        shared(
+            py,
+            "direct",
+            &["--seq", "24", "--steps", "40", "--sleep-ms", "10"],
+        )
+    })
+}
+
+fn shared(py: &Path, name: &str, args: &[&str]) -> Shared {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("pytorch_watch_timeline")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&out);
+    let (o, r) = watch(py, &out, args);
+    (out, o, r)
+}
+
+/// Every step is 16 sequences of 24 tokens: exactly 24 tokens per sample, said on stderr.
+fn tokens_per_sample_is_24(name: &str, o: &Output, r: &Value) {
+    assert!(o.status.success(), "{name}: {}", show(o));
+    let p = &r["python"];
+    let samples = p["samples_per_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{name}: {p}"));
+    let tokens = p["tokens_per_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{name}: {p}"));
+    assert!((tokens / samples - 24.0).abs() < 1e-6, "{name}: {p}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("tokens/s"), "{name}: {err}");
+}
 
 fn kinds(r: &Value) -> Vec<String> {
     r["findings"]
@@ -136,10 +185,10 @@ fn a_slow_first_step_is_named_as_warmup_drawn_and_traced() {
     check_trace(&r, &trace);
 
     // The same job without the planted first-step cost: no warm-up finding.
-    let (o, r) = watch(&py, &d.path().join("quick"), &["--loader", "--steps", "40"]);
-    assert!(o.status.success(), "{}", show(&o));
+    let (_, o, r) = loader_job(&py);
+    assert!(o.status.success(), "{}", show(o));
     assert!(
-        !kinds(&r).contains(&"warmup".to_string()),
+        !kinds(r).contains(&"warmup".to_string()),
         "{}",
         r["findings"]
     );
@@ -151,26 +200,11 @@ fn token_ids_give_tokens_per_second_beside_samples() {
     let Some(py) = support::python("token_ids_give_tokens_per_second_beside_samples") else {
         return;
     };
-    let d = tempfile::tempdir().unwrap();
-    for (name, extra) in [("loader", &["--loader"][..]), ("direct", &[][..])] {
-        let (o, r) = watch(
-            &py,
-            &d.path().join(name),
-            &[&["--seq", "24", "--batch", "16"], extra].concat(),
-        );
-        assert!(o.status.success(), "{}", show(&o));
-        let p = &r["python"];
-        let samples = p["samples_per_s"]
-            .as_f64()
-            .unwrap_or_else(|| panic!("{name}: {p}"));
-        let tokens = p["tokens_per_s"]
-            .as_f64()
-            .unwrap_or_else(|| panic!("{name}: {p}"));
-        // Every step is 16 sequences of 24 tokens: exactly 24 tokens per sample.
-        assert!((tokens / samples - 24.0).abs() < 1e-6, "{name}: {p}");
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("tokens/s"), "{name}: {err}");
-    }
+    // Batches of 16 sequences of 24 tokens, from a DataLoader and fed directly.
+    let (_, o, r) = loader_job(&py);
+    tokens_per_sample_is_24("loader", o, r);
+    let (_, o, r) = direct_job(&py);
+    tokens_per_sample_is_24("direct", o, r);
 }
 
 #[test]
@@ -180,15 +214,19 @@ fn compare_of_two_watches_tests_step_time_and_samples() {
         return;
     };
     let d = tempfile::tempdir().unwrap();
-    let (a, b) = (d.path().join("a"), d.path().join("b"));
     // B sleeps 40 ms more in every forward: about 2x the step or more, far from noise.
-    let (o, _) = watch(&py, &a, &["--steps", "40", "--sleep-ms", "10"]);
-    assert!(o.status.success(), "{}", show(&o));
-    let (o, _) = watch(&py, &b, &["--steps", "40", "--sleep-ms", "50"]);
+    let (a, o, _) = direct_job(&py);
+    assert!(o.status.success(), "{}", show(o));
+    let b = d.path().join("b");
+    let (o, _) = watch(
+        &py,
+        &b,
+        &["--seq", "24", "--steps", "40", "--sleep-ms", "50"],
+    );
     assert!(o.status.success(), "{}", show(&o));
     let o = Command::new(env!("CARGO_BIN_EXE_tune"))
         .args(["compare", "--json"])
-        .arg(&a)
+        .arg(a)
         .arg(&b)
         .output()
         .unwrap();
@@ -220,7 +258,7 @@ fn compare_of_two_watches_tests_step_time_and_samples() {
     );
     let o = Command::new(env!("CARGO_BIN_EXE_tune"))
         .arg("compare")
-        .arg(&a)
+        .arg(a)
         .arg(&b)
         .output()
         .unwrap();

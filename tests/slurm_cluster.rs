@@ -4,18 +4,19 @@
 //!
 //! Every sweep gets a name of its own, so the jobs it submitted can be told apart in
 //! `squeue --states=all` (which remembers finished jobs for an hour here) from those of
-//! earlier runs. The drained-node test drains the one node, so it runs alone: it takes
-//! `CLUSTER` for writing, every other test for reading.
+//! earlier runs. The drained-node sweep drains the one node, so it runs alone, before any
+//! other test submits a job (`drained_first`); the other tests then share the cluster.
+//! The test that waits for Slurm's own one-minute limit is named to start first, so the
+//! others run beside its minute instead of after it (this binary took 101 s when the
+//! drained test waited for that minute to end, then ran alone).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::RwLock;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-static CLUSTER: RwLock<()> = RwLock::new(());
 
 fn tune() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tune"))
@@ -52,6 +53,7 @@ fn cluster(test: &str) -> bool {
         }
     }
     if answers() {
+        drained_first();
         return true;
     }
     let why = format!("{test}: skipped: Slurm does not answer (squeue failed; run scripts/slurm-local.sh start as root after apt-get install slurm-wlm munge)");
@@ -164,7 +166,6 @@ fn a_sweep_runs_on_the_cluster_and_is_reported() {
     if !cluster("a_sweep_runs_on_the_cluster_and_is_reported") {
         return;
     }
-    let _shared = CLUSTER.read().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let name = unique("e2e");
     let spec = write_spec(
@@ -222,7 +223,6 @@ fn a_ddp_trial_runs_one_rank_per_srun_task() {
     if !cluster("a_ddp_trial_runs_one_rank_per_srun_task") {
         return;
     }
-    let _shared = CLUSTER.read().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let name = unique("ddp");
     let spec = write_spec(
@@ -287,7 +287,6 @@ fn a_killed_sweep_resumes_its_jobs_without_submitting_twice() {
     if !cluster("a_killed_sweep_resumes_its_jobs_without_submitting_twice") {
         return;
     }
-    let _shared = CLUSTER.read().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let name = unique("resume");
     let spec = write_spec(
@@ -363,7 +362,6 @@ fn ctrl_c_cancels_the_jobs_it_submitted_and_says_so() {
     if !cluster("ctrl_c_cancels_the_jobs_it_submitted_and_says_so") {
         return;
     }
-    let _shared = CLUSTER.read().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let name = unique("sigint");
     let spec = write_spec(
@@ -413,7 +411,6 @@ fn a_bad_partition_and_the_trial_limit_each_get_a_clear_status() {
     if !cluster("a_bad_partition_and_the_trial_limit_each_get_a_clear_status") {
         return;
     }
-    let _shared = CLUSTER.read().unwrap_or_else(|e| e.into_inner());
     // A partition that does not exist: sbatch refuses every job, the sweep still ends
     // with a report saying so.
     let dir = tempfile::tempdir().unwrap();
@@ -458,13 +455,14 @@ fn a_bad_partition_and_the_trial_limit_each_get_a_clear_status() {
 }
 
 /// Slurm's own time limit (a minute, its smallest): the job ends as TIMEOUT, the trial
-/// as `timeout`, and the sweep goes on. The one test that takes a minute.
+/// as `timeout`, and the sweep goes on. The one test that takes a minute: "a_1" sorts it
+/// before every other test of this file, and the test harness starts tests in name order,
+/// so the others run beside that minute.
 #[test]
-fn a_job_slurm_times_out_is_a_timeout() {
-    if !cluster("a_job_slurm_times_out_is_a_timeout") {
+fn a_1_minute_slurm_limit_ends_the_job_as_a_timeout() {
+    if !cluster("a_1_minute_slurm_limit_ends_the_job_as_a_timeout") {
         return;
     }
-    let _shared = CLUSTER.read().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let name = unique("slurmtime");
     let spec = write_spec(
@@ -491,7 +489,7 @@ fn a_job_slurm_times_out_is_a_timeout() {
     assert!(jobs_named(&name).values().any(|(s, _)| s == "TIMEOUT"));
 }
 
-/// Puts the node back however the test ends.
+/// Puts the node back however the sweep ends.
 struct Undrain(String);
 
 impl Drop for Undrain {
@@ -502,24 +500,30 @@ impl Drop for Undrain {
     }
 }
 
-#[test]
-fn a_trial_stuck_on_a_drained_node_fails_clearly_and_the_sweep_ends() {
-    if !cluster("a_trial_stuck_on_a_drained_node_fails_clearly_and_the_sweep_ends") {
-        return;
-    }
-    // Alone: a drained node holds every other test's jobs back.
-    let _alone = CLUSTER.write().unwrap_or_else(|e| e.into_inner());
+/// What the drained-node sweep did: its output and report, or why it could not run.
+type Drained = Result<(Output, Value), String>;
+
+/// The drained-node sweep, run once per test binary by the first test that finds the
+/// cluster, while every other test waits here: a drained node would hold their jobs back.
+fn drained_first() -> &'static Drained {
+    static DRAINED: OnceLock<Drained> = OnceLock::new();
+    DRAINED.get_or_init(run_on_a_drained_node)
+}
+
+fn run_on_a_drained_node() -> Drained {
     let o = Command::new("sinfo")
         .args(["--noheader", "-N", "-o", "%N"])
         .output()
-        .unwrap();
+        .map_err(|e| format!("sinfo: {e}"))?;
     let node = String::from_utf8_lossy(&o.stdout)
         .lines()
         .next()
         .unwrap_or("")
         .trim()
         .to_string();
-    assert!(!node.is_empty(), "{}", show(&o));
+    if node.is_empty() {
+        return Err(format!("no node in sinfo: {}", show(&o)));
+    }
     let s = Command::new("scontrol")
         .args([
             "update",
@@ -528,10 +532,12 @@ fn a_trial_stuck_on_a_drained_node_fails_clearly_and_the_sweep_ends() {
             "reason=tune-test",
         ])
         .status()
-        .unwrap();
-    assert!(s.success());
+        .map_err(|e| format!("scontrol: {e}"))?;
+    if !s.success() {
+        return Err(format!("scontrol could not drain {node}: {s}"));
+    }
     let _undrain = Undrain(node);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let spec = write_spec(
         dir.path(),
         &unique("drained"),
@@ -540,12 +546,29 @@ fn a_trial_stuck_on_a_drained_node_fails_clearly_and_the_sweep_ends() {
         "pending_timeout_s = 3",
     );
     let out = dir.path().join("out");
-    let o = sweep(&spec, &out, None).output().unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    let rep = report(&out);
-    both_failed(&rep, &["never started"]);
+    let o = sweep(&spec, &out, None)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let rep = std::fs::read_to_string(out.join("report.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    Ok((o, rep))
+}
+
+#[test]
+fn a_trial_stuck_on_a_drained_node_fails_clearly_and_the_sweep_ends() {
+    if !cluster("a_trial_stuck_on_a_drained_node_fails_clearly_and_the_sweep_ends") {
+        return;
+    }
+    let (o, rep) = match drained_first() {
+        Ok(d) => d,
+        Err(e) => panic!("the drained-node sweep did not run: {e}"),
+    };
+    assert_eq!(o.status.code(), Some(1), "{}", show(o));
+    both_failed(rep, &["never started"]);
     for label in ["baseline", "batch_size=32"] {
-        let e = trial(&rep, label)["error"].as_str().unwrap();
+        let e = trial(rep, label)["error"].as_str().unwrap();
         assert!(
             e.contains("ReqNodeNotAvail") || e.contains("DRAINED"),
             "{e}"

@@ -3,8 +3,7 @@
 //! and one line that names where, before anything is created or run. Everything runs
 //! the real binary on temporary folders.
 
-#[path = "common/cli.rs"]
-mod cli;
+use crate::cli;
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};

@@ -5,8 +5,7 @@
 //! schedule is the one an uninterrupted sweep has. A cheap shell command workload (no
 //! PyTorch, no engine): the schedule, not the figures, is under test.
 
-#[path = "common/cli.rs"]
-mod cli;
+use crate::cli;
 
 use std::path::Path;
 use std::process::Stdio;

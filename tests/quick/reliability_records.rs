@@ -4,8 +4,7 @@
 //! confirmation is journaled once; `--out` never overwrites another report. Every test
 //! runs the real binary on real files and processes.
 
-#[path = "common/cli.rs"]
-mod cli;
+use crate::cli;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

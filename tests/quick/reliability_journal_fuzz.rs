@@ -15,8 +15,7 @@ use tune::engine::train::RunSummary;
 use tune::report::{read_journal, Report};
 use tune::spec::Spec;
 
-#[path = "common/mutate.rs"]
-mod mutate;
+use crate::mutate;
 use mutate::{leaves, mutate, EXTREMES};
 
 /// A journal of a real sweep (`tests/corpus/journal/README.md` says how it was made):

@@ -183,7 +183,7 @@ fn back_edges(src: &Path) -> Vec<String> {
         }
         let Some(rank) = rank_of(&module) else {
             problems.push(format!(
-                "{shown}: top-level module `{module}` has no stage: add it to STAGES in tests/stages.rs"
+                "{shown}: top-level module `{module}` has no stage: add it to STAGES in tests/quick/stages.rs"
             ));
             continue;
         };

@@ -5,7 +5,7 @@
 //! Without tmux the tests print why and pass; with `TUNE_REQUIRE_TMUX=1` (set by
 //! `.ci/run`) they fail instead. The tmux helper is `tests/common/tmux.rs`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

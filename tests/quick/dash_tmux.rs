@@ -6,7 +6,7 @@
 //! Without tmux the tests print why and pass; with `TUNE_REQUIRE_TMUX=1` (set by
 //! `.ci/run`) they fail instead.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

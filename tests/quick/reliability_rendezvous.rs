@@ -4,8 +4,7 @@
 //! ranks until its deadline; with `MASTER_ADDR` on this host's loopback, rank 0 listens
 //! there only. Real `tune train` ranks over real sockets.
 
-#[path = "common/cli.rs"]
-mod cli;
+use crate::cli;
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};

@@ -4,8 +4,7 @@
 //! runs out of memory it says so instead of blaming the batch. Everything runs the real
 //! binary, under a data-segment cap so a regression dies instead of eating the machine.
 
-#[path = "common/cli.rs"]
-mod cli;
+use crate::cli;
 
 use std::fmt::Write as _;
 use std::path::Path;

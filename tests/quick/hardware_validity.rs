@@ -7,8 +7,7 @@
 //! `--fail-on-contaminated`). Real binary, real processes and files. The GPU side
 //! (throttling, a foreign process, energy) is in tests/gpu_nvml.rs on the NVML stand-in.
 
-#[path = "common/cli.rs"]
-mod cli;
+use crate::cli;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

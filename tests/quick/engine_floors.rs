@@ -384,7 +384,7 @@ fn read_stage(engine: &Path, stage: &str, floored: bool) -> Graph {
         let floor = if floored { floor_of(rel) } else { Some(0) };
         let Some(floor) = floor else {
             g.problems.push(format!(
-                "{shown}: no floor places it: add it to FLOORS in tests/engine_floors.rs"
+                "{shown}: no floor places it: add it to FLOORS in tests/quick/engine_floors.rs"
             ));
             continue;
         };

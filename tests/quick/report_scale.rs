@@ -6,8 +6,7 @@
 //! (`report::chart_key`). The timings are benchmarks in docs/performance.md ("Scale of
 //! the faces").
 
-#[path = "common/cli.rs"]
-mod cli;
+use crate::cli;
 
 use std::path::Path;
 use std::time::Duration;

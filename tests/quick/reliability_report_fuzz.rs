@@ -12,8 +12,7 @@ use proptest::prelude::*;
 use serde_json::Value;
 use tune::report::{html, markdown, Report};
 
-#[path = "common/mutate.rs"]
-mod mutate;
+use crate::mutate;
 use mutate::{leaves, mutate};
 
 /// Renders on a worker thread; a render that does not finish in time fails the test.

@@ -5,8 +5,7 @@
 //! comment, a here-document, after a backslash or a `$`) is refused when the spec is
 //! read. Checked against the real `sh -c`, byte for byte.
 
-#[path = "common/cli.rs"]
-mod cli;
+use crate::cli;
 
 use std::path::Path;
 use std::process::Command;
