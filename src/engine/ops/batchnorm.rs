@@ -548,7 +548,7 @@ impl BatchNorm2d {
         need_dx: bool,
     ) -> Result<Option<Vec<bf16>>> {
         let c = self.c;
-        if xh.len() != dy.len() || xh.len() % c != 0 {
+        if xh.len() != dy.len() || !xh.len().is_multiple_of(c) {
             return Err(Error::Shape {
                 op: "batchnorm",
                 msg: format!("gradient of {} values for {} saved", dy.len(), xh.len()),
