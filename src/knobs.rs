@@ -750,17 +750,6 @@ impl Knobs {
         self.get(name).or_else(|| self.params.get(name).cloned())
     }
 
-    /// Sets a knob, or a user parameter when `name` is no knob: the spec's reader has
-    /// already refused names that are neither.
-    pub fn set_or_param(&mut self, name: &str, value: &str) -> Result<()> {
-        if knob(name).is_some() {
-            self.set(name, value)
-        } else {
-            self.params.insert(name.to_string(), value.to_string());
-            Ok(())
-        }
-    }
-
     /// A short label naming only the knobs (then the user parameters, by name) that
     /// differ from `base`.
     pub fn diff_label(&self, base: &Knobs) -> String {

@@ -1,8 +1,9 @@
-//! The confirmation of a sweep's recommendations (#31), on a cheap shell command whose
-//! speeds are planted (no PyTorch, no engine): the order of its paired runs, and what it
-//! leaves out. The first run of the baseline is slow (a busy minute), every later run of
-//! it quick; `a=1` runs exactly as fast as the quick baseline (no effect, a win only
-//! against the busy run), `b=1` twice as fast (a real gain), `c` changes nothing.
+//! Drift cannot make a win (#31), on cheap shell commands whose speeds are planted (no
+//! PyTorch, no engine): the order of a sweep's repeats, and the confirmation of its
+//! recommendations (the order of its paired runs, and what it leaves out). In the
+//! confirmation's sweep the first run of the baseline is slow (a busy minute), every later
+//! run of it quick; `a=1` runs exactly as fast as the quick baseline (no effect, a win
+//! only against the busy run), `b=1` twice as fast (a real gain), `c` changes nothing.
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -97,4 +98,186 @@ fn a_withdrawn_change_is_neither_confirmed_nor_shown_in_the_confirmation_and_pai
         }
         assert!(text.contains("withdrawn"), "{face}:\n{text}");
     }
+}
+
+fn journal(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("journal.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// A sweep's repeats are spread over it, not run back to back (#31): with `repeats = 2`
+/// every trial's first run comes in plan order (the baseline again after three), then
+/// every trial's second, so a busy minute cannot fall on all of one trial's runs. A
+/// failing trial is not repeated; a sweep killed in the second pass and resumed keeps
+/// every journaled repeat and runs only the second runs it lacks.
+#[test]
+fn repeats_run_round_robin_through_the_sweep_and_resume_where_they_stopped() {
+    let d = tempfile::tempdir().unwrap();
+    // The plan: the baseline a=0, a=1, a=2, a=3 (always crashes), the baseline again, a=4.
+    // The first pass's runs take over a second, so each is journaled as a repeat; a=2's
+    // second run hangs the first time, and the sweep is killed there.
+    let spec = d.path().join("s.toml");
+    std::fs::write(
+        &spec,
+        "name = \"order\"\n[workload.command]\n\
+         run = \"echo {a} >> runs.log; if [ {a} = 3 ]; then exit 3; fi; \
+         if [ $(wc -l < runs.log) -le 6 ]; then sleep 1.05; fi; \
+         if [ {a} = 2 ] && [ $(grep -c '^2$' runs.log) = 2 ] && [ ! -e hung ]; then touch hung; sleep 60; fi; \
+         for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo samples/s: $((100 + i % 3)); done\"\n\
+         metric_regex = 'samples/s: ([0-9.]+)'\n\
+         [params]\na = [0, 1, 2, 3, 4]\n\
+         [search]\nstrategy = \"one-at-a-time\"\nrepeats = 2\ntimeout_s = 120\n",
+    )
+    .unwrap();
+    let out = d.path().join("out");
+    let err = std::fs::File::create(d.path().join("first.err")).unwrap();
+    let mut child = tune()
+        .current_dir(d.path())
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .env("TUNE_SAMPLE_MS", "0")
+        .stdout(std::process::Stdio::null())
+        .stderr(err)
+        .spawn()
+        .unwrap();
+    let hung = d.path().join("hung");
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while !hung.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = || std::fs::read_to_string(d.path().join("runs.log")).unwrap_or_default();
+    let first_err = std::fs::read_to_string(d.path().join("first.err")).unwrap_or_default();
+    assert!(hung.exists(), "a=2 never ran twice: {}\n{first_err}", log());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let runs = log();
+    // One repeat of each trial, in plan order with the baseline again after three; then
+    // the second pass. Back to back, this was 0 0 1 1 2 2 ...
+    assert_eq!(
+        runs.lines().collect::<Vec<_>>(),
+        ["0", "1", "2", "3", "0", "4", "0", "1", "2"],
+        "{first_err}"
+    );
+    let first_err = std::fs::read_to_string(d.path().join("first.err")).unwrap();
+    assert!(
+        first_err.contains("repeat 2 of 2: every trial once more"),
+        "{first_err}"
+    );
+    let before = journal(&out);
+    let done: Vec<&str> = before
+        .iter()
+        .filter(|v| v["type"] == "trial")
+        .filter_map(|v| v["label"].as_str())
+        .collect();
+    // The crash is journaled at once and not repeated; the baseline and a=1 finished in
+    // the second pass.
+    assert_eq!(done, ["a=3", "baseline", "a=1"], "{before:#?}");
+
+    let mut c = tune();
+    c.current_dir(d.path())
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .arg("--resume")
+        .env("TUNE_SAMPLE_MS", "0");
+    let o = output_within(&mut c, Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("resuming 'a=2' at repeat 2 of 2"),
+        "{}",
+        show(&o)
+    );
+    // Only the second runs that were missing: a=2's, the baseline's again, a=4's.
+    let resumed: Vec<String> = log().lines().skip(9).map(String::from).collect();
+    assert_eq!(resumed, ["2", "0", "4"], "{}", show(&o));
+    let after = journal(&out);
+    assert_eq!(
+        &after[..before.len()],
+        &before[..],
+        "the journal was rewritten"
+    );
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    for t in r["trials"].as_array().unwrap() {
+        let n = t["repeats"].as_array().map_or(0, Vec::len);
+        if t["label"] == "a=3" {
+            assert_ne!(t["status"], "ok", "{t}");
+            assert!(n <= 1, "{t}");
+        } else {
+            assert_eq!((&t["status"], n), (&Value::from("ok"), 2), "{t}");
+        }
+    }
+    let again = &r["baseline_runs"][0];
+    assert_eq!(
+        again["repeats"].as_array().map_or(0, Vec::len),
+        2,
+        "{again}"
+    );
+}
+
+/// A real 2x gain whose two sweep repeats landed apart (a noisy minute: 1.1x and 1.5x),
+/// then confirmed in four alternating pairs at 2x. The pairs decide: the confirmation is
+/// kept in the report and the change stands. Before, the confirmation's own baseline runs
+/// were turned against the noisy sweep trial (1.3x, short of its 31% noise margin), the
+/// change was "withdrawn" and its confirmation dropped from report.json.
+#[test]
+fn a_change_its_alternating_pairs_confirm_is_not_withdrawn_by_its_noisy_sweep_trial() {
+    let d = tempfile::tempdir().unwrap();
+    let spec = d.path().join("s.toml");
+    std::fs::write(
+        &spec,
+        "name = \"pairs\"\n[workload.command]\n\
+         run = \"echo {b} >> runs.log; r=100; \
+         if [ {b} = 1 ]; then n=$(grep -c 1 runs.log); \
+         if [ $n = 1 ]; then r=110; elif [ $n = 2 ]; then r=150; else r=200; fi; fi; \
+         for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo samples/s: $((r + i % 3)); done\"\n\
+         metric_regex = 'samples/s: ([0-9.]+)'\n\
+         [params]\nb = [0, 1]\n\
+         [search]\nstrategy = \"one-at-a-time\"\nrepeats = 2\ntimeout_s = 60\n",
+    )
+    .unwrap();
+    let mut c = tune();
+    c.current_dir(d.path())
+        .arg("sweep")
+        .arg(&spec)
+        .arg("--out")
+        .arg(d.path().join("out"))
+        .env("TUNE_SAMPLE_MS", "0");
+    let o = output_within(&mut c, Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path().join("out/report.json")).unwrap())
+            .unwrap();
+    let runs = std::fs::read_to_string(d.path().join("runs.log")).unwrap();
+    let runs: Vec<&str> = runs.lines().collect();
+    // The set-up: two repeats each in the plan (round-robin), then four alternating
+    // pairs.
+    assert_eq!(
+        runs,
+        ["0", "1", "0", "1", "0", "1", "1", "0", "0", "1", "1", "0"],
+        "{}",
+        show(&o)
+    );
+    let rec = r["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["change"]["b"] == "1")
+        .unwrap_or_else(|| panic!("b=1 not recommended: {r:#}"));
+    assert_ne!(rec["confidence"], "withdrawn", "{rec:#}\n{}", show(&o));
+    let c = &r["confirmation"];
+    assert_eq!(c["label"], "b=1", "the confirmation was dropped: {r:#}");
+    assert!(
+        matches!(c["verdict"].as_str(), Some("matches" | "better")),
+        "{c:#}"
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("confirmed"), "{stdout}");
 }

@@ -134,7 +134,7 @@ pub fn judge(report: &Report, recs: Vec<Recommendation>) -> (Vec<Recommendation>
     let jobs = report.spec.search.job_steps as f64;
     let mut kept = Vec::new();
     for mut rec in recs {
-        let mode = rec.change.get(KNOB).cloned();
+        let mode = rec.change.get(KNOB).map(str::to_string);
         let compiles = rec.kind == RecKind::Change
             && mode.as_deref().is_some_and(|m| m != "off")
             && mode != base_mode;
@@ -142,14 +142,11 @@ pub fn judge(report: &Report, recs: Vec<Recommendation>) -> (Vec<Recommendation>
             kept.push(rec);
             continue;
         }
-        let trial = report.trials.iter().find(|t| {
-            let mut want = cx.base_knobs().clone();
-            rec.change
-                .iter()
-                .all(|(k, v)| want.set_or_param(k, v).is_ok())
-                && t.knobs == want
-                && t.status == Status::Ok
-        });
+        let want = super::drift::recommended_knobs(report, &rec);
+        let trial = report
+            .trials
+            .iter()
+            .find(|t| t.knobs == want && t.status == Status::Ok);
         let verdict = match trial {
             None => Err("its trial was not found to measure the compile time".to_string()),
             Some(t) => break_even(&cx, t, base).map(|b| (t, b)),
@@ -218,8 +215,12 @@ mod tests {
             kind: RecKind::Change,
             ..Recommendation::default()
         };
-        rec.change.insert(KNOB.into(), "default".into());
-        let _ = r;
+        let t = r
+            .trials
+            .iter()
+            .find(|t| t.knobs.get(KNOB).as_deref() == Some("default"))
+            .unwrap();
+        rec.change = crate::spec::Change::of([KNOB], &t.knobs);
         rec
     }
 

@@ -89,9 +89,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
             .collect::<Vec<_>>()
             .join("; ");
         for knob in ["parallel", "devices"] {
-            if let Some(v) = x.knobs.get(knob) {
-                rec.change.insert(knob.into(), v);
-            }
+            rec.change.take(knob, &x.knobs);
         }
         return vec![rec];
     }
@@ -151,7 +149,7 @@ mod tests {
         assert_eq!(recs[0].tune_flag, "--grad-accum 2");
         let g = recs[0].expected_gain.unwrap();
         assert!(g.significant && g.ratio > 1.15, "{g:?}");
-        assert_eq!(recs[0].change["parallel"], "ddp");
+        assert_eq!(recs[0].change.get("parallel").unwrap(), "ddp");
     }
 
     #[test]

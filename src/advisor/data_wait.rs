@@ -225,7 +225,7 @@ mod tests {
             recs[0].finding.evidence
         );
         assert_eq!(recs[0].confidence, "high");
-        assert_eq!(recs[0].change["num_workers"], "2");
+        assert_eq!(recs[0].change.get("num_workers").unwrap(), "2");
     }
 
     #[test]
@@ -241,7 +241,7 @@ mod tests {
         );
         let recs = by_rule(&r, "data_wait");
         assert_eq!(recs.len(), 1, "{recs:?}");
-        assert_eq!(recs[0].change["num_workers"], "2", "{recs:?}");
+        assert_eq!(recs[0].change.get("num_workers").unwrap(), "2", "{recs:?}");
         assert!(
             recs[0].finding.evidence.contains("statistically tied"),
             "{}",
@@ -333,7 +333,7 @@ mod tests {
         );
         let recs = by_rule(&r, "data_wait");
         assert_eq!(recs.len(), 1, "{recs:?}");
-        assert_eq!(recs[0].change["num_workers"], "2", "{recs:?}");
+        assert_eq!(recs[0].change.get("num_workers").unwrap(), "2", "{recs:?}");
         assert!(
             recs[0].finding.title.contains("1818 MiB less memory"),
             "{}",
@@ -389,7 +389,7 @@ mod tests {
         let recs = crate::advisor::advise(&r);
         let x = recs
             .iter()
-            .find(|x| x.change.get("num_workers").map(String::as_str) == Some("2"))
+            .find(|x| x.change.get("num_workers") == Some("2"))
             .unwrap_or_else(|| panic!("{recs:?}"));
         assert!(
             x.finding

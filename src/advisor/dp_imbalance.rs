@@ -102,12 +102,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                     confidence: super::confidence(&r, noise).into(),
                     tune_flag: s.tune_flag,
                     pytorch: s.pytorch,
-                    change: [
-                        ("parallel".to_string(), "ddp".to_string()),
-                        ("devices".to_string(), n.to_string()),
-                    ]
-                    .into_iter()
-                    .collect(),
+                    change: crate::spec::Change::of(["parallel", "devices"], &d.knobs),
                     ..Recommendation::default()
                 });
             }

@@ -8,7 +8,7 @@
 
 use super::{fmt_ratio, Ctx};
 use crate::results::baselines::least;
-use crate::results::model::{Ratio, RecKind, Recommendation, Report, TrialReport};
+use crate::results::model::{BaselineRatio, Ratio, RecKind, Recommendation, Report, TrialReport};
 
 /// The least margin above 1 a gain must keep against the re-run. A bootstrap over one
 /// run's steps cannot see run-to-run variation (a sweep of one repeat has no noise
@@ -27,11 +27,15 @@ pub const WITHDRAWN: &str = "withdrawn";
 
 /// The plan trial that measured `rec`'s change: the baseline's knobs with the change.
 pub fn trial_of<'a>(r: &'a Report, rec: &Recommendation) -> Option<&'a TrialReport> {
-    let mut k = r.spec.search.baseline.clone();
-    for (n, v) in &rec.change {
-        k.set_or_param(n, v).ok()?;
-    }
+    let k = recommended_knobs(r, rec);
     r.trials.iter().find(|t| t.knobs == k)
+}
+
+/// The baseline's knobs with `rec`'s change: the configuration it recommends.
+pub fn recommended_knobs(r: &Report, rec: &Recommendation) -> crate::knobs::Knobs {
+    let mut k = r.spec.search.baseline.clone();
+    rec.change.apply(&mut k);
+    k
 }
 
 /// `rec`'s trial against the baseline's re-run after the sweep, when there is one.
@@ -70,6 +74,35 @@ pub fn margin(r: &Report, t: Option<&TrialReport>) -> f64 {
 /// interleaving, the baseline's re-run after the sweep). None when it is, or when there
 /// is nothing to compare with.
 pub fn withdrawn(r: &Report, rec: &Recommendation) -> Option<String> {
+    withdrawn_against(r, rec, |_| true)
+}
+
+/// `withdrawn` as the sweep saw it when it chose what to confirm: against the plan's own
+/// baseline runs only, not those run beside a confirmation. The confirmation's pairs
+/// are the better judge of a change they measured (side by side, alternating, so drift
+/// cancels); the old rule then turned the confirmation's own baseline runs against the
+/// change's earlier sweep trial and threw the confirmation away: a bf16 change measured
+/// 1.88x in four alternating pairs was "withdrawn" and its confirmation dropped from
+/// the report (`already_tuned.py`, this project's evaluation scripts).
+pub fn withdrawn_in_plan(r: &Report, rec: &Recommendation) -> Option<String> {
+    // As the runner had it: with the baseline run once in the plan, nothing to check.
+    let ok = |t: &TrialReport| t.status == crate::results::record::Status::Ok;
+    if !r.baseline_runs.iter().any(ok) {
+        return None;
+    }
+    let base_id = r.baseline.as_deref();
+    withdrawn_against(r, rec, |b| {
+        Some(b.baseline.as_str()) == base_id
+            || b.baseline
+                .starts_with(crate::results::baselines::AGAIN_PREFIX)
+    })
+}
+
+fn withdrawn_against(
+    r: &Report,
+    rec: &Recommendation,
+    counts: impl Fn(&BaselineRatio) -> bool,
+) -> Option<String> {
     let gain = rec.expected_gain?;
     // A tie (a change recommended for memory) claims no speed-up to withdraw.
     if rec.kind != RecKind::Change || gain.ratio <= 1.0 || !gain.significant {
@@ -77,7 +110,12 @@ pub fn withdrawn(r: &Report, rec: &Recommendation) -> Option<String> {
     }
     let t = trial_of(r, rec)?;
     let cx = Ctx::new(r);
-    let (after, which) = match least(t) {
+    let sides = t
+        .against
+        .iter()
+        .filter(|b| counts(b))
+        .min_by(|a, b| a.ratio.lo.total_cmp(&b.ratio.lo));
+    let (after, which) = match sides {
         Some(b) => (b.ratio, format!("the baseline run {} it", b.when)),
         None => {
             let rerun = r.confirmation.as_ref()?.baseline_rerun.as_ref()?;

@@ -6,46 +6,38 @@
 //! the user's command with the new value. It runs after the phase rules and only speaks
 //! for knobs they left alone, so a phase rule's "why" is never duplicated.
 
-use std::collections::BTreeMap;
-
 use super::{effect_evidence, flag, Ctx, Say};
 use crate::knobs::Knobs;
 use crate::results::model::{Recommendation, TrialReport};
 use crate::results::Finding;
-use crate::spec::Workload;
+use crate::spec::{Change, Workload};
 
 /// Knobs and `[params]` where `t` differs from the baseline, with `t`'s values.
-pub(crate) fn changed(t: &TrialReport, base: &Knobs) -> BTreeMap<String, String> {
+pub(crate) fn changed(t: &TrialReport, base: &Knobs) -> Change {
     let params = t
         .knobs
         .params
         .iter()
         .filter(|(n, v)| base.params.get(*n) != Some(*v))
-        .map(|(n, v)| (n.clone(), v.clone()));
-    Knobs::NAMES
+        .map(|(n, _)| n.as_str());
+    let knobs = Knobs::NAMES
         .iter()
-        .filter_map(|n| {
-            let v = t.knobs.get(n)?;
-            (base.get(n).as_ref() != Some(&v)).then(|| ((*n).to_string(), v))
-        })
-        .chain(params)
-        .collect()
+        .copied()
+        .filter(|n| t.knobs.get(n) != base.get(n));
+    Change::of(knobs.chain(params), &t.knobs)
 }
 
 /// The change as `tune` takes it (knob flags; a parameter, which has no flag, as
 /// `name=value`) and as the line to run (the PyTorch line of each knob, the user's
 /// command with the new parameter values).
-fn lines(cx: &Ctx, t: &TrialReport, change: &BTreeMap<String, String>) -> (String, String) {
+fn lines(cx: &Ctx, t: &TrialReport, change: &Change) -> (String, String) {
     let (knobs, params): (Vec<_>, Vec<_>) = change
         .iter()
         .partition(|(k, _)| crate::knobs::knob(k).is_some());
     let mut tune: Vec<String> = knobs.iter().map(|(k, v)| flag(k, v)).collect();
     tune.extend(params.iter().map(|(k, v)| format!("{k}={v}")));
     tune.retain(|f| !f.is_empty());
-    let mut line = crate::knobs::torch_lines(
-        knobs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        cx.backend(),
-    );
+    let mut line = crate::knobs::torch_lines(knobs.iter().copied(), cx.backend());
     if let (false, Workload::Command(c)) = (params.is_empty(), &cx.report.spec.workload) {
         if !line.is_empty() {
             line.push_str("; ");
@@ -154,7 +146,7 @@ mod tests {
         assert_eq!(recs.len(), 1, "{:?}", r.recommendations);
         let rec = &recs[0];
         assert!(rec.expected_gain.unwrap().lo > 1.0);
-        assert_eq!(rec.change["num_workers"], "2");
+        assert_eq!(rec.change.get("num_workers").unwrap(), "2");
         assert_eq!(rec.tune_flag, "--num-workers 2");
         assert!(rec.pytorch.contains("num_workers=2"), "{}", rec.pytorch);
         assert!(
@@ -215,7 +207,7 @@ mod tests {
         let recs = by_rule(&r, "faster");
         assert_eq!(recs.len(), 1, "{:?}", r.recommendations);
         let rec = &recs[0];
-        assert_eq!(rec.change["lr"], "0.01");
+        assert_eq!(rec.change.get("lr").unwrap(), "0.01");
         assert!(
             rec.finding.title.contains("lr=0.01"),
             "{}",

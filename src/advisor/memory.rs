@@ -159,7 +159,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
         confidence: if r.is_some() { "high" } else { "medium" }.into(),
         tune_flag: super::flag(knob, &value),
         pytorch: pytorch(t, cx.backend()),
-        change: [(knob.to_string(), value)].into_iter().collect(),
+        change: crate::spec::Change::of([knob], &t.knobs),
         ..Recommendation::default()
     }]
 }

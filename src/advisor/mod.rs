@@ -336,10 +336,7 @@ pub fn measured_change(
     if let Some(base) = cx.base {
         evidence.push(effect_evidence(&t.label, t, base, &r));
     }
-    let mut change = std::collections::BTreeMap::new();
-    if let Some(v) = t.knobs.get(knob) {
-        change.insert(knob.to_string(), v);
-    }
+    let change = crate::spec::Change::of([knob], &t.knobs);
     Recommendation {
         kind: RecKind::Change,
         finding: Finding {

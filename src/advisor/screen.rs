@@ -28,9 +28,9 @@ fn why_not(report: &Report, base: Option<&TrialReport>, rec: &Recommendation) ->
     if rec.kind != RecKind::Change {
         return None;
     }
-    for (knob, value) in &rec.change {
+    for (knob, value) in rec.change.iter() {
         let blocked = report.trials.iter().find_map(|t| {
-            (t.knobs.value(knob).as_deref() == Some(value.as_str()))
+            (t.knobs.value(knob).as_deref() == Some(value))
                 .then(|| t.not_applicable.get(knob))
                 .flatten()
         });
@@ -38,7 +38,7 @@ fn why_not(report: &Report, base: Option<&TrialReport>, rec: &Recommendation) ->
             return Some(no_effect(knob, value, why));
         }
         let own = base.and_then(|b| own_value(&report.spec.search.baseline, &b.script_knobs, knob));
-        if own == Some(value) {
+        if own.map(String::as_str) == Some(value) {
             return Some(already(knob, value));
         }
     }
@@ -100,9 +100,26 @@ pub fn sweep_notes(report: &Report) -> Vec<String> {
             continue;
         }
         if own != &said {
+            // The spec's first value is the baseline's name for it, so no trial runs it:
+            // say so, with the spec line that measures it (the script's value first is
+            // then the baseline, and tune applies every other value in its own trial).
+            let toml = |v: &str| {
+                if v.parse::<f64>().is_ok() || v == "true" || v == "false" {
+                    v.to_string()
+                } else {
+                    format!("\"{v}\"")
+                }
+            };
+            let listed: Vec<String> = std::iter::once(own.to_string())
+                .chain(values.iter().map(|v| v.to_string()).filter(|v| v != own))
+                .map(|v| toml(&v))
+                .collect();
             out.push(format!(
                 "the baseline is your script as written: it ran your script's own {knob}={own} \
-                 (the spec's baseline value {said} was not forced)"
+                 (the spec's baseline value {said} was not forced), so {knob}={said} was not \
+                 measured; to measure it against your script's {own}, list that first: \
+                 {knob} = [{}]",
+                listed.join(", ")
             ));
         }
         for v in values.iter().filter(|v| **v != said && *v == own) {
@@ -165,6 +182,15 @@ mod tests {
         let has = |s: &str| r.notes.iter().any(|n| n.contains(s));
         assert!(
             has("it ran your script's own num_workers=4 (the spec's baseline value 0 was not forced)"),
+            "{:#?}",
+            r.notes
+        );
+        // The spec's 0 ran in no trial: the note says so and how to measure it.
+        assert!(
+            has(
+                "so num_workers=0 was not measured; to measure it against your script's 4, \
+                 list that first: num_workers = [4, 0]"
+            ),
             "{:#?}",
             r.notes
         );

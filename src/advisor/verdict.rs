@@ -266,13 +266,6 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
         .iter()
         .enumerate()
         .map(|(i, rec)| {
-            if let (Some(why), Some(g)) = (super::drift::withdrawn(r, rec), rec.expected_gain) {
-                return RecVerdict {
-                    confidence: super::drift::WITHDRAWN.into(),
-                    gain: format!("measured {} before the drift check", fmt_ratio(&g)),
-                    confirmation: Some(why),
-                };
-            }
             let in_confirmation = c.filter(|_| combined.contains(&i));
             // Several changes: each was confirmed on its own, and that decides it; the
             // combination's verdict is said beside it.
@@ -282,6 +275,25 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                     .iter()
                     .find(|a| a.rule == rec.rule && Some(&a.label) == label.as_ref())
             });
+            // Measured side by side with the baseline and holding up there (alone, or as
+            // the one change confirmed): the alternating pairs cancel the drift that the
+            // sweep's runs minutes apart cannot, so they decide, not the drift check.
+            let held = |v: &str| matches!(v, "matches" | "better");
+            let confirmed_beside = alone.map_or_else(
+                || in_confirmation.is_some_and(|c| c.rules.len() <= 1 && held(&c.verdict)),
+                |a| held(&a.verdict),
+            );
+            if let (false, Some(why), Some(g)) = (
+                confirmed_beside,
+                super::drift::withdrawn(r, rec),
+                rec.expected_gain,
+            ) {
+                return RecVerdict {
+                    confidence: super::drift::WITHDRAWN.into(),
+                    gain: format!("measured {} before the drift check", fmt_ratio(&g)),
+                    confirmation: Some(why),
+                };
+            }
             let margin = super::drift::margin(r, super::drift::trial_of(r, rec));
             let clear = |m: Option<Ratio>| m.is_some_and(|m| m.significant && m.lo > 1.0 + margin);
             // Each confirmation's outcome for this change, the worse one decides: one run

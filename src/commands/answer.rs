@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use crate::results::model::TrialReport;
-use crate::results::Report;
+use crate::results::record::{Repeat, TrialRecord};
 
 /// Seconds in one bucket of the sweep's wall time.
 #[derive(Debug, Default, PartialEq)]
@@ -22,41 +21,39 @@ pub struct Spent {
     pub failed: f64,
 }
 
-/// What the trials of `report` (confirmation included) spent, from their repeats.
-pub fn spent(report: &Report) -> Spent {
-    let confirm = report
-        .confirmation
-        .iter()
-        .flat_map(|c| c.trial.iter().chain(c.baseline_rerun.iter()));
+/// What every run of the sweep spent, from its journal records: the plan's trials, the
+/// baseline's runs interleaved through it, and every confirmation run (alone ones too).
+/// Built from the report once, which holds only the plan's trials and the combined
+/// confirmation: a sweep whose confirmation ran eight runs said "tune's own 39s (64%)".
+pub fn spent(records: &[TrialRecord]) -> Spent {
     let mut s = Spent::default();
-    for t in report.trials.iter().chain(confirm) {
-        add(&mut s, t);
-    }
-    for t in report.trials.iter().filter(|t| t.repeats.is_empty()) {
-        if let Some(span) = report.trial_spans.iter().find(|x| x.id == t.id) {
-            s.failed += (span.end_s - span.start_s).max(0.0);
+    for r in records {
+        if r.repeats.is_empty() {
+            // Kept no repeat (crashed, timed out): its samples say how long it ran.
+            s.failed += r.timeline.iter().map(|x| x.t_s).fold(0.0, f64::max);
+        }
+        for rep in &r.repeats {
+            add(&mut s, rep);
         }
     }
     s
 }
 
-fn add(s: &mut Spent, t: &TrialReport) {
-    for r in &t.repeats {
-        // A command's figures are samples/s, not step times: its wall time is split no
-        // further.
-        if r.backend == "command" {
-            s.startup += r.wall_s.max(0.0);
-            continue;
-        }
-        let w = r.warmup.min(r.step_times.len());
-        let warm: f64 = r.step_times[..w].iter().sum();
-        let measured: f64 = r.step_times[w..].iter().sum();
-        let compile = r.compile_s.unwrap_or(0.0).max(0.0);
-        s.warmup += warm;
-        s.measuring += measured;
-        s.compile += compile;
-        s.startup += (r.wall_s - warm - measured - compile).max(0.0);
+fn add(s: &mut Spent, r: &Repeat) {
+    // A command's figures are samples/s, not step times: its wall time is split no
+    // further.
+    if r.backend == "command" {
+        s.startup += r.wall_s.max(0.0);
+        return;
     }
+    let w = r.warmup.min(r.step_times.len());
+    let warm: f64 = r.step_times[..w].iter().sum();
+    let measured: f64 = r.step_times[w..].iter().sum();
+    let compile = r.compile_s.unwrap_or(0.0).max(0.0);
+    s.warmup += warm;
+    s.measuring += measured;
+    s.compile += compile;
+    s.startup += (r.wall_s - warm - measured - compile).max(0.0);
 }
 
 fn mmss(x: f64) -> String {
@@ -70,9 +67,8 @@ fn mmss(x: f64) -> String {
 
 /// "time to answer: 4m12s; measuring 3m05s (73%), warm-up steps 20s (8%), job start-up
 /// and shutdown 40s (16%), tune's own 7s (3%)".
-pub fn line(report: &Report, wall: Duration) -> String {
+pub fn line(s: &Spent, wall: Duration) -> String {
     let wall = wall.as_secs_f64();
-    let s = spent(report);
     let own = (wall - s.measuring - s.warmup - s.startup - s.compile - s.failed).max(0.0);
     let pct = |x: f64| {
         if wall > 0.0 {
@@ -127,44 +123,64 @@ pub fn line(report: &Report, wall: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::model::TrialSpan;
+    use crate::results::model::TimelineSample;
 
-    fn failed_trial(report: &Report, id: &str) -> TrialReport {
-        let mut t = report.trials[0].clone();
-        t.id = id.into();
-        t.repeats.clear();
-        t
+    fn record(id: &str, repeats: Vec<Repeat>, ran_s: f64) -> TrialRecord {
+        TrialRecord {
+            id: id.into(),
+            label: id.into(),
+            knobs: Default::default(),
+            round: 0,
+            steps: 10,
+            status: if repeats.is_empty() {
+                crate::results::record::Status::Timeout
+            } else {
+                crate::results::record::Status::Ok
+            },
+            error: None,
+            repeats,
+            timeline: vec![TimelineSample {
+                t_s: ran_s,
+                device: "host".into(),
+                metric: "cpu".into(),
+                value: 0.0,
+            }],
+            nodes: Vec::new(),
+            hardware: Vec::new(),
+        }
+    }
+
+    fn repeat(wall: f64) -> Repeat {
+        Repeat {
+            step_times: vec![0.5; 10],
+            warmup: 2,
+            wall_s: wall,
+            backend: "pytorch".into(),
+            ..Repeat::default()
+        }
     }
 
     #[test]
-    fn trials_that_kept_no_repeat_count_as_running_not_as_tunes_own() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/reports/ci-baseline/report.json"
-        );
-        let mut r = Report::load(path).unwrap();
-        let measured = spent(&r);
-        let span = |id: &str, a: f64, b: f64| TrialSpan {
-            id: id.into(),
-            label: id.into(),
-            start_s: a,
-            end_s: b,
-        };
-        r.trials.push(failed_trial(&r, "timeout#1"));
-        r.trial_spans.push(span("timeout#1", 100.0, 140.0));
-        // A span of a trial that kept its repeats is not counted again.
-        let kept = r.trials[0].id.clone();
-        r.trial_spans.push(span(&kept, 0.0, 3.0));
-        let s = spent(&r);
+    fn every_run_counts_confirmations_included_and_failures_as_running() {
+        let records = vec![
+            record("baseline#1", vec![repeat(8.0)], 8.0),
+            record("timeout#2", Vec::new(), 40.0),
+            // A confirmation alone run and the baseline beside it: the report keeps
+            // neither as a trial, yet they ran.
+            record("confirm:alone", vec![repeat(8.0), repeat(8.0)], 16.0),
+            record("confirm:beside", vec![repeat(8.0), repeat(8.0)], 16.0),
+        ];
+        let s = spent(&records);
         assert_eq!(s.failed, 40.0);
-        assert_eq!(s.measuring, measured.measuring);
-        let wall = s.measuring + s.warmup + s.startup + 40.0 + 1.0;
-        let l = line(&r, Duration::from_secs_f64(wall));
+        assert_eq!(s.measuring, 5.0 * 4.0);
+        assert_eq!(s.warmup, 5.0 * 1.0);
+        assert_eq!(s.startup, 5.0 * 3.0);
+        let l = line(&s, Duration::from_secs(81));
         assert!(l.contains("trials that failed 40s"), "{l}");
         assert!(l.contains("tune's own 1s"), "{l}");
         // Nothing measured at all: the failures are the trials' running time.
-        r.trials.retain(|t| t.repeats.is_empty());
-        let l = line(&r, Duration::from_secs(41));
+        let s = spent(&records[1..2]);
+        let l = line(&s, Duration::from_secs(41));
         assert!(l.contains("running the trials 40s"), "{l}");
         assert!(l.contains("tune's own 1s"), "{l}");
     }

@@ -71,6 +71,17 @@ impl SweepObserver for Progress {
         self.bar.set_message(label.to_string());
     }
 
+    fn note(&mut self, text: &str) {
+        if self.tui || self.json {
+            return;
+        }
+        if self.plain {
+            eprintln!("{text}");
+        } else {
+            self.bar.println(text);
+        }
+    }
+
     fn finished(&mut self, rec: &TrialRecord, index: usize, total: usize) {
         self.bar.set_length(total as u64);
         self.bar.set_position(index as u64);
@@ -276,13 +287,13 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
         eprintln!("resuming: {resumed} finished trial(s) in the journal are not rerun");
     }
     let quiet = args.json || args.tui;
-    let (report, paths) = match &link {
+    let (report, paths, spent) = match &link {
         Some(link) => std::thread::scope(|s| {
             let worker = s.spawn(|| {
                 let _ended = link.on_end();
                 let r = execute(&mut sweep, &spec, &plan.trials, &rounds, steps, &out, quiet);
                 link.end(match &r {
-                    Ok((report, _)) => format!(
+                    Ok((report, _, _)) => format!(
                         "sweep finished: {} trial(s), reports written",
                         report.trials.len()
                     ),
@@ -311,7 +322,7 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
         .iter()
         .filter(|t| t.status == Status::Ok)
         .count();
-    let answer = super::answer::line(&report, began.elapsed());
+    let answer = super::answer::line(&spent, began.elapsed());
     if args.json {
         crate::fsio::print_out(&format!(
             "{}\n",
@@ -336,7 +347,7 @@ fn execute(
     steps: usize,
     out: &Path,
     quiet: bool,
-) -> Result<(Report, [PathBuf; 4])> {
+) -> Result<(Report, [PathBuf; 4], super::answer::Spent)> {
     sweep.run_rounds(trials, rounds, steps)?;
     // The recommended combination, measured once more so the report can say whether
     // the predicted gain holds up.
@@ -378,5 +389,5 @@ fn execute(
     }
     let report = advisor::build_report(spec, sweep.records());
     let paths = report::write_all(out, &report)?;
-    Ok((report, paths))
+    Ok((report, paths, super::answer::spent(sweep.records())))
 }

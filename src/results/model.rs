@@ -16,6 +16,7 @@ use crate::knobs::Knobs;
 use crate::results::hardware::RepeatHardware;
 use crate::results::record::{NodeRun, Repeat, Status};
 use crate::spec::plan::Skipped;
+use crate::spec::Change;
 use crate::spec::Spec;
 
 pub use super::schema::SCHEMA_VERSION;
@@ -327,9 +328,9 @@ pub struct Recommendation {
     /// The equivalent PyTorch line.
     pub pytorch: String,
     /// The change as knob values (`knob -> value`), when it is one this sweep measured:
-    /// the confirmation trial combines these.
+    /// the confirmation trial combines these. Typed: taken from the measured trial's knobs.
     #[serde(default)]
-    pub change: BTreeMap<String, String>,
+    pub change: Change,
 }
 
 /// The recommended combination, run once more after the sweep.

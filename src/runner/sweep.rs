@@ -10,22 +10,23 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::hardware::Reruns;
 use super::journal::Journal;
 use super::live::{self, LiveTrial};
 use super::resume::{existing_records, stamped};
 use super::sampling::SweepSampler;
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
-use crate::results::baselines::{again_id, own_value, EVERY};
+use crate::results::baselines::EVERY;
 use crate::results::record::{
     clean, NodeRun, Record, Repeat, RepeatRecord, Status, Submission, TrialRecord,
 };
-use crate::spec::plan::{self, select_top, Trial};
+use crate::spec::plan::{select_top, Trial};
 use crate::spec::{Spec, Workload};
 use crate::stats;
+
+mod rounds;
 
 /// The result of one run of one configuration.
 #[derive(Clone, Debug)]
@@ -111,6 +112,8 @@ pub trait SweepObserver: Send {
     fn started(&mut self, label: &str);
     /// `rec` is journaled; it is number `index` of `total`.
     fn finished(&mut self, rec: &TrialRecord, index: usize, total: usize);
+    /// A line about the sweep's course (which pass of the repeats runs now).
+    fn note(&mut self, _text: &str) {}
 }
 
 /// Where a sweep journals and what it may reuse.
@@ -327,179 +330,11 @@ impl<'a> Sweep<'a> {
                 self.run_batch(&candidates, round, round_steps, reps)?;
                 continue;
             }
-            let again = self.spec.search.baseline.clone();
-            let base_id = plan::trial_id(&again, &again);
             // Earlier halving rounds only screen; the figures come from the last.
-            let interleave = final_round && candidates.iter().any(|t| t.id == base_id);
-            let (mut since, mut k) = (0, 0);
-            for (i, t) in candidates.iter().enumerate() {
-                self.run(t, round, round_steps, reps)?;
-                if !interleave || t.id == base_id {
-                    continue;
-                }
-                since += 1;
-                let more = candidates[i + 1..].iter().any(|c| c.id != base_id);
-                if since == EVERY && more {
-                    // The baseline again, so no trial is judged against a baseline run
-                    // many minutes away from it (#31); its id is fixed by its place in the
-                    // plan, so a resumed sweep reuses it instead of running another.
-                    k += 1;
-                    let rerun = Trial {
-                        id: again_id(k, &base_id),
-                        label: format!("baseline (run {} of the sweep)", k + 1),
-                        knobs: again.clone(),
-                    };
-                    self.run(&rerun, round, round_steps, reps)?;
-                    since = 0;
-                }
-            }
+            let order = self.with_baseline_again(&candidates, final_round);
+            self.run_round(order, round, round_steps, reps)?;
         }
         Ok(())
-    }
-
-    /// Whether `trial` is the baseline in all but name: every knob it changes is already
-    /// what the script does by itself (the baseline's `script_knobs`, read by the hooks),
-    /// and no `[params]` entry differs. Running it would measure the baseline again.
-    fn same_as_script(&self, trial: &Trial) -> bool {
-        let base = &self.spec.search.baseline;
-        let base_id = plan::trial_id(base, base);
-        if trial.id == base_id || trial.knobs.params != base.params {
-            return false;
-        }
-        let Some(b) = self
-            .records
-            .iter()
-            .rev()
-            .find(|r| r.id == base_id && r.status == Status::Ok)
-        else {
-            return false;
-        };
-        // Where tune set the spec's baseline value over the script's, the script's own
-        // value is not what the baseline ran: a trial of it measures something new.
-        let own = |knob: &str| {
-            b.repeats
-                .iter()
-                .find_map(|r| own_value(base, &r.script_knobs, knob).cloned())
-        };
-        let changed: Vec<&str> = Knobs::NAMES
-            .iter()
-            .copied()
-            .filter(|n| trial.knobs.get(n) != base.get(n))
-            .collect();
-        !changed.is_empty() && changed.iter().all(|n| own(n) == trial.knobs.get(n))
-    }
-
-    /// Runs `trial` unless the journal already has it; either way returns its record.
-    fn run(&mut self, trial: &Trial, round: usize, steps: usize, repeats: usize) -> Result<()> {
-        let key = (trial.id.clone(), round);
-        if self.done.contains(&key)
-            && self
-                .records
-                .iter()
-                .any(|r| r.id == trial.id && r.round == round)
-        {
-            self.position += 1;
-            return Ok(());
-        }
-        if self.same_as_script(trial) {
-            // Nothing is journaled: a resumed sweep decides the same from the baseline's
-            // record. The report says it in its notes (`advisor::screen`).
-            self.position += 1;
-            eprintln!(
-                "[{}/{}] {}: not run, same as the baseline: your script already does this",
-                self.position, self.total, trial.label
-            );
-            return Ok(());
-        }
-        self.check_cancel(&trial.label)?;
-        self.observer.started(&trial.label);
-        let mut rec = fresh(trial, round, steps);
-        let reps = repeats.max(1);
-        let earlier = self.partial.remove(&key).unwrap_or_default();
-        let first = earlier.len().min(reps);
-        if first > 0 {
-            eprintln!(
-                "resuming '{}' at repeat {} of {reps}: {first} finished repeat(s) are in the journal",
-                trial.label,
-                first + 1
-            );
-        }
-        for done in earlier.into_iter().take(first) {
-            rec.repeats.push(done.run);
-            rec.nodes.extend(done.node);
-            rec.hardware.push(done.hardware.unwrap_or_default());
-        }
-        let started_ms = self.sampler.now_ms();
-        let mut reruns = Reruns::new(&self.spec.search);
-        let mut r = first;
-        while r < reps {
-            self.show_live(
-                &trial.id,
-                &trial.label,
-                &trial.knobs,
-                round,
-                r + 1,
-                repeats.max(1),
-            );
-            let began = Instant::now();
-            let at = self.sampler.repeat_start();
-            let o = self.exec.run(self.spec, &trial.knobs, steps);
-            self.check_cancel(&trial.label)?;
-            let run = o.repeat.map(clean);
-            let mut hw = self
-                .sampler
-                .repeat_end(at, run.as_ref(), &self.spec.search)
-                .unwrap_or_default();
-            let again = reruns.again(
-                &trial.label,
-                r,
-                run.is_some() && o.status == Status::Ok,
-                &mut hw,
-            );
-            let node = o.node.map(|n| NodeRun {
-                repeat: rec.repeats.len(),
-                ..n
-            });
-            let worth = began.elapsed() >= JOURNAL_REPEATS_FROM && !again;
-            if let (Some(run), Status::Ok, true, true) = (&run, o.status, r + 1 < reps, worth) {
-                // Durable before the next repeat starts: a kill there costs only that one.
-                let done = RepeatRecord {
-                    id: trial.id.clone(),
-                    round,
-                    index: r,
-                    run: run.clone(),
-                    node: node.clone(),
-                    hardware: Some(hw.clone()),
-                };
-                self.journal
-                    .append(&stamped(&Record::Repeat(done), self.spec)?)?;
-            }
-            if run.is_some() {
-                rec.hardware.push(hw);
-            }
-            rec.repeats.extend(run);
-            rec.nodes.extend(node);
-            if again {
-                continue;
-            }
-            r += 1;
-            if o.status != Status::Ok {
-                // Failures here are deterministic far more often than not (an unsupported
-                // knob, a crash): repeating them only costs time.
-                rec.status = o.status;
-                rec.error = o.error;
-                break;
-            }
-            if o.error.is_some() {
-                // An ok run's text is a note ("stopped by tune after 30 measured steps").
-                rec.error = o.error;
-            }
-        }
-        rec.timeline = self.sampler.since(started_ms);
-        if rec.hardware.iter().all(|h| *h == Default::default()) {
-            rec.hardware.clear();
-        }
-        self.finish_trial(rec)
     }
 
     /// Journals a finished trial and tells the observer.
@@ -567,7 +402,12 @@ impl<'a> Sweep<'a> {
                     }
                     // A dashboard follows the latest submission; the journal lists the
                     // others, and the job's own process does not write the live file.
-                    self.show_live(&r.id, &r.label, &r.knobs, round, r.repeat + 1, reps);
+                    let t = Trial {
+                        id: r.id.clone(),
+                        label: r.label.clone(),
+                        knobs: r.knobs.clone(),
+                    };
+                    self.show_live(&t, round, r.repeat + 1, reps, self.position + 1);
                     let job = Submission {
                         id: r.id.clone(),
                         round,
@@ -609,28 +449,21 @@ impl<'a> Sweep<'a> {
         res
     }
 
-    /// Tells a dashboard which trial starts now; its child fills in the steps.
-    fn show_live(
-        &self,
-        id: &str,
-        label: &str,
-        knobs: &Knobs,
-        round: usize,
-        repeat: usize,
-        repeats: usize,
-    ) {
+    /// Tells a dashboard which trial starts now (its `index` of the sweep's total); its
+    /// child fills in the steps.
+    fn show_live(&self, t: &Trial, round: usize, repeat: usize, repeats: usize, index: usize) {
         let Some(path) = &self.live_file else {
             return;
         };
         let now = live::unix_ms();
         let state = LiveTrial {
-            id: id.to_string(),
-            label: label.to_string(),
-            knobs: knobs.clone(),
+            id: t.id.clone(),
+            label: t.label.clone(),
+            knobs: t.knobs.clone(),
             round,
             repeat,
             repeats,
-            index: self.position + 1,
+            index,
             total: self.total,
             started_unix_ms: now,
             updated_unix_ms: now,

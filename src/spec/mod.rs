@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::fsio::read_text_limited;
 use crate::knobs::Knobs;
 pub use cluster::{ExecutorKind, SlurmSpec};
-pub use value::KnobValue;
+pub use value::{Change, KnobValue};
 pub use window::Window;
 
 pub mod cluster;

@@ -113,7 +113,13 @@ pub fn synthetic_report(trials: usize, fail_every: usize) -> Result<Report> {
             pytorch: "DataLoader(num_workers=2)".into(),
             rule: "data_wait".into(),
             kind: Default::default(),
-            change: [("num_workers".to_string(), "2".to_string())].into(),
+            change: crate::spec::Change::of(
+                ["num_workers"],
+                &crate::knobs::Knobs {
+                    num_workers: 2,
+                    ..Default::default()
+                },
+            ),
         })
         .collect();
     Ok(report)
