@@ -8,9 +8,11 @@
 //! to half. Weights are rounded to the half grid for compute while the optimizer keeps
 //! f32 master weights. So the numerics (rounding, fp16 overflow to inf, underflow to
 //! zero) are those of real mixed precision. Under bf16 on a CPU with AVX512_BF16 (or AMX)
-//! the GEMMs take bf16 operands natively (`ops/gemm_bf16.rs`, `ops/gemm_amx.rs`) and
-//! conv2d's im2col reads bf16 storage directly; every other kernel, and fp16 everywhere,
-//! widens to f32, where the conversions are pure cost.
+//! the GEMMs take bf16 operands natively (`ops/gemm_bf16.rs`, `ops/gemm_amx.rs`, the
+//! weights packed once per optimizer step), conv2d's im2col reads bf16 storage directly,
+//! and batch norm and ReLU read and write bf16 storage (computing in f32 in registers);
+//! every other kernel, and fp16 everywhere, widens to f32, where the conversions are
+//! pure cost.
 //! `tune probe` says which path each precision runs here.
 
 use half::slice::HalfFloatSliceExt;
@@ -121,6 +123,71 @@ pub fn widen(buf: &Buf) -> Result<Vec<f32>> {
             msg: "u32 is not a floating type".into(),
         }),
     }
+}
+
+/// [`widen`] into `reuse` when it is given (a recycled buffer of the same length, its
+/// old values all overwritten): no fresh buffer to fault in or zero.
+pub fn widen_reusing(buf: &Buf, reuse: Option<Vec<f32>>) -> Result<Vec<f32>> {
+    match (buf, reuse) {
+        (Buf::Bf16(v), Some(mut out)) if out.len() == v.len() => {
+            out.par_chunks_mut(CHUNK)
+                .zip(v.par_chunks(CHUNK))
+                .for_each(|(d, s)| {
+                    for (d, s) in d.iter_mut().zip(s) {
+                        *d = widen_bf16(*s);
+                    }
+                });
+            Ok(out)
+        }
+        (Buf::F16(v), Some(mut out)) if out.len() == v.len() => {
+            out.par_chunks_mut(CHUNK)
+                .zip(v.par_chunks(CHUNK))
+                .for_each(|(d, s)| s.convert_to_f32_slice(d));
+            Ok(out)
+        }
+        (b, _) => widen(b),
+    }
+}
+
+/// A bf16 value as f32 (exact: bf16 is f32's top half).
+#[inline(always)]
+pub fn widen_bf16(h: bf16) -> f32 {
+    f32::from_bits(u32::from(h.to_bits()) << 16)
+}
+
+/// `x` narrowed to bf16 (nearest even, as [`narrow`]).
+#[inline(always)]
+pub fn narrow_bf16(x: f32) -> bf16 {
+    bf16::from_bits(bf16_round(x, false))
+}
+
+/// `f` over `src` into a fresh bf16 vector, written once per element (no zero fill), in
+/// parallel chunks: for kernels that read and write bf16 storage directly.
+pub fn map_bf16<S: Copy + Sync>(src: &[S], f: impl Fn(S) -> bf16 + Sync) -> Vec<bf16> {
+    map_uninit(src, f)
+}
+
+/// `f` over `a` and `b` pairwise (equal lengths) into a fresh bf16 vector, as
+/// [`map_bf16`].
+pub fn zip_map_bf16<A: Copy + Sync, B: Copy + Sync>(
+    a: &[A],
+    b: &[B],
+    f: impl Fn(A, B) -> bf16 + Sync,
+) -> Vec<bf16> {
+    let n = a.len().min(b.len());
+    let mut out: Vec<bf16> = Vec::with_capacity(n);
+    out.spare_capacity_mut()[..n]
+        .par_chunks_mut(CHUNK)
+        .zip(a[..n].par_chunks(CHUNK).zip(b[..n].par_chunks(CHUNK)))
+        .for_each(|(d, (a, b))| {
+            for ((d, a), b) in d.iter_mut().zip(a).zip(b) {
+                d.write(f(*a, *b));
+            }
+        });
+    // SAFETY: the chunks above cover the first n slots of the capacity, each written
+    // once.
+    unsafe { out.set_len(n) };
+    out
 }
 
 /// f32 values rounded to the half grid of `dt`: what a half copy widened back would

@@ -2,6 +2,7 @@
 //! can keep its input for backward without copying; memory is charged once per buffer
 //! and released when the last reference goes, which is what makes activation peaks real.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use half::{bf16, f16};
@@ -62,6 +63,16 @@ pub struct Storage {
     buf: Buf,
     cat: MemCategory,
     mem: Arc<MemTracker>,
+    /// Names this buffer's contents: fresh for every new buffer and on every mutable
+    /// borrow, so what was derived from the contents (a layer's weights packed to bf16
+    /// for the GEMMs, `ops/layer.rs`) is known stale once the optimizer has written them.
+    id: u64,
+}
+
+/// A new content id: unique over the process (a u64 counter does not wrap).
+fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Storage {
@@ -71,6 +82,7 @@ impl Storage {
             buf,
             cat,
             mem: Arc::clone(mem),
+            id: next_id(),
         }
     }
     fn bytes(&self) -> usize {
@@ -87,6 +99,9 @@ impl Clone for Storage {
 impl Drop for Storage {
     fn drop(&mut self) {
         self.mem.free(self.cat, self.bytes());
+        if let Buf::F32(v) = &mut self.buf {
+            self.mem.recycle(std::mem::take(v));
+        }
     }
 }
 
@@ -136,8 +151,27 @@ impl Tensor {
         }
     }
 
+    /// An f32 tensor whose contents are unspecified (a dropped buffer's old values, or
+    /// zeros): for kernels that write every element. It reuses a buffer of the same
+    /// length from this tracker's recycle bin ([`MemTracker::take_recycled`]) instead of
+    /// allocating and zero-filling one: on mlp batch 128 (perf, Sapphire Rapids) zeroing
+    /// fresh output buffers was 12% of the step in fp32 and bf16 alike.
+    pub fn scratch(shape: &[usize], cat: MemCategory, mem: &Arc<MemTracker>) -> Tensor {
+        let n: usize = shape.iter().product();
+        let v = mem.take_recycled(n).unwrap_or_else(|| vec![0.0; n]);
+        Tensor {
+            shape: shape.to_vec(),
+            storage: Arc::new(Storage::new(Buf::F32(v), cat, mem)),
+        }
+    }
+
     pub fn shape(&self) -> &[usize] {
         &self.shape
+    }
+
+    /// Names the current contents: equal ids mean the same, unchanged buffer.
+    pub fn content_id(&self) -> u64 {
+        self.storage.id
     }
 
     pub fn len(&self) -> usize {
@@ -211,6 +245,7 @@ impl Tensor {
     /// in-place op never corrupts a buffer another layer saved for backward.
     pub fn f32_mut(&mut self) -> Result<&mut [f32]> {
         let st = Arc::make_mut(&mut self.storage);
+        st.id = next_id();
         match &mut st.buf {
             Buf::F32(v) => Ok(v),
             other => Err(Error::Shape {
@@ -229,7 +264,10 @@ impl Tensor {
     pub fn to_dtype(&self, dt: DType, cat: MemCategory) -> Result<Tensor> {
         let buf = match (&self.storage.buf, dt) {
             (Buf::F32(v), DType::Bf16 | DType::F16 | DType::F32) => amp::narrow(v, dt)?,
-            (b @ (Buf::Bf16(_) | Buf::F16(_)), DType::F32) => Buf::F32(amp::widen(b)?),
+            (b @ (Buf::Bf16(_) | Buf::F16(_)), DType::F32) => Buf::F32(amp::widen_reusing(
+                b,
+                self.storage.mem.take_recycled(b.len()),
+            )?),
             (b, _) => {
                 return Err(Error::Shape {
                     op: "to_dtype",
@@ -283,6 +321,41 @@ mod tests {
         drop(a);
         drop(b);
         assert_eq!(mem.current(MemCategory::Activations), 0);
+    }
+
+    /// A dropped f32 buffer is handed to the next scratch tensor of its length as it is
+    /// (not zeroed, not reallocated), and charged only while a tensor holds it.
+    #[test]
+    fn scratch_reuses_a_dropped_buffer_without_zeroing() {
+        let mem = Arc::new(MemTracker::default());
+        let n = crate::engine::device::RECYCLE_MIN;
+        let mut a = Tensor::scratch(&[n], MemCategory::Activations, &mem);
+        a.f32_mut().unwrap().fill(3.0);
+        let ptr = a.f32().unwrap().as_ptr();
+        drop(a);
+        assert_eq!(mem.current(MemCategory::Activations), 0);
+        let b = Tensor::scratch(&[n], MemCategory::Workspace, &mem);
+        assert_eq!(
+            b.f32().unwrap().as_ptr(),
+            ptr,
+            "a fresh buffer, not the dropped one"
+        );
+        assert!(b.f32().unwrap().iter().all(|v| *v == 3.0));
+        assert_eq!(mem.current(MemCategory::Workspace), n as u64 * 4);
+        // Another length gets its own buffer.
+        let c = Tensor::scratch(&[n + 1], MemCategory::Workspace, &mem);
+        assert_ne!(c.f32().unwrap().as_ptr(), ptr);
+    }
+
+    /// Every write through `f32_mut` names new contents; clones share the name.
+    #[test]
+    fn content_id_changes_on_every_write() {
+        let mem = Arc::new(MemTracker::default());
+        let mut a = Tensor::zeros(&[4], MemCategory::Params, &mem);
+        let id = a.content_id();
+        assert_eq!(a.clone().content_id(), id);
+        a.f32_mut().unwrap()[0] = 1.0;
+        assert_ne!(a.content_id(), id);
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! Reductions run over fixed 256-row chunks combined in chunk order, so results are
 //! bit-identical whatever the thread count.
 
+use half::bf16;
 use rayon::prelude::*;
 
+use crate::engine::amp::{half_dtype, narrow_bf16, widen_bf16};
 use crate::engine::cuda::gpu::Gpu;
 use crate::engine::device::Device;
 use crate::engine::ops::batchnorm_cuda::GBatchNorm;
@@ -13,19 +15,41 @@ use crate::engine::ops::layer::{Ctx, Layer, LayerDesc, Param};
 use crate::engine::ops::layer_cuda::GpuLayer;
 use crate::engine::ops::sync_bn;
 use crate::engine::rng::Rng;
-use crate::engine::tensor::Tensor;
+use crate::engine::tensor::{Buf, DType, Tensor};
 use crate::error::{Error, Result};
 
 const CHUNK_ROWS: usize = 256;
 
+/// An element batch norm reads: f32, or bf16 storage widened as it is read (exact), so
+/// under `amp = bf16` no widened copy of the input, the saved `xhat` or the gradient is
+/// made (cnn-small, batch 64, 1 thread: batch norm was 11% of the bf16 step, most of it
+/// widening and narrowing round trips).
+pub(crate) trait El: Copy + Send + Sync {
+    fn f(self) -> f32;
+}
+
+impl El for f32 {
+    #[inline(always)]
+    fn f(self) -> f32 {
+        self
+    }
+}
+
+impl El for bf16 {
+    #[inline(always)]
+    fn f(self) -> f32 {
+        widen_bf16(self)
+    }
+}
+
 /// Per-channel sums over all rows of `a` and `b` (same shape, walked together), `width`
 /// accumulators per chunk, reduced deterministically in chunk order.
-pub(crate) fn channel_sums(
-    a: &[f32],
-    b: &[f32],
+pub(crate) fn channel_sums<A: Sync, B: Sync>(
+    a: &[A],
+    b: &[B],
     c: usize,
     width: usize,
-    f: impl Fn(&mut [f64], &[f32], &[f32]) + Sync,
+    f: impl Fn(&mut [f64], &[A], &[B]) + Sync,
 ) -> Vec<f64> {
     let partials: Vec<Vec<f64>> = a
         .par_chunks(CHUNK_ROWS * c)
@@ -145,16 +169,20 @@ impl BatchNorm2d {
 
     /// Batch mean and biased variance per channel.
     pub fn batch_stats(x: &[f32], c: usize) -> (Vec<f32>, Vec<f32>) {
+        Self::batch_stats_of(x, c)
+    }
+
+    fn batch_stats_of<T: El>(x: &[T], c: usize) -> (Vec<f32>, Vec<f32>) {
         let m = (x.len() / c) as f64;
         let sum = channel_sums(x, x, c, c, |acc, row, _| {
             for (a, v) in acc.iter_mut().zip(row) {
-                *a += *v as f64;
+                *a += v.f() as f64;
             }
         });
         let mean: Vec<f64> = sum.iter().map(|s| s / m).collect();
         let sq = channel_sums(x, x, c, c, |acc, row, _| {
             for ((a, v), mu) in acc.iter_mut().zip(row).zip(&mean) {
-                let d = *v as f64 - mu;
+                let d = v.f() as f64 - mu;
                 *a += d * d;
             }
         });
@@ -277,6 +305,11 @@ impl Layer for BatchNorm2d {
     }
 
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
+        if ctx.sync_bn.is_none() && half_dtype(ctx.amp) == Some(DType::Bf16) {
+            if let Some(xb) = x.bf16() {
+                return self.forward_bf16(xb, x.shape(), ctx);
+            }
+        }
         let x = x.into_f32()?;
         let m = self.rows(&x)?;
         let c = self.c;
@@ -289,15 +322,7 @@ impl Layer for BatchNorm2d {
                     (mean, var, m)
                 }
             };
-            if !ctx.recompute {
-                let unbias = m as f32 / (m.max(2) - 1) as f32;
-                for i in 0..c {
-                    self.running_mean[i] =
-                        (1.0 - self.momentum) * self.running_mean[i] + self.momentum * mean[i];
-                    self.running_var[i] = (1.0 - self.momentum) * self.running_var[i]
-                        + self.momentum * var[i] * unbias;
-                }
-            }
+            self.update_running(&mean, &var, m, ctx);
             (mean, var)
         } else {
             (self.running_mean.clone(), self.running_var.clone())
@@ -322,7 +347,8 @@ impl Layer for BatchNorm2d {
             });
         }
         if save {
-            let mut y = ctx.alloc(xhat.shape());
+            // Written whole by the affine pass.
+            let mut y = ctx.scratch(xhat.shape());
             let (xh, yd) = (xhat.f32()?, y.f32_mut()?);
             if self.relu {
                 affine_rows::<true>(yd, xh, gamma, beta);
@@ -367,6 +393,57 @@ impl Layer for BatchNorm2d {
 }
 
 impl BatchNorm2d {
+    /// The running statistics' update from a training batch's (not on a recompute).
+    fn update_running(&mut self, mean: &[f32], var: &[f32], m: usize, ctx: &Ctx) {
+        if ctx.recompute {
+            return;
+        }
+        let unbias = m as f32 / (m.max(2) - 1) as f32;
+        for i in 0..self.c {
+            self.running_mean[i] =
+                (1.0 - self.momentum) * self.running_mean[i] + self.momentum * mean[i];
+            self.running_var[i] =
+                (1.0 - self.momentum) * self.running_var[i] + self.momentum * var[i] * unbias;
+        }
+    }
+
+    /// Forward on bf16 storage: statistics read the bf16 input as it is, and the output
+    /// `y` and the saved `xhat` are written in bf16 from the same f32 values the f32
+    /// path computes and then narrows: bit for bit that path's results, without its
+    /// widened copy and its two f32 buffers.
+    fn forward_bf16(&mut self, x: &[bf16], shape: &[usize], ctx: &Ctx) -> Result<Tensor> {
+        let c = self.c;
+        if shape.last() != Some(&c) || x.is_empty() {
+            return Err(Error::Shape {
+                op: "batchnorm",
+                msg: format!("input {shape:?} does not end in {c} channels"),
+            });
+        }
+        let (mean, var) = if ctx.train {
+            let (mean, var) = BatchNorm2d::batch_stats_of(x, c);
+            self.update_running(&mean, &var, x.len() / c, ctx);
+            (mean, var)
+        } else {
+            (self.running_mean.clone(), self.running_var.clone())
+        };
+        let invstd: Vec<f32> = var.iter().map(|v| 1.0 / (v + self.eps).sqrt()).collect();
+        let (gamma, beta) = (self.gamma.w.f32()?, self.beta.w.f32()?);
+        let save = ctx.save && ctx.train;
+        let per = (&mean[..], &invstd[..], gamma, beta);
+        let (y, xhat) = if self.relu {
+            normalize_bf16::<true>(x, per, save)
+        } else {
+            normalize_bf16::<false>(x, per, save)
+        };
+        let mem = ctx.dev.mem();
+        let cat = crate::engine::device::MemCategory::Activations;
+        if let Some(xh) = xhat {
+            let xh = Tensor::from_buf(shape, Buf::Bf16(xh), cat, mem)?;
+            self.saved = Some((xh, invstd));
+        }
+        Tensor::from_buf(shape, Buf::Bf16(y), cat, mem)
+    }
+
     /// Backward; with `RELU` the fused ReLU's mask is applied to `dy` inside both passes
     /// (the sums and the input gradient) instead of in a pass of its own. Same values in
     /// the same order as ReLU's backward followed by batch norm's: bit for bit in f32.
@@ -380,35 +457,25 @@ impl BatchNorm2d {
             .saved
             .take()
             .ok_or_else(|| Error::Runtime("batchnorm: backward without forward".into()))?;
+        if ctx.sync_bn.is_none() {
+            if let (Some(xb), Some(db)) = (xhat.bf16(), dy.bf16()) {
+                let dx = self.backward_bf16::<RELU>(xb, db, &invstd, need_dx)?;
+                return dx
+                    .map(|v| {
+                        let cat = crate::engine::device::MemCategory::Activations;
+                        Tensor::from_buf(xhat.shape(), Buf::Bf16(v), cat, ctx.dev.mem())
+                    })
+                    .transpose();
+            }
+        }
         let xhat = xhat.into_f32()?;
         let mut dy = dy.into_f32()?;
         let c = self.c;
         let m = self.rows(&xhat)? as f64;
         let xh = xhat.f32()?;
         let dyd = dy.f32()?;
-        // dbeta = sum(dy) and dgamma = sum(dy * xhat) in one pass over both tensors.
-        // Zipped, not indexed: the indexed loop's bounds checks kept it scalar (resnet and
-        // cnn-small's batchnorm(32) backward, 1 thread: see docs/performance.md).
         let (gw, bw) = (self.gamma.w.f32()?.to_vec(), self.beta.w.f32()?.to_vec());
-        let sums = channel_sums(dyd, xh, c, 2 * c, |acc, dr, xr| {
-            let (db, dg) = acc.split_at_mut(c);
-            let gb = gw.iter().zip(&bw);
-            for ((((b, g), d), x), (gc, bc)) in
-                db.iter_mut().zip(dg.iter_mut()).zip(dr).zip(xr).zip(gb)
-            {
-                let d = masked::<RELU>(*d, *x, *gc, *bc) as f64;
-                *b += d;
-                *g += d * *x as f64;
-            }
-        });
-        let (dbeta, dgamma) = sums.split_at(c);
-        // A fresh gradient slot is zero-filled, so adding is right for the first backward too.
-        for (p, d) in [(&mut self.gamma, dgamma), (&mut self.beta, dbeta)] {
-            let (g, _) = p.grad_slot()?;
-            for (gi, di) in g.iter_mut().zip(d) {
-                *gi += *di as f32;
-            }
-        }
+        let sums = self.param_grads::<RELU, f32>(dyd, xh, (&gw, &bw))?;
         if !need_dx {
             return Ok(None);
         }
@@ -436,4 +503,125 @@ impl BatchNorm2d {
             });
         Ok(Some(ctx.store(dy)?))
     }
+
+    /// dbeta = sum(dy) and dgamma = sum(dy * xhat) in one pass over both tensors, added
+    /// into the gradients; returns the sums (dbeta then dgamma) for the input gradient.
+    /// Zipped, not indexed: the indexed loop's bounds checks kept it scalar (resnet and
+    /// cnn-small's batchnorm(32) backward, 1 thread: see docs/performance.md).
+    fn param_grads<const RELU: bool, T: El>(
+        &mut self,
+        dy: &[T],
+        xh: &[T],
+        (gw, bw): (&[f32], &[f32]),
+    ) -> Result<Vec<f64>> {
+        let c = self.c;
+        let sums = channel_sums(dy, xh, c, 2 * c, |acc, dr, xr| {
+            let (db, dg) = acc.split_at_mut(c);
+            let gb = gw.iter().zip(bw);
+            for ((((b, g), d), x), (gc, bc)) in
+                db.iter_mut().zip(dg.iter_mut()).zip(dr).zip(xr).zip(gb)
+            {
+                let x = x.f();
+                let d = masked::<RELU>(d.f(), x, *gc, *bc) as f64;
+                *b += d;
+                *g += d * x as f64;
+            }
+        });
+        let (dbeta, dgamma) = sums.split_at(c);
+        // A fresh gradient slot is zero-filled, so adding is right for the first backward too.
+        for (p, d) in [(&mut self.gamma, dgamma), (&mut self.beta, dbeta)] {
+            let (g, _) = p.grad_slot()?;
+            for (gi, di) in g.iter_mut().zip(d) {
+                *gi += *di as f32;
+            }
+        }
+        Ok(sums)
+    }
+
+    /// Backward on bf16 storage (`xhat` and `dy` read as they are, the input gradient
+    /// written in bf16): the f32 path's operations in its order, then its narrowing.
+    fn backward_bf16<const RELU: bool>(
+        &mut self,
+        xh: &[bf16],
+        dy: &[bf16],
+        invstd: &[f32],
+        need_dx: bool,
+    ) -> Result<Option<Vec<bf16>>> {
+        let c = self.c;
+        if xh.len() != dy.len() || !xh.len().is_multiple_of(c) {
+            return Err(Error::Shape {
+                op: "batchnorm",
+                msg: format!("gradient of {} values for {} saved", dy.len(), xh.len()),
+            });
+        }
+        let m = (xh.len() / c) as f64;
+        let (gw, bw) = (self.gamma.w.f32()?.to_vec(), self.beta.w.f32()?.to_vec());
+        let sums = self.param_grads::<RELU, bf16>(dy, xh, (&gw, &bw))?;
+        if !need_dx {
+            return Ok(None);
+        }
+        let (dbeta, dgamma) = sums.split_at(c);
+        let scale: Vec<f32> = (0..c).map(|i| gw[i] * invstd[i]).collect();
+        let mb: Vec<f32> = dbeta.iter().map(|v| (v / m) as f32).collect();
+        let mg: Vec<f32> = dgamma.iter().map(|v| (v / m) as f32).collect();
+        let per = scale.iter().zip(&mb).zip(&mg).zip(gw.iter().zip(&bw));
+        let per: Vec<(f32, f32, f32, f32, f32)> = per
+            .map(|(((s, b), g), (gc, bc))| (*s, *b, *g, *gc, *bc))
+            .collect();
+        let out = rows_bf16(dy, xh, c, &per, |d, x, &(s, b, g, gc, bc)| {
+            let dm = masked::<RELU>(d, x, gc, bc);
+            s * (dm - b - x * g)
+        });
+        Ok(Some(out))
+    }
+}
+
+/// `f(a, b, per[channel])` over rows of `c` channels into a fresh bf16 vector (narrowed
+/// as `ctx.store` narrows), each element written once.
+fn rows_bf16<P: Sync>(
+    a: &[bf16],
+    b: &[bf16],
+    c: usize,
+    per: &[P],
+    f: impl Fn(f32, f32, &P) -> f32 + Sync,
+) -> Vec<bf16> {
+    let n = a.len().min(b.len()) / c * c;
+    let mut out: Vec<bf16> = Vec::with_capacity(n);
+    out.spare_capacity_mut()[..n]
+        .par_chunks_mut(CHUNK_ROWS * c)
+        .zip(a[..n].par_chunks(CHUNK_ROWS * c))
+        .zip(b[..n].par_chunks(CHUNK_ROWS * c))
+        .for_each(|((oc, ac), bc)| {
+            for ((or, ar), br) in oc
+                .chunks_exact_mut(c)
+                .zip(ac.chunks_exact(c))
+                .zip(bc.chunks_exact(c))
+            {
+                for (((o, x), y), p) in or.iter_mut().zip(ar).zip(br).zip(per) {
+                    o.write(narrow_bf16(f(widen_bf16(*x), widen_bf16(*y), p)));
+                }
+            }
+        });
+    // SAFETY: n is a multiple of c, so the chunks (multiples of c long) split into rows
+    // of c exactly and every one of the first n slots was written once.
+    unsafe { out.set_len(n) };
+    out
+}
+
+/// Batch norm's forward output pass on bf16 storage: `xhat = (x - mean) * invstd` and
+/// `y = affine(xhat)` per element in f32, each narrowed to bf16 (`xhat` only when
+/// `keep`, for backward).
+fn normalize_bf16<const RELU: bool>(
+    x: &[bf16],
+    (mean, invstd, gamma, beta): (&[f32], &[f32], &[f32], &[f32]),
+    keep: bool,
+) -> (Vec<bf16>, Option<Vec<bf16>>) {
+    let c = gamma.len();
+    let per: Vec<(f32, f32, f32, f32)> = (0..c)
+        .map(|i| (mean[i], invstd[i], gamma[i], beta[i]))
+        .collect();
+    let xh = |x: f32, &(mu, is, _, _): &(f32, f32, f32, f32)| (x - mu) * is;
+    let y = rows_bf16(x, x, c, &per, |x, _, p| affine::<RELU>(xh(x, p), p.2, p.3));
+    let keep = keep.then(|| rows_bf16(x, x, c, &per, |x, _, p| xh(x, p)));
+    (y, keep)
 }

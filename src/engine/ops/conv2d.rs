@@ -17,8 +17,8 @@ use crate::engine::ops::conv2d_cuda::GConv;
 use crate::engine::ops::conv_algos;
 use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
 use crate::engine::ops::gemm::Mat;
-use crate::engine::ops::gemm_amp::{matmul_amp, matmul_turned_amp};
-use crate::engine::ops::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
+use crate::engine::ops::gemm_amp::{matmul_turned_amp, matmul_w};
+use crate::engine::ops::layer::{take_saved, Ctx, KernelWeights, Layer, LayerDesc, Param};
 use crate::engine::ops::layer_cuda::GpuLayer;
 use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
@@ -242,12 +242,14 @@ impl Conv2d {
 fn conv_forward(
     algo: &str,
     (x, xcell): (&Tensor, &OnceCell<Tensor>),
-    wd: &[f32],
+    wt: &KernelWeights,
     bias: Option<&Param>,
     g: &ConvGeom,
     ctx: &Ctx,
 ) -> Result<Tensor> {
-    let mut y = ctx.alloc(&[g.n, g.oh(), g.ow(), g.c_out]);
+    // Every algorithm writes all of `y` (onto the bias, or overwriting: `direct` and
+    // `winograd` are tested on a buffer of 7s).
+    let mut y = ctx.scratch(&[g.n, g.oh(), g.ow(), g.c_out]);
     let yd = y.f32_mut()?;
     let accumulate = match bias {
         Some(b) => {
@@ -256,30 +258,29 @@ fn conv_forward(
         }
         None => false,
     };
-    let w = Mat::rm(wd, g.c_out, g.kkc()).t();
     match algo {
-        "direct" => conv_algos::direct(wide(x, xcell)?, wd, g, yd, accumulate)?,
+        "direct" => conv_algos::direct(wide(x, xcell)?, wt.f32()?, g, yd, accumulate)?,
         "winograd" => {
-            let xd = wide(x, xcell)?;
+            let (xd, wd) = (wide(x, xcell)?, wt.f32()?);
             ctx.dev
                 .with_workspace(conv_algos::winograd_workspace(g), |ws| {
                     conv_algos::winograd(xd, wd, g, yd, accumulate, ws, ctx.dev.par())
                 })?
         }
-        _ if g.is_pointwise() => matmul_amp(
+        _ if g.is_pointwise() => matmul_w(
             yd,
             Mat::rm(wide(x, xcell)?, g.rows(), g.kkc()),
-            w,
+            wt.t()?,
             accumulate,
             ctx.dev.par(),
             ctx.amp,
         )?,
         _ => ctx.dev.with_workspace(g.rows() * g.kkc(), |col| {
             src(x, xcell)?.im2col(g, col);
-            matmul_amp(
+            matmul_w(
                 yd,
                 Mat::rm(col, g.rows(), g.kkc()),
-                w,
+                wt.t()?,
                 accumulate,
                 ctx.dev.par(),
                 ctx.amp,
@@ -362,7 +363,7 @@ impl Layer for Conv2d {
     fn forward(&mut self, x: Tensor, ctx: &Ctx) -> Result<Tensor> {
         let g = self.geom(&x)?;
         let xcell = OnceCell::new();
-        let wt = ctx.weights(&self.w.w)?;
+        let wt = self.w.kernel_weights(ctx.amp);
         let mut cands = vec!["im2col", "direct"];
         if conv_algos::winograd_applies(&g) {
             cands.push("winograd");
@@ -379,11 +380,11 @@ impl Layer for Conv2d {
             g.pad,
             ctx.dtype_name()
         );
-        let (wd, bias) = (wt.f32()?, self.b.as_ref());
+        let bias = self.b.as_ref();
         let y = ctx.algos.run("conv2d", &key, &cands, |algo| {
-            conv_forward(algo, (&x, &xcell), wd, bias, &g, ctx)
+            conv_forward(algo, (&x, &xcell), &wt, bias, &g, ctx)
         })?;
-        drop(xcell);
+        drop((xcell, wt));
         if ctx.save {
             self.saved_x = Some(ctx.store(x)?);
         }
@@ -394,7 +395,7 @@ impl Layer for Conv2d {
         let x = take_saved(&mut self.saved_x, "conv2d")?;
         let xcell = OnceCell::new();
         let dy = dy.into_f32()?;
-        let wt = ctx.weights(&self.w.w)?;
+        let wt = self.w.kernel_weights(ctx.amp);
         let g = self.geom(&x)?;
         let (rows, kkc) = (g.rows(), g.kkc());
         let dyd = dy.f32()?;
@@ -403,8 +404,9 @@ impl Layer for Conv2d {
             add_bias_grad(b, dyd)?;
         }
         let (par, amp) = (ctx.dev.par(), ctx.amp);
+        // Written whole: by the GEMM (1x1) or by col2im, which zeroes each image first.
         let mut dx = if need_dx {
-            Some(ctx.alloc(x.shape()))
+            Some(ctx.scratch(x.shape()))
         } else {
             None
         };
@@ -420,15 +422,9 @@ impl Layer for Conv2d {
                 matmul_turned_amp(gw, dym.t(), xm, acc, (par, amp), t)
             })?;
             if let Some(dx) = &mut dx {
-                matmul_amp(
-                    dx.f32_mut()?,
-                    dym,
-                    Mat::rm(wt.f32()?, g.c_out, kkc),
-                    false,
-                    par,
-                    amp,
-                )?;
+                matmul_w(dx.f32_mut()?, dym, wt.n()?, false, par, amp)?;
             }
+            drop(wt);
             return dx.map(|d| ctx.store(d)).transpose();
         }
         let xs = src(&x, &xcell)?;
@@ -444,12 +440,12 @@ impl Layer for Conv2d {
                 matmul_turned_amp(gw, dym.t(), colm, acc, (par, amp), t)?;
             }
             if let Some(dx) = &mut dx {
-                let wm = Mat::rm(wt.f32()?, g.c_out, kkc);
-                matmul_amp(dcol, dym, wm, false, par, amp)?;
+                matmul_w(dcol, dym, wt.n()?, false, par, amp)?;
                 col2im(dcol, &g, dx.f32_mut()?);
             }
             Ok(())
         })?;
+        drop(wt);
         dx.map(|d| ctx.store(d)).transpose()
     }
 

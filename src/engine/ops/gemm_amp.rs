@@ -4,6 +4,7 @@
 
 use crate::engine::ops::gemm::{kernel_family, matmul, matmul_turned, Mat};
 use crate::engine::ops::gemm_bf16;
+use crate::engine::ops::gemm_packed::PackedB;
 use crate::error::Result;
 use crate::knobs::Amp;
 
@@ -33,6 +34,30 @@ pub fn matmul_amp(
         gemm_bf16::matmul(dst, a, b, accumulate, par)
     } else {
         matmul(dst, a, b, accumulate, par)
+    }
+}
+
+/// A layer's weights as a GEMM's right-hand operand: an f32 view (rounded to the half
+/// grid under AMP), or packed for the native bf16 kernels once per optimizer step.
+#[derive(Clone, Copy)]
+pub enum WeightB<'a> {
+    Mat(Mat<'a>),
+    Packed(&'a PackedB),
+}
+
+/// [`matmul_amp`] with the weights as `b`: a packed operand runs the native bf16 kernel
+/// without packing on this call.
+pub fn matmul_w(
+    dst: &mut [f32],
+    a: Mat,
+    b: WeightB,
+    accumulate: bool,
+    par: gemm::Parallelism,
+    amp: Amp,
+) -> Result<()> {
+    match b {
+        WeightB::Mat(b) => matmul_amp(dst, a, b, accumulate, par, amp),
+        WeightB::Packed(p) => gemm_bf16::matmul_packed(dst, a, p, accumulate, par),
     }
 }
 

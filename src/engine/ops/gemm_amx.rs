@@ -19,7 +19,8 @@ use std::cell::RefCell;
 use std::sync::OnceLock;
 
 use crate::engine::ops::gemm::Mat;
-use crate::engine::ops::gemm_bf16::{pack, pair, pairs_of_run, Lanes, KC, NR};
+use crate::engine::ops::gemm_bf16::{pack, pair, pairs_of_run, BSrc, Lanes, NR};
+use crate::engine::ops::gemm_packed::block_depth;
 
 /// Rows of C a tile pair covers (two 16-row tiles).
 const MR: usize = 32;
@@ -90,20 +91,18 @@ thread_local! {
 ///
 /// # Safety
 /// As `gemm_bf16::one`, and [`ready`] returned true.
-pub unsafe fn one(dst: *mut f32, ld: usize, a: Mat, b: Mat, accumulate: bool) {
-    let (m, k, n) = (a.rows, a.cols, b.cols);
-    let blocks = k.div_ceil(KC);
-    let kc = k.div_ceil(blocks).div_ceil(2) * 2;
+pub(super) unsafe fn one(dst: *mut f32, ld: usize, a: Mat, b: BSrc, accumulate: bool) {
+    let (m, k) = (a.rows, a.cols);
+    let n = match b {
+        BSrc::Mat(bm) => bm.cols,
+        BSrc::Packed { cols, .. } => cols,
+    };
+    let kc = block_depth(k);
     let kp16 = (kc / 2).div_ceil(16) * 16;
     let av = Lanes {
         data: a.data,
         ls: a.rs,
         ks: a.cs,
-    };
-    let bv = Lanes {
-        data: b.data,
-        ls: b.cs,
-        ks: b.rs,
     };
     let cfg = config();
     // SAFETY: `ready()` holds (the contract), so the tile state is permitted; the
@@ -122,22 +121,29 @@ pub unsafe fn one(dst: *mut f32, ld: usize, a: Mat, b: Mat, accumulate: bool) {
                 let kv = (k - pc).min(kc);
                 let kp = kv.div_ceil(2);
                 let kt = kp.div_ceil(16) * 16;
-                for jr in (0..nc).step_by(NR) {
-                    let off = (jr / NR) * NR * kt;
-                    let panel = &mut bp[off..off + NR * kt];
-                    // SAFETY: as in `gemm_bf16::one`: the block lies inside b, the panel
-                    // holds kp pairs of NR lanes.
-                    unsafe {
-                        pack(
-                            &mut panel[..NR * kp],
-                            NR,
-                            bv,
-                            (jc + jr, (nc - jr).min(NR)),
-                            (pc, kv),
-                            tmp,
-                        )
+                if let BSrc::Mat(bm) = b {
+                    let bv = Lanes {
+                        data: bm.data,
+                        ls: bm.cs,
+                        ks: bm.rs,
                     };
-                    panel[NR * kp..].fill(0);
+                    for jr in (0..nc).step_by(NR) {
+                        let off = (jr / NR) * NR * kt;
+                        let panel = &mut bp[off..off + NR * kt];
+                        // SAFETY: as in `gemm_bf16::one`: the block lies inside b, the
+                        // panel holds kp pairs of NR lanes.
+                        unsafe {
+                            pack(
+                                &mut panel[..NR * kp],
+                                NR,
+                                bv,
+                                (jc + jr, (nc - jr).min(NR)),
+                                (pc, kv),
+                                tmp,
+                            )
+                        };
+                        panel[NR * kp..].fill(0);
+                    }
                 }
                 let load = accumulate || pc > 0;
                 for ic in (0..m).step_by(MC) {
@@ -153,7 +159,12 @@ pub unsafe fn one(dst: *mut f32, ld: usize, a: Mat, b: Mat, accumulate: bool) {
                         );
                     }
                     for jr in (0..nc).step_by(NR) {
-                        let bpan = bp[(jr / NR) * NR * kt..].as_ptr();
+                        let bpan = match b {
+                            BSrc::Mat(_) => bp[(jr / NR) * NR * kt..].as_ptr(),
+                            BSrc::Packed { p, first, .. } => {
+                                p.panel(pc, first + (jc + jr) / NR).as_ptr()
+                            }
+                        };
                         for ir in (0..mc).step_by(MR) {
                             let apan = ap[(ir / MR) * MR * kt..].as_ptr();
                             // SAFETY: the panels hold kt pairs (zero-padded) of MR and NR

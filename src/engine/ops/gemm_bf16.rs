@@ -4,7 +4,7 @@
 //!
 //! The operands arrive as f32 views (`Mat`), as every other GEMM here; under `amp = bf16`
 //! they already lie on the bf16 grid (activations widened from bf16 storage, weights
-//! rounded by `Ctx::weights`), so the round-to-nearest-even narrowing done while packing
+//! rounded by `KernelWeights`), so the round-to-nearest-even narrowing done while packing
 //! is exact for them. Any other f32 input is rounded to bf16 first, as an autocast would.
 //!
 //! Layout (BLIS-style): `k` is cut into blocks of at most `KC`, the right-hand side into
@@ -24,6 +24,7 @@ use std::sync::OnceLock;
 
 use crate::engine::ops::gemm::Mat;
 use crate::engine::ops::gemm_amx;
+use crate::engine::ops::gemm_packed::{block_depth, PackedB};
 use crate::error::{Error, Result};
 
 /// Rows of the micro-kernel's tile: 12 rows x 2 vectors = 24 accumulators, which with the
@@ -124,7 +125,61 @@ pub fn matmul(
     accumulate: bool,
     par: gemm::Parallelism,
 ) -> Result<()> {
-    matmul_on(dst, a, b, accumulate, par, gemm_amx::ready())
+    matmul_on(dst, a, BSrc::Mat(b), accumulate, par, gemm_amx::ready())
+}
+
+/// [`matmul`] with `b` packed already ([`PackedB`]): the same result bit for bit,
+/// without packing `b` on this call.
+pub fn matmul_packed(
+    dst: &mut [f32],
+    a: Mat,
+    b: &PackedB,
+    accumulate: bool,
+    par: gemm::Parallelism,
+) -> Result<()> {
+    let src = BSrc::Packed {
+        p: b,
+        first: 0,
+        cols: b.n,
+    };
+    matmul_on(dst, a, src, accumulate, par, gemm_amx::ready())
+}
+
+/// The right-hand operand: an f32 view packed per call, or panels packed before.
+#[derive(Clone, Copy)]
+pub(super) enum BSrc<'a> {
+    Mat(Mat<'a>),
+    /// Columns `first * NR ..` (`cols` of them) of a packed operand.
+    Packed {
+        p: &'a PackedB,
+        first: usize,
+        cols: usize,
+    },
+}
+
+impl BSrc<'_> {
+    fn dims(&self) -> (usize, usize) {
+        match self {
+            BSrc::Mat(b) => (b.rows, b.cols),
+            BSrc::Packed { p, cols, .. } => (p.k, *cols),
+        }
+    }
+
+    /// Columns `s..e` (`s` a multiple of NR where packed).
+    fn columns(self, s: usize, e: usize) -> Self {
+        match self {
+            BSrc::Mat(b) => BSrc::Mat(Mat {
+                data: &b.data[s * b.cs..],
+                cols: e - s,
+                ..b
+            }),
+            BSrc::Packed { p, first, .. } => BSrc::Packed {
+                p,
+                first: first + s / NR,
+                cols: e - s,
+            },
+        }
+    }
 }
 
 /// [`matmul`] on the tile unit when `amx` (which must then be [`gemm_amx::ready`]), on
@@ -132,25 +187,27 @@ pub fn matmul(
 fn matmul_on(
     dst: &mut [f32],
     a: Mat,
-    b: Mat,
+    b: BSrc,
     accumulate: bool,
     par: gemm::Parallelism,
     amx: bool,
 ) -> Result<()> {
     let amx = amx && gemm_amx::ready();
-    let (m, k, n) = (a.rows, a.cols, b.cols);
-    if b.rows != k
-        || dst.len() < m * n
-        || (k > 0 && (last(&a) >= a.data.len() || last(&b) >= b.data.len()))
-    {
+    let (m, k, n) = (a.rows, a.cols, b.dims().1);
+    let b_ok = match b {
+        BSrc::Mat(bm) => bm.rows == k && (k == 0 || last(&bm) < bm.data.len()),
+        BSrc::Packed { p, first, cols } => {
+            p.k == k && p.kc == block_depth(k) && first * NR + cols <= p.n
+        }
+    };
+    if !b_ok || dst.len() < m * n || (k > 0 && last(&a) >= a.data.len()) {
         return Err(Error::Shape {
             op: "matmul_bf16",
             msg: format!(
-                "({m}x{k}) * ({}x{n}) into {} elements (a has {}, b has {})",
-                b.rows,
+                "({m}x{k}) * ({}x{n}) into {} elements (a has {})",
+                b.dims().0,
                 dst.len(),
                 a.data.len(),
-                b.data.len()
             ),
         });
     }
@@ -197,13 +254,9 @@ fn matmul_on(
             // rows, and `matmul` holds its unique borrow until every task is done.
             unsafe { one(out.get().add(s * n), n, sub, b, accumulate, amx) };
         } else {
-            let sub = Mat {
-                data: &b.data[s * b.cs..],
-                cols: e - s,
-                ..b
-            };
-            // SAFETY: columns s..e likewise; blocks are disjoint columns of `dst`.
-            unsafe { one(out.get().add(s), n, a, sub, accumulate, amx) };
+            // SAFETY: columns s..e likewise (s a multiple of NR); blocks are disjoint
+            // columns of `dst`.
+            unsafe { one(out.get().add(s), n, a, b.columns(s, e), accumulate, amx) };
         }
     });
     Ok(())
@@ -239,25 +292,18 @@ impl DstPtr {
 /// the CPU has AVX512_BF16, and `dst` points to `a.rows` rows of `ld >= b.cols` floats
 /// that nothing else reads or writes meanwhile.
 /// `amx`: run on the tile unit ([`gemm_amx::one`]), which must then be ready.
-unsafe fn one(dst: *mut f32, ld: usize, a: Mat, b: Mat, accumulate: bool, amx: bool) {
+unsafe fn one(dst: *mut f32, ld: usize, a: Mat, b: BSrc, accumulate: bool, amx: bool) {
     if amx {
         // SAFETY: the same contract, and the tile unit is ready.
         unsafe { gemm_amx::one(dst, ld, a, b, accumulate) };
         return;
     }
-    let (m, k, n) = (a.rows, a.cols, b.cols);
-    let blocks = k.div_ceil(KC);
-    // Even k-blocks of equal size: 784 runs as 2 x 392 rather than 384 + 384 + 16.
-    let kc = k.div_ceil(blocks).div_ceil(2) * 2;
+    let (m, k, n) = (a.rows, a.cols, b.dims().1);
+    let kc = block_depth(k);
     let av = Lanes {
         data: a.data,
         ls: a.rs,
         ks: a.cs,
-    };
-    let bv = Lanes {
-        data: b.data,
-        ls: b.cs,
-        ks: b.rs,
     };
     BUFS.with(|bufs| {
         let mut bufs = bufs.borrow_mut();
@@ -270,20 +316,27 @@ unsafe fn one(dst: *mut f32, ld: usize, a: Mat, b: Mat, accumulate: bool, amx: b
             for pc in (0..k).step_by(kc) {
                 let kv = (k - pc).min(kc);
                 let kp = kv.div_ceil(2);
-                for jr in (0..nc).step_by(NR) {
-                    let off = (jr / NR) * NR * kp;
-                    // SAFETY: lanes jc+jr.. and k pc..pc+kv lie inside b (checked view);
-                    // the panel fits `bp` (sized for NC columns and kc/2 pairs).
-                    unsafe {
-                        pack(
-                            &mut bp[off..off + NR * kp],
-                            NR,
-                            bv,
-                            (jc + jr, (nc - jr).min(NR)),
-                            (pc, kv),
-                            tmp,
-                        )
+                if let BSrc::Mat(bm) = b {
+                    let bv = Lanes {
+                        data: bm.data,
+                        ls: bm.cs,
+                        ks: bm.rs,
                     };
+                    for jr in (0..nc).step_by(NR) {
+                        let off = (jr / NR) * NR * kp;
+                        // SAFETY: lanes jc+jr.. and k pc..pc+kv lie inside b (checked
+                        // view); the panel fits `bp` (sized for NC columns, kc/2 pairs).
+                        unsafe {
+                            pack(
+                                &mut bp[off..off + NR * kp],
+                                NR,
+                                bv,
+                                (jc + jr, (nc - jr).min(NR)),
+                                (pc, kv),
+                                tmp,
+                            )
+                        };
+                    }
                 }
                 let load = accumulate || pc > 0;
                 for ic in (0..m).step_by(MC) {
@@ -303,7 +356,12 @@ unsafe fn one(dst: *mut f32, ld: usize, a: Mat, b: Mat, accumulate: bool, amx: b
                         };
                     }
                     for jr in (0..nc).step_by(NR) {
-                        let bpan = bp[(jr / NR) * NR * kp..].as_ptr();
+                        let bpan = match b {
+                            BSrc::Mat(_) => bp[(jr / NR) * NR * kp..].as_ptr(),
+                            BSrc::Packed { p, first, .. } => {
+                                p.panel(pc, first + (jc + jr) / NR).as_ptr()
+                            }
+                        };
                         for ir in (0..mc).step_by(MR) {
                             let apan = ap[(ir / MR) * MR * kp..].as_ptr();
                             // SAFETY: the tile's rows ic+ir.. (< m) and columns jc+jr..
@@ -609,7 +667,7 @@ mod tests {
                     } else {
                         gemm::Parallelism::None
                     };
-                    pool.install(|| matmul_on(&mut got, am, bm, acc, par, amx))
+                    pool.install(|| matmul_on(&mut got, am, BSrc::Mat(bm), acc, par, amx))
                         .unwrap();
                     for i in 0..m {
                         for j in 0..n {

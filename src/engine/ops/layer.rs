@@ -2,16 +2,20 @@
 //! needs and an explicit backward that consumes it (llm.c style, no autograd tape), so
 //! activation memory, checkpoint segments and gradient readiness are all visible here.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::engine::amp;
 use crate::engine::autotune::Algos;
 use crate::engine::collective::Collective;
-use crate::engine::device::{Device, MemCategory};
+use crate::engine::device::{Device, MemCategory, MemTracker};
 use crate::engine::ops::desc::CpuOnly;
 pub use crate::engine::ops::desc::LayerDesc;
+use crate::engine::ops::gemm::Mat;
+use crate::engine::ops::gemm_amp::{native_half, WeightB};
+use crate::engine::ops::gemm_packed::PackedB;
 use crate::engine::tensor::{DType, Tensor};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::knobs::Amp;
 
 /// A trainable parameter with its gradient. `g == None` means "no gradient buffer":
@@ -24,6 +28,114 @@ pub struct Param {
     pub g: Option<Tensor>,
     /// Whether weight decay applies (not to biases and norm parameters, as usual).
     pub decay: bool,
+    /// What the kernels take of `w` under this step's precision, derived once per
+    /// change of `w` ([`Param::kernel_weights`]).
+    derived: Arc<Derived>,
+}
+
+/// Copies of a parameter's weights made for the kernels: rounded to the half grid, and
+/// packed for the native bf16 GEMM as `W^T` (forward) and `W` (input gradient). Each is
+/// made on first use and kept while `w`'s contents stay those named by `id`: the
+/// optimizer's write gives `w` a new content id, so they are made again once per step,
+/// not once per GEMM call. Packed copies are charged as workspace while kept.
+#[derive(Default)]
+struct Derived {
+    id: u64,
+    dt: Option<DType>,
+    native: bool,
+    rounded: OnceLock<Tensor>,
+    wt: OnceLock<PackedB>,
+    w: OnceLock<PackedB>,
+    mem: Option<Arc<MemTracker>>,
+    charged: AtomicUsize,
+}
+
+impl std::fmt::Debug for Derived {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Derived")
+            .field("id", &self.id)
+            .field("dt", &self.dt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Derived {
+    fn drop(&mut self) {
+        if let Some(mem) = &self.mem {
+            mem.free(MemCategory::Workspace, *self.charged.get_mut());
+        }
+    }
+}
+
+/// `cell`'s value, made by `make` when empty.
+fn get_or_make<T>(cell: &OnceLock<T>, make: impl FnOnce() -> Result<T>) -> Result<&T> {
+    if cell.get().is_none() {
+        // Another thread may have filled it meanwhile; either value is the same.
+        let _ = cell.set(make()?);
+    }
+    cell.get()
+        .ok_or_else(|| Error::Runtime("kernel weights: cache empty after filling".into()))
+}
+
+/// A parameter's weights as this step's kernels take them (see [`Derived`]).
+pub struct KernelWeights {
+    w: Tensor,
+    d: Arc<Derived>,
+}
+
+impl KernelWeights {
+    /// The weights in f32, on the half grid under AMP.
+    pub fn f32(&self) -> Result<&[f32]> {
+        match self.d.dt {
+            None => self.w.f32(),
+            Some(dt) => get_or_make(&self.d.rounded, || {
+                Tensor::from_vec(
+                    self.w.shape(),
+                    amp::round_to_grid(self.w.f32()?, dt),
+                    MemCategory::Workspace,
+                    self.w.tracker(),
+                )
+            })?
+            .f32(),
+        }
+    }
+
+    /// `(rows, cols)` of the weights seen as a matrix (`[out, in...]`).
+    fn dims(&self) -> (usize, usize) {
+        let rows = self.w.shape().first().copied().unwrap_or(0).max(1);
+        (rows, self.w.len() / rows)
+    }
+
+    fn packed(&self, transposed: bool) -> Result<&PackedB> {
+        let cell = if transposed { &self.d.wt } else { &self.d.w };
+        get_or_make(cell, || {
+            let (r, c) = self.dims();
+            let m = Mat::rm(self.w.f32()?, r, c);
+            let p = PackedB::new(if transposed { m.t() } else { m })?;
+            self.w.tracker().alloc(MemCategory::Workspace, p.bytes());
+            self.d.charged.fetch_add(p.bytes(), Ordering::Relaxed);
+            Ok(p)
+        })
+    }
+
+    /// `W^T` as a GEMM's right-hand operand (`y = x W^T`). The native bf16 kernel
+    /// rounds the f32 master weights while packing, exactly as rounding first would.
+    pub fn t(&self) -> Result<WeightB<'_>> {
+        if self.d.native {
+            return Ok(WeightB::Packed(self.packed(true)?));
+        }
+        let (r, c) = self.dims();
+        Ok(WeightB::Mat(Mat::rm(self.f32()?, r, c).t()))
+    }
+
+    /// `W` as a GEMM's right-hand operand (`dx = dy W`).
+    pub fn n(&self) -> Result<WeightB<'_>> {
+        if self.d.native {
+            return Ok(WeightB::Packed(self.packed(false)?));
+        }
+        let (r, c) = self.dims();
+        Ok(WeightB::Mat(Mat::rm(self.f32()?, r, c)))
+    }
 }
 
 impl Param {
@@ -39,7 +151,32 @@ impl Param {
             w: Tensor::from_vec(shape, init, MemCategory::Params, dev.mem())?,
             g: None,
             decay,
+            derived: Arc::default(),
         })
+    }
+
+    /// The weights as kernels under `amp` take them, made once per change of `w`. Drop
+    /// it before the optimizer writes `w` (it shares `w`'s storage, so a write while it
+    /// is held would copy the weights).
+    pub fn kernel_weights(&mut self, amp: Amp) -> KernelWeights {
+        let (id, dt, native) = (self.w.content_id(), amp::half_dtype(amp), native_half(amp));
+        let d = &self.derived;
+        if d.id != id || d.dt != dt || d.native != native {
+            self.derived = Arc::new(Derived {
+                id,
+                dt,
+                native,
+                rounded: OnceLock::new(),
+                wt: OnceLock::new(),
+                w: OnceLock::new(),
+                mem: Some(Arc::clone(self.w.tracker())),
+                charged: AtomicUsize::new(0),
+            });
+        }
+        KernelWeights {
+            w: self.w.clone(),
+            d: Arc::clone(&self.derived),
+        }
     }
 
     /// The gradient buffer to write into and whether backward must accumulate (`+=`)
@@ -119,6 +256,17 @@ impl Ctx {
         Tensor::zeros(shape, cat, self.dev.mem())
     }
 
+    /// [`Ctx::alloc`] for a kernel that writes every element: the contents are
+    /// unspecified ([`Tensor::scratch`]), so no zero fill.
+    pub fn scratch(&self, shape: &[usize]) -> Tensor {
+        let cat = if amp::half_dtype(self.amp).is_none() {
+            MemCategory::Activations
+        } else {
+            MemCategory::Workspace
+        };
+        Tensor::scratch(shape, cat, self.dev.mem())
+    }
+
     pub fn from_vec(&self, shape: &[usize], v: Vec<f32>) -> Result<Tensor> {
         Tensor::from_vec(shape, v, MemCategory::Activations, self.dev.mem())
     }
@@ -141,20 +289,6 @@ impl Ctx {
             Amp::Off | Amp::Tf32 => "f32",
             Amp::Bf16 => "bf16",
             Amp::Fp16 => "f16",
-        }
-    }
-
-    /// Weights as a kernel should see them: rounded to the half grid under AMP (a
-    /// workspace copy; the f32 master weights stay with the optimizer), else shared.
-    pub fn weights(&self, w: &Tensor) -> Result<Tensor> {
-        match amp::half_dtype(self.amp) {
-            Some(dt) => Tensor::from_vec(
-                w.shape(),
-                amp::round_to_grid(w.f32()?, dt),
-                MemCategory::Workspace,
-                self.dev.mem(),
-            ),
-            None => Ok(w.clone()),
         }
     }
 }
@@ -186,7 +320,95 @@ pub trait Layer: Send {
 
 /// Takes a saved tensor or reports that backward ran without its forward.
 pub fn take_saved(slot: &mut Option<Tensor>, layer: &str) -> Result<Tensor> {
-    slot.take().ok_or_else(|| {
-        crate::error::Error::Runtime(format!("{layer}: backward called without a saved forward"))
-    })
+    slot.take()
+        .ok_or_else(|| Error::Runtime(format!("{layer}: backward called without a saved forward")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::ops::gemm_amp::native_half;
+
+    fn packed_ptr(w: &KernelWeights) -> Option<*const PackedB> {
+        match w.t().unwrap() {
+            WeightB::Packed(p) => Some(p as *const PackedB),
+            WeightB::Mat(_) => None,
+        }
+    }
+
+    /// The kernels' copy of the weights is made once while the weights stay the same
+    /// (the same packed operand, or the same rounded copy, on every call of a step) and
+    /// again after a write to them (the optimizer's update): never stale.
+    #[test]
+    fn kernel_weights_are_made_once_per_change_and_never_stale() {
+        let dev = Device::cpu(0, 1);
+        let init: Vec<f32> = (0..64 * 40)
+            .map(|i| (i % 17) as f32 * 0.01 - 0.08)
+            .collect();
+        let mut p = Param::new("weight", &[40, 64], init, true, &dev).unwrap();
+        for amp in [Amp::Bf16, Amp::Fp16] {
+            let a = p.kernel_weights(amp);
+            let b = p.kernel_weights(amp);
+            let (ra, rb) = (a.f32().unwrap().as_ptr(), b.f32().unwrap().as_ptr());
+            assert_eq!(ra, rb, "{amp:?}: rounded twice for unchanged weights");
+            if native_half(amp) {
+                assert_eq!(packed_ptr(&a), packed_ptr(&b), "packed twice");
+                assert!(packed_ptr(&a).is_some());
+            }
+            let before = a.f32().unwrap()[5];
+            drop((a, b));
+            // What the optimizer does: a write through the master weights.
+            p.w.f32_mut().unwrap()[5] += 0.5;
+            let c = p.kernel_weights(amp);
+            let after = c.f32().unwrap()[5];
+            assert!(
+                after > before + 0.4,
+                "{amp:?}: stale rounded weights ({before} -> {after})"
+            );
+            if native_half(amp) {
+                let x = vec![1.0f32; 64];
+                let mut y = vec![0.0f32; 40];
+                let none = gemm::Parallelism::None;
+                crate::engine::ops::gemm_amp::matmul_w(
+                    &mut y,
+                    Mat::rm(&x, 1, 64),
+                    c.t().unwrap(),
+                    false,
+                    none,
+                    amp,
+                )
+                .unwrap();
+                let want: f32 = c.f32().unwrap()[..64].iter().sum();
+                assert!(
+                    (y[0] - want).abs() < 1e-3,
+                    "stale packed weights: {} vs {want}",
+                    y[0]
+                );
+            }
+        }
+    }
+
+    /// Packed and rounded copies are charged as workspace while kept, and released when
+    /// the weights change and the copies are made again.
+    #[test]
+    fn kernel_weight_copies_are_charged_and_released() {
+        let dev = Device::cpu(0, 1);
+        let mut p = Param::new("weight", &[32, 64], vec![0.25; 32 * 64], true, &dev).unwrap();
+        let ws = || dev.mem().current(MemCategory::Workspace);
+        let base = ws();
+        let w = p.kernel_weights(Amp::Bf16);
+        w.f32().unwrap();
+        w.t().unwrap();
+        let held = ws();
+        assert!(
+            held >= base + 32 * 64 * 2,
+            "copies not charged: {base} -> {held}"
+        );
+        drop(w);
+        p.w.f32_mut().unwrap()[0] = 1.0;
+        let w = p.kernel_weights(Amp::Bf16);
+        w.f32().unwrap();
+        w.t().unwrap();
+        assert_eq!(ws(), held, "the stale copies were not released");
+    }
 }

@@ -8,7 +8,7 @@ use crate::engine::cuda::gpu::Gpu;
 use crate::engine::device::{Device, MemCategory};
 use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
 use crate::engine::ops::gemm::Mat;
-use crate::engine::ops::gemm_amp::{matmul_amp, matmul_turned_amp, native_half};
+use crate::engine::ops::gemm_amp::{matmul_amp, matmul_turned_amp, matmul_w, WeightB};
 use crate::engine::ops::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
 use crate::engine::ops::layer_cuda::GpuLayer;
 use crate::engine::ops::linear_cuda::GLinear;
@@ -66,7 +66,7 @@ fn rowsplit(
     y: &mut [f32],
     x: &[f32],
     (n, d_in, d_out): (usize, usize, usize),
-    w: Mat,
+    w: WeightB,
     (amp, relu): (Amp, bool),
 ) -> Result<()> {
     let per = n.div_ceil(rayon::current_num_threads().max(1)).max(1);
@@ -75,7 +75,7 @@ fn rowsplit(
         .zip(x[..n * d_in].par_chunks(per * d_in))
         .try_for_each(|(yc, xc)| {
             let rows = xc.len() / d_in;
-            matmul_amp(
+            matmul_w(
                 yc,
                 Mat::rm(xc, rows, d_in),
                 w,
@@ -126,17 +126,6 @@ fn forward_algos(n: usize, d_in: usize, d_out: usize) -> [&'static str; 3] {
         [trans, gemm, rowsplit]
     } else {
         [gemm, rowsplit, trans]
-    }
-}
-
-/// The weights as the GEMM takes them. The native bf16 kernel rounds its operands to
-/// bf16 (nearest even, as `Ctx::weights` does) while packing them, so there the rounded
-/// f32 copy of the 1M-weight matrices would only cost a pass.
-fn gemm_weights(w: &Tensor, ctx: &Ctx) -> Result<Tensor> {
-    if native_half(ctx.amp) {
-        Ok(w.clone())
-    } else {
-        ctx.weights(w)
     }
 }
 
@@ -222,28 +211,33 @@ impl Linear {
     pub(crate) fn forward_with(&mut self, x: Tensor, ctx: &Ctx, relu: bool) -> Result<Tensor> {
         let n = self.rows(&x)?;
         let xf = x.widened()?;
-        let w = gemm_weights(&self.w.w, ctx)?;
+        // Packed for the native bf16 GEMM once per optimizer step, not per call.
+        let w = self.w.kernel_weights(ctx.amp);
         let key = format!("n{n} {}->{} {}", self.d_in, self.d_out, ctx.dtype_name());
-        let (xd, wd, bd) = (xf.f32()?, w.f32()?, self.b.w.f32()?);
+        let (xd, wm, bd) = (xf.f32()?, w.t()?, self.b.w.f32()?);
         let (d_in, d_out) = (self.d_in, self.d_out);
         // Under AMP the ReLU rides on the narrowing pass instead.
         let f32_relu = relu && half_dtype(ctx.amp).is_none();
         let y = ctx
             .algos
             .run("linear", &key, &forward_algos(n, d_in, d_out), |algo| {
-                let mut y = ctx.alloc(&[n, d_out]);
+                // Every element is written: the bias first, then the GEMM adds onto it.
+                let mut y = ctx.scratch(&[n, d_out]);
                 let yd = y.f32_mut()?;
-                let wm = Mat::rm(wd, d_out, d_in).t();
-                match algo {
-                    "transposed" => transposed(yd, xd, n, (d_in, d_out), wd, bd, ctx)?,
-                    "rowsplit" => {
+                match (algo, wm) {
+                    ("transposed", WeightB::Mat(_)) => {
+                        transposed(yd, xd, n, (d_in, d_out), w.f32()?, bd, ctx)?
+                    }
+                    ("rowsplit", _) => {
                         fill_rows(yd, bd);
                         rowsplit(yd, xd, (n, d_in, d_out), wm, (ctx.amp, f32_relu))?;
                     }
+                    // `transposed` on a packed operand is this: the bf16 kernel packs
+                    // either orientation alike, so `matmul_turned_amp` runs it unturned.
                     _ => {
                         fill_rows(yd, bd);
                         let xm = Mat::rm(xd, n, d_in);
-                        matmul_amp(yd, xm, wm, true, ctx.dev.par(), ctx.amp)?;
+                        matmul_w(yd, xm, wm, true, ctx.dev.par(), ctx.amp)?;
                     }
                 }
                 if f32_relu && algo != "rowsplit" {
@@ -251,7 +245,7 @@ impl Linear {
                 }
                 Ok(y)
             })?;
-        drop(xf);
+        drop((xf, w));
         if ctx.save {
             self.saved_x = Some(ctx.store(x)?);
         }
@@ -297,16 +291,11 @@ impl Linear {
         if !need_dx {
             return Ok(None);
         }
-        let w = gemm_weights(&self.w.w, ctx)?;
-        let mut dx = ctx.alloc(x.shape());
-        matmul_amp(
-            dx.f32_mut()?,
-            dym,
-            Mat::rm(w.f32()?, self.d_out, self.d_in),
-            false,
-            ctx.dev.par(),
-            ctx.amp,
-        )?;
+        let w = self.w.kernel_weights(ctx.amp);
+        // Written whole by the GEMM (not accumulating).
+        let mut dx = ctx.scratch(x.shape());
+        matmul_w(dx.f32_mut()?, dym, w.n()?, false, ctx.dev.par(), ctx.amp)?;
+        drop(w);
         Ok(Some(ctx.store(dx)?))
     }
 }
@@ -373,8 +362,16 @@ mod tests {
             .num_threads(3)
             .build()
             .unwrap();
-        pool.install(|| rowsplit(&mut b, &x, (n, d_in, d_out), wm, (Amp::Off, false)))
-            .unwrap();
+        pool.install(|| {
+            rowsplit(
+                &mut b,
+                &x,
+                (n, d_in, d_out),
+                WeightB::Mat(wm),
+                (Amp::Off, false),
+            )
+        })
+        .unwrap();
         for (u, v) in a.iter().zip(&b) {
             assert!((u - v).abs() <= 1e-5 * (1.0 + u.abs()), "{u} vs {v}");
         }

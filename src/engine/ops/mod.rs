@@ -18,6 +18,7 @@ pub mod gemm;
 pub mod gemm_amp;
 pub(crate) mod gemm_amx;
 pub(crate) mod gemm_bf16;
+pub(crate) mod gemm_packed;
 pub(crate) mod gemm_peak;
 pub mod layer;
 pub(crate) mod layer_cuda;
@@ -26,6 +27,8 @@ pub mod linear_cuda;
 pub mod loss;
 pub mod pool;
 pub mod pool_cuda;
+#[cfg(test)]
+mod storage_tests;
 pub mod sync_bn;
 
 use crate::engine::ops::layer::Param;

@@ -56,7 +56,8 @@ impl Layer for MaxPool2d {
             (w - self.k) / self.stride + 1,
         );
         let xd = x.f32()?;
-        let mut y = ctx.alloc(&[n, oh, ow, c]);
+        // Every output element is written by the loop below.
+        let mut y = ctx.scratch(&[n, oh, ow, c]);
         let mut arg = vec![0u32; n * oh * ow * c];
         let yd = y.f32_mut()?;
         for b in 0..n {
