@@ -4,7 +4,7 @@
 
 use crate::engine::ops::gemm::{kernel_family, matmul, matmul_turned, Mat};
 use crate::engine::ops::gemm_bf16;
-use crate::engine::ops::gemm_packed::PackedB;
+use crate::engine::ops::gemm_bf16::PackedB;
 use crate::error::Result;
 use crate::knobs::Amp;
 

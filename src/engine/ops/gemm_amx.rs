@@ -19,8 +19,7 @@ use std::cell::RefCell;
 use std::sync::OnceLock;
 
 use crate::engine::ops::gemm::Mat;
-use crate::engine::ops::gemm_bf16::{pack, pair, pairs_of_run, BSrc, Lanes, NR};
-use crate::engine::ops::gemm_packed::block_depth;
+use crate::engine::ops::gemm_bf16::{block_depth, pack, pair, pairs_of_run, BSrc, Lanes, NR};
 
 /// Rows of C a tile pair covers (two 16-row tiles).
 const MR: usize = 32;

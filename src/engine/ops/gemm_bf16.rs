@@ -24,7 +24,6 @@ use std::sync::OnceLock;
 
 use crate::engine::ops::gemm::Mat;
 use crate::engine::ops::gemm_amx;
-use crate::engine::ops::gemm_packed::{block_depth, PackedB};
 use crate::error::{Error, Result};
 
 /// Rows of the micro-kernel's tile: 12 rows x 2 vectors = 24 accumulators, which with the
@@ -602,131 +601,124 @@ unsafe fn tile_m<const M: usize>(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::ops::gemm::test_data as data;
+// Packed operands (`PackedB`): A right-hand GEMM operand packed for the native bf16 kernels once, then reused by
+// every call: a layer's weights, packed when the optimizer has changed them and not on
+// each of the step's GEMMs (`ops/layer.rs`, `Param::kernel_weights`).
+//
+// Before: mlp at batch 128, 1 thread, `amp = bf16` (perf, Sapphire Rapids) spent about a
+// third of its GEMM time narrowing and packing the f32 weights, each 1024x1024 matrix
+// packed in forward and again for the input gradient on every step (and once per thread
+// under a column split).
+//
+// Layout: `k` is cut into the same blocks the kernels cut it into (`gemm_bf16::one`),
+// and each block's columns into panels of `NR` lanes holding the block's k-pairs padded
+// with zero pairs to a multiple of 16 (the AMX kernel's tile depth; the AVX-512 kernel
+// reads only the pairs it needs). Each panel holds exactly what the kernels would have
+// packed from the same operand, so results are bit for bit those of packing per call.
 
-    /// A `rows x cols` operand, stored transposed (`cols x rows`, row-major) when `t`.
-    fn view(data: &[f32], rows: usize, cols: usize, t: bool) -> Mat<'_> {
-        if t {
-            Mat::rm(data, cols, rows).t()
+/// The k per block the kernels use for depth `k`: even blocks of equal size, at most
+/// `KC` (784 runs as 2 x 392 rather than 384 + 384 + 16).
+pub(crate) fn block_depth(k: usize) -> usize {
+    let blocks = k.div_ceil(KC).max(1);
+    k.div_ceil(blocks).div_ceil(2) * 2
+}
+
+/// A `k x n` operand packed as bf16 k-pairs (see the module's doc).
+#[derive(Debug)]
+pub struct PackedB {
+    pub(crate) k: usize,
+    pub(crate) n: usize,
+    /// k per block, as [`block_depth`].
+    pub(crate) kc: usize,
+    /// Per block: where its panels start in `data`, and its pairs per panel (padded).
+    blocks: Vec<(usize, usize)>,
+    data: Vec<u32>,
+}
+
+impl PackedB {
+    /// Packs `b` (any strides). Errors where the CPU lacks AVX512_BF16 or `b`'s view
+    /// reaches past its data.
+    pub fn new(b: Mat) -> Result<PackedB> {
+        let (k, n) = (b.rows, b.cols);
+        let last = if k == 0 || n == 0 {
+            0
         } else {
-            Mat::rm(data, rows, cols)
+            (k - 1) * b.rs + (n - 1) * b.cs
+        };
+        if k > 0 && n > 0 && last >= b.data.len() {
+            return Err(Error::Shape {
+                op: "pack_bf16",
+                msg: format!("{k}x{n} view past {} elements", b.data.len()),
+            });
         }
-    }
-
-    fn round(v: &[f32]) -> Vec<f32> {
-        v.iter()
-            .map(|&x| f32::from_bits(bf16_bits(x) << 16))
-            .collect()
-    }
-
-    /// Against an f64 reference on the bf16-rounded operands: the only differences left
-    /// are f32 summation, bounded by 1e-5 of the sum of |products| for these k.
-    #[test]
-    fn matches_f64_reference_on_odd_shapes() {
         if !available() {
-            eprintln!("skipped: this CPU has no AVX512_BF16, the native bf16 GEMM cannot run");
-            return;
+            return Err(Error::Runtime(
+                "bf16 packing called on a CPU without AVX512_BF16".into(),
+            ));
         }
-        if !gemm_amx::ready() {
-            eprintln!("AMX not ready here: only the AVX512_BF16 kernel is checked");
+        let kc = block_depth(k);
+        let panels = n.div_ceil(NR);
+        let mut blocks = Vec::new();
+        let mut len = 0;
+        for pc in (0..k).step_by(kc.max(1)) {
+            let kt = (k - pc).min(kc).div_ceil(2).div_ceil(16) * 16;
+            blocks.push((len, kt));
+            len += panels * NR * kt;
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
-        for (m, k, n) in [
-            (1, 1, 1),
-            (17, 33, 65),
-            (13, 1, 40),
-            (12, 785, 33),
-            (145, 50, 1030),
-            (40, 2, 16),
-        ] {
-            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-                let (ar, br) = (round(&data(m * k, 11)), round(&data(k * n, 12)));
-                let (am, bm) = (view(&ar, m, k, ta), view(&br, k, n, tb));
-                let start = data(m * n, 13);
-                for (acc, threads, amx) in [
-                    (false, 1, false),
-                    (true, 1, false),
-                    (false, 2, false),
-                    (true, 2, false),
-                    (false, 1, true),
-                    (true, 1, true),
-                    (true, 2, true),
-                ] {
-                    if amx && !gemm_amx::ready() {
-                        continue;
-                    }
-                    let mut got = start.clone();
-                    let par = if threads > 1 {
-                        gemm::Parallelism::Rayon(threads)
-                    } else {
-                        gemm::Parallelism::None
+        use rayon::prelude::*;
+        let mut data = vec![0u32; len];
+        let view = Lanes {
+            data: b.data,
+            ls: b.cs,
+            ks: b.rs,
+        };
+        for (i, &(start, kt)) in blocks.iter().enumerate() {
+            let end = start + panels * NR * kt;
+            let pc = i * kc;
+            let kv = (k - pc).min(kc);
+            let kp = kv.div_ceil(2);
+            data[start..end]
+                .par_chunks_mut(NR * kt)
+                .enumerate()
+                .for_each(|(j, panel)| {
+                    let lanes = (n - j * NR).min(NR);
+                    let mut tmp = vec![0u32; kc / 2 + 16];
+                    // SAFETY: lanes j*NR.. and k pc..pc+kv lie inside the checked view;
+                    // the panel holds kt >= kp pairs of NR lanes; AVX512_BF16 is here.
+                    unsafe {
+                        pack(
+                            &mut panel[..NR * kp],
+                            NR,
+                            view,
+                            (j * NR, lanes),
+                            (pc, kv),
+                            &mut tmp,
+                        )
                     };
-                    pool.install(|| matmul_on(&mut got, am, BSrc::Mat(bm), acc, par, amx))
-                        .unwrap();
-                    for i in 0..m {
-                        for j in 0..n {
-                            let (mut s, mut mag) = (0.0f64, 0.0f64);
-                            for p in 0..k {
-                                let x = am.data[i * am.rs + p * am.cs] as f64
-                                    * bm.data[p * bm.rs + j * bm.cs] as f64;
-                                s += x;
-                                mag += x.abs();
-                            }
-                            if acc {
-                                s += start[i * n + j] as f64;
-                                mag += (start[i * n + j] as f64).abs();
-                            }
-                            let g = got[i * n + j] as f64;
-                            assert!(
-                                (g - s).abs() <= 1e-5 * mag + 1e-30,
-                                "{m}x{k}x{n} ta={ta} tb={tb} acc={acc} x{threads} \
-                                 amx={amx} at ({i},{j}): {g} vs {s}"
-                            );
-                        }
-                    }
-                }
-            }
+                });
         }
+        Ok(PackedB {
+            k,
+            n,
+            kc,
+            blocks,
+            data,
+        })
     }
 
-    /// Off-grid f32 inputs are rounded to bf16 (nearest even) before the products, as
-    /// an autocast's cast would.
-    #[test]
-    fn rounds_off_grid_inputs_to_bf16() {
-        if !available() {
-            eprintln!("skipped: this CPU has no AVX512_BF16, the native bf16 GEMM cannot run");
-            return;
-        }
-        let (m, k, n) = (3, 70, 35);
-        let (a, b) = (data(m * k, 21), data(k * n, 22));
-        let a: Vec<f32> = a.iter().map(|x| x * 1.001).collect();
-        let (ra, rb) = (round(&a), round(&b));
-        let mut got = vec![0.0; m * n];
-        let mut want = vec![0.0; m * n];
-        let none = gemm::Parallelism::None;
-        matmul(&mut got, Mat::rm(&a, m, k), Mat::rm(&b, k, n), false, none).unwrap();
-        matmul(
-            &mut want,
-            Mat::rm(&ra, m, k),
-            Mat::rm(&rb, k, n),
-            false,
-            none,
-        )
-        .unwrap();
-        assert_eq!(got, want);
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len() * 4
     }
 
-    #[test]
-    fn rejects_mismatched_shapes() {
-        let a = vec![0.0; 6];
-        let mut d = vec![0.0; 4];
-        let none = gemm::Parallelism::None;
-        assert!(matmul(&mut d, Mat::rm(&a, 2, 3), Mat::rm(&a, 2, 3), false, none).is_err());
+    /// Panel `j` (columns j*NR..) of the k-block starting at `pc`: pairs of NR lanes,
+    /// zero-padded to the block's multiple of 16 pairs.
+    pub(crate) fn panel(&self, pc: usize, j: usize) -> &[u32] {
+        let (start, kt) = self.blocks[pc / self.kc];
+        &self.data[start + j * NR * kt..start + (j + 1) * NR * kt]
     }
 }
+
+#[cfg(test)]
+#[path = "gemm_bf16_tests.rs"]
+mod tests;

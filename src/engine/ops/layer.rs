@@ -13,7 +13,7 @@ use crate::engine::ops::desc::CpuOnly;
 pub use crate::engine::ops::desc::LayerDesc;
 use crate::engine::ops::gemm::Mat;
 use crate::engine::ops::gemm_amp::{native_half, WeightB};
-use crate::engine::ops::gemm_packed::PackedB;
+use crate::engine::ops::gemm_bf16::PackedB;
 use crate::engine::tensor::{DType, Tensor};
 use crate::error::{Error, Result};
 use crate::knobs::Amp;

@@ -18,7 +18,6 @@ pub mod gemm;
 pub mod gemm_amp;
 pub(crate) mod gemm_amx;
 pub(crate) mod gemm_bf16;
-pub(crate) mod gemm_packed;
 pub(crate) mod gemm_peak;
 pub mod layer;
 pub(crate) mod layer_cuda;

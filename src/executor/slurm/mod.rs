@@ -15,7 +15,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use self::query::{ended_without_result, sacct, sbatch, scancel, slurm_cmd, squeue, JobState};
+use self::query::{
+    ended_without_result, live_job_named, sacct, sbatch, scancel, slurm_cmd, squeue, JobState,
+};
 use self::script::{batch_script, sbatch_args, RunFiles, TIMEOUT_KIND};
 use super::trial::{child_line, line_outcome, ChildLine};
 use crate::error::{Error, Result};
@@ -81,6 +83,12 @@ impl SlurmEnv {
             return Err("executor slurm runs built-in engine workloads only".into());
         };
         let files = RunFiles::new(&self.dir, &spec.name, run);
+        // A job of this run is queued or running already: submitted by a sweep killed
+        // before it journaled the id (seen in tests/slurm_cluster.rs's resume test).
+        // Following it keeps every run submitted once.
+        if let Some(job) = live_job_named(&files.name) {
+            return Ok(job);
+        }
         // A previous job's output under the same name must not be read as this one's.
         for f in [&files.stdout, &files.stderr, &files.rank0] {
             let _ = std::fs::remove_file(f);

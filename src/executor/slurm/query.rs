@@ -120,6 +120,23 @@ pub fn squeue(ids: &[String]) -> Result<HashMap<String, JobState>, String> {
     }
 }
 
+/// The id of a job named `name` that is still queued or running, if Slurm has one. A
+/// sweep killed between `sbatch`'s answer and the journal's line leaves such a job
+/// behind; the resumed sweep follows it instead of submitting the run twice.
+pub fn live_job_named(name: &str) -> Option<String> {
+    let args = [
+        "--noheader".to_string(),
+        "--states=PENDING,RUNNING,CONFIGURING,COMPLETING".into(),
+        format!("--name={name}"),
+        "--format=%i".into(),
+    ];
+    let out = slurm_cmd("squeue", &args).ok()?;
+    out.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(String::from)
+}
+
 /// A finished job's state from the accounting database, when the cluster keeps one.
 pub fn sacct(id: &str) -> Option<JobState> {
     let args = [
