@@ -90,11 +90,9 @@ pub fn withdrawn_in_plan(r: &Report, rec: &Recommendation) -> Option<String> {
     if !r.baseline_runs.iter().any(ok) {
         return None;
     }
-    let base_id = r.baseline.as_deref();
+    let base_id = r.baseline.as_deref().unwrap_or_default();
     withdrawn_against(r, rec, |b| {
-        Some(b.baseline.as_str()) == base_id
-            || b.baseline
-                .starts_with(crate::results::baselines::AGAIN_PREFIX)
+        crate::results::baselines::in_plan(&b.baseline, base_id)
     })
 }
 

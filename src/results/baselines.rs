@@ -48,6 +48,12 @@ pub fn own_value<'a>(
         .filter(|_| !forced_in_baseline(baseline, knob))
 }
 
+/// Whether the baseline run `id` ran in the plan (the plan's baseline or one of its
+/// interleaved runs), not beside a confirmation.
+pub fn in_plan(id: &str, base_id: &str) -> bool {
+    id == base_id || id.starts_with(AGAIN_PREFIX)
+}
+
 /// Steady step times and samples per step.
 pub(crate) type Steady = (Vec<f64>, f64);
 
@@ -79,7 +85,7 @@ impl Runs {
             .enumerate()
             .filter(|(_, r)| r.status == Status::Ok)
             .filter_map(|(pos, r)| {
-                let in_plan = r.id == base_id || r.id.starts_with(AGAIN_PREFIX);
+                let in_plan = in_plan(&r.id, base_id);
                 let confirm = r.id.starts_with(super::build::CONFIRM_PREFIX) && &r.knobs == base;
                 let data = steady(r);
                 ((in_plan || confirm) && !data.0.is_empty()).then(|| Run {
