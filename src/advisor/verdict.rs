@@ -5,7 +5,7 @@
 //! failed beside "confidence high", "fastest" for a configuration within noise).
 
 use super::{confirm, faster, fmt_ratio, Ctx};
-use crate::results::model::{Ratio, RecKind, Report, TrialReport};
+use crate::results::model::{Contamination, Ratio, RecKind, Report, TrialReport};
 use crate::results::record::Status;
 
 /// A trial is flagged as measured under load when other processes kept more than this
@@ -357,6 +357,10 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                 },
                 None => "gain not measured".into(),
             };
+            // A verdict that rests on runs the hardware contaminated (#28).
+            let dirty = |x: Option<&Contamination>| x.is_some_and(|x| x.in_figures);
+            let dirty = dirty(alone_run.and_then(|a| a.contamination.as_ref()))
+                || dirty(in_confirmation.and_then(|c| c.contamination.as_ref()));
             let confirmation = in_confirmation.map(|_| {
                 let what = match verdict {
                     _ if missed => {
@@ -369,6 +373,7 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                     "not_confirmed" => "not confirmed",
                     "failed" => "confirmation failed",
                     _ if failed => "not confirmed",
+                    "matches" | "better" if dirty => "confirmed only on contaminated runs",
                     "matches" | "better" => "confirmed",
                     _ => "not yet confirmed",
                 };
