@@ -197,16 +197,21 @@ impl Cx<'_> {
         })
     }
 
+    /// A TOML float or integer as f64 (None where its text does not parse); any other
+    /// type is refused as not `expected`.
+    pub(super) fn number(&self, v: &Val<'_>, what: &str, expected: &str) -> Result<Option<f64>> {
+        match v.get_ref() {
+            DeValue::Float(f) => Ok(f.as_str().parse::<f64>().ok()),
+            DeValue::Integer(i) => Ok(i64::from_str_radix(i.as_str(), i.radix())
+                .ok()
+                .map(|n| n as f64)),
+            _ => Err(self.wrong_type(v, what, expected)),
+        }
+    }
+
     /// A learning rate the engine's f32 arithmetic can use.
     fn lr(&self, v: &Val<'_>, what: &str) -> Result<f64> {
-        let x = match v.get_ref() {
-            DeValue::Float(f) => f.as_str().parse::<f64>().ok(),
-            DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
-                .ok()
-                .map(|n| n as f64),
-            _ => return Err(self.wrong_type(v, what, "a number")),
-        };
-        let x = x.unwrap_or(f64::NAN);
+        let x = self.number(v, what, "a number")?.unwrap_or(f64::NAN);
         limits::lr(x)
             .map(|_| x)
             .map_err(|e| self.err(v.span(), format!("{what}: {e}")))

@@ -41,13 +41,7 @@ impl Cx<'_> {
     /// `min_seconds = S`: 0 (no minimum) up to the window's `seconds`, which would end it
     /// first.
     fn min_seconds(&self, v: &Val<'_>, what: &str, most: Option<f64>) -> Result<Option<f64>> {
-        let x = match v.get_ref() {
-            DeValue::Float(f) => f.as_str().parse::<f64>().ok(),
-            DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
-                .ok()
-                .map(|n| n as f64),
-            _ => return Err(self.wrong_type(v, what, "a number of seconds")),
-        };
+        let x = self.number(v, what, "a number of seconds")?;
         let top = most.unwrap_or(MAX_SECONDS);
         match x {
             Some(0.0) => Ok(None),
@@ -145,13 +139,7 @@ impl Cx<'_> {
             return Ok(None);
         };
         let what = format!("{table}.{key}");
-        let x = match v.get_ref() {
-            DeValue::Float(f) => f.as_str().parse::<f64>().ok(),
-            DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
-                .ok()
-                .map(|n| n as f64),
-            _ => return Err(self.wrong_type(v, &what, "a number of seconds")),
-        };
+        let x = self.number(v, &what, "a number of seconds")?;
         match x {
             Some(x) if x > 0.0 && x <= MAX_SECONDS => Ok(Some(x)),
             _ => Err(self.err(
