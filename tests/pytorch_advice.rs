@@ -371,3 +371,92 @@ fn the_watch_names_an_optimizer_bound_and_a_compute_bound_step() {
         spec.knobs
     );
 }
+
+/// Processes that keep cores busy outside the watched tree, killed when dropped.
+struct Spinners(Vec<std::process::Child>);
+
+impl Spinners {
+    fn start(n: usize) -> Spinners {
+        Spinners(
+            (0..n)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .unwrap()
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+// PyTorch's threads against the cores other processes leave free (#31): under one
+// competing process on 2 cores, the default 2 threads ran an LM 30x slower than 1 thread.
+// Here all cores but one spin outside the watched tree while a script computing with 2
+// threads runs: the watch says the threads oversubscribe the CPU, in the terminal and in
+// summary.md, and the sweep it writes measures the script's 2 threads against 1.
+#[test]
+fn a_watch_under_competing_processes_names_oversubscribed_threads_and_proposes_fewer() {
+    let _serial = support::serial();
+    let Some(py) = support::python(
+        "a_watch_under_competing_processes_names_oversubscribed_threads_and_proposes_fewer",
+    ) else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("w");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let spin = Spinners::start(cores - 1);
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("watch")
+        .arg("--steps")
+        .arg("15")
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .arg(support::script("plain_loop.py"))
+        .args(["--steps", "400", "--threads", "2"])
+        .env("TUNE_CACHE_DIR", d.path().join("cache"))
+        .output()
+        .unwrap();
+    drop(spin);
+    assert!(o.status.success(), "{}", show(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap_or_default())
+            .unwrap_or(Value::Null);
+    let f = r["findings"]
+        .as_array()
+        .and_then(|f| f.iter().find(|x| x["kind"] == "contention"))
+        .unwrap_or_else(|| panic!("no contention finding: {}\n{}", r["findings"], show(&o)));
+    let title = f["title"].as_str().unwrap_or("");
+    assert!(title.contains("2 PyTorch threads oversubscribe"), "{f}");
+    assert!(
+        f["hint"]
+            .as_str()
+            .unwrap_or("")
+            .contains("torch.set_num_threads(1)"),
+        "{f}"
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains(title), "{stderr}");
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(md.contains("oversubscribe"), "{md}");
+    let spec = tune::spec::Spec::load(out.join("sweep.toml")).unwrap();
+    assert!(
+        spec.knobs
+            .iter()
+            .any(|(n, v)| n == "num_threads" && v.len() == 2 && v[0] == "2" && v[1] == "1"),
+        "{:?}",
+        spec.knobs
+    );
+}
