@@ -8,18 +8,23 @@
 
 use super::{fmt_ratio, Ctx};
 use crate::results::baselines::least;
+use crate::results::build::steady_slice;
 use crate::results::model::{BaselineRatio, Ratio, RecKind, Recommendation, Report, TrialReport};
+use crate::results::record::Status;
+use crate::stats;
 
 /// The least margin above 1 a gain must keep against the re-run. A bootstrap over one
 /// run's steps cannot see run-to-run variation (a sweep of one repeat has no noise
 /// floor), and identical runs minutes apart on a shared machine differ by a few percent.
 pub const MIN_MARGIN: f64 = 0.03;
 
-/// The margin when no trial has two repeats, so run-to-run variation was never measured:
-/// identical repeats on a shared 2-core VM differed by a median 18% (the noise floor of
-/// README's sample sweep), and a change that does nothing measured 1.13x
-/// [1.03, 1.23] against the quiet re-run in `tests/pytorch_advice.rs`'s drift test. Without
-/// repeats, only a gain clear of that stands; with them, the measured noise decides.
+/// The floor of the margin when no trial has two repeats: identical repeats on a shared
+/// 2-core VM differed by a median 18% (the noise floor of README's sample sweep), and a
+/// change that does nothing measured 1.13x [1.03, 1.23] against the quiet re-run in
+/// `tests/pytorch_advice.rs`'s drift test. The spread between the baseline's interleaved
+/// runs raises it where the machine was noisier than that (on a machine loaded by parallel
+/// builds, a do-nothing seed of that test measured 1.62x [1.37, 1.84] against the quiet
+/// baseline run after it); with repeats, the measured noise decides.
 pub const UNMEASURED_MARGIN: f64 = 0.15;
 
 /// The confidence of a recommendation whose gain did not clear the drift.
@@ -55,18 +60,139 @@ pub fn counted(r: &Report, rec: &Recommendation) -> Option<Ratio> {
         .or(rec.expected_gain)
 }
 
-/// How far above 1 a gain's interval must stay to count: the repeat noise of the trial
-/// and the baseline, at least `MIN_MARGIN`, or `UNMEASURED_MARGIN` when no trial has two
-/// repeats.
-pub fn margin(r: &Report, t: Option<&TrialReport>) -> f64 {
-    let unmeasured = r.noise_floor.is_none();
-    t.map_or(0.0, |t| t.noise_floor)
-        .max(Ctx::new(r).base.map_or(0.0, |b| b.noise_floor))
-        .max(if unmeasured {
-            UNMEASURED_MARGIN
-        } else {
-            MIN_MARGIN
+/// How far above 1 a gain's interval must stay to count, and the measured figure that set
+/// it: the largest of the trial's and the baseline's repeat noise and the spread between
+/// the baseline's runs through the sweep (interleaved, and beside the confirmation); at
+/// least `MIN_MARGIN`, and never below `UNMEASURED_MARGIN` when no trial has two repeats.
+/// The drift check before the confirmation reads only the interleaved runs; the final
+/// one reads more runs and more sides of each trial, so it withdraws at least as much.
+pub fn margin(r: &Report, t: Option<&TrialReport>) -> Margin {
+    margin_over(r, t, Runs::All)
+}
+
+/// A noise margin and what set it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Margin {
+    /// Above 1, as a share: 0.24 is "24% clear".
+    pub value: f64,
+    /// The figure that set it, in words ("the spread between the baseline's 3 runs
+    /// interleaved through the sweep").
+    pub set_by: String,
+    /// Run-to-run noise went unmeasured: one repeat and too few baseline runs, so the
+    /// fixed `UNMEASURED_MARGIN` set it.
+    pub unmeasured: bool,
+}
+
+/// Which of the baseline's runs a margin reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Runs {
+    Plan,
+    All,
+}
+
+/// The baseline's runs that measure run-to-run noise, as throughputs: every repeat of its
+/// runs interleaved through the plan, and with `Runs::All` those beside the
+/// confirmation. Not the plan's first run: the both-sides rule brackets every early trial
+/// with it already, and a busy first minute is drift (`Report::drift` shows it), not the
+/// noise of a run; counted as noise too, it would withdraw every change of a sweep whose
+/// first minute was busy, a real 2x gain with them (the busy baseline of
+/// `tests/pytorch_advice.rs` once ran at 60 samples/s, its quiet runs at 315 and 378).
+fn noise_runs(r: &Report, which: Runs) -> (Vec<f64>, &'static str) {
+    let rerun = r
+        .confirmation
+        .as_ref()
+        .and_then(|c| c.baseline_rerun.as_ref())
+        .filter(|_| which == Runs::All);
+    let thr: Vec<f64> = r
+        .baseline_runs
+        .iter()
+        .chain(rerun)
+        .filter(|t| t.status == Status::Ok)
+        .flat_map(|t| {
+            let left_out = t
+                .contamination
+                .as_ref()
+                .filter(|c| !c.in_figures)
+                .map_or(&[][..], |c| &c.repeats[..]);
+            t.repeats
+                .iter()
+                .enumerate()
+                .filter(move |(i, _)| !left_out.contains(i))
+                .map(|(_, x)| x)
         })
+        .filter_map(|x| {
+            let m = stats::median(steady_slice(x));
+            (m.is_finite() && m > 0.0).then(|| x.samples_per_step as f64 / m)
+        })
+        .collect();
+    let what = match (which, rerun.is_some()) {
+        (Runs::All, true) => {
+            "after its first, interleaved through the sweep and beside its \
+                              confirmation"
+        }
+        _ => "after its first, interleaved through the sweep",
+    };
+    (thr, what)
+}
+
+fn margin_over(r: &Report, t: Option<&TrialReport>, which: Runs) -> Margin {
+    let (runs, what) = noise_runs(r, which);
+    let runs_said = format!(
+        "the spread between the baseline's {} runs {what}",
+        runs.len()
+    );
+    // Without two repeats of any trial the floor is the fixed one, even where baseline
+    // runs measured less: two or three runs are too few to trust a small spread. The
+    // spread of step times within a window is no stand-in for run-to-run noise: over the
+    // 30 trials of two repeats in this project's eight-script table (#31), the repeats
+    // differed by more than 15% in 14 and by more than the larger of 15% and their
+    // windows' interquartile spread in 9, and that spread reached 34% on a bf16 trial
+    // whose 1.27x gain its alternating pairs then confirmed at 1.55x.
+    let unmeasured = r.noise_floor.is_none();
+    let mut m = if unmeasured {
+        Margin {
+            value: UNMEASURED_MARGIN,
+            set_by: if runs.len() >= 2 {
+                format!("the fixed margin for one-repeat sweeps ({runs_said} is less)")
+            } else {
+                "the fixed margin for one-repeat sweeps, whose run-to-run noise is unmeasured \
+                 (fewer than two baseline runs interleaved through the sweep)"
+                    .into()
+            },
+            unmeasured: runs.len() < 2,
+        }
+    } else {
+        Margin {
+            value: MIN_MARGIN,
+            set_by: "the least margin".into(),
+            unmeasured: false,
+        }
+    };
+    let measured = [
+        t.map(|t| {
+            (
+                t.noise_floor,
+                format!("the spread between {}'s repeats", t.label),
+            )
+        }),
+        Ctx::new(r).base.map(|b| {
+            (
+                b.noise_floor,
+                "the spread between the baseline's repeats".to_string(),
+            )
+        }),
+        (runs.len() >= 2).then(|| (stats::noise_floor(&runs), runs_said)),
+    ];
+    for (value, set_by) in measured.into_iter().flatten() {
+        if value.is_finite() && value > m.value {
+            m = Margin {
+                value,
+                set_by,
+                unmeasured: false,
+            };
+        }
+    }
+    m
 }
 
 /// Why a measured gain is withdrawn: its trial is not significantly faster, by the
@@ -74,7 +200,7 @@ pub fn margin(r: &Report, t: Option<&TrialReport>) -> f64 {
 /// interleaving, the baseline's re-run after the sweep). None when it is, or when there
 /// is nothing to compare with.
 pub fn withdrawn(r: &Report, rec: &Recommendation) -> Option<String> {
-    withdrawn_against(r, rec, |_| true)
+    withdrawn_against(r, rec, Runs::All, |_| true)
 }
 
 /// `withdrawn` as the sweep saw it when it chose what to confirm: against the plan's own
@@ -91,7 +217,7 @@ pub fn withdrawn_in_plan(r: &Report, rec: &Recommendation) -> Option<String> {
         return None;
     }
     let base_id = r.baseline.as_deref().unwrap_or_default();
-    withdrawn_against(r, rec, |b| {
+    withdrawn_against(r, rec, Runs::Plan, |b| {
         crate::results::baselines::in_plan(&b.baseline, base_id)
     })
 }
@@ -99,6 +225,7 @@ pub fn withdrawn_in_plan(r: &Report, rec: &Recommendation) -> Option<String> {
 fn withdrawn_against(
     r: &Report,
     rec: &Recommendation,
+    runs: Runs,
     counts: impl Fn(&BaselineRatio) -> bool,
 ) -> Option<String> {
     let gain = rec.expected_gain?;
@@ -123,9 +250,8 @@ fn withdrawn_against(
             )
         }
     };
-    let unmeasured = r.noise_floor.is_none();
-    let noise = margin(r, Some(t));
-    if after.significant && after.lo > 1.0 + noise {
+    let noise = margin_over(r, Some(t), runs);
+    if after.significant && after.lo > 1.0 + noise.value {
         return None;
     }
     let moved = match &r.drift {
@@ -148,13 +274,14 @@ fn withdrawn_against(
     Some(format!(
         "withdrawn: {} measured {} against the baseline run nearest it but {} against \
          {which}{moved}: the effect does not clear the machine's drift and noise \
-         (a gain must stay {:.0}% clear of every baseline run beside it{})",
+         (a gain must stay {:.0}% clear of every baseline run beside it, set by {}{})",
         t.label,
         fmt_ratio(&gain),
         fmt_ratio(&after),
-        noise * 100.0,
-        if unmeasured {
-            "; run-to-run noise is unmeasured with one repeat: repeats = 2 measures it"
+        noise.value * 100.0,
+        noise.set_by,
+        if noise.unmeasured {
+            "; repeats = 2 measures it"
         } else {
             ""
         }

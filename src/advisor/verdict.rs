@@ -310,7 +310,7 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                     confirmation: Some(why),
                 };
             }
-            let margin = super::drift::margin(r, super::drift::trial_of(r, rec));
+            let margin = super::drift::margin(r, super::drift::trial_of(r, rec)).value;
             let clear = |m: Option<Ratio>| m.is_some_and(|m| m.significant && m.lo > 1.0 + margin);
             // Each confirmation's outcome for this change, the worse one decides: one run
             // alone beside the baseline that missed withdraws it; a combination that did

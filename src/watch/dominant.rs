@@ -141,18 +141,146 @@ pub fn sweep_spec(command: &[String], knobs: &[String]) -> Option<String> {
     ))
 }
 
-/// Contention, where users look (the CLI and summary.md, not only the HTML banner).
-pub fn contention(line: String) -> WatchFinding {
-    WatchFinding {
+/// Other processes' share of the machine (percent) from which the watched job is said to
+/// have competed for the CPU (`html::foreign_load`'s threshold).
+pub const FOREIGN_PCT: f64 = 25.0;
+
+/// PyTorch's threads oversubscribe the CPU when they exceed the cores left free by at
+/// least this many cores: a quiet machine's own noise (the sampler, a shell, the desktop)
+/// keeps a few hundredths of a core busy, which must not make a 2-thread job on 2 cores
+/// "oversubscribed", while one competing process takes a whole core.
+pub const OVERSUBSCRIBED_BY: f64 = 0.5;
+
+/// The job's compute threads against the cores other processes left free.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Threads {
+    /// `torch.get_num_threads()` of the script, read by the hooks at its first step.
+    pub script: usize,
+    /// Cores left free: the cores less other processes' mean use, in cores.
+    pub free: f64,
+    /// The thread count that fits those cores (at least 1).
+    pub fit: usize,
+    /// More threads than the free cores: they wait for one another at every parallel op.
+    pub oversubscribed: bool,
+}
+
+impl Threads {
+    /// `script` threads on `cores` cores of which others kept `other_pct` percent busy.
+    pub fn of(script: usize, cores: usize, other_pct: f64) -> Threads {
+        let cores = cores.max(1) as f64;
+        let free = (cores - other_pct.clamp(0.0, 100.0) / 100.0 * cores).max(0.0);
+        Threads {
+            script,
+            free,
+            fit: (free.floor() as usize).max(1),
+            oversubscribed: script as f64 >= free + OVERSUBSCRIBED_BY,
+        }
+    }
+
+    /// The `[knobs]` line of the sweep that tests fewer threads, when fewer would fit: the
+    /// script's own count first, so the baseline is the script as it runs.
+    pub fn sweep_line(&self) -> Option<String> {
+        (self.oversubscribed && self.script > self.fit)
+            .then(|| format!("num_threads = [{}, {}]", self.script, self.fit))
+    }
+}
+
+/// Contention, where users look (the CLI and summary.md, not only the HTML banner):
+/// `foreign` is other processes' load in words when it was a quarter of the machine or
+/// more; `threads` the script's compute threads against the free cores, when the hooks
+/// read them. Under one competing process on 2 cores, PyTorch's default 2 threads ran an
+/// LM's step in 6 s against 200 ms with one thread (#31's evaluation scripts): said, and
+/// the thread count that fits proposed for the sweep to measure.
+pub fn contention(foreign: Option<String>, threads: Option<Threads>) -> Option<WatchFinding> {
+    let over = threads.filter(|t| t.oversubscribed);
+    if foreign.is_none() && over.is_none() {
+        return None;
+    }
+    let mut evidence: Vec<String> = foreign
+        .map(|f| f.trim_end_matches('.').to_string())
+        .into_iter()
+        .collect();
+    if let Some(t) = threads {
+        evidence.push(format!(
+            "the script computes with {} PyTorch thread{} (torch.get_num_threads(), read by \
+             tune's hooks) and about {:.1} core{} {} free",
+            t.script,
+            if t.script == 1 { "" } else { "s" },
+            t.free,
+            if (t.free - 1.0).abs() < 0.05 { "" } else { "s" },
+            if (t.free - 1.0).abs() < 0.05 {
+                "was"
+            } else {
+                "were"
+            }
+        ));
+    }
+    let (title, hint) = match over {
+        Some(t) => (
+            format!(
+                "the job's {} PyTorch threads oversubscribe the CPU: more threads than free cores",
+                t.script
+            ),
+            format!(
+                "threads beyond the free cores wait for one another at every parallel operation, \
+                 so a step can take many times longer (on 2 cores under one competing process, \
+                 an LM's 200 ms step took 6 s with 2 threads); try \
+                 torch.set_num_threads({fit}) (or OMP_NUM_THREADS={fit}) and measure it: {}",
+                t.sweep_line().map_or_else(
+                    || "the script already runs no more threads than fit".to_string(),
+                    |l| format!("sweep.toml's {l} (tune watch writes it beside this report)")
+                ),
+                fit = t.fit
+            ),
+        ),
+        None => (
+            "other processes competed for the CPU".to_string(),
+            "the figures include that contention: measure again on a quiet machine, or give \
+             the job fewer threads than cores (torch.set_num_threads) so it does not wait for \
+             them"
+                .to_string(),
+        ),
+    };
+    Some(WatchFinding {
         kind: FindingKind::Contention,
         device: "host".into(),
         finding: Finding {
-            title: "other processes competed for the CPU".into(),
-            evidence: line,
+            title,
+            evidence: evidence.join("; "),
         },
-        hint: "the figures include that contention: measure again on a quiet machine, or give \
-               the job fewer threads than cores (torch.set_num_threads) so it does not wait \
-               for them"
-            .into(),
+        hint,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_beyond_the_free_cores_are_oversubscribed_and_fewer_proposed() {
+        // 2 cores, one competing process: the default 2 threads have one core.
+        let t = Threads::of(2, 2, 50.0);
+        assert!(t.oversubscribed && t.fit == 1, "{t:?}");
+        assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [2, 1]"));
+        let f = contention(Some("others used 50%".into()), Some(t)).unwrap();
+        assert!(f.finding.title.contains("oversubscribe"), "{f:?}");
+        assert!(f.hint.contains("torch.set_num_threads(1)"), "{f:?}");
+        assert!(f.finding.evidence.contains("2 PyTorch threads"), "{f:?}");
+        // More threads than the machine has, with nothing else running.
+        let t = Threads::of(8, 4, 2.0);
+        assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [8, 3]"));
+    }
+
+    #[test]
+    fn a_quiet_machine_or_a_job_that_fits_is_not_oversubscribed() {
+        // A quiet machine's own few percent do not make 2 threads on 2 cores too many.
+        let t = Threads::of(2, 2, 5.0);
+        assert!(!t.oversubscribed, "{t:?}");
+        assert!(contention(None, Some(t)).is_none());
+        // One thread under load: contention is said, no thread count proposed.
+        let t = Threads::of(1, 2, 50.0);
+        assert!(!t.oversubscribed && t.sweep_line().is_none(), "{t:?}");
+        let f = contention(Some("others used 50%".into()), Some(t)).unwrap();
+        assert_eq!(f.finding.title, "other processes competed for the CPU");
     }
 }

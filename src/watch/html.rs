@@ -89,7 +89,7 @@ fn figure(
 /// machine).
 pub fn foreign_load(r: &WatchReport) -> Option<String> {
     let (host, tree, other) = cpu_load(r)?;
-    (other >= 25.0).then(|| {
+    (other >= super::dominant::FOREIGN_PCT).then(|| {
         format!(
             "Other processes used {other:.0}% of the machine's CPU while watching (host {host:.0}%, watched processes {tree:.0}%): the watched job competed for the CPU."
         )

@@ -333,8 +333,13 @@ pub fn run(opts: &Options) -> Result<i32> {
     };
     let mut found = findings(&series, &ctx);
     let mut step_rows = Vec::new();
+    let mut script_threads: Option<usize> = None;
     let python = link.map(|l| {
         let ev = l.finish(Duration::from_secs(2));
+        script_threads = ev
+            .script_knobs
+            .get("num_threads")
+            .and_then(|v| v.parse().ok());
         for e in &ev.errors {
             notes.push(format!("the PyTorch hooks failed and were off: {e}"));
         }
@@ -393,15 +398,20 @@ pub fn run(opts: &Options) -> Result<i32> {
         stacks,
         timeline: timeline_rows(&snap.samples, MAX_POINTS_PER_SERIES),
     };
-    if let Some(line) = super::html::foreign_load(&report) {
-        report.findings.push(super::dominant::contention(line));
-    }
+    let threads = script_threads
+        .zip(super::html::cpu_load(&report))
+        .map(|(n, load)| super::dominant::Threads::of(n, report.environment.cores, load.2));
+    report.findings.extend(super::dominant::contention(
+        super::html::foreign_load(&report),
+        threads,
+    ));
     let spec = report
         .python
         .as_ref()
         .and(report.target.command.as_deref())
         .and_then(|c| {
-            let knobs = super::dominant::sweep_knobs(&report.findings, ctx.cores);
+            let mut knobs = super::dominant::sweep_knobs(&report.findings, ctx.cores);
+            knobs.extend(threads.and_then(|t| t.sweep_line()));
             super::dominant::sweep_spec(c, &knobs)
         });
     let paths = report.write(&opts.out)?;

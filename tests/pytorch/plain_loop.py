@@ -7,9 +7,9 @@ PyTorch >= 2.0 makes clear gradients to None). It knows nothing of tune.
 micro-batch (a real, removable cost).
 
 --burn-once MARKER: the first run that finds no MARKER file (and is given no knob by
-tune, i.e. runs the script as written) creates it and keeps both cores busy with two
-spinning processes while it trains, as another job on the machine would: the test of
-drift uses it to make the baseline's minute a busy one.
+tune, i.e. runs the script as written) creates it and keeps the cores busy with
+--burners spinning processes while it trains, as other jobs on the machine would: the
+test of drift uses it to make the baseline's minute a busy one.
 """
 
 import argparse
@@ -37,6 +37,7 @@ def main():
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--burn-once", default=None)
+    p.add_argument("--burners", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--extra", type=int, default=0, help="wasted no-grad forwards per batch")
     args = p.parse_args()
@@ -47,7 +48,7 @@ def main():
             fd = os.open(args.burn_once, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             os.close(fd)
             stop = mp.Event()
-            burners = [mp.Process(target=spin, args=(stop,), daemon=True) for _ in range(4)]
+            burners = [mp.Process(target=spin, args=(stop,), daemon=True) for _ in range(args.burners)]
             for b in burners:
                 b.start()
         except FileExistsError:
