@@ -7,7 +7,7 @@
 //! (`cli::KnobArgs`), the spec's `[knobs]` checks, the docs table (`table_markdown`) and
 //! the advisor's PyTorch lines all read that one declaration.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -298,6 +298,23 @@ const PYTHON_ONLY: Applies = Applies {
     python: true,
 };
 
+/// Knobs the PyTorch hooks can set to their baseline value over a script that does
+/// otherwise (the DataLoader's arguments, `zero_grad`'s `set_to_none`, autocast,
+/// `cudnn.benchmark`), so a trial can measure the spec's baseline value against the
+/// script's own (`Knobs::forced`). Not `num_threads` (0 leaves the thread count alone),
+/// nor `channels_last` and `compile`: the hooks cannot undo a script's own layout or
+/// compile.
+pub const FORCEABLE: &[&str] = &[
+    "num_workers",
+    "pin_memory",
+    "persistent_workers",
+    "prefetch_factor",
+    "batch_size",
+    "zero_grad",
+    "amp",
+    "autotune",
+];
+
 /// The PyTorch change that sets a knob. `{value}` is the knob's value (`True`/`False`
 /// for switches) and `{device}` the backend (`cuda` or `cpu`).
 #[derive(Clone, Copy, Debug)]
@@ -427,11 +444,22 @@ macro_rules! knob_table {
             /// and then left out of JSON, so ids and records of knob-only sweeps are unchanged.
             #[serde(skip_serializing_if = "BTreeMap::is_empty")]
             pub params: BTreeMap<String, String>,
+            /// Knobs a `[workload.python]` trial applies although their value is the
+            /// baseline's: the baseline leaves them to the script, so the spec's own
+            /// baseline value is measured in a trial of its own (`spec::plan`). Empty
+            /// otherwise, and then left out of JSON and ids.
+            #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+            pub forced: BTreeSet<String>,
         }
 
         impl Default for Knobs {
             fn default() -> Self {
-                Knobs { $($fname: $fdef,)+ $($lname: $ldef,)+ params: BTreeMap::new() }
+                Knobs {
+                    $($fname: $fdef,)+
+                    $($lname: $ldef,)+
+                    params: BTreeMap::new(),
+                    forced: BTreeSet::new(),
+                }
             }
         }
 
@@ -750,15 +778,20 @@ impl Knobs {
         self.get(name).or_else(|| self.params.get(name).cloned())
     }
 
+    /// Whether knob `name` is a change between `self` and `base`: its values differ, or
+    /// one of them applies it over a script's own value (`forced`) and the other does not.
+    pub fn differs(&self, base: &Knobs, name: &str) -> bool {
+        self.value(name) != base.value(name)
+            || self.forced.contains(name) != base.forced.contains(name)
+    }
+
     /// A short label naming only the knobs (then the user parameters, by name) that
-    /// differ from `base`.
+    /// differ from `base` (`differs`).
     pub fn diff_label(&self, base: &Knobs) -> String {
         let parts: Vec<String> = Self::NAMES
             .iter()
-            .filter_map(|n| {
-                let (a, b) = (self.get(n)?, base.get(n)?);
-                (a != b).then(|| format!("{n}={a}"))
-            })
+            .filter(|n| self.differs(base, n))
+            .filter_map(|n| Some(format!("{n}={}", self.get(n)?)))
             .chain(
                 self.params
                     .iter()

@@ -25,7 +25,7 @@ fn sweep(py: &Path, dir: &Path, args: &str, knobs: &str) -> (Value, Vec<Value>) 
         &spec,
         format!(
             "name = \"probe\"\n[workload.python]\nrun = \"{} {} --record {} {args}\"\n\
-             warmup = 2\nsteps = 8\n[knobs]\n{knobs}\n[search]\nstrategy = \"one-at-a-time\"\nrepeats = 1\nconfirm_repeats = 1\ntimeout_s = 120\n",
+             warmup = 2\nsteps = 8\nmin_seconds = 0\n[knobs]\n{knobs}\n[search]\nstrategy = \"one-at-a-time\"\nrepeats = 1\nconfirm_repeats = 1\ntimeout_s = 120\n",
             py.display(),
             support::script("probe.py").display(),
             record.display(),
@@ -235,6 +235,38 @@ fn knobs_the_script_sets_itself_are_its_baseline_and_overrides_are_said() {
         .find(|x| x["knobs"]["prefetch_factor"] == 4)
         .unwrap();
     assert_eq!(rec["loader"]["prefetch_factor"], 4, "{rec}");
+    // The spec's baseline values (amp off, prefetch_factor 2, no persistent workers),
+    // which the script's own settings keep out of the baseline, each ran in a trial of
+    // their own, applied over the script's (#31).
+    let off = trials
+        .iter()
+        .find(|t| t["label"] == "amp=off")
+        .unwrap_or_else(|| panic!("no amp=off trial: {trials:?}"));
+    assert_eq!(off["knobs"]["forced"], serde_json::json!(["amp"]), "{off}");
+    assert!(
+        off["overrides"]["amp"]
+            .as_str()
+            .unwrap_or("")
+            .contains("tune applied \"off\""),
+        "{off}"
+    );
+    let rec = records.iter().find(|x| x["knobs"]["amp"] == "off").unwrap();
+    assert_eq!(rec["seen"]["autocast"], false, "{rec}");
+    let rec = records
+        .iter()
+        .find(|x| x["knobs"]["prefetch_factor"] == 2)
+        .unwrap();
+    assert_eq!(rec["loader"]["prefetch_factor"], 2, "{rec}");
+    let rec = records
+        .iter()
+        .find(|x| x["knobs"]["persistent_workers"] == false)
+        .unwrap();
+    assert_eq!(rec["loader"]["persistent_workers"], false, "{rec}");
+    let notes = r["notes"].to_string();
+    assert!(
+        notes.contains("the spec's baseline value amp=off ran in a trial of its own"),
+        "{notes}"
+    );
     // persistent_workers=true is what the script already does: never recommended.
     let recs = r["recommendations"].as_array().unwrap();
     assert!(

@@ -96,8 +96,24 @@ pub fn singles(report: &Report) -> Vec<(usize, Knobs)> {
 }
 
 /// A verdict on one confirmation run: its ratio against the baseline run beside it,
-/// compared with the prediction.
+/// compared with the prediction, and what the hardware did to its pairs (#28): pairs
+/// left out are named, and a verdict that rests on contaminated runs says so in capitals
+/// wherever its sentence is shown.
 fn judge(
+    label: &str,
+    trial: Option<&TrialReport>,
+    predicted: Option<Ratio>,
+    pred: &str,
+    against: &str,
+) -> (&'static str, String) {
+    let (verdict, summary) = judge_figures(label, trial, predicted, pred, against);
+    match trial.and_then(|t| t.contamination.as_ref()) {
+        Some(c) => (verdict, format!("{summary}; hardware: {}", c.note)),
+        None => (verdict, summary),
+    }
+}
+
+fn judge_figures(
     label: &str,
     trial: Option<&TrialReport>,
     predicted: Option<Ratio>,
@@ -192,6 +208,7 @@ pub fn evaluate(
                 rule: rec.rule.clone(),
                 label,
                 predicted: p,
+                contamination: t.as_ref().and_then(|t| t.contamination.clone()),
                 measured: t
                     .filter(|t| t.status == Status::Ok)
                     .and_then(|t| t.ratio_vs_baseline),
@@ -205,6 +222,7 @@ pub fn evaluate(
         knobs,
         rules,
         predicted,
+        contamination: trial.as_ref().and_then(|t| t.contamination.clone()),
         trial,
         baseline_rerun,
         verdict: verdict.into(),

@@ -23,7 +23,7 @@ pub(crate) fn changed(t: &TrialReport, base: &Knobs) -> Change {
     let knobs = Knobs::NAMES
         .iter()
         .copied()
-        .filter(|n| t.knobs.get(n) != base.get(n));
+        .filter(|n| t.knobs.differs(base, n));
     Change::of(knobs.chain(params), &t.knobs)
 }
 

@@ -252,11 +252,11 @@ impl<'a> Ctx<'a> {
 /// `a` and `base` agree on every knob and `[params]` entry except `knob` (either),
 /// where they differ.
 pub fn differs_only_in(a: &Knobs, base: &Knobs, knob: &str) -> bool {
-    a.value(knob) != base.value(knob)
+    a.differs(base, knob)
         && Knobs::NAMES
             .iter()
             .filter(|n| **n != knob)
-            .all(|n| a.get(n) == base.get(n))
+            .all(|n| !a.differs(base, n))
         && a.params
             .keys()
             .chain(base.params.keys())

@@ -73,7 +73,9 @@ pub fn sweep_notes(report: &Report) -> Vec<String> {
             let Some(value) = t.knobs.value(knob) else {
                 continue;
             };
-            if spec_base.value(knob).as_deref() != Some(value.as_str()) {
+            if spec_base.value(knob).as_deref() != Some(value.as_str())
+                || t.knobs.forced.contains(knob)
+            {
                 let note = no_effect(knob, &value, why);
                 if !out.contains(&note) {
                     out.push(note);
@@ -99,7 +101,14 @@ pub fn sweep_notes(report: &Report) -> Vec<String> {
             // The script's own value never ran as the baseline: a trial of it is measured.
             continue;
         }
-        if own != &said {
+        let measured = report.trials.iter().any(|t| t.knobs.forced.contains(knob));
+        if own != &said && measured {
+            out.push(format!(
+                "the baseline is your script as written: it ran your script's own {knob}={own}; \
+                 the spec's baseline value {knob}={said} ran in a trial of its own, tune \
+                 applying it over your script's"
+            ));
+        } else if own != &said {
             // The spec's first value is the baseline's name for it, so no trial runs it:
             // say so, with the spec line that measures it (the script's value first is
             // then the baseline, and tune applies every other value in its own trial).
@@ -203,5 +212,38 @@ mod tests {
             Ctx::new(&r).baseline_named("num_workers"),
             "your script's num_workers=4"
         );
+    }
+
+    #[test]
+    fn a_forced_trial_of_the_spec_baseline_value_is_measured_and_can_be_recommended() {
+        // The script's 4 workers are the baseline; the spec's 0, forced in a trial of its
+        // own, measured twice as fast (#31).
+        let s = spec("num_workers = [0, 2]", "");
+        let base = s.search.baseline.clone();
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.020).script_knob("num_workers", "4"),
+                trial(&s, &[], 0.010)
+                    .forced(&base, "num_workers")
+                    .script_knob("num_workers", "4"),
+                trial(&s, &[("num_workers", "2")], 0.020).script_knob("num_workers", "4"),
+            ],
+        );
+        let has = |s: &str| r.notes.iter().any(|n| n.contains(s));
+        assert!(!has("was not measured"), "{:#?}", r.notes);
+        assert!(
+            has("the spec's baseline value num_workers=0 ran in a trial of its own"),
+            "{:#?}",
+            r.notes
+        );
+        let rec = r
+            .recommendations
+            .iter()
+            .find(|x| x.change.get("num_workers") == Some("0"))
+            .unwrap_or_else(|| panic!("num_workers=0 not recommended: {:#?}", r.recommendations));
+        // Its confirmation would run the forced trial's configuration.
+        let k = crate::advisor::drift::recommended_knobs(&r, rec);
+        assert!(k.forced.contains("num_workers"), "{k:?}");
     }
 }

@@ -89,6 +89,23 @@ pub fn trial(spec: &Spec, overrides: &[(&str, &str)], step_s: f64) -> Trial {
 }
 
 impl Trial {
+    /// `knob` forced at its value (`Knobs::forced`): a script's trial of the spec's
+    /// baseline value. The id and label follow, as the plan makes them.
+    pub fn forced(mut self, base: &Knobs, knob: &str) -> Trial {
+        self.rec.knobs.forced.insert(knob.into());
+        self.rec.id = trial_id(&self.rec.knobs, base);
+        self.rec.label = self.rec.knobs.diff_label(base);
+        self
+    }
+
+    /// `knob` could not act in this trial's runs, for `why`.
+    pub fn not_applicable(mut self, knob: &str, why: &str) -> Trial {
+        for r in &mut self.rec.repeats {
+            r.not_applicable.insert(knob.into(), why.into());
+        }
+        self
+    }
+
     /// The script's own value of `knob`, as the hooks read it.
     pub fn script_knob(mut self, knob: &str, value: &str) -> Trial {
         for r in &mut self.rec.repeats {

@@ -5,7 +5,7 @@
 //! failed beside "confidence high", "fastest" for a configuration within noise).
 
 use super::{confirm, faster, fmt_ratio, Ctx};
-use crate::results::model::{Ratio, RecKind, Report, TrialReport};
+use crate::results::model::{Contamination, Ratio, RecKind, Report, TrialReport};
 use crate::results::record::Status;
 
 /// A trial is flagged as measured under load when other processes kept more than this
@@ -89,14 +89,9 @@ fn noise_floor_words(r: &Report) -> String {
 
 /// Ok plan trials measured significantly faster than the baseline, fastest first.
 fn significant_wins(r: &Report) -> Vec<&TrialReport> {
-    let mut wins: Vec<&TrialReport> = r
-        .trials
-        .iter()
-        .filter(|t| r.baseline.as_deref() != Some(t.id.as_str()) && t.status == Status::Ok)
-        .filter(|t| {
-            t.ratio_vs_baseline
-                .is_some_and(|x| x.significant && x.ratio > 1.0)
-        })
+    let base = Ctx::new(r).base_knobs().clone();
+    let mut wins: Vec<&TrialReport> = significantly_faster(r)
+        .filter(|t| could_act(t, &base))
         .collect();
     wins.sort_by(|a, b| {
         let ra = a.ratio_vs_baseline.map_or(0.0, |x| x.ratio);
@@ -104,6 +99,27 @@ fn significant_wins(r: &Report) -> Vec<&TrialReport> {
         rb.total_cmp(&ra)
     });
     wins
+}
+
+/// Trials other than the baseline measured faster than it with an interval clear of 1.
+fn significantly_faster(r: &Report) -> impl Iterator<Item = &TrialReport> {
+    r.trials
+        .iter()
+        .filter(|t| r.baseline.as_deref() != Some(t.id.as_str()) && t.status == Status::Ok)
+        .filter(|t| {
+            t.ratio_vs_baseline
+                .is_some_and(|x| x.significant && x.ratio > 1.0)
+        })
+}
+
+/// Whether `t` changed anything that could act: a `[params]` entry, or a knob its runs
+/// did not record as not applicable. A trial none of whose changes could act ran the
+/// baseline's configuration in effect, so what it measured against the baseline is the
+/// machine's drift and noise, never a win: in #31's closing table, `num_workers=2` in a
+/// loop without a DataLoader measured 1.28x and headed the report as "Fastest".
+fn could_act(t: &TrialReport, base: &crate::knobs::Knobs) -> bool {
+    let changed = faster::changed(t, base);
+    changed.is_empty() || changed.keys().any(|k| !t.not_applicable.contains_key(k))
 }
 
 fn headline(r: &Report, wins: &[&TrialReport]) -> String {
@@ -341,6 +357,10 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                 },
                 None => "gain not measured".into(),
             };
+            // A verdict that rests on runs the hardware contaminated (#28).
+            let dirty = |x: Option<&Contamination>| x.is_some_and(|x| x.in_figures);
+            let dirty = dirty(alone_run.and_then(|a| a.contamination.as_ref()))
+                || dirty(in_confirmation.and_then(|c| c.contamination.as_ref()));
             let confirmation = in_confirmation.map(|_| {
                 let what = match verdict {
                     _ if missed => {
@@ -353,6 +373,7 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                     "not_confirmed" => "not confirmed",
                     "failed" => "confirmation failed",
                     _ if failed => "not confirmed",
+                    "matches" | "better" if dirty => "confirmed only on contaminated runs",
                     "matches" | "better" => "confirmed",
                     _ => "not yet confirmed",
                 };
@@ -431,6 +452,17 @@ fn empty_reasons(r: &Report, wins: &[&TrialReport], recs: &[RecVerdict]) -> Vec<
         ));
     }
     let cx = Ctx::new(r);
+    for t in significantly_faster(r).filter(|t| !could_act(t, cx.base_knobs())) {
+        let ratio = t.ratio_vs_baseline.map_or("–".into(), |x| fmt_ratio(&x));
+        let changed = faster::changed(t, cx.base_knobs());
+        let knobs: Vec<&str> = changed.keys().collect();
+        out.push(format!(
+            "Drift, not a knob: {} measured {ratio} the baseline although {} could not act in \
+             this job (its trial says why): the machine's speed moved between the runs.",
+            t.label,
+            knobs.join(" and ")
+        ));
+    }
     for t in wins {
         let ratio = t.ratio_vs_baseline.map_or("–".into(), |x| fmt_ratio(&x));
         let parity = cx.parity(t);
@@ -510,6 +542,34 @@ mod tests {
             "{st:?}"
         );
         assert!(st.empty[0].contains("accuracy fell"), "{st:?}");
+    }
+
+    #[test]
+    fn a_faster_trial_of_a_knob_that_could_not_act_is_drift_never_fastest() {
+        // num_workers=2 in a job without a DataLoader ran the baseline's configuration in
+        // effect: its 1.4x is the machine's, and nothing may call it the fastest (#31).
+        let s = spec("num_workers = [0, 2]", "");
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010),
+                trial(&s, &[("num_workers", "2")], 0.007).not_applicable(
+                    "num_workers",
+                    "the job takes its batches from no DataLoader",
+                ),
+            ],
+        );
+        assert!(r.recommendations.is_empty(), "{:#?}", r.recommendations);
+        let st = story(&r);
+        assert!(st.fastest.is_none(), "{st:?}");
+        assert!(!st.headline.starts_with("Fastest"), "{st:?}");
+        assert!(
+            st.empty.iter().any(
+                |l| l.starts_with("Drift, not a knob: num_workers=2 measured")
+                    && l.contains("although num_workers could not act")
+            ),
+            "{st:?}"
+        );
     }
 
     #[test]

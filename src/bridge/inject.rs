@@ -16,7 +16,7 @@ pub fn injected(name: &str) -> bool {
 
 /// The knobs a trial sets, as the module's JSON: a knob the spec's baseline moved off
 /// the default, in every trial; a swept knob only where the trial's value differs from
-/// the baseline's. Elsewhere the script keeps its own behaviour, so the baseline is the
+/// the baseline's, or where the trial forces it. Elsewhere the script keeps its own behaviour, so the baseline is the
 /// script as its user runs it (PyTorch >= 2.0's bare `zero_grad()` clears to None; a
 /// forced memset would make the baseline a script nobody runs), and the hooks report
 /// what the script does by itself (`script_knobs`).
@@ -31,7 +31,9 @@ pub fn knob_values(spec: &Spec, knobs: &Knobs) -> Map<String, Value> {
         let base = spec.search.baseline.get(&name);
         let moved = base != def.get(&name);
         let swept = spec.knobs.iter().any(|(k, _)| *k == name) && knobs.get(&name) != base;
-        let named = moved || swept;
+        // A forced knob is the spec's baseline value measured against a script that
+        // sets its own (`spec::plan`).
+        let named = moved || swept || knobs.forced.contains(&name);
         if injected(&name) && named {
             m.insert(name, v);
         }

@@ -1,6 +1,6 @@
 """The measurement window of a `[workload.python]` trial (issue #26), loaded by tune_hook:
-warm-up steps (or until the step times are steady), then `steps` measured steps or
-`seconds` of measuring; then the job is stopped at a step boundary by raising
+warm-up steps (or until the step times are steady), then `steps` measured steps (and
+at least `min_seconds` of them) or `seconds` of measuring; then the job is stopped at a step boundary by raising
 SystemExit(0) out of optimizer.step(). tune ends a job that ignores it after a grace
 period, and its process tree either way. Apart from tune_hook so that each file stays
 under the project's 800 lines.
@@ -73,8 +73,10 @@ def step(dur, t, compiled=False):
                 _h._emit(_h._ranked({"ev": "window", "warmup": ws["warm"] + ws["skipped"]}))
             return
     ws["measured"] += 1
-    sec = w.get("seconds")
-    if ws["measured"] >= int(w["steps"]) or (sec is not None and t - ws["start"] >= float(sec)):
+    sec, least = w.get("seconds"), w.get("min_seconds")
+    took = t - ws["start"]
+    counted = ws["measured"] >= int(w["steps"]) and (least is None or took >= float(least))
+    if counted or (sec is not None and took >= float(sec)):
         ws["full"] = True
         n = ws["measured"]
         _h._emit(

@@ -143,10 +143,18 @@ fn confirmation(r: &Report) -> String {
         }
         _ => "",
     };
+    // What the hardware did to the pairs (#28); in red when the verdict rests on it.
+    let hardware = c.contamination.as_ref().map_or(String::new(), |x| {
+        let class = if x.in_figures { "bad" } else { "muted" };
+        format!(
+            " <span class=\"{class}\">Hardware: {}.</span>",
+            esc(&x.note)
+        )
+    });
     format!(
         "<p id=\"confirmation\">Confirmation: the recommended changes combined, <code>{}</code> \
          (rules: {}), measured alternately with a re-run of the baseline: {} against the \
-         predicted {}, <b class=\"{class}\">{}</b>.{}</p>",
+         predicted {}, <b class=\"{class}\">{}</b>.{}{hardware}</p>",
         esc(&c.label),
         esc(&c.rules.join(", ")),
         esc(&measured),

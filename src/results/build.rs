@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 
 use super::baselines::{Runs, AGAIN_PREFIX};
 use super::model::{
-    Ci, Environment, NoiseFloor, Partial, Ratio, Report, TimelineSample, TrialReport, TrialSpan,
-    FOREIGN_CPU_PCT, MIN_PARTIAL_STEADY, SCHEMA_VERSION,
+    Ci, Contamination, Environment, NoiseFloor, Partial, Ratio, Report, TimelineSample,
+    TrialReport, TrialSpan, FOREIGN_CPU_PCT, MIN_PARTIAL_STEADY, SCHEMA_VERSION,
 };
 use crate::engine::parallel::DeviceSummary;
 use crate::engine::train::Phases;
 use crate::knobs::Knobs;
-use crate::results::figures::{figures_of, per_sample};
+use crate::results::figures::{figures_of, pairs_of, per_sample};
 use crate::results::record::{Repeat, Status, TrialRecord};
 use crate::spec::plan::{self, knobs_hash};
 use crate::spec::Spec;
@@ -185,7 +185,17 @@ fn trial_report(
 ) -> TrialReport {
     // Figures from the repeats the hardware left clean; the report keeps every repeat.
     let (rec, contamination) = figures_of(full);
-    let rec = &rec;
+    report_of(full, &rec, contamination, base, ref_type)
+}
+
+/// `full`'s report with figures from `rec`, the repeats of it that count.
+fn report_of(
+    full: &TrialRecord,
+    rec: &TrialRecord,
+    contamination: Option<Contamination>,
+    base: Option<&(Vec<f64>, f64)>,
+    ref_type: Option<&str>,
+) -> TrialReport {
     let (times, sps) = steady(rec);
     let (same_times, same_sps) = steady_on(rec, ref_type);
     let boot = Bootstrap::with_seed(knobs_hash(&rec.knobs));
@@ -400,11 +410,6 @@ impl Confirmations {
                 .iter()
                 .rev()
                 .find(|r| r.id == id && r.status == Status::Ok)
-                .map(|r| {
-                    let clean = figures_of(r).0;
-                    let data = steady_on(&clean, self.ref_type.as_deref());
-                    (clean, data)
-                })
         };
         // A journal from before per-change confirmations named its one re-run otherwise:
         // the latest baseline run that is not beside a single change.
@@ -413,14 +418,8 @@ impl Confirmations {
                 .iter()
                 .rev()
                 .find(|r| r.knobs == self.baseline && r.status == Status::Ok && !r.id.contains('~'))
-                .map(|r| {
-                    let clean = figures_of(r).0;
-                    let data = steady_on(&clean, self.ref_type.as_deref());
-                    (clean, data)
-                })
         };
         let rerun = ok_by_id(&rerun_beside(knobs, &self.baseline)).or_else(combined);
-        let against = rerun.as_ref().map(|r| &r.1).or(self.base_data.as_ref());
         let id = confirm_id(knobs, &self.baseline);
         let rec = self.confirm.iter().rev().find(|r| r.id == id).or_else(|| {
             self.confirm
@@ -428,14 +427,24 @@ impl Confirmations {
                 .rev()
                 .find(|r| &r.knobs == knobs && !r.id.contains('~'))
         })?;
-        let mut t = trial_report(rec, against, self.ref_type.as_deref());
+        let ref_type = self.ref_type.as_deref();
+        let Some(beside) = rerun.filter(|b| b.id != rec.id) else {
+            // The baseline's re-run itself, or a change with no baseline run beside it.
+            let against = rerun.map(|r| steady_on(&figures_of(r).0, ref_type));
+            return Some(trial_report(
+                rec,
+                against.as_ref().or(self.base_data.as_ref()),
+                ref_type,
+            ));
+        };
+        // Pair by pair: a pair the hardware contaminated leaves on both sides (#28).
+        let (mine, theirs, contamination) = pairs_of(rec, beside);
+        let against = steady_on(&theirs, ref_type);
+        let mut t = report_of(rec, &mine, contamination, Some(&against), ref_type);
         // Run pair by pair beside its baseline runs: the pairs decide (#31).
-        if let (Some((beside, _)), Some(pooled)) = (rerun, t.ratio_vs_baseline) {
-            if beside.id != rec.id {
-                let mine = figures_of(rec).0;
-                if let Some(p) = super::baselines::paired(&mine.repeats, &beside.repeats, pooled) {
-                    t.ratio_vs_baseline = Some(p);
-                }
+        if let Some(pooled) = t.ratio_vs_baseline {
+            if let Some(p) = super::baselines::paired(&mine.repeats, &theirs.repeats, pooled) {
+                t.ratio_vs_baseline = Some(p);
             }
         }
         Some(t)

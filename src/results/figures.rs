@@ -41,6 +41,69 @@ pub fn figures_of(rec: &TrialRecord) -> (TrialRecord, Option<Contamination>) {
     if bad.is_empty() || all_bad {
         return (rec.clone(), note);
     }
+    (only(rec, &used), note)
+}
+
+/// A confirmation's two sides, `change` and the baseline run `beside` it, with only the
+/// pairs its verdict uses (index `i` of each side is pair `i`, `Sweep::confirm`), and
+/// what to say about the pairs left out or kept against the rule. A pair is contaminated
+/// when either of its runs is: leaving out one side only would pair runs that did not
+/// share a stretch of time, and the pairs exist to cancel the machine's drift (#28).
+pub fn pairs_of(
+    change: &TrialRecord,
+    beside: &TrialRecord,
+) -> (TrialRecord, TrialRecord, Option<Contamination>) {
+    fn bad_in(r: &TrialRecord, i: usize) -> Option<&RepeatHardware> {
+        r.hardware.get(i).filter(|h| h.contaminated())
+    }
+    let n = change.repeats.len().max(beside.repeats.len());
+    let bad: Vec<usize> = (0..n)
+        .filter(|&i| bad_in(change, i).is_some() || bad_in(beside, i).is_some())
+        .collect();
+    if bad.is_empty() {
+        return (change.clone(), beside.clone(), None);
+    }
+    let all_bad = bad.len() == n;
+    let why: Vec<String> = bad
+        .iter()
+        .map(|&i| {
+            let sides: Vec<String> = [("baseline", beside), ("change", change)]
+                .into_iter()
+                .filter_map(|(side, r)| {
+                    Some(format!("{side}: {}", bad_in(r, i)?.reasons.join("; ")))
+                })
+                .collect();
+            format!("pair {}: {}", i + 1, sides.join(", "))
+        })
+        .collect();
+    let counts = format!(
+        "{} of {n} pairs contaminated ({})",
+        bad.len(),
+        why.join(" | ")
+    );
+    let note = if all_bad {
+        format!("NO CLEAN PAIR REMAINS: the verdict rests on contaminated runs; {counts}")
+    } else {
+        format!("{counts}; left out of the verdict")
+    };
+    let c = Contamination {
+        repeats: bad.clone(),
+        in_figures: all_bad,
+        note,
+    };
+    if all_bad {
+        return (change.clone(), beside.clone(), Some(c));
+    }
+    let keep = |r: &TrialRecord| {
+        let used: Vec<usize> = (0..r.repeats.len()).filter(|i| !bad.contains(i)).collect();
+        only(r, &used)
+    };
+    (keep(change), keep(beside), Some(c))
+}
+
+/// `rec` with the repeats `used` only, in order: their hardware entries and nodes
+/// re-indexed.
+fn only(rec: &TrialRecord, used: &[usize]) -> TrialRecord {
     let mut out = rec.clone();
     out.repeats = used.iter().map(|&i| rec.repeats[i].clone()).collect();
     out.hardware = used
@@ -58,7 +121,7 @@ pub fn figures_of(rec: &TrialRecord) -> (TrialRecord, Option<Contamination>) {
             })
         })
         .collect();
-    (out, note)
+    out
 }
 
 /// Joules per sample of the counted repeats: their windows' mean power over the

@@ -360,6 +360,11 @@ pub struct Confirmation {
     /// own run of the baseline (#31).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alone: Vec<Alone>,
+    /// Pairs of `trial` and `baseline_rerun` the hardware contaminated (`repeats` holds
+    /// 0-based pair indices): left out of the verdict, or, when no clean pair remained
+    /// (`in_figures`), the verdict rests on them and `summary` says so (#28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contamination: Option<Contamination>,
 }
 
 /// One recommended change confirmed on its own: run alternately with a baseline run.
@@ -374,6 +379,9 @@ pub struct Alone {
     /// As `Confirmation::verdict`.
     pub verdict: String,
     pub summary: String,
+    /// As `Confirmation::contamination`, for this change's pairs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contamination: Option<Contamination>,
 }
 
 /// One trial's place on the report's timeline.

@@ -2,7 +2,9 @@
 //! maximum, the power cap, other processes on the trial's GPUs, other processes' CPU load,
 //! VM steal time) and the energy the trial's GPUs drew over its steady window. The sweep
 //! re-runs a contaminated repeat up to `[search] hardware_reruns` times; the report leaves
-//! it out of the figures while a clean repeat remains (`results::hardware::counted`).
+//! it out of the figures while a clean repeat remains (`results::hardware::counted`). A
+//! confirmation does the same pair by pair (`Reruns::again_pair`,
+//! `results::figures::pairs_of`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -72,6 +74,50 @@ impl Reruns {
         eprintln!(
             "note: '{label}' repeat {} was contaminated ({why}); running it again ({} re-run(s) left)",
             r + 1,
+            self.left
+        );
+        true
+    }
+
+    /// Whether pair `p` (0-based, in the order the pairs ran, re-runs included, as the
+    /// report numbers them) of a confirmation of `label` runs again: each of its
+    /// runs ended well, one of them or both were contaminated (`hws`: each run's side,
+    /// "baseline" or "change", and its record), and the budget allows. Both runs go
+    /// again, in the same order, so the pair still measures the two sides in one stretch
+    /// of time; both records are marked `rerun`. Said on stderr either way.
+    pub fn again_pair(
+        &mut self,
+        label: &str,
+        p: usize,
+        ok: bool,
+        hws: &mut [(&str, &mut RepeatHardware)],
+    ) -> bool {
+        let why: Vec<String> = hws
+            .iter()
+            .filter(|(_, h)| h.contaminated())
+            .map(|(side, h)| format!("{side}: {}", h.reasons.join("; ")))
+            .collect();
+        if !ok || why.is_empty() {
+            return false;
+        }
+        let why = why.join(" | ");
+        if self.left == 0 {
+            eprintln!(
+                "note: '{label}' pair {} was contaminated ({why}); no re-run left \
+                 ([search] hardware_reruns): it is kept, flagged, and left out of the \
+                 confirmation's verdict while a clean pair remains",
+                p + 1
+            );
+            return false;
+        }
+        self.left -= 1;
+        for (_, h) in hws.iter_mut() {
+            h.rerun = true;
+        }
+        eprintln!(
+            "note: '{label}' pair {} was contaminated ({why}); running the pair again ({} \
+             re-run(s) left)",
+            p + 1,
             self.left
         );
         true

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::hardware::Reruns;
 use super::journal::Journal;
 use super::live::{self, LiveTrial};
 use super::resume::{existing_records, stamped};
@@ -19,6 +20,7 @@ use super::sampling::SweepSampler;
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 use crate::results::baselines::EVERY;
+use crate::results::hardware::RepeatHardware;
 use crate::results::record::{
     clean, NodeRun, Record, Repeat, RepeatRecord, Status, Submission, TrialRecord,
 };
@@ -497,7 +499,9 @@ impl<'a> Sweep<'a> {
     /// The confirmation: the recommended combination and a fresh run of the baseline,
     /// alternating repeat by repeat so both see the same machine state, `confirm_repeats`
     /// pairs of them so that one noisy run can neither confirm nor withdraw, the
-    /// baseline first in the 1st, 3rd, ... pair and second in the others (#31).
+    /// baseline first in the 1st, 3rd, ... pair and second in the others (#31). Each run
+    /// records its hardware as a sweep's repeat does; a pair the hardware contaminated is
+    /// run again within `[search] hardware_reruns` (#28).
     pub fn confirm(&mut self, combo: &Trial, rerun: &Trial, steps: usize) -> Result<()> {
         self.total += 2;
         // Each of the two is journaled once: a sweep killed between the two lines runs
@@ -517,24 +521,70 @@ impl<'a> Sweep<'a> {
         // Alternating runs share one stretch of time; the timeline shows the plan's
         // trials only.
         self.observer.started(&combo.label);
-        for pair in 0..confirm_repeats(&self.spec.search) {
+        let sides: Vec<&'static str> = recs
+            .iter()
+            .map(|r| {
+                if r.id == rerun.id {
+                    "baseline"
+                } else {
+                    "change"
+                }
+            })
+            .collect();
+        // One budget of re-runs for the confirmation, as for one trial of the sweep: a
+        // pair the hardware contaminated runs again, both sides, so that its verdict
+        // rests on pairs measured on clean hardware (#28).
+        let mut reruns = Reruns::new(&self.spec.search);
+        // Pairs counted, and pairs run (re-runs included: the report's pair numbers).
+        let (mut pair, mut ran_pairs) = (0, 0);
+        while pair < confirm_repeats(&self.spec.search) {
             // AB, BA, AB, BA: a steady drift of the machine's speed favours the baseline
             // in half the pairs and the change in the other half, so it cancels in the
-            // median instead of deciding it (#31).
+            // median instead of deciding it (#31). A pair run again keeps its order.
             let n = recs.len();
-            for i in 0..n {
-                let rec = &mut recs[if pair % 2 == 0 { i } else { n - 1 - i }];
+            let mut ran: Vec<(usize, RepeatHardware)> = Vec::with_capacity(n);
+            let mut ok = true;
+            for k in 0..n {
+                let i = if pair % 2 == 0 { k } else { n - 1 - k };
+                let rec = &mut recs[i];
                 if rec.status != Status::Ok {
+                    ok = false;
                     continue;
                 }
+                let at = self.sampler.repeat_start();
                 let o = self.exec.run(self.spec, &rec.knobs, steps);
+                let run = o.repeat.map(clean);
+                let hw = self
+                    .sampler
+                    .repeat_end(at, run.as_ref(), &self.spec.search)
+                    .unwrap_or_default();
                 let r = rec.repeats.len();
-                rec.repeats.extend(o.repeat.map(clean));
+                if run.is_some() {
+                    ran.push((i, hw));
+                }
+                rec.repeats.extend(run);
                 rec.nodes.extend(o.node.map(|n| NodeRun { repeat: r, ..n }));
                 if o.status != Status::Ok {
                     rec.status = o.status;
                     rec.error = o.error;
+                    ok = false;
                 }
+            }
+            let mut hws: Vec<(&str, &mut RepeatHardware)> =
+                ran.iter_mut().map(|(i, h)| (sides[*i], h)).collect();
+            let again = reruns.again_pair(&combo.label, ran_pairs, ok, &mut hws);
+            ran_pairs += 1;
+            // Index-aligned with the repeats: one entry per run that measured.
+            for (i, hw) in ran {
+                recs[i].hardware.push(hw);
+            }
+            if !again {
+                pair += 1;
+            }
+        }
+        for rec in &mut recs {
+            if rec.hardware.iter().all(|h| *h == RepeatHardware::default()) {
+                rec.hardware.clear();
             }
         }
         for rec in recs {

@@ -49,6 +49,7 @@ const PYTHON_KEYS: &[&str] = &[
     "warmup",
     "steps",
     "seconds",
+    "min_seconds",
     "compile_budget_s",
 ];
 const SEARCH_KEYS: &[&str] = &[

@@ -5,8 +5,8 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::{KnobValue, Spec, Strategy};
-use crate::knobs::Knobs;
+use super::{KnobValue, Metric, Spec, Strategy, Workload};
+use crate::knobs::{Knobs, FORCEABLE};
 
 /// One configuration to measure.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,7 +35,8 @@ pub struct Plan {
 
 /// FNV-1a over `name=value;` for every knob in `Knobs::NAMES` order (a knob of
 /// `Knobs::LATER` only when it is not at its default), then over the user parameters
-/// (`Knobs::params`, by name) when there are any. Spelled out rather than
+/// (`Knobs::params`, by name) when there are any, then over `forced=names;` when a knob
+/// is forced (`Knobs::forced`). Spelled out rather than
 /// `std::hash` because ids are stored in journals and must not change between compiler
 /// versions, nor when a knob is added.
 pub fn knobs_hash(k: &Knobs) -> u64 {
@@ -48,7 +49,12 @@ pub fn knobs_hash(k: &Knobs) -> u64 {
         (!later_default).then_some((*name, value))
     });
     let params = k.params.iter().map(|(n, v)| (n.as_str(), v.clone()));
-    for (name, value) in knobs.chain(params) {
+    // Only when some knob is forced, so every other id stays as journals stored it.
+    let forced = (!k.forced.is_empty()).then(|| {
+        let names: Vec<&str> = k.forced.iter().map(String::as_str).collect();
+        ("forced", names.join(","))
+    });
+    for (name, value) in knobs.chain(params).chain(forced) {
         for b in name
             .bytes()
             .chain(std::iter::once(b'='))
@@ -85,9 +91,14 @@ pub fn plan(spec: &Spec) -> Plan {
                 .map(|(n, v)| (n.clone(), v.iter().map(|t| Setting::Param(t)).collect())),
         )
         .collect();
+    let force = forceable(spec);
     let candidates = match spec.search.strategy {
-        Strategy::Grid | Strategy::Halving => grid(base, &axes),
-        Strategy::OneAtATime => one_at_a_time(base, &axes),
+        Strategy::Grid | Strategy::Halving => {
+            let mut all = grid(base, &axes);
+            all.extend(force.iter().map(|name| forced(base, name)));
+            all
+        }
+        Strategy::OneAtATime => one_at_a_time(base, &axes, &force),
     };
     let mut out = Plan::default();
     let mut seen = HashSet::new();
@@ -142,12 +153,44 @@ fn grid(base: &Knobs, knobs: &[(String, Vec<Setting>)]) -> Vec<Knobs> {
     out
 }
 
-/// Each value of each knob, the others at baseline.
-fn one_at_a_time(base: &Knobs, knobs: &[(String, Vec<Setting>)]) -> Vec<Knobs> {
+/// Each value of each knob, the others at baseline; a knob in `force` at its baseline
+/// value is that value applied (`forced`), not the baseline again.
+fn one_at_a_time(base: &Knobs, knobs: &[(String, Vec<Setting>)], force: &[&str]) -> Vec<Knobs> {
     knobs
         .iter()
-        .flat_map(|(name, values)| values.iter().map(move |v| with(base, name, v)))
+        .flat_map(|(name, values)| {
+            values.iter().map(move |v| match with(base, name, v) {
+                k if k == *base && force.contains(&name.as_str()) => forced(base, name),
+                k => k,
+            })
+        })
         .collect()
+}
+
+/// The swept knobs whose baseline value a `[workload.python]` sweep measures in a trial
+/// of its own. The baseline leaves a swept knob at its default to the script (the
+/// script is the baseline, #31), so a script that sets `num_workers=4` under
+/// `num_workers = [0, 2]` ran 4 and 2, and 0 nowhere. A knob the baseline moves off its
+/// default is applied in the baseline already. Whether the script's own value is the
+/// spec's, which makes the trial the baseline again, is known only once the baseline has
+/// run: the runner then does not run it.
+fn forceable(spec: &Spec) -> Vec<&str> {
+    let hooked = matches!(&spec.workload, Workload::Command(c) if c.metric == Metric::Hooks);
+    if !hooked {
+        return Vec::new();
+    }
+    let (base, def) = (&spec.search.baseline, Knobs::default());
+    spec.knobs
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .filter(|name| FORCEABLE.contains(name) && base.get(name) == def.get(name))
+        .collect()
+}
+
+fn forced(base: &Knobs, name: &str) -> Knobs {
+    let mut k = base.clone();
+    k.forced.insert(name.to_string());
+    k
 }
 
 /// Successive halving's schedule for `n_configs` configurations: per round, how many
@@ -245,6 +288,64 @@ mod tests {
             labels,
             ["baseline", "num_workers=2", "amp=bf16", "zero_grad=none"]
         );
+    }
+
+    fn python(knobs: &str, search: &str) -> Spec {
+        let text = format!(
+            "[workload.python]\nrun = \"python train.py\"\n[knobs]\n{knobs}\n[search]\n{search}\n"
+        );
+        Spec::parse(&text, "t.toml").unwrap()
+    }
+
+    #[test]
+    fn a_script_sweep_measures_each_baseline_value_in_a_trial_of_its_own() {
+        // The baseline is the script as written; the spec's 0, off and memset are each
+        // applied over the script's own in a trial of their own (#31).
+        let s = python(KNOBS, "strategy = \"one-at-a-time\"");
+        let p = plan(&s);
+        let labels: Vec<&str> = p.trials.iter().map(|t| t.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "baseline",
+                "num_workers=0",
+                "num_workers=2",
+                "amp=off",
+                "amp=bf16",
+                "zero_grad=memset",
+                "zero_grad=none"
+            ]
+        );
+        let forced = &p.trials[1].knobs;
+        assert_eq!(forced.forced.iter().collect::<Vec<_>>(), ["num_workers"]);
+        assert_eq!(forced.num_workers, s.search.baseline.num_workers);
+        let ids: HashSet<&str> = p.trials.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(ids.len(), p.trials.len());
+        // The change a recommendation of it carries forces the value again, so its
+        // confirmation runs the trial's configuration, not the baseline.
+        let change = crate::spec::Change::of(["num_workers"], forced);
+        let mut k = s.search.baseline.clone();
+        change.apply(&mut k);
+        assert_eq!(&k, forced);
+        // A grid adds them after its product; a knob the baseline moves off PyTorch's
+        // default is applied in the baseline already, and a knob the hooks cannot set
+        // back (num_threads 0 leaves the thread count alone) is not forced.
+        let s = python(
+            "num_workers = [2, 0]\nnum_threads = [0, 1]\namp = [\"off\", \"bf16\"]",
+            "strategy = \"grid\"",
+        );
+        let p = plan(&s);
+        let forced: Vec<_> = p
+            .trials
+            .iter()
+            .filter(|t| !t.knobs.forced.is_empty())
+            .collect();
+        assert_eq!(forced.len(), 1, "{:?}", p.trials);
+        assert_eq!(forced[0].label, "amp=off");
+        assert_eq!(p.trials.last().map(|t| t.label.as_str()), Some("amp=off"));
+        // Built-in engine and command workloads apply every value: nothing is forced.
+        let p = plan(&spec(KNOBS, "strategy = \"one-at-a-time\""));
+        assert!(p.trials.iter().all(|t| t.knobs.forced.is_empty()));
     }
 
     #[test]

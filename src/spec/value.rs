@@ -159,10 +159,19 @@ impl Change {
         self.values.insert(name.to_string(), value);
     }
 
-    /// Sets every value of the change on `to`.
+    /// Sets every value of the change on `to`. A knob the hooks can force whose value
+    /// `to` already has is a change only as a forced one (a `[workload.python]` trial of
+    /// the spec's baseline value against the script's own, `Knobs::forced`), so it is
+    /// forced: the configuration is that trial's, and the hooks apply it.
     pub fn apply(&self, to: &mut Knobs) {
         for (name, v) in &self.values {
             match v {
+                Setting::Knob(k)
+                    if crate::knobs::FORCEABLE.contains(&name.as_str())
+                        && KnobValue::of(name, to).as_ref() == Some(k) =>
+                {
+                    to.forced.insert(name.clone());
+                }
                 Setting::Knob(k) => k.apply(name, to),
                 Setting::Param(t) => {
                     to.params.insert(name.clone(), t.clone());

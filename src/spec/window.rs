@@ -12,6 +12,12 @@ pub const DEFAULT_WARMUP: usize = 5;
 /// Measured steps when the spec names none: about 30 steps give a bootstrap interval a
 /// few percent wide on a 2-core machine (tests/pytorch_window.rs's jobs).
 pub const DEFAULT_STEPS: usize = 30;
+/// Seconds a `[workload.python]` window measures at the least when the spec names no
+/// `min_seconds`: the steps go on until both the steps and this time are measured. 20
+/// steps of a 7 ms step measured 0.15 s, and identical repeats of such windows differed
+/// by a median 30% (the closing table of #31, `iterable_eval`: a by-hand 2x from
+/// `num_workers=0` was withdrawn as noise); a second of steps is dozens of them.
+pub const DEFAULT_MIN_SECONDS: f64 = 1.0;
 /// The most warm-up steps "until steady" waits before measuring anyway.
 pub const STEADY_MAX_WARMUP: usize = 200;
 
@@ -42,6 +48,11 @@ pub struct Window {
     /// Or full after this many seconds of measuring, whichever comes first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
+    /// `[workload.python] min_seconds`: the steps count only once this many seconds are
+    /// measured too (None: no minimum), so a job of fast steps is not judged on a
+    /// fraction of a second. `seconds`, when set, still ends the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_seconds: Option<f64>,
     /// `[workload.python] compile_budget_s`: a trial whose torch.compile has not
     /// finished its first compiled step this many seconds after it began is ended and
     /// reported as `timeout` with why, instead of eating the trial's whole time limit.
@@ -55,6 +66,7 @@ impl Default for Window {
             warmup: Some(DEFAULT_WARMUP),
             steps: DEFAULT_STEPS,
             seconds: None,
+            min_seconds: Some(DEFAULT_MIN_SECONDS),
             compile_budget_s: None,
         }
     }
@@ -68,9 +80,13 @@ impl Window {
             None => "warm-up until steady".into(),
         };
         let s = if self.steps == 1 { "" } else { "s" };
+        let least = match self.min_seconds {
+            Some(m) => format!(" (at least {m} s)"),
+            None => String::new(),
+        };
         match self.seconds {
-            Some(sec) => format!("{warm} + {} {unit}{s} or {sec} s", self.steps),
-            None => format!("{warm} + {} {unit}{s}", self.steps),
+            Some(sec) => format!("{warm} + {} {unit}{s}{least} or {sec} s", self.steps),
+            None => format!("{warm} + {} {unit}{s}{least}", self.steps),
         }
     }
 
@@ -80,6 +96,7 @@ impl Window {
             "warmup": self.warmup,
             "steps": self.steps,
             "seconds": self.seconds,
+            "min_seconds": self.min_seconds,
             "steady_max": STEADY_MAX_WARMUP,
             "compile_budget_s": self.compile_budget_s,
         })
@@ -115,8 +132,23 @@ mod tests {
         assert_eq!((w.warmup, w.steps, w.seconds), (None, 40, Some(2.5)));
         assert_eq!(
             w.describe("step"),
-            "warm-up until steady + 40 steps or 2.5 s"
+            "warm-up until steady + 40 steps (at least 1 s) or 2.5 s"
         );
+        // A window of fast steps measures at least a second by default; 0 drops the
+        // minimum, and a maximum below the default minimum wins.
+        assert_eq!(Window::default().min_seconds, Some(DEFAULT_MIN_SECONDS));
+        let read = |keys: &str| {
+            window(&format!(
+                "[workload.python]\nrun = \"python t.py\"\n{keys}\n"
+            ))
+            .unwrap()
+            .unwrap()
+            .min_seconds
+        };
+        assert_eq!(read("min_seconds = 0"), None);
+        assert_eq!(read("min_seconds = 3"), Some(3.0));
+        assert_eq!(read("seconds = 0.5"), None);
+        assert_eq!(read("seconds = 4\nmin_seconds = 2.5"), Some(2.5));
     }
 
     #[test]
@@ -134,6 +166,12 @@ mod tests {
                 "compile_budget_s: must be more than 0",
             ),
             ("compile_budget_s = \"x\"", "expected a number of seconds"),
+            ("min_seconds = -1", "min_seconds: must be at least 0"),
+            ("min_seconds = \"x\"", "expected a number of seconds"),
+            (
+                "min_seconds = 5\nseconds = 2",
+                "at most the window's seconds = 2",
+            ),
         ];
         for (line, want) in bad {
             let e = window(&format!(

@@ -4,7 +4,8 @@
 //! the repeat; `[search] hardware_reruns` bounds the re-runs and is checked when the spec
 //! is read; a contaminated repeat is left out of the figures while a clean one remains,
 //! and `tune gate` says when its figures rest on contaminated repeats (and fails with
-//! `--fail-on-contaminated`). Real binary, real processes and files. The GPU side
+//! `--fail-on-contaminated`). The confirmation's alternating pairs do the same pair by
+//! pair. Real binary, real processes and files. The GPU side
 //! (throttling, a foreign process, energy) is in tests/gpu_nvml.rs on the NVML stand-in.
 
 use crate::cli;
@@ -177,4 +178,143 @@ fn hardware_rerun_bound_and_load_threshold_are_checked_when_the_spec_is_read() {
     let out = d.path().join("ok-out");
     let o = sweep(d.path(), &s, &out);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+}
+
+/// A sweep of `b = [0, 1]` (b=1 twice as fast) whose confirmation runs are watched for
+/// steal: every run counts itself in `count` and logs its `b` in runs.log; the runs whose
+/// number is in `stolen` move the planted steal counter (all of their time stolen) and,
+/// when `starved`, measure 20 samples/s, as a run the hypervisor starved would.
+fn confirm_spec(dir: &Path, stolen: &str, starved: bool, extra: &str) -> PathBuf {
+    let slow = if starved { " r=20;" } else { "" };
+    let bump =
+        "printf 'cpu  100 0 100 1000 0 0 0 %s\\\\ncpu0 100 0 100 1000 0 0 0 %s\\\\n' $s $s > stat";
+    let run = format!(
+        "n=$(cat count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > count; \
+         echo {{b}} >> runs.log; \
+         if [ {{b}} = 1 ]; then r=200; else r=100; fi; \
+         case \\\" {stolen} \\\" in *\\\" $n \\\"*) s=$((n * 900)); {bump};{slow}; esac; \
+         for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo samples/s: $((r + i % 3)); done"
+    );
+    let path = dir.join("confirm.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"confirm\"\n[workload.command]\nrun = \"{run}\"\n\
+             metric_regex = 'samples/s: ([0-9.]+)'\n[params]\nb = [0, 1]\n\
+             [search]\nrepeats = 1\ntimeout_s = 60\n{extra}"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("stat"), QUIET).unwrap();
+    path
+}
+
+/// Issue #28: the confirmation's runs record their hardware as a sweep's repeats do. Two
+/// of its pairs are contaminated (the change's run starved by planted steal, at a tenth of
+/// its speed): each is flagged with its reason, run again within `hardware_reruns`, and
+/// left out of the verdict, which then rests on four clean pairs at 2x ("matches"; with
+/// the two starved pairs counted, at 0.2x, it would be "not_confirmed").
+#[test]
+fn a_contaminated_confirmation_pair_is_flagged_run_again_and_left_out_of_the_verdict() {
+    let d = tempfile::tempdir().unwrap();
+    // Runs 1-2 are the plan (b=0, b=1); the confirmation's pairs alternate AB, BA, so
+    // run 4 is pair 1's change and, after pair 1 runs again (5, 6), run 7 is pair 2's.
+    let s = confirm_spec(d.path(), "4 7", true, "hardware_reruns = 2\n");
+    let out = d.path().join("out");
+    let o = sweep(d.path(), &s, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let runs = std::fs::read_to_string(d.path().join("runs.log")).unwrap();
+    let runs: Vec<&str> = runs.lines().collect();
+    assert_eq!(
+        runs,
+        ["0", "1", "0", "1", "0", "1", "1", "0", "1", "0", "0", "1", "1", "0"],
+        "plan, then pair 1 twice, pair 2 twice, pairs 3 and 4"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    // Numbered in the order the pairs ran, as the report numbers them: pair 2 is pair
+    // 1's re-run.
+    for p in [1, 3] {
+        assert!(
+            err.contains(&format!(
+                "'confirm: b=1' pair {p} was contaminated (change: VM steal time 100.0%"
+            )) && err.contains("running the pair again"),
+            "{}",
+            show(&o)
+        );
+    }
+    let r = report(&out);
+    let c = &r["confirmation"];
+    for side in ["trial", "baseline_rerun"] {
+        let t = &c[side];
+        assert_eq!(t["repeats"].as_array().unwrap().len(), 6, "{side}: {t}");
+        let hw = t["hardware"].as_array().unwrap();
+        assert_eq!(hw.len(), 6, "{side}: {t}");
+        // In the order they ran, re-runs included: pairs 1 and 3 were contaminated. Both
+        // runs of each ran again; only the starved one has reasons.
+        for (i, h) in hw.iter().enumerate() {
+            let bad = i == 0 || i == 2;
+            assert_eq!(h["rerun"], bad, "{side} run {}: {h}", i + 1);
+            let reasons = h["reasons"].as_array().unwrap();
+            let starved = side == "trial" && bad;
+            assert_eq!(!reasons.is_empty(), starved, "{side} run {}: {h}", i + 1);
+        }
+    }
+    assert_eq!(
+        c["contamination"]["repeats"],
+        serde_json::json!([0, 2]),
+        "{c:#}"
+    );
+    assert_eq!(c["contamination"]["in_figures"], false, "{c:#}");
+    let summary = c["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("2 of 6 pairs contaminated (pair 1: change: VM steal time 100.0%")
+            && summary.contains("| pair 3: change: VM steal time 100.0%")
+            && summary.contains("left out of the verdict"),
+        "{summary}"
+    );
+    assert_eq!(c["verdict"], "matches", "{c:#}");
+    let m = &c["trial"]["ratio_vs_baseline"];
+    assert!(m["lo"].as_f64().unwrap() > 1.5, "{m}");
+}
+
+/// When every pair of a confirmation is contaminated and no re-run is allowed, its
+/// verdict rests on contaminated runs and every face says so loudly: the confirmation's
+/// sentence, and the recommendation's verdict ("confirmed only on contaminated runs").
+#[test]
+fn a_confirmation_with_no_clean_pair_says_so_in_every_face() {
+    let d = tempfile::tempdir().unwrap();
+    let s = confirm_spec(d.path(), "3 4 5 6", false, "confirm_repeats = 2\n");
+    let out = d.path().join("out");
+    let o = sweep(d.path(), &s, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("'confirm: b=1' pair 2 was contaminated") && err.contains("no re-run left"),
+        "{}",
+        show(&o)
+    );
+    let r = report(&out);
+    let c = &r["confirmation"];
+    assert_eq!(c["contamination"]["in_figures"], true, "{c:#}");
+    assert_eq!(
+        c["contamination"]["repeats"],
+        serde_json::json!([0, 1]),
+        "{c:#}"
+    );
+    let loud = "NO CLEAN PAIR REMAINS: the verdict rests on contaminated runs";
+    assert!(c["summary"].as_str().unwrap().contains(loud), "{c:#}");
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for (face, text) in [
+        ("terminal", &stdout),
+        ("summary.md", &md),
+        ("report.html", &html),
+    ] {
+        assert!(text.contains(loud), "{face}:\n{text}");
+        assert!(
+            text.contains("confirmed only on contaminated runs"),
+            "{face}:\n{text}"
+        );
+    }
 }

@@ -127,30 +127,31 @@ impl Sweep<'_> {
         Ok(())
     }
 
-    /// Whether `trial` is the baseline in all but name: every knob it changes is already
-    /// what the script does by itself (the baseline's `script_knobs`, read by the hooks),
-    /// and no `[params]` entry differs. Running it would measure the baseline again. The
-    /// baseline's first repeat has run by then, journaled or still in `slots`.
-    fn same_as_script(&self, trial: &Trial, slots: &[Slot]) -> bool {
+    /// Why `trial` would measure nothing new, if so. A trial is the baseline in all but
+    /// name when every knob it changes is already what the script does by itself (the
+    /// baseline's `script_knobs`, read by the hooks) and no `[params]` entry differs. A
+    /// trial that forces the spec's baseline value over the script's (`Knobs::forced`)
+    /// measures something only where the hooks read a value of the script's and it is
+    /// another: a script without a DataLoader has no `num_workers` to force. The
+    /// baseline's first repeat has run by then, journaled or still in `slots`; without an
+    /// ok baseline every trial runs.
+    fn nothing_new(&self, trial: &Trial, slots: &[Slot]) -> Option<&'static str> {
         let base = &self.spec.search.baseline;
         let base_id = plan::trial_id(base, base);
         if trial.id == base_id || trial.knobs.params != base.params {
-            return false;
+            return None;
         }
         let running = slots.iter().find_map(|s| match s {
             Slot::Open(o) if o.rec.id == base_id && !o.rec.repeats.is_empty() => Some(&o.rec),
             _ => None,
         });
-        let Some(b) = self
+        let b = self
             .records
             .iter()
             .rev()
             .find(|r| r.id == base_id)
             .or(running)
-            .filter(|r| r.status == Status::Ok)
-        else {
-            return false;
-        };
+            .filter(|r| r.status == Status::Ok)?;
         // Where tune set the spec's baseline value over the script's, the script's own
         // value is not what the baseline ran: a trial of it measures something new.
         let own = |knob: &str| {
@@ -158,12 +159,19 @@ impl Sweep<'_> {
                 .iter()
                 .find_map(|r| own_value(base, &r.script_knobs, knob).cloned())
         };
+        if trial.knobs.forced.iter().any(|n| own(n).is_none()) {
+            return Some(
+                "not run: the hooks read no value of your script's for it (the job may not \
+                 use it), so the baseline ran PyTorch's default",
+            );
+        }
         let changed: Vec<&str> = Knobs::NAMES
             .iter()
             .copied()
-            .filter(|n| trial.knobs.get(n) != base.get(n))
+            .filter(|n| trial.knobs.differs(base, n))
             .collect();
-        !changed.is_empty() && changed.iter().all(|n| own(n) == trial.knobs.get(n))
+        (!changed.is_empty() && changed.iter().all(|n| own(n) == trial.knobs.get(n)))
+            .then_some("not run, same as the baseline: your script already does this")
     }
 
     /// A trial's slot in its round: closed when the journal already has it or it would
@@ -187,14 +195,11 @@ impl Sweep<'_> {
             self.position += 1;
             return Ok(Slot::Closed);
         }
-        if self.same_as_script(&trial, slots) {
+        if let Some(why) = self.nothing_new(&trial, slots) {
             // Nothing is journaled: a resumed sweep decides the same from the baseline's
             // record. The report says it in its notes (`advisor::screen`).
             self.position += 1;
-            eprintln!(
-                "[{}/{}] {}: not run, same as the baseline: your script already does this",
-                self.position, self.total, trial.label
-            );
+            eprintln!("[{}/{}] {}: {why}", self.position, self.total, trial.label);
             return Ok(Slot::Closed);
         }
         let mut rec = fresh(&trial, round, steps);

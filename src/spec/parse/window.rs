@@ -1,5 +1,5 @@
 //! The measurement window's keys in `[workload.python]` (`warmup`, `steps`, `seconds`,
-//! and `compile_budget_s`, the most a trial's torch.compile may take)
+//! `min_seconds` and `compile_budget_s`, the most a trial's torch.compile may take)
 //! and `[workload.command]` (`warmup`, `samples`, `seconds`), checked when
 //! the spec is read.
 
@@ -8,7 +8,7 @@ use toml::de::{DeTable, DeValue};
 use super::{Cx, Val};
 use crate::error::Result;
 use crate::limits;
-use crate::spec::window::{Window, DEFAULT_STEPS, DEFAULT_WARMUP};
+use crate::spec::window::{Window, DEFAULT_MIN_SECONDS, DEFAULT_STEPS, DEFAULT_WARMUP};
 
 /// Longest measuring time a window may ask for: a trial's own limit is at most a week.
 const MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
@@ -24,12 +24,47 @@ impl Cx<'_> {
             Some(v) => self.count(v, &format!("{table}.steps"), &limits::STEPS)?,
             None => DEFAULT_STEPS,
         };
+        let seconds = self.seconds(t, table, "seconds")?;
+        let min_seconds = match t.get("min_seconds") {
+            Some(v) => self.min_seconds(v, &format!("{table}.min_seconds"), seconds)?,
+            None => Some(DEFAULT_MIN_SECONDS).filter(|m| seconds.is_none_or(|s| *m <= s)),
+        };
         Ok(Window {
             warmup,
             steps,
-            seconds: self.seconds(t, table, "seconds")?,
+            seconds,
+            min_seconds,
             compile_budget_s: self.seconds(t, table, "compile_budget_s")?,
         })
+    }
+
+    /// `min_seconds = S`: 0 (no minimum) up to the window's `seconds`, which would end it
+    /// first.
+    fn min_seconds(&self, v: &Val<'_>, what: &str, most: Option<f64>) -> Result<Option<f64>> {
+        let x = match v.get_ref() {
+            DeValue::Float(f) => f.as_str().parse::<f64>().ok(),
+            DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
+                .ok()
+                .map(|n| n as f64),
+            _ => return Err(self.wrong_type(v, what, "a number of seconds")),
+        };
+        let top = most.unwrap_or(MAX_SECONDS);
+        match x {
+            Some(0.0) => Ok(None),
+            Some(x) if x > 0.0 && x <= top => Ok(Some(x)),
+            _ => Err(self.err(
+                v.span(),
+                match most {
+                    Some(s) => format!(
+                        "{what}: must be at least 0 and at most the window's seconds = {s}, \
+                         which ends the window first"
+                    ),
+                    None => {
+                        format!("{what}: must be at least 0 and at most {MAX_SECONDS} (one week)")
+                    }
+                },
+            )),
+        }
     }
 
     /// `[workload.command]`'s window: only when it names `samples` (a command that ends
@@ -58,6 +93,7 @@ impl Cx<'_> {
             warmup,
             steps: self.count(samples, &format!("{table}.samples"), &limits::STEPS)?,
             seconds: self.seconds(t, table, "seconds")?,
+            min_seconds: None,
             compile_budget_s: None,
         }))
     }
