@@ -9,8 +9,11 @@
 //! f32 master weights. So the numerics (rounding, fp16 overflow to inf, underflow to
 //! zero) are those of real mixed precision. Under bf16 on a CPU with AVX512_BF16 (or AMX)
 //! the GEMMs take bf16 operands natively (`ops/gemm_bf16.rs`, `ops/gemm_amx.rs`, the
-//! weights packed once per optimizer step), conv2d's im2col reads bf16 storage directly,
-//! and batch norm and ReLU read and write bf16 storage (computing in f32 in registers);
+//! weights packed once per optimizer step); on the AMX tile unit conv2d's im2col and the
+//! linear layers lay the stored bf16 activations and gradients out for the tiles as they
+//! read them, with no f32 copy (`ops/gemm_pairs.rs`, `ops/conv2d_bf16.rs`,
+//! `ops/linear_bf16.rs`), and elsewhere conv2d's im2col reads bf16 storage directly;
+//! batch norm and ReLU read and write bf16 storage (computing in f32 in registers);
 //! every other kernel, and fp16 everywhere, widens to f32, where the conversions are
 //! pure cost.
 //! `tune probe` says which path each precision runs here.

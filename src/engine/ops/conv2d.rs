@@ -11,30 +11,20 @@ use half::bf16;
 use rayon::prelude::*;
 
 use crate::engine::cuda::gpu::Gpu;
-use crate::engine::device::Device;
+use crate::engine::device::{Device, MemCategory};
 pub use crate::engine::geom::ConvGeom;
+use crate::engine::ops::conv2d_bf16::{self, kx_run, patch, Input};
 use crate::engine::ops::conv2d_cuda::GConv;
 use crate::engine::ops::conv_algos;
 use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
 use crate::engine::ops::gemm::Mat;
-use crate::engine::ops::gemm_amp::{matmul_turned_amp, matmul_w};
+use crate::engine::ops::gemm_amp::{matmul_turned_amp, matmul_w, native_half, WeightB};
 use crate::engine::ops::layer::{take_saved, Ctx, KernelWeights, Layer, LayerDesc, Param};
 use crate::engine::ops::layer_cuda::GpuLayer;
 use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
 use crate::engine::tensor::{DType, Tensor};
 use crate::error::{Error, Result};
-
-/// The kernel columns `kx` that land inside the input for output column `ox`, as
-/// `(first kx, count, first ix)`. Consecutive `kx` read consecutive input pixels whatever
-/// the stride, so each (row, ky) is one contiguous run of `count * c_in` floats.
-fn kx_run(g: &ConvGeom, ox: usize) -> (usize, usize, usize) {
-    let start = (ox * g.stride) as isize - g.pad as isize;
-    let kx0 = (-start).max(0) as usize;
-    let kx1 = ((g.w as isize - start).min(g.k as isize)).max(0) as usize;
-    let count = kx1.saturating_sub(kx0);
-    (kx0, count, (start + kx0 as isize).max(0) as usize)
-}
 
 /// Copies input patches into rows of `col` (`rows x kkc`), zero where padding.
 pub fn im2col(x: &[f32], g: &ConvGeom, col: &mut [f32]) {
@@ -71,7 +61,7 @@ impl Src<'_> {
 
 /// `x` as f32 for the kernels that read f32 only, widened (once, into `cell`) when it
 /// is stored in a half type.
-fn wide<'a>(x: &'a Tensor, cell: &'a OnceCell<Tensor>) -> Result<&'a [f32]> {
+pub(crate) fn wide<'a>(x: &'a Tensor, cell: &'a OnceCell<Tensor>) -> Result<&'a [f32]> {
     if x.dtype() == DType::F32 {
         return x.f32();
     }
@@ -82,6 +72,30 @@ fn wide<'a>(x: &'a Tensor, cell: &'a OnceCell<Tensor>) -> Result<&'a [f32]> {
     match cell.get() {
         Some(t) => t.f32(),
         None => Err(Error::Runtime("conv2d: widened input missing".into())),
+    }
+}
+
+/// What the tile path reads: bf16 storage as it is; anything else (the model's f32
+/// input) narrowed once into `cell`, as the packing path rounds it.
+fn input<'a>(x: &'a Tensor, cell: &'a OnceCell<Tensor>) -> Result<Input<'a>> {
+    if let Some(h) = x.bf16() {
+        return Ok(Input::bf16(h));
+    }
+    if cell.get().is_none() {
+        // The cell was empty just above and nothing else fills it.
+        let _ = cell.set(x.to_dtype(DType::Bf16, MemCategory::Workspace)?);
+    }
+    match cell.get().and_then(|t| t.bf16()) {
+        Some(h) => Ok(Input::bf16(h)),
+        None => Err(Error::Runtime("conv2d: narrowed input missing".into())),
+    }
+}
+
+/// The compute threads the GEMMs split over.
+fn threads(ctx: &Ctx) -> usize {
+    match ctx.dev.par() {
+        gemm::Parallelism::Rayon(t) => t,
+        gemm::Parallelism::None => 1,
     }
 }
 
@@ -106,26 +120,8 @@ fn im2col_with<T: Copy + Sync>(
         .enumerate()
         .for_each(|(n, cimg)| {
             let ximg = &x[n * g.h * g.w * c..(n + 1) * g.h * g.w * c];
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    let row = &mut cimg[(oy * ow + ox) * kkc..(oy * ow + ox + 1) * kkc];
-                    let (kx0, cnt, ix0) = kx_run(g, ox);
-                    for ky in 0..g.k {
-                        let iy = (oy * g.stride + ky) as isize - g.pad as isize;
-                        let seg = &mut row[ky * g.k * c..(ky + 1) * g.k * c];
-                        if iy < 0 || iy >= g.h as isize || cnt == 0 {
-                            seg.fill(0.0);
-                            continue;
-                        }
-                        seg[..kx0 * c].fill(0.0);
-                        let off = (iy as usize * g.w + ix0) * c;
-                        copy(
-                            &mut seg[kx0 * c..(kx0 + cnt) * c],
-                            &ximg[off..off + cnt * c],
-                        );
-                        seg[(kx0 + cnt) * c..].fill(0.0);
-                    }
-                }
+            for (p, row) in cimg.chunks_exact_mut(kkc).enumerate() {
+                patch(ximg, g, (p / ow, p % ow), row, &|d| d.fill(0.0), &copy);
             }
         });
 }
@@ -237,6 +233,54 @@ impl Conv2d {
     }
 }
 
+impl Conv2d {
+    /// Backward under native bf16 on the tile unit (`conv2d_bf16`): the columns rebuilt
+    /// in the tiles' layouts from the stored input, `dy` read as stored. Bit for bit
+    /// the packing path's gradients.
+    fn backward_tiles(
+        &mut self,
+        x: Tensor,
+        dy: Tensor,
+        g: &ConvGeom,
+        need_dx: bool,
+        ctx: &Ctx,
+    ) -> Result<Option<Tensor>> {
+        let dyb = dy
+            .bf16()
+            .ok_or_else(|| Error::Runtime("conv2d: bf16 gradient expected".into()))?;
+        if let Some(b) = &mut self.b {
+            add_bias_grad(b, dy.widened()?.f32()?)?;
+        }
+        let xcell = OnceCell::new();
+        let xs = input(&x, &xcell)?;
+        let wt = self.w.kernel_weights(ctx.amp);
+        let t = threads(ctx);
+        let dcol = if need_dx { g.rows() * g.kkc() } else { 0 };
+        let ws_len = conv2d_bf16::weight_grad_ws(g)
+            .max(dcol + conv2d_bf16::input_grad_ws(g) * usize::from(need_dx));
+        // Written whole by col2im, which zeroes each image first.
+        let mut dx = need_dx.then(|| ctx.scratch(x.shape()));
+        let w = &mut self.w;
+        ctx.dev.with_workspace(ws_len, |ws| -> Result<()> {
+            {
+                let (gw, acc) = w.grad_slot()?;
+                conv2d_bf16::weight_grad(xs, dyb, g, gw, acc, t, ws)?;
+            }
+            if let Some(dx) = &mut dx {
+                let WeightB::Packed(p) = wt.n()? else {
+                    return Err(Error::Runtime("conv2d: bf16 weights not packed".into()));
+                };
+                let (dcol, rest) = ws.split_at_mut(g.rows() * g.kkc());
+                conv2d_bf16::input_grad(dyb, g, p, dcol, t, rest)?;
+                col2im(dcol, g, dx.f32_mut()?);
+            }
+            Ok(())
+        })?;
+        drop(wt);
+        dx.map(|d| ctx.store(d)).transpose()
+    }
+}
+
 /// One forward with the named algorithm into a fresh output (bias first, so every
 /// algorithm accumulates onto it).
 fn conv_forward(
@@ -275,6 +319,16 @@ fn conv_forward(
             ctx.dev.par(),
             ctx.amp,
         )?,
+        // Native bf16 on the tile unit: the columns written in the tiles' layout.
+        _ if native_half(ctx.amp) && conv2d_bf16::applies(g) => {
+            let WeightB::Packed(p) = wt.t()? else {
+                return Err(Error::Runtime("conv2d: bf16 weights not packed".into()));
+            };
+            let xs = input(x, xcell)?;
+            ctx.dev.with_workspace(conv2d_bf16::forward_ws(g), |ws| {
+                conv2d_bf16::forward(xs, g, p, yd, accumulate, threads(ctx), ws)
+            })?
+        }
         _ => ctx.dev.with_workspace(g.rows() * g.kkc(), |col| {
             src(x, xcell)?.im2col(g, col);
             matmul_w(
@@ -393,10 +447,14 @@ impl Layer for Conv2d {
 
     fn backward(&mut self, dy: Tensor, need_dx: bool, ctx: &Ctx) -> Result<Option<Tensor>> {
         let x = take_saved(&mut self.saved_x, "conv2d")?;
+        let g = self.geom(&x)?;
+        let tiles = native_half(ctx.amp) && !g.is_pointwise() && conv2d_bf16::applies(&g);
+        if tiles && dy.bf16().is_some() {
+            return self.backward_tiles(x, dy, &g, need_dx, ctx);
+        }
         let xcell = OnceCell::new();
         let dy = dy.into_f32()?;
         let wt = self.w.kernel_weights(ctx.amp);
-        let g = self.geom(&x)?;
         let (rows, kkc) = (g.rows(), g.kkc());
         let dyd = dy.f32()?;
         let dym = Mat::rm(dyd, rows, g.c_out);

@@ -68,9 +68,9 @@ pub fn ready() -> bool {
 
 /// The palette-1 tile configuration: 8 tiles of 16 rows x 64 bytes.
 #[repr(C, align(64))]
-struct TileCfg([u8; 64]);
+pub(super) struct TileCfg(pub(super) [u8; 64]);
 
-fn config() -> TileCfg {
+pub(super) fn config() -> TileCfg {
     let mut c = [0u8; 64];
     c[0] = 1;
     for t in 0..8 {
@@ -321,7 +321,7 @@ unsafe fn tile(a: *const u32, b: *const u32, kt: usize, scratch: &mut [f32; MR *
 ///
 /// # Safety
 /// `c` points to `rows` rows of `cols` writable floats at stride `ld`.
-unsafe fn write_back(
+pub(super) unsafe fn write_back(
     scratch: &[f32; MR * NR],
     c: *mut f32,
     ld: usize,

@@ -1,16 +1,20 @@
 //! Fully connected layer, `y = x W^T + b` with `W` stored `[out, in]` as in PyTorch.
 
+use std::cell::OnceCell;
+
 use rayon::prelude::*;
 
 use crate::engine::amp::{half_dtype, narrow_relu};
 use crate::engine::autotune;
 use crate::engine::cuda::gpu::Gpu;
 use crate::engine::device::{Device, MemCategory};
+use crate::engine::ops::conv2d::wide;
 use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
 use crate::engine::ops::gemm::Mat;
-use crate::engine::ops::gemm_amp::{matmul_amp, matmul_turned_amp, matmul_w, WeightB};
+use crate::engine::ops::gemm_amp::{matmul_amp, matmul_turned_amp, matmul_w, native_half, WeightB};
 use crate::engine::ops::layer::{take_saved, Ctx, Layer, LayerDesc, Param};
 use crate::engine::ops::layer_cuda::GpuLayer;
+use crate::engine::ops::linear_bf16::{self, Rows};
 use crate::engine::ops::linear_cuda::GLinear;
 use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
@@ -210,11 +214,13 @@ impl Linear {
     /// output: rounding to the half grid keeps the sign, so it commutes with ReLU.
     pub(crate) fn forward_with(&mut self, x: Tensor, ctx: &Ctx, relu: bool) -> Result<Tensor> {
         let n = self.rows(&x)?;
-        let xf = x.widened()?;
+        // Widened only for the kernels that read f32 (not on the tile path).
+        let xcell = OnceCell::new();
         // Packed for the native bf16 GEMM once per optimizer step, not per call.
         let w = self.w.kernel_weights(ctx.amp);
         let key = format!("n{n} {}->{} {}", self.d_in, self.d_out, ctx.dtype_name());
-        let (xd, wm, bd) = (xf.f32()?, w.t()?, self.b.w.f32()?);
+        let (wm, bd) = (w.t()?, self.b.w.f32()?);
+        let tiles = native_half(ctx.amp) && linear_bf16::applies();
         let (d_in, d_out) = (self.d_in, self.d_out);
         // Under AMP the ReLU rides on the narrowing pass instead.
         let f32_relu = relu && half_dtype(ctx.amp).is_none();
@@ -226,17 +232,33 @@ impl Linear {
                 let yd = y.f32_mut()?;
                 match (algo, wm) {
                     ("transposed", WeightB::Mat(_)) => {
+                        let xd = wide(&x, &xcell)?;
                         transposed(yd, xd, n, (d_in, d_out), w.f32()?, bd, ctx)?
                     }
                     ("rowsplit", _) => {
                         fill_rows(yd, bd);
+                        let xd = wide(&x, &xcell)?;
                         rowsplit(yd, xd, (n, d_in, d_out), wm, (ctx.amp, f32_relu))?;
+                    }
+                    // `gemm` (and `transposed`, as below) on the tile unit: the stored
+                    // bf16 input laid out for the tiles as it is read.
+                    (_, WeightB::Packed(p)) if tiles => {
+                        fill_rows(yd, bd);
+                        let xr = match x.bf16() {
+                            Some(h) => Rows::bf16(h),
+                            None => Rows::F32(wide(&x, &xcell)?),
+                        };
+                        let t = threads(ctx);
+                        ctx.dev
+                            .with_workspace(linear_bf16::forward_ws(n, d_in), |ws| {
+                                linear_bf16::forward(xr, (n, d_in), p, yd, t, ws)
+                            })?;
                     }
                     // `transposed` on a packed operand is this: the bf16 kernel packs
                     // either orientation alike, so `matmul_turned_amp` runs it unturned.
                     _ => {
                         fill_rows(yd, bd);
-                        let xm = Mat::rm(xd, n, d_in);
+                        let xm = Mat::rm(wide(&x, &xcell)?, n, d_in);
                         matmul_w(yd, xm, wm, true, ctx.dev.par(), ctx.amp)?;
                     }
                 }
@@ -245,7 +267,7 @@ impl Linear {
                 }
                 Ok(y)
             })?;
-        drop((xf, w));
+        drop((xcell, w));
         if ctx.save {
             self.saved_x = Some(ctx.store(x)?);
         }
@@ -269,7 +291,12 @@ impl Linear {
         ctx: &Ctx,
         bias_grad: bool,
     ) -> Result<Option<Tensor>> {
-        let x = take_saved(&mut self.saved_x, "linear")?.into_f32()?;
+        let x = take_saved(&mut self.saved_x, "linear")?;
+        let stored = x.bf16().is_some() && dy.bf16().is_some();
+        if stored && native_half(ctx.amp) && linear_bf16::applies() {
+            return self.backward_tiles(&x, &dy, need_dx, ctx, bias_grad);
+        }
+        let x = x.into_f32()?;
         let dy = dy.into_f32()?;
         let n = self.rows(&x)?;
         let dyd = dy.f32()?;
@@ -297,6 +324,61 @@ impl Linear {
         matmul_w(dx.f32_mut()?, dym, w.n()?, false, ctx.dev.par(), ctx.amp)?;
         drop(w);
         Ok(Some(ctx.store(dx)?))
+    }
+}
+
+impl Linear {
+    /// Backward under native bf16 on the tile unit (`linear_bf16`): `x` and `dy` read as
+    /// stored. Bit for bit the packing path's gradients.
+    fn backward_tiles(
+        &mut self,
+        x: &Tensor,
+        dy: &Tensor,
+        need_dx: bool,
+        ctx: &Ctx,
+        bias_grad: bool,
+    ) -> Result<Option<Tensor>> {
+        let (Some(xb), Some(dyb)) = (x.bf16(), dy.bf16()) else {
+            return Err(Error::Runtime(
+                "linear: bf16 input and gradient expected".into(),
+            ));
+        };
+        let (n, x_rows) = (self.rows(x)?, Rows::bf16(xb));
+        let (d_in, d_out, t) = (self.d_in, self.d_out, threads(ctx));
+        {
+            let (gw, acc) = self.w.grad_slot()?;
+            let len = linear_bf16::weight_grad_ws(n, d_in, d_out);
+            ctx.dev.with_workspace(len, |ws| {
+                linear_bf16::weight_grad(x_rows, dyb, (n, d_in, d_out), gw, acc, t, ws)
+            })?;
+        }
+        if bias_grad {
+            add_bias_grad(&mut self.b, dy.widened()?.f32()?)?;
+        }
+        if !need_dx {
+            return Ok(None);
+        }
+        let w = self.w.kernel_weights(ctx.amp);
+        let WeightB::Packed(p) = w.n()? else {
+            return Err(Error::Runtime("linear: bf16 weights not packed".into()));
+        };
+        // Written whole by the GEMM (not accumulating).
+        let mut dx = ctx.scratch(x.shape());
+        let dxd = dx.f32_mut()?;
+        ctx.dev
+            .with_workspace(linear_bf16::input_grad_ws(n, d_out), |ws| {
+                linear_bf16::input_grad(dyb, (n, d_out), p, dxd, t, ws)
+            })?;
+        drop(w);
+        Ok(Some(ctx.store(dx)?))
+    }
+}
+
+/// The compute threads the GEMMs split over.
+fn threads(ctx: &Ctx) -> usize {
+    match ctx.dev.par() {
+        gemm::Parallelism::Rayon(t) => t,
+        gemm::Parallelism::None => 1,
     }
 }
 
