@@ -134,7 +134,7 @@ impl Sweep<'_> {
     /// measures something only where the hooks read a value of the script's and it is
     /// another: a script without a DataLoader has no `num_workers` to force. The
     /// baseline's first repeat has run by then, journaled or still in `slots`; without an
-    /// ok baseline every trial runs.
+    /// ok baseline every trial but a forced one runs.
     fn nothing_new(&self, trial: &Trial, slots: &[Slot]) -> Option<&'static str> {
         let base = &self.spec.search.baseline;
         let base_id = plan::trial_id(base, base);
@@ -145,13 +145,21 @@ impl Sweep<'_> {
             Slot::Open(o) if o.rec.id == base_id && !o.rec.repeats.is_empty() => Some(&o.rec),
             _ => None,
         });
-        let b = self
+        let Some(b) = self
             .records
             .iter()
             .rev()
             .find(|r| r.id == base_id)
             .or(running)
-            .filter(|r| r.status == Status::Ok)?;
+            .filter(|r| r.status == Status::Ok)
+        else {
+            // A forced trial is the spec's value against the script's own, which only an
+            // ok baseline read; without one it would only add a run to a failing sweep.
+            return (!trial.knobs.forced.is_empty()).then_some(
+                "not run: the baseline measured nothing, so there is no script's own value \
+                 to set it against",
+            );
+        };
         // Where tune set the spec's baseline value over the script's, the script's own
         // value is not what the baseline ran: a trial of it measures something new.
         let own = |knob: &str| {
