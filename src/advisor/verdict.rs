@@ -333,9 +333,16 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                 _ => Outcome::Fine,
             });
             let single = c.is_some_and(|c| c.rules.len() <= 1);
+            // A tie kept for its memory that held up alone: a combination that showed no
+            // gain does not touch it, since it never claimed one (the changes beside it
+            // did).
+            let tie_held = alone_run.is_some_and(|a| held(&a.verdict))
+                && !super::confirm::claims_gain(rec)
+                && in_confirmation.is_some_and(|c| c.verdict == "not_confirmed");
             let of_combo = in_confirmation.map_or(Outcome::Fine, |c| {
                 let m = c.trial.as_ref().and_then(|t| t.ratio_vs_baseline);
                 match c.verdict.as_str() {
+                    _ if tie_held => Outcome::Fine,
                     "worse" if single && !clear(m) => Outcome::Missed,
                     "worse" => Outcome::Worse,
                     "not_confirmed" | "failed" => Outcome::Failed,
@@ -379,6 +386,7 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                     _ if worse => {
                         "downgraded to low: the confirmation measured less than predicted"
                     }
+                    _ if tie_held => "confirmed as fast alone (it claims no speed-up)",
                     "not_confirmed" => "not confirmed",
                     "failed" => "confirmation failed",
                     _ if failed => "not confirmed",
