@@ -16,8 +16,6 @@
 //! - Right operand ([`BCols`]): padded pair P of column j at `P * ld + j` (u32, the low
 //!   half k = 2p, the high half 2p + 1), or a [`PackedB`] (32-column panels).
 
-use std::arch::asm;
-
 use rayon::prelude::*;
 
 use crate::engine::ops::gemm_amx;
@@ -233,9 +231,8 @@ unsafe fn part_on_tiles(
     ks: &KSplit,
     accumulate: bool,
 ) {
-    let cfg = gemm_amx::config();
-    // SAFETY: the tile unit is ready (the contract); 64 aligned bytes of palette 1.
-    unsafe { asm!("ldtilecfg [{0}]", in(reg) cfg.0.as_ptr(), options(nostack)) };
+    // SAFETY: the tile unit is ready (the contract); released below.
+    unsafe { gemm_amx::configure() };
     let mut scratch = [0.0f32; T * T];
     for (bi, &(off, kt)) in ks.blocks.iter().enumerate() {
         let load = accumulate || bi > 0;
@@ -249,88 +246,19 @@ unsafe fn part_on_tiles(
                 // tile written (not added) goes straight to `dst`, whose rows i..i+32
                 // and columns j..j+32 then lie inside the part.
                 unsafe {
-                    tile((ap, a.ld * 2), (bp, ldb * 4), kt);
+                    gemm_amx::tiles((ap as *const u8, a.ld * 2), (bp as *const u8, ldb * 4), kt);
                     let c = dst.add(i * ldc + j);
                     if !load && rows == T && cols == T {
-                        store(c, ldc);
+                        gemm_amx::store(c, ldc);
                     } else {
-                        store(scratch.as_mut_ptr(), T);
+                        gemm_amx::store(scratch.as_mut_ptr(), T);
                         add_or_copy(&scratch, c, ldc, (rows, cols), load);
                     }
                 }
             }
         }
     }
-    // SAFETY: releases this thread's tile state, configured above.
-    unsafe { asm!("tilerelease", options(nostack, nomem)) };
-}
-
-/// `C = A * B` over `kt` pairs (a multiple of 16) into tmm0-3 (the 32x32 block's four
-/// 16x16 quarters): A from `a` (32 rows of `sa` bytes' stride, 16 pairs = 64 bytes a
-/// step), B from `b` (pairs of `sb` bytes' stride, 32 columns = two 64-byte halves).
-///
-/// # Safety
-/// The tile configuration is loaded; the 32 rows x kt pairs of A and the kt pairs x 32
-/// columns of B lie inside readable memory.
-unsafe fn tile((a, sa): (*const u16, usize), (b, sb): (*const u32, usize), kt: usize) {
-    let a0 = a as *const u8;
-    let a1 = a0.wrapping_add(16 * sa);
-    let b0 = b as *const u8;
-    // SAFETY: tilezero touches only tile registers.
-    unsafe {
-        asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
-            options(nostack, nomem)
-        )
-    };
-    for s in 0..kt / 16 {
-        // SAFETY: step s reads 16 rows of 64 bytes from each A tile (pairs 16s..16s+16)
-        // and pairs 16s..16s+16 of 64 bytes from each B half: inside per the contract.
-        unsafe {
-            asm!(
-                "tileloadd tmm4, [{a0} + {sa}*1]",
-                "tileloadd tmm5, [{a1} + {sa}*1]",
-                "tileloadd tmm6, [{b0} + {sb}*1]",
-                "tileloadd tmm7, [{b1} + {sb}*1]",
-                "tdpbf16ps tmm0, tmm4, tmm6",
-                "tdpbf16ps tmm1, tmm4, tmm7",
-                "tdpbf16ps tmm2, tmm5, tmm6",
-                "tdpbf16ps tmm3, tmm5, tmm7",
-                a0 = in(reg) a0.add(64 * s),
-                a1 = in(reg) a1.add(64 * s),
-                sa = in(reg) sa,
-                b0 = in(reg) b0.add(16 * s * sb),
-                b1 = in(reg) b0.add(16 * s * sb + 64),
-                sb = in(reg) sb,
-                options(nostack, readonly)
-            )
-        };
-    }
-}
-
-/// Stores tmm0-3 (a 32x32 f32 block) at `c`, rows `ldc` floats apart.
-///
-/// # Safety
-/// 32 rows of 32 writable floats at `c` with row stride `ldc`; tmm0-3 hold a block.
-unsafe fn store(c: *mut f32, ldc: usize) {
-    // SAFETY: four 16x16 f32 tiles into the block (the contract).
-    unsafe {
-        asm!(
-            "tilestored [{c0} + {s}*1], tmm0",
-            "tilestored [{c1} + {s}*1], tmm1",
-            "tilestored [{c2} + {s}*1], tmm2",
-            "tilestored [{c3} + {s}*1], tmm3",
-            c0 = in(reg) c,
-            c1 = in(reg) c.add(16),
-            c2 = in(reg) c.add(16 * ldc),
-            c3 = in(reg) c.add(16 * ldc + 16),
-            s = in(reg) ldc * 4,
-            options(nostack)
-        )
-    };
+    gemm_amx::release();
 }
 
 /// Adds (`load`) or copies the `rows x cols` corner of `scratch` into `c` (row stride
