@@ -564,64 +564,85 @@ impl BatchNorm2d {
         let scale: Vec<f32> = (0..c).map(|i| gw[i] * invstd[i]).collect();
         let mb: Vec<f32> = dbeta.iter().map(|v| (v / m) as f32).collect();
         let mg: Vec<f32> = dgamma.iter().map(|v| (v / m) as f32).collect();
-        let per = scale.iter().zip(&mb).zip(&mg).zip(gw.iter().zip(&bw));
-        let per: Vec<(f32, f32, f32, f32, f32)> = per
-            .map(|(((s, b), g), (gc, bc))| (*s, *b, *g, *gc, *bc))
-            .collect();
-        let out = rows_bf16(dy, xh, c, &per, |d, x, &(s, b, g, gc, bc)| {
-            let dm = masked::<RELU>(d, x, gc, bc);
-            s * (dm - b - x * g)
-        });
+        let n = xh.len();
+        let mut out: Vec<bf16> = Vec::with_capacity(n);
+        out.spare_capacity_mut()[..n]
+            .par_chunks_mut(CHUNK_ROWS * c)
+            .zip(
+                dy.par_chunks(CHUNK_ROWS * c)
+                    .zip(xh.par_chunks(CHUNK_ROWS * c)),
+            )
+            .for_each(|(oc, (dc, xc))| {
+                let rows = oc
+                    .chunks_exact_mut(c)
+                    .zip(dc.chunks_exact(c).zip(xc.chunks_exact(c)));
+                for (or, (dr, xr)) in rows {
+                    let per = scale.iter().zip(&mb).zip(&mg).zip(gw.iter().zip(&bw));
+                    for ((o, (d, x)), (((s, b), g), (gc, bc))) in
+                        or.iter_mut().zip(dr.iter().zip(xr)).zip(per)
+                    {
+                        let (d, x) = (widen_bf16(*d), widen_bf16(*x));
+                        let dm = masked::<RELU>(d, x, *gc, *bc);
+                        o.write(narrow_bf16(s * (dm - b - x * g)));
+                    }
+                }
+            });
+        // SAFETY: n is a multiple of c (checked above), so the chunks split into rows of
+        // c exactly and each of the first n slots was written once.
+        unsafe { out.set_len(n) };
         Ok(Some(out))
     }
 }
 
-/// `f(a, b, per[channel])` over rows of `c` channels into a fresh bf16 vector (narrowed
-/// as `ctx.store` narrows), each element written once.
-fn rows_bf16<P: Sync>(
-    a: &[bf16],
-    b: &[bf16],
-    c: usize,
-    per: &[P],
-    f: impl Fn(f32, f32, &P) -> f32 + Sync,
-) -> Vec<bf16> {
-    let n = a.len().min(b.len()) / c * c;
-    let mut out: Vec<bf16> = Vec::with_capacity(n);
-    out.spare_capacity_mut()[..n]
-        .par_chunks_mut(CHUNK_ROWS * c)
-        .zip(a[..n].par_chunks(CHUNK_ROWS * c))
-        .zip(b[..n].par_chunks(CHUNK_ROWS * c))
-        .for_each(|((oc, ac), bc)| {
-            for ((or, ar), br) in oc
-                .chunks_exact_mut(c)
-                .zip(ac.chunks_exact(c))
-                .zip(bc.chunks_exact(c))
-            {
-                for (((o, x), y), p) in or.iter_mut().zip(ar).zip(br).zip(per) {
-                    o.write(narrow_bf16(f(widen_bf16(*x), widen_bf16(*y), p)));
-                }
-            }
-        });
-    // SAFETY: n is a multiple of c, so the chunks (multiples of c long) split into rows
-    // of c exactly and every one of the first n slots was written once.
-    unsafe { out.set_len(n) };
-    out
-}
-
-/// Batch norm's forward output pass on bf16 storage: `xhat = (x - mean) * invstd` and
-/// `y = affine(xhat)` per element in f32, each narrowed to bf16 (`xhat` only when
-/// `keep`, for backward).
+/// Batch norm's forward output pass on bf16 storage, one pass over `x`: `xhat = (x -
+/// mean) * invstd` and `y = affine(xhat)` per element in f32, each narrowed to bf16
+/// (`xhat` only when `keep`, for backward), as the f32 path computes them and
+/// `ctx.store` narrows them. The per-channel values are read as separate slices, not
+/// tuples, so the loop over a row's channels vectorizes (perf: the tuple loop did not).
 fn normalize_bf16<const RELU: bool>(
     x: &[bf16],
     (mean, invstd, gamma, beta): (&[f32], &[f32], &[f32], &[f32]),
     keep: bool,
 ) -> (Vec<bf16>, Option<Vec<bf16>>) {
     let c = gamma.len();
-    let per: Vec<(f32, f32, f32, f32)> = (0..c)
-        .map(|i| (mean[i], invstd[i], gamma[i], beta[i]))
-        .collect();
-    let xh = |x: f32, &(mu, is, _, _): &(f32, f32, f32, f32)| (x - mu) * is;
-    let y = rows_bf16(x, x, c, &per, |x, _, p| affine::<RELU>(xh(x, p), p.2, p.3));
-    let keep = keep.then(|| rows_bf16(x, x, c, &per, |x, _, p| xh(x, p)));
-    (y, keep)
+    let n = x.len() / c * c;
+    let mut y: Vec<bf16> = Vec::with_capacity(n);
+    let mut xh: Vec<bf16> = Vec::with_capacity(if keep { n } else { 0 });
+    let xhat = |x: &bf16, mu: &f32, is: &f32| (widen_bf16(*x) - mu) * is;
+    let ys = y.spare_capacity_mut()[..n].par_chunks_mut(CHUNK_ROWS * c);
+    let xs = x[..n].par_chunks(CHUNK_ROWS * c);
+    if keep {
+        let hs = xh.spare_capacity_mut()[..n].par_chunks_mut(CHUNK_ROWS * c);
+        ys.zip(hs).zip(xs).for_each(|((yc, hc), xc)| {
+            let rows = yc.chunks_exact_mut(c).zip(hc.chunks_exact_mut(c));
+            for ((yr, hr), xr) in rows.zip(xc.chunks_exact(c)) {
+                let per = mean.iter().zip(invstd).zip(gamma.iter().zip(beta));
+                for (((y, h), x), ((mu, is), (g, b))) in
+                    yr.iter_mut().zip(hr.iter_mut()).zip(xr).zip(per)
+                {
+                    let v = xhat(x, mu, is);
+                    y.write(narrow_bf16(affine::<RELU>(v, *g, *b)));
+                    h.write(narrow_bf16(v));
+                }
+            }
+        });
+    } else {
+        ys.zip(xs).for_each(|(yc, xc)| {
+            for (yr, xr) in yc.chunks_exact_mut(c).zip(xc.chunks_exact(c)) {
+                let per = mean.iter().zip(invstd).zip(gamma.iter().zip(beta));
+                for ((y, x), ((mu, is), (g, b))) in yr.iter_mut().zip(xr).zip(per) {
+                    y.write(narrow_bf16(affine::<RELU>(xhat(x, mu, is), *g, *b)));
+                }
+            }
+        });
+    }
+    // SAFETY: n is a multiple of c, so the chunks split into rows of c exactly and each
+    // of the first n slots of `y` (and of `xh` when `keep`) was written once.
+    unsafe {
+        y.set_len(n);
+        if keep {
+            xh.set_len(n);
+        }
+    }
+    (y, keep.then_some(xh))
 }

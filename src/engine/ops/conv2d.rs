@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use crate::engine::cuda::gpu::Gpu;
 use crate::engine::device::{Device, MemCategory};
 pub use crate::engine::geom::ConvGeom;
-use crate::engine::ops::conv2d_bf16::{self, kx_run, patch, Input};
+use crate::engine::ops::conv2d_bf16::{self, patch, unpatch, Input};
 use crate::engine::ops::conv2d_cuda::GConv;
 use crate::engine::ops::conv_algos;
 use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
@@ -23,7 +23,7 @@ use crate::engine::ops::layer::{take_saved, Ctx, KernelWeights, Layer, LayerDesc
 use crate::engine::ops::layer_cuda::GpuLayer;
 use crate::engine::ops::{add_bias_grad, fill_rows};
 use crate::engine::rng::Rng;
-use crate::engine::tensor::{DType, Tensor};
+use crate::engine::tensor::{Buf, DType, Tensor};
 use crate::error::{Error, Result};
 
 /// Copies input patches into rows of `col` (`rows x kkc`), zero where padding.
@@ -91,14 +91,6 @@ fn input<'a>(x: &'a Tensor, cell: &'a OnceCell<Tensor>) -> Result<Input<'a>> {
     }
 }
 
-/// The compute threads the GEMMs split over.
-fn threads(ctx: &Ctx) -> usize {
-    match ctx.dev.par() {
-        gemm::Parallelism::Rayon(t) => t,
-        gemm::Parallelism::None => 1,
-    }
-}
-
 /// What the im2col path reads: bf16 storage as it is, anything else as f32.
 fn src<'a>(x: &'a Tensor, cell: &'a OnceCell<Tensor>) -> Result<Src<'a>> {
     match x.bf16() {
@@ -128,29 +120,15 @@ fn im2col_with<T: Copy + Sync>(
 
 /// Scatter-adds rows of `col` back into an input-shaped gradient (`dx` is overwritten).
 pub fn col2im(col: &[f32], g: &ConvGeom, dx: &mut [f32]) {
-    let (oh, ow, kkc, c) = (g.oh(), g.ow(), g.kkc(), g.c_in);
-    let per_img = oh * ow * kkc;
-    dx.par_chunks_mut(g.h * g.w * c)
+    let (ow, kkc) = (g.ow(), g.kkc());
+    let per_img = g.oh() * ow * kkc;
+    dx.par_chunks_mut(g.h * g.w * g.c_in)
         .enumerate()
         .for_each(|(n, dimg)| {
             dimg.fill(0.0);
             let cimg = &col[n * per_img..(n + 1) * per_img];
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    let row = &cimg[(oy * ow + ox) * kkc..(oy * ow + ox + 1) * kkc];
-                    let (kx0, cnt, ix0) = kx_run(g, ox);
-                    for ky in 0..g.k {
-                        let iy = (oy * g.stride + ky) as isize - g.pad as isize;
-                        if iy < 0 || iy >= g.h as isize {
-                            continue;
-                        }
-                        let off = (iy as usize * g.w + ix0) * c;
-                        let src = &row[(ky * g.k + kx0) * c..(ky * g.k + kx0 + cnt) * c];
-                        for (d, s) in dimg[off..off + cnt * c].iter_mut().zip(src) {
-                            *d += s;
-                        }
-                    }
-                }
+            for (p, row) in cimg.chunks_exact(kkc).enumerate() {
+                unpatch(dimg, g, (p / ow, p % ow), row);
             }
         });
 }
@@ -254,30 +232,29 @@ impl Conv2d {
         let xcell = OnceCell::new();
         let xs = input(&x, &xcell)?;
         let wt = self.w.kernel_weights(ctx.amp);
-        let t = threads(ctx);
-        let dcol = if need_dx { g.rows() * g.kkc() } else { 0 };
-        let ws_len = conv2d_bf16::weight_grad_ws(g)
-            .max(dcol + conv2d_bf16::input_grad_ws(g) * usize::from(need_dx));
-        // Written whole by col2im, which zeroes each image first.
-        let mut dx = need_dx.then(|| ctx.scratch(x.shape()));
         let w = &mut self.w;
-        ctx.dev.with_workspace(ws_len, |ws| -> Result<()> {
-            {
+        ctx.dev
+            .with_workspace(conv2d_bf16::weight_grad_ws(g), |ws| -> Result<()> {
                 let (gw, acc) = w.grad_slot()?;
-                conv2d_bf16::weight_grad(xs, dyb, g, gw, acc, t, ws)?;
-            }
-            if let Some(dx) = &mut dx {
-                let WeightB::Packed(p) = wt.n()? else {
-                    return Err(Error::Runtime("conv2d: bf16 weights not packed".into()));
-                };
-                let (dcol, rest) = ws.split_at_mut(g.rows() * g.kkc());
-                conv2d_bf16::input_grad(dyb, g, p, dcol, t, rest)?;
-                col2im(dcol, g, dx.f32_mut()?);
-            }
-            Ok(())
-        })?;
+                conv2d_bf16::weight_grad(xs, dyb, g, gw, acc, ws)
+            })?;
+        let dx = if need_dx {
+            let WeightB::Packed(p) = wt.n()? else {
+                return Err(Error::Runtime("conv2d: bf16 weights not packed".into()));
+            };
+            let dx = conv2d_bf16::input_grad(dyb, g, p)?;
+            let cat = MemCategory::Activations;
+            Some(Tensor::from_buf(
+                x.shape(),
+                Buf::Bf16(dx),
+                cat,
+                ctx.dev.mem(),
+            )?)
+        } else {
+            None
+        };
         drop(wt);
-        dx.map(|d| ctx.store(d)).transpose()
+        Ok(dx)
     }
 }
 
@@ -291,9 +268,22 @@ fn conv_forward(
     g: &ConvGeom,
     ctx: &Ctx,
 ) -> Result<Tensor> {
+    let shape = [g.n, g.oh(), g.ow(), g.c_out];
+    // Native bf16 on the tile unit: the columns written in the tiles' layout and the
+    // output narrowed strip by strip, straight into bf16 storage.
+    let tiles = !matches!(algo, "direct" | "winograd") && !g.is_pointwise();
+    if tiles && native_half(ctx.amp) && conv2d_bf16::applies(g) {
+        let WeightB::Packed(p) = wt.t()? else {
+            return Err(Error::Runtime("conv2d: bf16 weights not packed".into()));
+        };
+        let b = bias.map(|b| b.w.f32()).transpose()?;
+        let y = conv2d_bf16::forward(input(x, xcell)?, g, p, b)?;
+        let cat = MemCategory::Activations;
+        return Tensor::from_buf(&shape, Buf::Bf16(y), cat, ctx.dev.mem());
+    }
     // Every algorithm writes all of `y` (onto the bias, or overwriting: `direct` and
     // `winograd` are tested on a buffer of 7s).
-    let mut y = ctx.scratch(&[g.n, g.oh(), g.ow(), g.c_out]);
+    let mut y = ctx.scratch(&shape);
     let yd = y.f32_mut()?;
     let accumulate = match bias {
         Some(b) => {
@@ -319,16 +309,6 @@ fn conv_forward(
             ctx.dev.par(),
             ctx.amp,
         )?,
-        // Native bf16 on the tile unit: the columns written in the tiles' layout.
-        _ if native_half(ctx.amp) && conv2d_bf16::applies(g) => {
-            let WeightB::Packed(p) = wt.t()? else {
-                return Err(Error::Runtime("conv2d: bf16 weights not packed".into()));
-            };
-            let xs = input(x, xcell)?;
-            ctx.dev.with_workspace(conv2d_bf16::forward_ws(g), |ws| {
-                conv2d_bf16::forward(xs, g, p, yd, accumulate, threads(ctx), ws)
-            })?
-        }
         _ => ctx.dev.with_workspace(g.rows() * g.kkc(), |col| {
             src(x, xcell)?.im2col(g, col);
             matmul_w(
@@ -524,7 +504,6 @@ mod tests {
     use super::*;
     use crate::engine::amp::{narrow, widen};
     use crate::engine::ops::gemm::test_data as data;
-    use crate::engine::tensor::Buf;
 
     /// im2col straight from bf16 storage gives the columns of widening first, on
     /// geometries with padding, stride and a 1-wide kernel.

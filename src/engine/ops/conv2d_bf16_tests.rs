@@ -5,7 +5,7 @@ use half::bf16;
 
 use crate::engine::amp::narrow_bf16;
 use crate::engine::geom::ConvGeom;
-use crate::engine::ops::conv2d::{im2col, im2col_bf16};
+use crate::engine::ops::conv2d::{col2im, im2col, im2col_bf16};
 use crate::engine::ops::conv2d_bf16::*;
 use crate::engine::ops::gemm::test_data as data;
 use crate::engine::ops::gemm::Mat;
@@ -29,22 +29,33 @@ fn same(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits())
 }
 
+fn narrowed(v: &[f32]) -> Vec<u16> {
+    v.iter().map(|x| narrow_bf16(*x).to_bits()).collect()
+}
+
+fn bits(v: &[bf16]) -> Vec<u16> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 /// Forward, weight gradient and input gradient on the tile path equal the packing
-/// path's bit for bit, on cnn-small's three conv shapes (the first on f32 input, as the
-/// model's input arrives), k over several blocks with padding (the weight gradient's k
-/// is the rows), an odd row count, rows not whole tiles and channels that are not whole
-/// tile steps (the input gradient's copy), at 1 and 2 threads, with a NaN-filled
-/// workspace (nothing may read what the path did not write).
+/// path's bit for bit (forward with and without a bias, then narrowed; the input
+/// gradient through col2im, then narrowed), on cnn-small's three conv shapes (the first
+/// on f32 input, as the model's input arrives), k over several blocks with padding (the
+/// weight gradient's k is the rows), an odd row count, images whose rows are not whole
+/// strips, channels that are not whole tile steps, at 1 and 2 threads, with a
+/// NaN-filled workspace (nothing may read what the path did not write).
 #[test]
 fn tile_path_gives_the_packing_paths_conv_results_bit_for_bit() {
     if !gemm_pairs::ready() {
         eprintln!("skipped: the AMX tile unit is not ready here, the tile path cannot run");
         return;
     }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
-        .build()
-        .unwrap();
+    let pools = [1, 2].map(|t| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build()
+            .unwrap()
+    });
     let cases = [
         (geom(2, (32, 32), (3, 32), 1), true),
         (geom(2, (16, 16), (32, 64), 2), false),
@@ -71,38 +82,50 @@ fn tile_path_gives_the_packing_paths_conv_results_bit_for_bit() {
         let wn = PackedB::new(Mat::rm(&w, c, kkc)).unwrap();
         let dy: Vec<bf16> = data(rows * c, 53).iter().map(|v| narrow_bf16(*v)).collect();
         let dyf: Vec<f32> = dy.iter().map(|v| v.to_f32()).collect();
-        for (threads, acc) in [(1, false), (1, true), (2, false), (2, true)] {
-            let par = if threads > 1 {
-                gemm::Parallelism::Rayon(threads)
+        let bias = data(c, 54);
+        for ((threads, pool), acc) in [1, 2]
+            .iter()
+            .zip(&pools)
+            .flat_map(|p| [(p, false), (p, true)])
+        {
+            let par = if *threads > 1 {
+                gemm::Parallelism::Rayon(*threads)
             } else {
                 gemm::Parallelism::None
             };
-            let ws_len = forward_ws(&g)
-                .max(weight_grad_ws(&g))
-                .max(input_grad_ws(&g));
-            let mut ws = vec![f32::NAN; ws_len];
-            let start_y = data(rows * c, 54);
+            let mut ws = vec![f32::NAN; weight_grad_ws(&g)];
             let start_gw = data(c * kkc, 55);
             pool.install(|| {
                 let colm = Mat::rm(&col, rows, kkc);
-                let mut want = start_y.clone();
+                let mut want = vec![0.0f32; rows * c];
+                if acc {
+                    want.chunks_exact_mut(c)
+                        .for_each(|r| r.copy_from_slice(&bias));
+                }
                 gemm_bf16::matmul_packed(&mut want, colm, &wt, acc, par).unwrap();
-                let mut got = start_y.clone();
-                forward(x, &g, &wt, &mut got, acc, threads, &mut ws).unwrap();
-                assert!(same(&want, &got), "{g:?} x{threads} acc={acc}: forward");
+                let got = forward(x, &g, &wt, acc.then_some(&bias[..])).unwrap();
+                let b = if acc { "a bias" } else { "no bias" };
+                assert!(
+                    narrowed(&want) == bits(&got),
+                    "{g:?} x{threads} {b}: forward"
+                );
 
                 let dym = Mat::rm(&dyf, rows, c);
                 let mut want = start_gw.clone();
                 gemm_bf16::matmul(&mut want, dym.t(), colm, acc, par).unwrap();
                 let mut got = start_gw.clone();
-                weight_grad(x, &dy, &g, &mut got, acc, threads, &mut ws).unwrap();
+                weight_grad(x, &dy, &g, &mut got, acc, &mut ws).unwrap();
                 assert!(same(&want, &got), "{g:?} x{threads} acc={acc}: weight grad");
 
-                let mut want = vec![0.0f32; rows * kkc];
-                gemm_bf16::matmul_packed(&mut want, dym, &wn, false, par).unwrap();
-                let mut got = vec![f32::NAN; rows * kkc];
-                input_grad(&dy, &g, &wn, &mut got, threads, &mut ws).unwrap();
-                assert!(same(&want, &got), "{g:?} x{threads}: input grad");
+                let mut dcol = vec![0.0f32; rows * kkc];
+                gemm_bf16::matmul_packed(&mut dcol, dym, &wn, false, par).unwrap();
+                let mut want = vec![f32::NAN; g.n * g.h * g.w * g.c_in];
+                col2im(&dcol, &g, &mut want);
+                let got = input_grad(&dy, &g, &wn).unwrap();
+                assert!(
+                    narrowed(&want) == bits(&got),
+                    "{g:?} x{threads}: input grad"
+                );
             });
         }
     }

@@ -68,9 +68,9 @@ pub fn ready() -> bool {
 
 /// The palette-1 tile configuration: 8 tiles of 16 rows x 64 bytes.
 #[repr(C, align(64))]
-pub(super) struct TileCfg(pub(super) [u8; 64]);
+struct TileCfg([u8; 64]);
 
-pub(super) fn config() -> TileCfg {
+fn config() -> TileCfg {
     let mut c = [0u8; 64];
     c[0] = 1;
     for t in 0..8 {
@@ -78,6 +78,24 @@ pub(super) fn config() -> TileCfg {
         c[48 + t] = 16;
     }
     TileCfg(c)
+}
+
+/// Loads the palette-1 configuration [`tiles`] and [`store`] expect into this thread.
+///
+/// # Safety
+/// [`ready`] returned true; [`release`] follows on the same thread.
+pub(super) unsafe fn configure() {
+    let cfg = config();
+    // SAFETY: the tile state is permitted (`ready`, the contract); the configuration is
+    // 64 aligned bytes of palette 1.
+    unsafe { asm!("ldtilecfg [{0}]", in(reg) cfg.0.as_ptr(), options(nostack)) };
+}
+
+/// Releases this thread's tile state ([`configure`]).
+pub(super) fn release() {
+    // SAFETY: tilerelease only resets tile registers and configuration; without a
+    // configuration loaded it does nothing.
+    unsafe { asm!("tilerelease", options(nostack, nomem)) };
 }
 
 thread_local! {
@@ -103,10 +121,8 @@ pub(super) unsafe fn one(dst: *mut f32, ld: usize, a: Mat, b: BSrc, accumulate: 
         ls: a.rs,
         ks: a.cs,
     };
-    let cfg = config();
-    // SAFETY: `ready()` holds (the contract), so the tile state is permitted; the
-    // configuration is 64 aligned bytes of palette 1.
-    unsafe { asm!("ldtilecfg [{0}]", in(reg) cfg.0.as_ptr(), options(nostack)) };
+    // SAFETY: `ready()` holds (the contract); released below.
+    unsafe { configure() };
     BUFS.with(|bufs| {
         let mut bufs = bufs.borrow_mut();
         let (ap, bp, tmp) = &mut *bufs;
@@ -170,7 +186,9 @@ pub(super) unsafe fn one(dst: *mut f32, ld: usize, a: Mat, b: BSrc, accumulate: 
                             // lanes; the tile's rows and columns are clipped to the
                             // problem, which lies inside dst per the contract.
                             unsafe {
-                                tile(apan, bpan, kt, &mut scratch);
+                                // A: 32 rows of kt pairs; B: kt pairs of NR lanes.
+                                tiles((apan as *const u8, kt * 4), (bpan as *const u8, NR * 4), kt);
+                                store(scratch.as_mut_ptr(), NR);
                                 write_back(
                                     &scratch,
                                     dst.add((ic + ir) * ld + jc + jr),
@@ -185,8 +203,7 @@ pub(super) unsafe fn one(dst: *mut f32, ld: usize, a: Mat, b: BSrc, accumulate: 
             }
         }
     });
-    // SAFETY: releases this thread's tile state, configured above.
-    unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    release();
 }
 
 /// Packs rows `l0..l0+lv` (of 32) and k `k0..k0+kv` of `v` as rows of k-pairs:
@@ -257,14 +274,17 @@ fn pack_rows(
     }
 }
 
-/// `scratch (32 x 32, row-major) = A_panel * B_panel` over `kt` pairs (a multiple of 16).
+/// `C = A * B` over `kt` pairs (a multiple of 16) into tmm0-3 (a 32x32 f32 block's
+/// four 16x16 quarters, summed from zero): A is 32 rows of `sa` bytes' stride, 16 pairs
+/// (64 bytes) a step; B is pairs of `sb` bytes' stride, 32 columns (two 64-byte halves)
+/// each. The one tile loop of both bf16 tile GEMMs (this file's packed panels and
+/// `gemm_pairs`' operands as laid out), so both sum every output in the same order.
 ///
 /// # Safety
-/// The tile configuration of [`one`] is loaded; `a` holds 32 rows of `kt` u32, `b` holds
-/// `kt` rows of 32 u32.
-unsafe fn tile(a: *const u32, b: *const u32, kt: usize, scratch: &mut [f32; MR * NR]) {
-    let sa = kt * 4;
-    let a1 = a.wrapping_add(16 * kt);
+/// The tile configuration of [`config`] is loaded; the 32 rows x kt pairs of A and the
+/// kt pairs x 32 columns of B lie inside readable memory.
+pub(super) unsafe fn tiles((a, sa): (*const u8, usize), (b, sb): (*const u8, usize), kt: usize) {
+    let a1 = a.wrapping_add(16 * sa);
     // SAFETY: tilezero touches only tile registers.
     unsafe {
         asm!(
@@ -276,9 +296,8 @@ unsafe fn tile(a: *const u32, b: *const u32, kt: usize, scratch: &mut [f32; MR *
         )
     };
     for s in 0..kt / 16 {
-        // SAFETY: k-step s reads 16 rows of 64 bytes from each A tile (rows of stride
-        // kt*4 bytes, pairs 16s..16s+16) and 16 pair-rows of 64 bytes from each B tile
-        // (stride 128 bytes): all inside the panels (the contract).
+        // SAFETY: step s reads 16 rows of 64 bytes from each A tile (pairs 16s..16s+16)
+        // and pairs 16s..16s+16 of 64 bytes from each B half: inside per the contract.
         unsafe {
             asm!(
                 "tileloadd tmm4, [{a0} + {sa}*1]",
@@ -289,18 +308,25 @@ unsafe fn tile(a: *const u32, b: *const u32, kt: usize, scratch: &mut [f32; MR *
                 "tdpbf16ps tmm1, tmm4, tmm7",
                 "tdpbf16ps tmm2, tmm5, tmm6",
                 "tdpbf16ps tmm3, tmm5, tmm7",
-                a0 = in(reg) a.add(16 * s),
-                a1 = in(reg) a1.add(16 * s),
+                a0 = in(reg) a.add(64 * s),
+                a1 = in(reg) a1.add(64 * s),
                 sa = in(reg) sa,
-                b0 = in(reg) b.add(16 * s * NR),
-                b1 = in(reg) b.add(16 * s * NR + 16),
-                sb = in(reg) NR * 4,
+                b0 = in(reg) b.add(16 * s * sb),
+                b1 = in(reg) b.add(16 * s * sb + 64),
+                sb = in(reg) sb,
                 options(nostack, readonly)
             )
         };
     }
-    let c = scratch.as_mut_ptr();
-    // SAFETY: four 16x16 f32 tiles into the 32x32 scratch (row stride 128 bytes).
+}
+
+/// Stores tmm0-3 (a 32x32 f32 block) at `c`, rows `ldc` floats apart.
+///
+/// # Safety
+/// 32 rows of 32 writable floats at `c` with row stride `ldc`; tmm0-3 hold a block
+/// ([`tiles`]).
+pub(super) unsafe fn store(c: *mut f32, ldc: usize) {
+    // SAFETY: four 16x16 f32 tiles into the block (the contract).
     unsafe {
         asm!(
             "tilestored [{c0} + {s}*1], tmm0",
@@ -309,9 +335,9 @@ unsafe fn tile(a: *const u32, b: *const u32, kt: usize, scratch: &mut [f32; MR *
             "tilestored [{c3} + {s}*1], tmm3",
             c0 = in(reg) c,
             c1 = in(reg) c.add(16),
-            c2 = in(reg) c.add(16 * NR),
-            c3 = in(reg) c.add(16 * NR + 16),
-            s = in(reg) NR * 4,
+            c2 = in(reg) c.add(16 * ldc),
+            c3 = in(reg) c.add(16 * ldc + 16),
+            s = in(reg) ldc * 4,
             options(nostack)
         )
     };

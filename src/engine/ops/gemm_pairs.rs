@@ -16,8 +16,6 @@
 //! - Right operand ([`BCols`]): padded pair P of column j at `P * ld + j` (u32, the low
 //!   half k = 2p, the high half 2p + 1), or a [`PackedB`] (32-column panels).
 
-use std::arch::asm;
-
 use rayon::prelude::*;
 
 use crate::engine::ops::gemm_amx;
@@ -25,7 +23,7 @@ use crate::engine::ops::gemm_bf16::{block_depth, PackedB, NR};
 use crate::error::{Error, Result};
 
 /// Rows and columns of C one step of four tiles covers.
-const T: usize = 32;
+pub(crate) const T: usize = 32;
 
 /// `k` cut as the native bf16 kernels cut it, with each block's pairs padded to whole
 /// tile steps of 16 pairs.
@@ -69,6 +67,17 @@ impl KSplit {
             && self.blocks[..n - 1]
                 .iter()
                 .all(|&(_, kt)| 2 * kt == self.kc)
+    }
+
+    /// Block `b` alone, its pairs from 0: for an operand laid out one block at a time.
+    pub(crate) fn block(&self, b: usize) -> KSplit {
+        let (s, e) = self.span(b);
+        KSplit {
+            k: e - s,
+            kc: self.kc,
+            blocks: vec![(0, self.blocks[b].1)],
+            pairs: self.blocks[b].1,
+        }
     }
 
     /// Rows `kk` of block `b` span: `b * kc .. min((b + 1) * kc, k)`.
@@ -123,6 +132,34 @@ pub(crate) fn ready() -> bool {
     gemm_amx::ready()
 }
 
+/// Errors unless `a` and `b` hold what their descriptions say for `a.rows x b.cols()`
+/// over the k of `ks` (rows and columns padded to 32 in memory), and a destination of
+/// `dst_len` floats at row stride `ldc` holds the product.
+fn check(a: &ARows, b: &BCols, ks: &KSplit, dst_len: usize, ldc: usize) -> Result<()> {
+    let (m, n) = (a.rows, b.cols());
+    let pad = |v: usize| v.div_ceil(T) * T;
+    let a_ok = a.ld >= 2 * ks.pairs && a.data.len() >= pad(m) * a.ld;
+    let b_ok = match *b {
+        BCols::Pairs { data, ld, .. } => ld >= pad(n) && data.len() >= ks.pairs * ld,
+        BCols::Packed(p) => p.k == ks.k && p.kc == ks.kc,
+    };
+    let dst_ok = m == 0 || n == 0 || (ldc >= n && dst_len >= (m - 1) * ldc + n);
+    if a_ok && b_ok && dst_ok {
+        return Ok(());
+    }
+    Err(Error::Shape {
+        op: "matmul_tiles",
+        msg: format!(
+            "{m}x{} * {}x{n} into {dst_len} elements (row stride {ldc}; a holds {} u16 of \
+             stride {}, b's layout fits: {b_ok})",
+            ks.k,
+            ks.k,
+            a.data.len(),
+            a.ld
+        ),
+    })
+}
+
 /// `dst (m x n, row stride ldc) = [dst +] a * b` over the k of `ks`, on the tile unit,
 /// split over `threads` (rows of C where `a` is taller, columns otherwise). Errors where
 /// an operand's memory does not hold what its description says, or the tile unit is
@@ -136,42 +173,14 @@ pub(crate) fn matmul(
     accumulate: bool,
     threads: usize,
 ) -> Result<()> {
-    let (m, n) = (a.rows, b.cols());
-    let pad = |v: usize| v.div_ceil(T) * T;
-    let a_ok = a.ld >= 2 * ks.pairs && a.data.len() >= pad(m) * a.ld;
-    let b_ok = match b {
-        BCols::Pairs { data, ld, .. } => ld >= pad(n) && data.len() >= ks.pairs * ld,
-        BCols::Packed(p) => p.k == ks.k && p.kc == ks.kc,
-    };
-    let dst_ok = m == 0 || n == 0 || (ldc >= n && dst.len() >= (m - 1) * ldc + n);
-    if !(a_ok && b_ok && dst_ok) {
-        return Err(Error::Shape {
-            op: "matmul_tiles",
-            msg: format!(
-                "{m}x{} * {}x{n} into {} elements (row stride {ldc}; a holds {} u16 of \
-                 stride {}, b's layout fits: {b_ok})",
-                ks.k,
-                ks.k,
-                dst.len(),
-                a.data.len(),
-                a.ld
-            ),
-        });
-    }
+    check(&a, &b, ks, dst.len(), ldc)?;
     if !ready() {
         return Err(Error::Runtime(
             "bf16 tile GEMM called where the AMX tile unit is not ready".into(),
         ));
     }
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    if ks.k == 0 {
-        if !accumulate {
-            for i in 0..m {
-                dst[i * ldc..i * ldc + n].fill(0.0);
-            }
-        }
+    let (m, n) = (a.rows, b.cols());
+    if empty(dst, ldc, (m, n), ks, accumulate) {
         return Ok(());
     }
     let out = Out(dst.as_mut_ptr());
@@ -179,25 +188,40 @@ pub(crate) fn matmul(
     let len = if by_rows { m } else { n };
     let threads = threads.clamp(1, len.div_ceil(T));
     let per = len.div_ceil(threads).div_ceil(T) * T;
-    let part = |i: usize| {
+    let part = |i: usize| -> Result<()> {
         let (s, e) = (i * per, ((i + 1) * per).min(len));
         let (rows, cols) = if by_rows {
             ((s, e), (0, n))
         } else {
             ((0, m), (s, e))
         };
+        let on = Tiles::new()?;
         // SAFETY: the checks above hold every tile load inside `a` and `b` (rows and
         // columns padded to 32 in memory, pairs per `ks`) and every write inside the
         // m x n block of `dst`; parts write disjoint rows or columns of it, and this
         // function holds its unique borrow until every part is done.
-        unsafe { part_on_tiles(out.get(), ldc, rows, cols, a, b, ks, accumulate) };
+        unsafe { part_on_tiles(&on, out.get(), ldc, rows, cols, a, b, ks, accumulate) };
+        Ok(())
     };
     if threads == 1 {
-        part(0);
+        part(0)
     } else {
-        (0..len.div_ceil(per)).into_par_iter().for_each(part);
+        (0..len.div_ceil(per)).into_par_iter().try_for_each(part)
     }
-    Ok(())
+}
+
+/// Whether the product is empty (no rows, columns or k), having written what it then is
+/// (zeros, unless added onto what `dst` holds).
+fn empty(dst: &mut [f32], ldc: usize, (m, n): (usize, usize), ks: &KSplit, acc: bool) -> bool {
+    if m == 0 || n == 0 {
+        return true;
+    }
+    if ks.k == 0 && !acc {
+        for i in 0..m {
+            dst[i * ldc..i * ldc + n].fill(0.0);
+        }
+    }
+    ks.k == 0
 }
 
 /// `dst`'s pointer for parts written from several threads.
@@ -220,10 +244,10 @@ impl Out {
 ///
 /// # Safety
 /// As `matmul` checks: tile loads of rows `r0..` of `a` (padded to 32) and columns
-/// `c0..` of `b` (padded to 32) stay inside their memory, `dst` holds the block, and the
-/// tile unit is ready.
+/// `c0..` of `b` (padded to 32) stay inside their memory, and `dst` holds the block.
 #[allow(clippy::too_many_arguments)]
 unsafe fn part_on_tiles(
+    _on: &Tiles,
     dst: *mut f32,
     ldc: usize,
     (r0, r1): (usize, usize),
@@ -233,104 +257,154 @@ unsafe fn part_on_tiles(
     ks: &KSplit,
     accumulate: bool,
 ) {
-    let cfg = gemm_amx::config();
-    // SAFETY: the tile unit is ready (the contract); 64 aligned bytes of palette 1.
-    unsafe { asm!("ldtilecfg [{0}]", in(reg) cfg.0.as_ptr(), options(nostack)) };
     let mut scratch = [0.0f32; T * T];
-    for (bi, &(off, kt)) in ks.blocks.iter().enumerate() {
+    for bi in 0..ks.blocks.len() {
         let load = accumulate || bi > 0;
         for i in (r0..r1).step_by(T) {
-            let ap = a.data[i * a.ld + 2 * off..].as_ptr();
             for j in (c0..c1).step_by(T) {
-                let (bp, ldb) = b.at(ks, bi, j);
-                let (rows, cols) = ((r1 - i).min(T), (c1 - j).min(T));
-                // SAFETY: rows i..i+32 of a (padded) hold kt pairs from `off`, pairs
-                // off..off+kt of b hold columns j..j+32 (padded): the contract. A whole
-                // tile written (not added) goes straight to `dst`, whose rows i..i+32
-                // and columns j..j+32 then lie inside the part.
+                let within = ((r1 - i).min(T), (c1 - j).min(T));
+                // SAFETY: rows i.. of a and columns j.. of b lie inside their padded
+                // memory, and the tile's clipped rows and columns inside `dst` (the
+                // contract); `_on` configured the tile unit.
                 unsafe {
-                    tile((ap, a.ld * 2), (bp, ldb * 4), kt);
-                    let c = dst.add(i * ldc + j);
-                    if !load && rows == T && cols == T {
-                        store(c, ldc);
-                    } else {
-                        store(scratch.as_mut_ptr(), T);
-                        add_or_copy(&scratch, c, ldc, (rows, cols), load);
-                    }
-                }
+                    block_tile(
+                        (&a, i),
+                        (&b, j),
+                        (ks, bi),
+                        (dst.add(i * ldc + j), ldc),
+                        within,
+                        load,
+                        &mut scratch,
+                    )
+                };
             }
         }
     }
-    // SAFETY: releases this thread's tile state, configured above.
-    unsafe { asm!("tilerelease", options(nostack, nomem)) };
 }
 
-/// `C = A * B` over `kt` pairs (a multiple of 16) into tmm0-3 (the 32x32 block's four
-/// 16x16 quarters): A from `a` (32 rows of `sa` bytes' stride, 16 pairs = 64 bytes a
-/// step), B from `b` (pairs of `sb` bytes' stride, 32 columns = two 64-byte halves).
+/// The 32x32 output tile at row `i` of `a` and column `j` of `b` over k-block `bi`,
+/// summed from zero on the tiles, then written into `c` (row stride `ldc`, `rows x cols`
+/// of it inside the problem) or added onto it when `load`: a whole tile written goes
+/// straight from the tiles to `c`, anything else through `scratch`.
 ///
 /// # Safety
-/// The tile configuration is loaded; the 32 rows x kt pairs of A and the kt pairs x 32
-/// columns of B lie inside readable memory.
-unsafe fn tile((a, sa): (*const u16, usize), (b, sb): (*const u32, usize), kt: usize) {
-    let a0 = a as *const u8;
-    let a1 = a0.wrapping_add(16 * sa);
-    let b0 = b as *const u8;
-    // SAFETY: tilezero touches only tile registers.
+/// The tile unit is configured on this thread; rows `i..i + 32` of `a` (padded) hold
+/// block `bi`'s pairs, pairs of block `bi` of `b` hold columns `j..j + 32` (padded), and
+/// `c` holds `rows` rows of `cols` writable floats (32 x 32 when whole) at stride `ldc`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_tile(
+    (a, i): (&ARows, usize),
+    (b, j): (&BCols, usize),
+    (ks, bi): (&KSplit, usize),
+    (c, ldc): (*mut f32, usize),
+    (rows, cols): (usize, usize),
+    load: bool,
+    scratch: &mut [f32; T * T],
+) {
+    let (off, kt) = ks.blocks[bi];
+    let ap = a.data[i * a.ld + 2 * off..].as_ptr();
+    let (bp, ldb) = b.at(ks, bi, j);
+    // SAFETY: the contract.
     unsafe {
-        asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
-            options(nostack, nomem)
-        )
-    };
-    for s in 0..kt / 16 {
-        // SAFETY: step s reads 16 rows of 64 bytes from each A tile (pairs 16s..16s+16)
-        // and pairs 16s..16s+16 of 64 bytes from each B half: inside per the contract.
-        unsafe {
-            asm!(
-                "tileloadd tmm4, [{a0} + {sa}*1]",
-                "tileloadd tmm5, [{a1} + {sa}*1]",
-                "tileloadd tmm6, [{b0} + {sb}*1]",
-                "tileloadd tmm7, [{b1} + {sb}*1]",
-                "tdpbf16ps tmm0, tmm4, tmm6",
-                "tdpbf16ps tmm1, tmm4, tmm7",
-                "tdpbf16ps tmm2, tmm5, tmm6",
-                "tdpbf16ps tmm3, tmm5, tmm7",
-                a0 = in(reg) a0.add(64 * s),
-                a1 = in(reg) a1.add(64 * s),
-                sa = in(reg) sa,
-                b0 = in(reg) b0.add(16 * s * sb),
-                b1 = in(reg) b0.add(16 * s * sb + 64),
-                sb = in(reg) sb,
-                options(nostack, readonly)
-            )
-        };
+        gemm_amx::tiles((ap as *const u8, a.ld * 2), (bp as *const u8, ldb * 4), kt);
+        if !load && rows == T && cols == T {
+            gemm_amx::store(c, ldc);
+        } else {
+            gemm_amx::store(scratch.as_mut_ptr(), T);
+            add_or_copy(scratch, c, ldc, (rows, cols), load);
+        }
     }
 }
 
-/// Stores tmm0-3 (a 32x32 f32 block) at `c`, rows `ldc` floats apart.
-///
-/// # Safety
-/// 32 rows of 32 writable floats at `c` with row stride `ldc`; tmm0-3 hold a block.
-unsafe fn store(c: *mut f32, ldc: usize) {
-    // SAFETY: four 16x16 f32 tiles into the block (the contract).
-    unsafe {
-        asm!(
-            "tilestored [{c0} + {s}*1], tmm0",
-            "tilestored [{c1} + {s}*1], tmm1",
-            "tilestored [{c2} + {s}*1], tmm2",
-            "tilestored [{c3} + {s}*1], tmm3",
-            c0 = in(reg) c,
-            c1 = in(reg) c.add(16),
-            c2 = in(reg) c.add(16 * ldc),
-            c3 = in(reg) c.add(16 * ldc + 16),
-            s = in(reg) ldc * 4,
-            options(nostack)
-        )
-    };
+/// This thread's tile unit, configured for [`strip`] while held (released when the
+/// thread's last guard drops, so guards may nest).
+pub(crate) struct Tiles {
+    /// The configuration is the thread's: the guard must not move to another.
+    _here: std::marker::PhantomData<*const ()>,
+}
+
+thread_local! {
+    /// Live [`Tiles`] guards on this thread.
+    static HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl Tiles {
+    /// Errors where the tile unit is not ready here.
+    pub(crate) fn new() -> Result<Tiles> {
+        if !ready() {
+            return Err(Error::Runtime(
+                "bf16 tile GEMM called where the AMX tile unit is not ready".into(),
+            ));
+        }
+        if HELD.get() == 0 {
+            // SAFETY: the unit is ready; the last guard's drop releases it on this
+            // thread (guards are not Send).
+            unsafe { gemm_amx::configure() };
+        }
+        HELD.set(HELD.get() + 1);
+        Ok(Tiles {
+            _here: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for Tiles {
+    fn drop(&mut self) {
+        let left = HELD.get().saturating_sub(1);
+        HELD.set(left);
+        if left == 0 {
+            gemm_amx::release();
+        }
+    }
+}
+
+/// `out (a.rows x n, row stride ldo) = [out +] a * b` for a strip of at most 32 rows, on
+/// this thread: the sums [`matmul`] gives those rows, block by block in the same order,
+/// for callers that finish each strip while it is in cache (`conv2d_bf16`: narrowing
+/// the output, col2im) instead of writing the whole product to memory first. `a.data`
+/// holds 32 rows (rows past `a.rows` are read and their products discarded).
+pub(crate) fn strip(
+    _on: &Tiles,
+    out: &mut [f32],
+    ldo: usize,
+    a: ARows,
+    b: BCols,
+    ks: &KSplit,
+    accumulate: bool,
+) -> Result<()> {
+    check(&a, &b, ks, out.len(), ldo)?;
+    let (m, n) = (a.rows, b.cols());
+    if m > T {
+        return Err(Error::Shape {
+            op: "matmul_tiles",
+            msg: format!("a strip of {m} rows (at most {T})"),
+        });
+    }
+    if empty(out, ldo, (m, n), ks, accumulate) {
+        return Ok(());
+    }
+    let mut scratch = [0.0f32; T * T];
+    let c = out.as_mut_ptr();
+    for bi in 0..ks.blocks.len() {
+        let load = accumulate || bi > 0;
+        for j in (0..n).step_by(T) {
+            // SAFETY: `check` holds a's 32 rows and b's columns j..j + 32 of every block
+            // inside their memory and the strip's m x n inside `out` (so a whole 32 x 32
+            // tile, m = 32 and j + 32 <= n, too); `_on` configured the unit.
+            unsafe {
+                block_tile(
+                    (&a, 0),
+                    (&b, j),
+                    (ks, bi),
+                    (c.add(j), ldo),
+                    (m, (n - j).min(T)),
+                    load,
+                    &mut scratch,
+                )
+            };
+        }
+    }
+    Ok(())
 }
 
 /// Adds (`load`) or copies the `rows x cols` corner of `scratch` into `c` (row stride
@@ -433,27 +507,40 @@ pub(crate) fn lay_rows(
     row: impl Fn(usize, &mut [u16]) + Sync,
 ) {
     const CHUNK: usize = 64;
-    let (k, dense) = (ks.k, ks.dense());
     out[..rows * ld]
         .par_chunks_mut(CHUNK * ld)
         .enumerate()
         .for_each(|(ci, oc)| {
-            let mut tmp = if dense { Vec::new() } else { vec![0u16; k] };
+            let mut tmp = Vec::new();
             for (i, o) in oc.chunks_exact_mut(ld).enumerate() {
-                let r = ci * CHUNK + i;
-                if dense {
-                    row(r, &mut o[..k]);
-                    zero_u16(&mut o[k..]);
-                    continue;
-                }
-                row(r, &mut tmp);
-                o.fill(0);
-                for (b, &(off, _)) in ks.blocks.iter().enumerate() {
-                    let (s, e) = ks.span(b);
-                    o[2 * off..2 * off + e - s].copy_from_slice(&tmp[s..e]);
-                }
+                lay_row(ks, o, &mut tmp, |v| row(ci * CHUNK + i, v));
             }
         });
+}
+
+/// One row of the left layout into `o` (at least `2 * ks.pairs` u16): `row(v)` fills `v`
+/// with its `ks.k` bf16 values, which land at their blocks' pairs, zero pairs after each
+/// block's values (`tmp` holds them on the way where the blocks need padding between).
+#[inline]
+pub(crate) fn lay_row(
+    ks: &KSplit,
+    o: &mut [u16],
+    tmp: &mut Vec<u16>,
+    row: impl FnOnce(&mut [u16]),
+) {
+    let k = ks.k;
+    if ks.dense() {
+        row(&mut o[..k]);
+        zero_u16(&mut o[k..]);
+        return;
+    }
+    tmp.resize(k, 0);
+    row(tmp);
+    o.fill(0);
+    for (b, &(off, _)) in ks.blocks.iter().enumerate() {
+        let (s, e) = ks.span(b);
+        o[2 * off..2 * off + e - s].copy_from_slice(&tmp[s..e]);
+    }
 }
 
 /// Writes the right layout of a matrix whose k runs over its rows: `out[P * ld + j]`
@@ -473,28 +560,39 @@ pub(crate) fn lay_pairs(
     out[..ks.pairs * ld]
         .par_chunks_mut(kt0 * ld)
         .enumerate()
-        .for_each(|(bi, blk)| {
-            let (rs, re) = ks.span(bi);
-            let mut t = vec![0u16; 2 * cols];
-            let (t0, t1) = t.split_at_mut(cols);
-            for (p, o) in blk.chunks_exact_mut(ld).enumerate() {
-                let r0 = rs + 2 * p;
-                if r0 >= re {
-                    o.fill(0);
-                    continue;
-                }
-                row(r0, t0);
-                if r0 + 1 < re {
-                    row(r0 + 1, t1);
-                } else {
-                    t1.fill(0);
-                }
-                for ((o, lo), hi) in o.iter_mut().zip(t0.iter()).zip(t1.iter()) {
-                    *o = u32::from(*lo) | (u32::from(*hi) << 16);
-                }
-                o[cols..].fill(0);
-            }
-        });
+        .for_each(|(bi, blk)| lay_pairs_block(ks, bi, cols, blk, ld, &row));
+}
+
+/// Block `bi` of [`lay_pairs`]' layout into `blk` (the block's padded pairs, `ld` u32
+/// each).
+pub(crate) fn lay_pairs_block(
+    ks: &KSplit,
+    bi: usize,
+    cols: usize,
+    blk: &mut [u32],
+    ld: usize,
+    row: &impl Fn(usize, &mut [u16]),
+) {
+    let (rs, re) = ks.span(bi);
+    let mut t = vec![0u16; 2 * cols];
+    let (t0, t1) = t.split_at_mut(cols);
+    for (p, o) in blk.chunks_exact_mut(ld).take(ks.blocks[bi].1).enumerate() {
+        let r0 = rs + 2 * p;
+        if r0 >= re {
+            o.fill(0);
+            continue;
+        }
+        row(r0, t0);
+        if r0 + 1 < re {
+            row(r0 + 1, t1);
+        } else {
+            t1.fill(0);
+        }
+        for ((o, lo), hi) in o.iter_mut().zip(t0.iter()).zip(t1.iter()) {
+            *o = u32::from(*lo) | (u32::from(*hi) << 16);
+        }
+        o[cols..].fill(0);
+    }
 }
 
 /// Writes the left layout of `m^T` for a row-major bf16 matrix `m` (`k x channels`, k
@@ -510,26 +608,39 @@ pub(crate) fn lay_transposed(m: &[u16], channels: usize, ks: &KSplit, out: &mut 
         .for_each(|(ci, oc)| {
             let c0 = ci * CH;
             let cn = (channels - c0).min(CH);
-            for (bi, &(off, kt)) in ks.blocks.iter().enumerate() {
-                let (rs, re) = ks.span(bi);
-                for p in 0..kt {
-                    let r0 = rs + 2 * p;
-                    if r0 >= re {
-                        for cc in 0..cn {
-                            oc[cc * ldp + off + p] = 0;
-                        }
-                        continue;
-                    }
-                    let lo = &m[r0 * channels + c0..r0 * channels + c0 + cn];
-                    let hi = (r0 + 1 < re)
-                        .then(|| &m[(r0 + 1) * channels + c0..(r0 + 1) * channels + c0 + cn]);
-                    for cc in 0..cn {
-                        let h = hi.map_or(0, |h| u32::from(h[cc]));
-                        oc[cc * ldp + off + p] = u32::from(lo[cc]) | (h << 16);
-                    }
-                }
+            for (bi, &(off, _)) in ks.blocks.iter().enumerate() {
+                lay_transposed_block(m, channels, (c0, cn), ks, bi, &mut oc[off..], ldp);
             }
         });
+}
+
+/// Channels `c0..c0 + cn` of block `bi` of [`lay_transposed`]'s layout: channel
+/// `c0 + cc`'s padded pair p of the block at `out[cc * ldp + p]`.
+pub(crate) fn lay_transposed_block(
+    m: &[u16],
+    channels: usize,
+    (c0, cn): (usize, usize),
+    ks: &KSplit,
+    bi: usize,
+    out: &mut [u32],
+    ldp: usize,
+) {
+    let (rs, re) = ks.span(bi);
+    for p in 0..ks.blocks[bi].1 {
+        let r0 = rs + 2 * p;
+        if r0 >= re {
+            for cc in 0..cn {
+                out[cc * ldp + p] = 0;
+            }
+            continue;
+        }
+        let lo = &m[r0 * channels + c0..r0 * channels + c0 + cn];
+        let hi = (r0 + 1 < re).then(|| &m[(r0 + 1) * channels + c0..(r0 + 1) * channels + c0 + cn]);
+        for cc in 0..cn {
+            let h = hi.map_or(0, |h| u32::from(h[cc]));
+            out[cc * ldp + p] = u32::from(lo[cc]) | (h << 16);
+        }
+    }
 }
 
 /// The device workspace (f32, garbage) seen as u16 or u32 for the layouts above.

@@ -12,7 +12,7 @@ use crate::engine::ops::conv2d::Conv2d;
 use crate::engine::ops::fused::LinearRelu;
 use crate::engine::ops::layer::{Ctx, Layer};
 use crate::engine::ops::linear::Linear;
-use crate::engine::ops::pool::MaxPool2d;
+use crate::engine::ops::pool::{GlobalAvgPool, MaxPool2d};
 use crate::engine::rng::Rng;
 use crate::engine::tensor::{DType, Tensor};
 use crate::knobs::Amp;
@@ -205,4 +205,52 @@ fn bf16_storage_paths_match_the_widening_path_bit_for_bit() {
             );
         }
     }
+}
+
+/// Global average pooling on bf16 storage (the input read as stored, the input gradient
+/// written in bf16) gives the f32 path's results on the same values, narrowed as
+/// `ctx.store` narrows them, bit for bit.
+#[test]
+fn global_avg_pool_on_bf16_storage_is_the_f32_path_narrowed() {
+    let (shape, out) = ([3, 5, 7, 6], [3, 6]);
+    let on_grid = |len: usize, seed: u64| -> Vec<f32> {
+        values(len, seed)
+            .iter()
+            .map(|v| crate::engine::amp::narrow_bf16(*v).to_f32())
+            .collect()
+    };
+    let (x, dy) = (on_grid(3 * 5 * 7 * 6, 1), on_grid(3 * 6, 2));
+    let one = |amp: Amp| {
+        let dev = Device::cpu(0, 2);
+        let ctx = Ctx {
+            amp,
+            ..Ctx::train(&dev)
+        };
+        let store = |v: &[f32], s: &[usize]| ctx.store(ctx.from_vec(s, v.to_vec()).unwrap());
+        let mut l = GlobalAvgPool::default();
+        let y = l.forward(store(&x, &shape).unwrap(), &ctx).unwrap();
+        let dx = l.backward(store(&dy, &out).unwrap(), true, &ctx).unwrap();
+        let dx = dx.unwrap();
+        assert_eq!(
+            dx.dtype(),
+            y.dtype(),
+            "{amp:?}: the input gradient's storage"
+        );
+        let narrowed = |t: &Tensor| {
+            let t = t
+                .to_dtype(DType::Bf16, t.category())
+                .unwrap_or_else(|_| t.clone());
+            bits(&t)
+        };
+        (narrowed(&y), narrowed(&dx))
+    };
+    let (want, got) = (one(Amp::Off), one(Amp::Bf16));
+    assert!(
+        want.0 == got.0,
+        "bf16 pooling's output differs from f32's narrowed"
+    );
+    assert!(
+        want.1 == got.1,
+        "bf16 pooling's input gradient differs from f32's narrowed"
+    );
 }
