@@ -111,3 +111,54 @@ fn with_the_hooks_off_the_starved_script_gets_no_data_wait_finding() {
     assert!(r.get("python").is_none(), "{r}");
     assert!(data_wait_findings(&r).is_empty(), "{r}");
 }
+
+/// A GAN steps two optimizers per batch (pytorch/examples' DCGAN): one training step is
+/// one round of them. Counted per optimizer step, the watch reported twice the steps, half
+/// the step time and twice the samples/s of the script's own timer on the same
+/// iterations, and called the discriminator's two backward calls gradient accumulation.
+#[test]
+fn a_gan_step_is_one_round_of_its_two_optimizers() {
+    let _serial = support::serial();
+    let Some(py) = support::python("a_gan_step_is_one_round_of_its_two_optimizers") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("gan");
+    let truth = d.path().join("truth.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("watch")
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .arg(support::script("gan.py"))
+        .arg("--truth")
+        .arg(&truth)
+        .env("TUNE_CACHE_DIR", out.join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let truth: Value = serde_json::from_str(&std::fs::read_to_string(&truth).unwrap()).unwrap();
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let p = &r["python"];
+    let iters = truth["iters"].as_u64().unwrap();
+    let steps = p["steps"].as_u64().unwrap();
+    // The last round stays open at the job's end (no optimizer steps again to close it).
+    assert!(
+        steps < iters && steps + 3 >= iters,
+        "{steps} steps of {iters} iterations: {p}"
+    );
+    assert_eq!(p["optimizer_steps_per_step"], 2.0, "{p}");
+    // Both clocks timed the same iterations: their medians agree. Counted per optimizer
+    // step, this ratio was about 2.
+    let own = truth["batch"].as_f64().unwrap() / (truth["median_ms"].as_f64().unwrap() / 1e3);
+    let seen = p["samples_per_s"].as_f64().unwrap();
+    assert!(
+        seen / own > 0.75 && seen / own < 1.33,
+        "watch {seen:.1} samples/s, the script's own timer {own:.1}: {p}"
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("2 optimizer steps per step"), "{stderr}");
+    assert!(!stderr.contains("gradient accumulation"), "{stderr}");
+}

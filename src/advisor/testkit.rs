@@ -98,6 +98,25 @@ impl Trial {
         self
     }
 
+    /// Repeat `i`'s steps around `step_s` instead (1% noise): two repeats of one trial
+    /// that ran apart.
+    pub fn repeat_at(mut self, i: usize, step_s: f64) -> Trial {
+        let r = &mut self.rec.repeats[i];
+        let was = crate::stats::median(&r.step_times);
+        for x in &mut r.step_times {
+            *x *= step_s / was;
+        }
+        r.samples_per_s = r.samples_per_step as f64 / step_s;
+        self
+    }
+
+    /// The same configuration run again under another id (`results::baselines::again_id`
+    /// for an interleaved run of the baseline).
+    pub fn with_id(mut self, id: String) -> Trial {
+        self.rec.id = id;
+        self
+    }
+
     /// `knob` could not act in this trial's runs, for `why`.
     pub fn not_applicable(mut self, knob: &str, why: &str) -> Trial {
         for r in &mut self.rec.repeats {

@@ -49,6 +49,10 @@ pub struct Step {
     /// sums every micro-batch).
     #[serde(default)]
     pub backwards: u32,
+    /// Optimizer steps in the step where the job has several optimizers stepping in
+    /// turn (a GAN's two): one training step is one round of them; 0 means one.
+    #[serde(default)]
+    pub optim_steps: u32,
     /// Seconds torch.compile spent compiling inside this step (a recompilation), and how
     /// many compilations; 0 for a step that compiled nothing.
     #[serde(default)]
@@ -437,6 +441,7 @@ fn summarize(steps: &[Step]) -> Option<StepSummary> {
     // Only where most steps saw token ids: a stray integer tensor is no token stream.
     let tokens_per_s = (2 * tokens.len() > s.len() && step > 0.0).then(|| median(&tokens) / step);
     let accum: Vec<f64> = s.iter().map(|x| f64::from(x.backwards)).collect();
+    let rounds: Vec<f64> = s.iter().map(|x| f64::from(x.optim_steps.max(1))).collect();
     Some(StepSummary {
         torch: None,
         steps: steps.len(),
@@ -444,6 +449,7 @@ fn summarize(steps: &[Step]) -> Option<StepSummary> {
         median_step_ms: step * 1e3,
         steps_per_s: (step > 0.0).then(|| 1.0 / step),
         backwards_per_step: (accum.iter().any(|b| *b > 0.0)).then(|| median(&accum)),
+        optimizer_steps_per_step: Some(median(&rounds)).filter(|r| *r > 1.0),
         samples_per_s,
         tokens_per_s,
         first_step_ms: None,
@@ -477,9 +483,14 @@ pub struct StepSummary {
     /// Optimizer steps per second (1 / the median step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps_per_s: Option<f64>,
-    /// Median backward calls per optimizer step: above 1 is gradient accumulation.
+    /// Median backward calls per training step: above 1 with one optimizer is gradient
+    /// accumulation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backwards_per_step: Option<f64>,
+    /// Median optimizer steps per training step, where several optimizers step in turn
+    /// (a GAN's): a training step is one round of them. None for one optimizer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer_steps_per_step: Option<f64>,
     /// Share of step time per phase; `forward` is the remainder between the hooks.
     pub phase_share: BTreeMap<String, f64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -1,8 +1,8 @@
 //! The PyTorch bridge: tune's instrumentation module for Python commands it starts.
 //!
-//! The module (`tune_hook.py` with its parts `tune_loader.py`, `tune_window.py` and
-//! `tune_compile.py`, its transport `tune_pipe.py`, and a `sitecustomize.py` that
-//! activates them) is compiled into the binary and written to the
+//! The module (`tune_hook.py` with its parts `tune_loader.py`, `tune_window.py`,
+//! `tune_compile.py` and `tune_steps.py`, its transport `tune_pipe.py`, and a
+//! `sitecustomize.py` that activates them) is compiled into the binary and written to the
 //! cache on use; the child finds it through `PYTHONPATH`, so the user installs nothing
 //! and changes nothing. It writes one JSON line per training step to a pipe tune hands it
 //! (`TUNE_BRIDGE_FD`, identified by `TUNE_BRIDGE_INO`), and nowhere else whatever the
@@ -41,12 +41,14 @@ const SITE_PY: &str = include_str!("sitecustomize.py");
 const COMPILE_PY: &str = include_str!("tune_compile.py");
 const LOADER_PY: &str = include_str!("tune_loader.py");
 const WINDOW_PY: &str = include_str!("tune_window.py");
+const STEPS_PY: &str = include_str!("tune_steps.py");
 /// The module's files: name and text.
-const FILES: [(&str, &str); 6] = [
+const FILES: [(&str, &str); 7] = [
     ("tune_hook.py", HOOK_PY),
     ("tune_compile.py", COMPILE_PY),
     ("tune_loader.py", LOADER_PY),
     ("tune_window.py", WINDOW_PY),
+    ("tune_steps.py", STEPS_PY),
     ("tune_pipe.py", PIPE_PY),
     ("sitecustomize.py", SITE_PY),
 ];

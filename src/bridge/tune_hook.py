@@ -24,6 +24,7 @@ import time
 import tune_compile as _tc
 import tune_loader as _ld
 import tune_pipe
+import tune_steps as _st
 import tune_window as _tw
 
 _now = time.perf_counter
@@ -61,6 +62,12 @@ _state = {
     "fwd_tokens": 0,
     # When the first training forward began: the first step's start (compile included).
     "fwd0": None,
+    "opt_steps": 0,
+    # With several optimizers (a GAN's generator and discriminator), one training step is
+    # one round of them (tune_steps): the optimizers stepped in the open step, and the
+    # step as it stood at the last optimizer step's end.
+    "cycle": set(),
+    "snap": None,
 }
 
 
@@ -289,6 +296,14 @@ def _install_optimizer(torch):
 
     def pre(optimizer, args, kwargs):
         _state["stepped"] = True
+        if not _off and id(optimizer) in _state["cycle"]:
+            # This optimizer stepped in the open step already: that step ended with the
+            # last optimizer step before this one. Raising here (the window is full)
+            # leaves the model as that step left it.
+            try:
+                _st.close_cycle()
+            except Exception as e:  # not SystemExit: the window's stop goes through
+                _fail("the optimizer step's end", e)
         step_start[id(optimizer)] = _now()
 
     def post(optimizer, args, kwargs):
@@ -300,8 +315,8 @@ def _install_optimizer(torch):
             t = _now()
         _add("optimizer", t - step_start.pop(id(optimizer), t))
         try:
-            _step_end(t)
-        except Exception as e:
+            _st.stepped(optimizer, t)
+        except Exception as e:  # not SystemExit: the window's stop goes through
             _fail("the optimizer step's end", e)
 
     from torch.optim.optimizer import (
@@ -332,7 +347,7 @@ def _scaled_step(opt, step):
             _tl.in_step = False
         if not _state["stepped"]:
             # Skipped for an inf/nan gradient: still one training step of the job.
-            _step_end(_now())
+            _st.stepped(opt, _now())
         return out
 
     return scaled
@@ -658,8 +673,8 @@ def _step_end(t):
             _emit(_ranked(first))
         for k in _acc:
             _acc[k] = 0.0
-        s["batch"] = s["fwd_batch"] = s["backwards"] = 0
-        s["tokens"] = s["fwd_tokens"] = 0
+        for k in _st.COUNTERS:
+            s[k] = 0
         if os.environ.get("TUNE_BRIDGE_SYNC") == "1" and _torch.cuda.is_initialized():
             _sync = _torch.cuda.synchronize
         _first_step_checks()
@@ -674,6 +689,8 @@ def _step_end(t):
     if tokens:
         ev["tokens"] = tokens
     ev["backwards"] = s["backwards"]
+    if s["opt_steps"] > 1:
+        ev["optim_steps"] = s["opt_steps"]
     if comps:
         # A recompilation (a new input shape, a guard that failed) inside this step.
         ev["compile"] = comp_s
@@ -687,10 +704,8 @@ def _step_end(t):
         _acc[k] = 0.0
     # Forward, loss and the script's own Python: everything between the hooks.
     ev["forward"] = max(other, 0.0)
-    s["batch"] = 0
-    s["fwd_batch"] = 0
-    s["backwards"] = 0
-    s["tokens"] = s["fwd_tokens"] = 0
+    for k in _st.COUNTERS:
+        s[k] = 0
     if _tw.ended():
         return
     _emit(ev)
@@ -710,6 +725,7 @@ def _install(torch):
     global _torch
     _torch = torch
     _ld.install(torch, sys.modules[__name__])
+    _st.install(sys.modules[__name__])
     _install_backward(torch)
     _install_copies(torch)
     _install_optimizer(torch)

@@ -491,12 +491,17 @@ fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {
         if let Some(f) = p.first_step_ms {
             rate.push_str(&format!("; first step {f:.1} ms (start-up, compilation)"));
         }
-        let accum = p
-            .backwards_per_step
-            .filter(|b| *b > 1.0)
-            .map_or(String::new(), |b| {
+        let accum = match (p.optimizer_steps_per_step, p.backwards_per_step) {
+            (Some(o), b) => format!(
+                ", {o:.0} optimizer steps per step (several optimizers in turn: one step \
+                 is one round of them{})",
+                b.map_or(String::new(), |b| format!(", {b:.0} backward calls"))
+            ),
+            (None, Some(b)) if b > 1.0 => {
                 format!(", {b:.0} backward calls per step (gradient accumulation)")
-            });
+            }
+            _ => String::new(),
+        };
         eprintln!(
             "steps: {} (median {:.1} ms{rate}{accum}): {}",
             p.steps,

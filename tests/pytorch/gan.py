@@ -1,0 +1,59 @@
+"""A GAN's training loop as pytorch/examples' DCGAN writes it, on small MLPs and random
+data: each batch from the DataLoader trains the discriminator (two backward calls, real
+and fake) with its optimizer, then the generator with its own. It knows nothing of tune.
+
+It times its own iterations (from taking a batch to the generator's step) and writes
+their median and count to --truth: the figure a watch's step time must match.
+"""
+
+import argparse
+import json
+import time
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--iters", type=int, default=40)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--truth", required=True)
+    a = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    nz, dim = 32, 128
+    gen = nn.Sequential(nn.Linear(nz, a.width), nn.ReLU(), nn.Linear(a.width, dim))
+    disc = nn.Sequential(nn.Linear(dim, a.width), nn.LeakyReLU(0.2), nn.Linear(a.width, 1))
+    opt_d = torch.optim.Adam(disc.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    opt_g = torch.optim.Adam(gen.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    loss = nn.BCEWithLogitsLoss()
+    data = TensorDataset(torch.randn(a.iters * a.batch, dim))
+    loader = DataLoader(data, batch_size=a.batch, shuffle=True, drop_last=True)
+    times = []
+    it = iter(loader)
+    for _ in range(a.iters):
+        t = time.perf_counter()
+        (real,) = next(it)
+        b = real.size(0)
+        disc.zero_grad()
+        err_real = loss(disc(real), torch.ones(b, 1))
+        err_real.backward()
+        fake = gen(torch.randn(b, nz))
+        err_fake = loss(disc(fake.detach()), torch.zeros(b, 1))
+        err_fake.backward()
+        opt_d.step()
+        gen.zero_grad()
+        err_g = loss(disc(fake), torch.ones(b, 1))
+        err_g.backward()
+        opt_g.step()
+        times.append(time.perf_counter() - t)
+    times.sort()
+    with open(a.truth, "w") as f:
+        json.dump({"iters": len(times), "median_ms": times[len(times) // 2] * 1e3, "batch": a.batch}, f)
+
+
+if __name__ == "__main__":
+    main()
