@@ -10,8 +10,10 @@
 #[path = "common/standin.rs"]
 mod standin;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::sync::{Arc, Mutex, OnceLock};
 
 const TUNE: &str = env!("CARGO_BIN_EXE_tune");
 const CHILD_ENV: &str = "TUNE_TEST_GPU_DDP_CHILD";
@@ -40,8 +42,27 @@ fn train(device: &str, world: usize, model: &str, extra: &[&str]) -> Output {
     run("ddp", device, world, model, extra)
 }
 
-/// `tune train --parallel <parallel> --devices <world>` with the tests' small settings.
+/// `tune train --parallel <parallel> --devices <world>` with the tests' small settings,
+/// run once per binary for each set of arguments: several tests hold their runs against
+/// the same reference (the f32 DDP and DP runs of mlp, the CPU backend's), and a run's
+/// losses and records are a function of its arguments, so the second test reads the
+/// first one's output instead of training again (5 of the binary's runs).
 fn run(parallel: &str, device: &str, world: usize, model: &str, extra: &[&str]) -> Output {
+    type Runs = HashMap<String, Arc<OnceLock<Output>>>;
+    static RUNS: OnceLock<Mutex<Runs>> = OnceLock::new();
+    let key = format!("{parallel} {device} {world} {model} {extra:?}");
+    let slot = {
+        let mut runs = RUNS
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        Arc::clone(runs.entry(key).or_default())
+    };
+    slot.get_or_init(|| train_once(parallel, device, world, model, extra))
+        .clone()
+}
+
+fn train_once(parallel: &str, device: &str, world: usize, model: &str, extra: &[&str]) -> Output {
     Command::new(TUNE)
         .args([
             "train",

@@ -400,6 +400,12 @@ fn sweep_dp_vs_ddp_on_cuda_has_per_gpu_nvml_timelines() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join("experiments/dp-vs-ddp.toml")).unwrap();
     let mut spec: toml::Table = toml::from_str(&text).unwrap();
+    // One confirmation pair, not the default 4 to 6: what this test reads is every run's
+    // NVML figures, and each pair is two more runs of the job on the stand-in.
+    spec["search"]
+        .as_table_mut()
+        .unwrap()
+        .insert("confirm_repeats".into(), toml::Value::from(1));
     let w = spec["workload"].as_table_mut().unwrap();
     for (k, v) in [
         ("model", toml::Value::from("mlp")),
@@ -473,7 +479,9 @@ fn sweep_dp_vs_ddp_on_cuda_has_per_gpu_nvml_timelines() {
 }
 
 /// A small sweep on 1 stand-in GPU (mlp, 12 steps of batch 4 and 8, 2 repeats), sampled
-/// at 50 ms; `extra` goes into `[search]`. Returns the run's output and report.json.
+/// at 50 ms; `extra` goes into `[search]`, after one confirmation pair (the default 4 to
+/// 6 pairs are 8 to 12 more runs, and no test here reads the confirmation). Returns the
+/// run's output and report.json.
 fn small_sweep(b: &Bench, name: &str, knobs: &str, extra: &str) -> (Output, PathBuf) {
     let path = b.dir.path().join(format!("{name}.toml"));
     std::fs::write(
@@ -481,7 +489,7 @@ fn small_sweep(b: &Bench, name: &str, knobs: &str, extra: &str) -> (Output, Path
         format!(
             "name = \"{name}\"\n[workload]\nmodel = \"mlp\"\ndataset = \"synthetic\"\n\
              batch_size = 8\nsteps = 12\nwarmup = 2\n[knobs]\n{knobs}\n[search]\n\
-             strategy = \"grid\"\n{extra}"
+             strategy = \"grid\"\nconfirm_repeats = 1\n{extra}"
         ),
     )
     .unwrap();

@@ -248,6 +248,46 @@ fn srun_variables_launch_the_same_job() {
     assert!(outs[1].status.success(), "{}", stderr(&outs[1]));
 }
 
+/// CPU seconds (user and system, every thread) process `pid` has used so far.
+fn cpu_s(pid: u32) -> Option<f64> {
+    // SAFETY: sysconf reads a constant of the system and touches no memory of ours.
+    let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command's closing parenthesis start at field 3 (state); utime and
+    // stime are fields 14 and 15.
+    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / tck.max(1) as f64)
+}
+
+/// Waits until every rank has used `cpu` seconds of CPU: training, not the rendezvous
+/// (which polls every 10 ms and uses next to none) nor the start. A fixed sleep (3 s for
+/// the CPU ranks, 8 s for the stand-in's) was the same guess at twice the time or more.
+/// Panics with a rank's stderr if it ends first, or after `limit`.
+fn until_training(kids: &mut [Reaped], cpu: f64, limit: Duration) {
+    let t = Instant::now();
+    loop {
+        let mut all = true;
+        for k in kids.iter_mut() {
+            let c = k.0.as_mut().unwrap();
+            if c.try_wait().unwrap().is_some() {
+                let out = k.0.take().unwrap().wait_with_output().unwrap();
+                panic!("a rank ended before the kill: {}", stderr(&out));
+            }
+            all &= cpu_s(c.id()).is_some_and(|s| s >= cpu);
+        }
+        if all {
+            println!("every rank used {cpu} s of CPU after {:?}", t.elapsed());
+            return;
+        }
+        assert!(
+            t.elapsed() < limit,
+            "the ranks did not train within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A long run whose rank `victim` is killed once training has started: the other rank
 /// must exit with an error naming the dead rank, well within the timeout.
 fn kill_one(victim: usize) {
@@ -273,14 +313,7 @@ fn kill_one(victim: usize) {
             spawn(c)
         })
         .collect();
-    // Both ranks are past the rendezvous and training well before this.
-    std::thread::sleep(Duration::from_secs(3));
-    for k in &mut kids {
-        assert!(
-            k.0.as_mut().unwrap().try_wait().unwrap().is_none(),
-            "a rank ended before the kill"
-        );
-    }
+    until_training(&mut kids, 0.5, Duration::from_secs(30));
     let t = Instant::now();
     let mut dead = kids.remove(victim);
     dead.0.as_mut().unwrap().kill().unwrap();
@@ -588,13 +621,7 @@ fn a_killed_gpu_rank_ends_the_other_with_an_error() {
         let mut kids: Vec<Reaped> = (0..2)
             .map(|r| spawn(gpu_rank_cmd(r, port, &args)))
             .collect();
-        std::thread::sleep(Duration::from_secs(8));
-        for k in &mut kids {
-            if k.0.as_mut().unwrap().try_wait().unwrap().is_some() {
-                let out = k.0.take().unwrap().wait_with_output().unwrap();
-                panic!("a rank ended before the kill: {}", stderr(&out));
-            }
-        }
+        until_training(&mut kids, 1.0, Duration::from_secs(60));
         let t = Instant::now();
         let mut dead = kids.remove(victim);
         dead.0.as_mut().unwrap().kill().unwrap();

@@ -484,7 +484,8 @@ pub struct GateArgs {
     #[arg(long, default_value = "3%")]
     pub max_regression: String,
     /// Fail a check whose figures rest on repeats the hardware contaminated (throttling,
-    /// another process on the GPU, steal time) instead of passing it with a warning.
+    /// another process on the GPU, steal time), and a report whose recommendation's
+    /// confirmation rests on contaminated pairs, instead of passing them with a warning.
     #[arg(long)]
     pub fail_on_contaminated: bool,
     /// Write a markdown summary here (CI step summary, PR comment).

@@ -2,8 +2,10 @@
 //! matches the two reports' configurations by workload and knobs, `verdict` judges one
 //! metric of one pair (bootstrap interval of the ratio, one-sided Mann-Whitney U on the
 //! step times, a threshold widened to the measured noise floor), `render` writes the
-//! table, markdown, JUnit XML and JSON. The command itself is `commands::gate`.
+//! table, markdown, JUnit XML and JSON; `confirm` names the reports' confirmations the
+//! hardware contaminated. The command itself is `commands::gate`.
 
+pub(crate) mod confirm;
 pub(crate) mod pairs;
 pub(crate) mod render;
 pub(crate) mod verdict;
@@ -15,6 +17,7 @@ use crate::knobs::Knobs;
 use crate::results::model::{Environment, NoiseFloor, Report};
 use crate::results::record::Status;
 use crate::spec::plan::knobs_hash;
+pub use confirm::ConfirmationCheck;
 pub use verdict::{compare, Metric, Outcome, Policy, Side, Verdict};
 
 /// Where one side of the comparison came from, for the reader of the verdict.
@@ -70,6 +73,9 @@ pub struct GateReport {
     pub baseline: Source,
     pub current: Source,
     pub checks: Vec<Check>,
+    /// The reports' confirmations whose pairs the hardware contaminated (#28): they fail
+    /// the gate under `--fail-on-contaminated` when no clean pair remained.
+    pub confirmations: Vec<ConfirmationCheck>,
     /// Configurations only one report has; they are not judged.
     pub only_in_baseline: Vec<String>,
     pub only_in_current: Vec<String>,
@@ -77,9 +83,22 @@ pub struct GateReport {
 }
 
 impl GateReport {
-    /// Checks that fail the gate: regressions and configurations that no longer run.
+    /// Checks that fail the gate: regressions, configurations that no longer run, and
+    /// (under `--fail-on-contaminated`) figures or confirmations resting on contaminated
+    /// runs.
     pub fn failures(&self) -> usize {
         self.checks.iter().filter(|c| c.verdict.fails()).count()
+            + self
+                .confirmations
+                .iter()
+                .filter(|c| c.verdict.fails())
+                .count()
+    }
+
+    /// Every check made: each metric of each configuration, and each contaminated
+    /// confirmation.
+    pub fn total(&self) -> usize {
+        self.checks.len() + self.confirmations.len()
     }
 
     /// 0 pass, 1 regression (the CLI's contract).
@@ -159,6 +178,19 @@ pub fn gate(
             }
         ));
     }
+    let confirmations = confirm::confirmations(base, cur, policy);
+    let resting = confirmations.iter().filter(|c| c.in_figures).count();
+    if resting > 0 {
+        notes.push(format!(
+            "{resting} confirmation(s) of a recommendation rest on runs the hardware contaminated \
+             (no clean pair remained): {}",
+            if policy.fail_on_contaminated {
+                "they fail (--fail-on-contaminated)"
+            } else {
+                "pass --fail-on-contaminated to fail on them"
+            }
+        ));
+    }
     let (eb, ec) = (&base.environment, &cur.environment);
     if eb.host != ec.host || eb.cpu_model != ec.cpu_model || eb.cores != ec.cores {
         notes.push(format!(
@@ -182,7 +214,9 @@ pub fn gate(
             checks.len()
         )));
     }
-    let verdict = if checks.iter().any(|c| c.verdict.fails()) {
+    let verdict = if checks.iter().any(|c| c.verdict.fails())
+        || confirmations.iter().any(|c| c.verdict.fails())
+    {
         Overall::Regression
     } else {
         Overall::Pass
@@ -196,6 +230,7 @@ pub fn gate(
         baseline: Source::new(baseline.0, base),
         current: Source::new(current.0, cur),
         checks,
+        confirmations,
         only_in_baseline: matched.only_baseline,
         only_in_current: matched.only_current,
         notes,

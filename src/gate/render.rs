@@ -10,11 +10,11 @@ use crate::report::markdown::cell as md_cell;
 
 fn headline(g: &GateReport) -> String {
     match g.verdict {
-        Overall::Pass => format!("PASS: no regression in {} check(s)", g.checks.len()),
+        Overall::Pass => format!("PASS: no regression in {} check(s)", g.total()),
         Overall::Regression => format!(
             "REGRESSION: {} of {} check(s) failed",
             g.failures(),
-            g.checks.len()
+            g.total()
         ),
     }
 }
@@ -154,6 +154,9 @@ pub fn table(g: &GateReport) -> String {
             c.reason
         );
     }
+    for c in &g.confirmations {
+        let _ = writeln!(s, "{} [{}]: {}", c.subject(), c.verdict.as_str(), c.reason);
+    }
     for n in unmatched(g).iter().chain(&g.notes) {
         let _ = writeln!(s, "note: {n}");
     }
@@ -186,6 +189,19 @@ pub fn markdown(g: &GateReport) -> String {
             md_cell(&c.reason)
         );
     }
+    for c in &g.confirmations {
+        let verdict = if c.verdict.fails() {
+            format!("**{}**", c.verdict.as_str())
+        } else {
+            c.verdict.as_str().to_string()
+        };
+        let _ = writeln!(
+            s,
+            "- {} {verdict}: {}",
+            md_cell(&c.subject()),
+            md_cell(&c.reason)
+        );
+    }
     for n in unmatched(g).iter().chain(&g.notes) {
         let _ = writeln!(s, "- note: {}", md_cell(n));
     }
@@ -211,8 +227,10 @@ pub fn xml_escape(s: &str) -> String {
     out
 }
 
-/// JUnit XML: one testsuite, one testcase per configuration and metric. Regressions and
-/// failed runs are `<failure>`, checks that could not be made are `<skipped>`.
+/// JUnit XML: one testsuite, one testcase per configuration and metric, and one per
+/// contaminated confirmation. Regressions, failed runs and (under
+/// `--fail-on-contaminated`) contaminated figures are `<failure>`, checks that could not
+/// be made are `<skipped>`.
 pub fn junit(g: &GateReport) -> String {
     let skipped = g
         .checks
@@ -225,7 +243,7 @@ pub fn junit(g: &GateReport) -> String {
         s,
         "<testsuites name=\"tune gate\" tests=\"{n}\" failures=\"{f}\" errors=\"0\" skipped=\"{skipped}\">\n  \
          <testsuite name=\"{suite}\" tests=\"{n}\" failures=\"{f}\" errors=\"0\" skipped=\"{skipped}\">",
-        n = g.checks.len(),
+        n = g.total(),
         f = g.failures(),
     );
     let _ = writeln!(
@@ -263,6 +281,24 @@ pub fn junit(g: &GateReport) -> String {
             );
         } else {
             let _ = write!(s, "\n      <system-out>{detail}</system-out>\n    ");
+        }
+        s.push_str("</testcase>\n");
+    }
+    for c in &g.confirmations {
+        let _ = write!(
+            s,
+            "    <testcase classname=\"{}\" name=\"{}\" time=\"0\">",
+            xml_escape(&format!("tune.gate.{}", g.current.spec)),
+            xml_escape(&c.subject())
+        );
+        let reason = xml_escape(&c.reason);
+        if c.verdict.fails() {
+            let _ = write!(
+                s,
+                "\n      <failure message=\"{reason}\" type=\"contaminated\">{reason}</failure>\n    "
+            );
+        } else {
+            let _ = write!(s, "\n      <system-out>{reason}</system-out>\n    ");
         }
         s.push_str("</testcase>\n");
     }

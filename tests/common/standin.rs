@@ -284,6 +284,17 @@ pub fn label() -> &'static str {
     }
 }
 
+/// One cache folder for the GPUs and runs of the tests: `TUNE_CACHE_DIR` when set (`.ci/run`
+/// sets it), else one under the system's temp folder. A GPU opened on an empty folder
+/// compiles kernels.cu with NVRTC; on a shared one only the first does.
+pub fn cache() -> PathBuf {
+    let d = std::env::var_os("TUNE_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("tune-gpu-test-cache"));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
 /// A GPU, or the CPU stand-in under `TUNE_CUDA_STANDIN=1` (its device name says so).
 pub fn gpu_or_skip(test: &str) -> Option<tune::engine::testing::Gpu> {
     if let Err(e) = activate() {
@@ -291,10 +302,9 @@ pub fn gpu_or_skip(test: &str) -> Option<tune::engine::testing::Gpu> {
     }
     let why = match tune::engine::cuda::usable() {
         Ok(_) => {
-            let cache = tempfile::tempdir().unwrap();
             match tune::engine::testing::Gpu::open(
                 0,
-                cache.path(),
+                &cache(),
                 false,
                 std::sync::Arc::new(tune::engine::device::MemTracker::default()),
             ) {

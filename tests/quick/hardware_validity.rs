@@ -56,6 +56,17 @@ fn sweep(dir: &Path, spec: &Path, out: &Path) -> Output {
     output_within(&mut c, Duration::from_secs(120))
 }
 
+/// `tune gate` of `current` against `baseline`, with `extra` flags.
+fn gate_of(baseline: &Path, current: &Path, extra: &[&str]) -> Output {
+    let mut c = tune();
+    c.args(["gate", "--baseline"])
+        .arg(baseline)
+        .arg("--current")
+        .arg(current)
+        .args(extra);
+    output_within(&mut c, Duration::from_secs(60))
+}
+
 fn report(out: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap()
 }
@@ -118,15 +129,7 @@ fn gate_says_when_figures_rest_on_contaminated_repeats_and_can_fail_on_it() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("NO CLEAN REPEAT REMAINS"), "{}", show(&o));
 
-    let gate = |extra: &[&str]| {
-        let mut c = tune();
-        c.args(["gate", "--baseline"])
-            .arg(&out)
-            .arg("--current")
-            .arg(&out)
-            .args(extra);
-        output_within(&mut c, Duration::from_secs(60))
-    };
+    let gate = |extra: &[&str]| gate_of(&out, &out, extra);
     let warn = gate(&[]);
     assert_eq!(warn.status.code(), Some(0), "{}", show(&warn));
     let text = String::from_utf8_lossy(&warn.stdout);
@@ -275,6 +278,20 @@ fn a_contaminated_confirmation_pair_is_flagged_run_again_and_left_out_of_the_ver
     assert_eq!(c["verdict"], "matches", "{c:#}");
     let m = &c["trial"]["ratio_vs_baseline"];
     assert!(m["lo"].as_f64().unwrap() > 1.5, "{m}");
+    // The gate names the pairs left out, and passes under --fail-on-contaminated: the
+    // verdict rests on clean pairs only.
+    let g = gate_of(&out, &out, &["--fail-on-contaminated"]);
+    assert_eq!(g.status.code(), Some(0), "{}", show(&g));
+    let text = String::from_utf8_lossy(&g.stdout);
+    for side in ["baseline", "current"] {
+        assert!(
+            text.contains(&format!(
+                "confirmation of b=1 ({side} report) [pass]: the confirmation (matches) left 2 contaminated pair(s) out"
+            )),
+            "{}",
+            show(&g)
+        );
+    }
 }
 
 /// When every pair of a confirmation is contaminated and no re-run is allowed, its
@@ -317,4 +334,110 @@ fn a_confirmation_with_no_clean_pair_says_so_in_every_face() {
             "{face}:\n{text}"
         );
     }
+    gate_fails_on_a_contaminated_confirmation(d.path(), &out, &r);
+}
+
+/// `tune gate` over a report whose recommendation's confirmation rests on contaminated
+/// pairs (its configurations' repeats are clean): the verdict lines say so and the gate
+/// passes with a warning; under `--fail-on-contaminated` it fails (exit 1) in the table,
+/// markdown and JUnit alike. The same for a change confirmed alone: the report with the
+/// contamination moved from the combination to an `alone[]` entry.
+fn gate_fails_on_a_contaminated_confirmation(dir: &Path, out: &Path, r: &Value) {
+    for t in r["trials"].as_array().unwrap() {
+        assert!(t.get("contamination").is_none(), "plan runs are clean: {t}");
+    }
+    let warn = gate_of(out, out, &[]);
+    assert_eq!(warn.status.code(), Some(0), "{}", show(&warn));
+    let text = String::from_utf8_lossy(&warn.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("confirmation of b=1 (current report) [pass]: "))
+        .unwrap_or_else(|| panic!("no verdict line for the confirmation: {}", show(&warn)));
+    assert!(
+        line.contains("rests on contaminated runs: NO CLEAN PAIR REMAINS"),
+        "{line}"
+    );
+    assert!(
+        text.contains("pass --fail-on-contaminated"),
+        "{}",
+        show(&warn)
+    );
+    let md = dir.join("gate.md");
+    let junit = dir.join("gate.xml");
+    let fail = gate_of(
+        out,
+        out,
+        &[
+            "--fail-on-contaminated",
+            "--md",
+            md.to_str().unwrap(),
+            "--junit",
+            junit.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(fail.status.code(), Some(1), "{}", show(&fail));
+    let text = String::from_utf8_lossy(&fail.stdout);
+    assert!(
+        text.contains("REGRESSION: 2 of 4 check(s) failed")
+            && text.contains(
+                "confirmation of b=1 (baseline report) [FAILED]: CONTAMINATED (--fail-on-contaminated)"
+            )
+            && text.contains("confirmation of b=1 (current report) [FAILED]"),
+        "{}",
+        show(&fail)
+    );
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        md.contains("confirmation of b=1 (current report) **FAILED**: CONTAMINATED"),
+        "{md}"
+    );
+    let junit = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        junit.contains("failures=\"2\"") && junit.contains("type=\"contaminated\""),
+        "{junit}"
+    );
+
+    // The contamination on one change confirmed alone instead of on the combination.
+    let mut alone = r.clone();
+    let c = alone["confirmation"].as_object_mut().unwrap();
+    let x = c.remove("contamination").unwrap();
+    c.insert(
+        "alone".into(),
+        serde_json::json!([{
+            "rule": "fastest",
+            "label": "b=1",
+            "predicted": null,
+            "measured": null,
+            "verdict": "not_confirmed",
+            "summary": "confirmed alone",
+            "contamination": x,
+        }]),
+    );
+    let path = dir.join("alone.json");
+    std::fs::write(&path, serde_json::to_string(&alone).unwrap()).unwrap();
+    // Against the clean-confirmation report of the same sweep: only the current one says it.
+    let mut clean = r.clone();
+    clean["confirmation"]
+        .as_object_mut()
+        .unwrap()
+        .remove("contamination");
+    let base = dir.join("clean.json");
+    std::fs::write(&base, serde_json::to_string(&clean).unwrap()).unwrap();
+    let g = gate_of(&base, &path, &["--fail-on-contaminated"]);
+    assert_eq!(g.status.code(), Some(1), "{}", show(&g));
+    let text = String::from_utf8_lossy(&g.stdout);
+    assert!(
+        text.contains("confirmation of b=1 alone (current report) [FAILED]")
+            && !text.contains("(baseline report)"),
+        "{}",
+        show(&g)
+    );
+    // Neither report's confirmation contaminated: the gate passes.
+    let g = gate_of(&base, &base, &["--fail-on-contaminated"]);
+    assert_eq!(g.status.code(), Some(0), "{}", show(&g));
+    assert!(
+        !String::from_utf8_lossy(&g.stdout).contains("confirmation of"),
+        "{}",
+        show(&g)
+    );
 }
