@@ -221,11 +221,10 @@ pub fn evaluate(
     } else {
         "the baseline"
     };
-    let claims = claims_gain;
     let combined_claims = report
         .recommendations
         .iter()
-        .any(|x| rules.contains(&x.rule) && claims(x));
+        .any(|x| rules.contains(&x.rule) && claims_gain(x));
     let (verdict, summary) = judge(
         &label,
         trial.as_ref(),
@@ -246,7 +245,7 @@ pub fn evaluate(
                 &label,
                 t.as_ref(),
                 p,
-                claims(rec),
+                claims_gain(rec),
                 &pred,
                 "the baseline run beside it",
             );
