@@ -314,18 +314,35 @@ pub fn repeat_margin(r: &Report) -> f64 {
         .map_or(UNMEASURED_MARGIN, |n| n.median.max(MIN_MARGIN))
 }
 
-/// `withdrawn_against` for a trial settled in pairs beside the baseline: its pairs'
-/// ratio must clear the repeat noise, as the plan's and the final checks ask of a ratio.
+/// `withdrawn_against` for a trial settled in pairs beside the baseline. Before the
+/// confirmation its pairs, in which the drift cancels, need only measure a significant
+/// gain `MIN_MARGIN` clear: the confirmation's own pairs then judge it again, independently.
+/// Without a confirmation that held it up, the final check asks the interval's low end to
+/// clear the repeats' noise, as for a confirmation below its prediction (`verdict`). Held
+/// to that bar before the confirmation, `optim_bound.py`'s bf16 (1.17x by hand) settled at
+/// 1.10x [1.04, 1.17] in four pairs on a machine whose repeats were 22% apart and was
+/// withdrawn without being confirmed (#31's closing table).
 fn unsettled(r: &Report, t: &TrialReport, pairs: usize, runs: Runs) -> Option<String> {
     let m = t.ratio_vs_baseline?;
-    let margin = repeat_margin(r);
-    let stands = match runs {
-        Runs::Plan => m.significant && m.lo > 1.0 && m.ratio > 1.0 + margin,
-        Runs::All => m.significant && m.lo > 1.0 + margin,
+    let (stands, margin, set_by) = match runs {
+        Runs::Plan => (
+            m.significant && m.lo > 1.0 && m.ratio > 1.0 + MIN_MARGIN,
+            MIN_MARGIN,
+            "the least margin",
+        ),
+        Runs::All => {
+            let margin = repeat_margin(r);
+            (
+                m.significant && m.lo > 1.0 + margin,
+                margin,
+                "the repeats' noise",
+            )
+        }
     };
     (!stands).then(|| {
         format!(
-            "withdrawn: {} measured {} in {pairs} alternating pairs beside the baseline, not              {:.0}% clear of the repeats' noise",
+            "withdrawn: {} measured {} in {pairs} alternating pairs beside the baseline, not \
+             {:.0}% clear of 1 ({set_by})",
             t.label,
             fmt_ratio(&m),
             margin * 100.0

@@ -589,17 +589,14 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
         baseline_runs,
         drift: runs.drift(),
     };
-    let confirmations = Confirmations {
-        confirm,
-        baseline: spec.search.baseline.clone(),
-        base_data,
-        ref_type,
-    };
-    let mut report = report;
-    super::settle::apply(&mut report, &confirmations);
     Measured {
         report,
-        confirmations,
+        confirmations: Confirmations {
+            confirm,
+            baseline: spec.search.baseline.clone(),
+            base_data,
+            ref_type,
+        },
     }
 }
 
