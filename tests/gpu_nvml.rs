@@ -644,3 +644,52 @@ fn scripted_throttle_and_foreign_process_contaminate_sweep_repeats() {
         show(&o)
     );
 }
+
+/// Set in the child run of [`a_test_binarys_activity_folder_is_removed_at_exit`].
+const ACTIVITY_CHILD: &str = "TUNE_TEST_ACTIVITY_CHILD";
+
+/// A test binary's activity folder (`target/standin/activity-<pid>`, where its processes'
+/// driver stand-ins publish for the NVML stand-in) is removed when the binary exits, and
+/// one left by a binary that died before it could remove its own is removed by the next
+/// binary that sets up the stand-in. Runs this binary again as the child, with only this
+/// test and no activity folder of its own.
+#[test]
+fn a_test_binarys_activity_folder_is_removed_at_exit() {
+    let test = "a_test_binarys_activity_folder_is_removed_at_exit";
+    if std::env::var_os(ACTIVITY_CHILD).is_some() {
+        assert_eq!(standin::activate(), Ok(true));
+        let act = PathBuf::from(std::env::var_os(standin::ACTIVITY_ENV).unwrap());
+        assert!(act.is_dir(), "{}", act.display());
+        println!("ACTIVITY={}", act.display());
+        return;
+    }
+    let Some(_b) = bench(test) else { return };
+    let parent = standin::dir().unwrap().parent().unwrap().to_path_buf();
+    // A binary that is gone: the pid of a process that has exited.
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let stale = parent.join(format!("activity-{}", gone.id()));
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join(format!("cuda-{}.act", gone.id())), b"").unwrap();
+    let o = Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ACTIVITY_CHILD, "1")
+        .env_remove(standin::ACTIVITY_ENV)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let act = stdout
+        .lines()
+        .find_map(|l| l.split_once("ACTIVITY=").map(|(_, p)| p.trim()))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("the child named no folder: {}", show(&o)));
+    eprintln!("{test}: the child published in {}", act.display());
+    assert_eq!(act.parent(), Some(parent.as_path()), "{}", act.display());
+    assert!(!act.exists(), "{} outlived its test binary", act.display());
+    assert!(
+        !stale.exists(),
+        "{} (its binary is gone) was not removed",
+        stale.display()
+    );
+}
