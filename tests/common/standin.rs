@@ -226,6 +226,48 @@ fn build(root: &Path) -> Result<PathBuf, String> {
     }
 }
 
+/// This binary's activity folder, removed when the binary exits.
+static ACTIVITY_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+extern "C" fn remove_activity() {
+    if let Some(d) = ACTIVITY_DIR.get() {
+        // Every process that published here was this binary's child and has been waited
+        // for by then; a file still open elsewhere stays mapped where it is mapped.
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// Removes `act` when this test binary exits: libtest ends by returning from main or by
+/// `process::exit` (failed tests), and both run the C library's exit handlers.
+fn remove_at_exit(act: PathBuf) {
+    if ACTIVITY_DIR.set(act).is_ok() {
+        // SAFETY: registers a handler that takes no arguments and cannot unwind (it ignores
+        // every error); `ACTIVITY_DIR` is set before and never changed after.
+        unsafe { libc::atexit(remove_activity) };
+    }
+}
+
+/// Removes the activity folders of test binaries that are no longer running (killed before
+/// their exit handler ran), by the pid in their name; a live one is left alone.
+fn sweep_activity(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("activity-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// The built folder under `TUNE_CUDA_STANDIN=1` (`None` when not requested), set up once
 /// per test binary.
 fn built() -> &'static Result<Option<PathBuf>, String> {
@@ -249,13 +291,13 @@ fn built() -> &'static Result<Option<PathBuf>, String> {
         // the NVML stand-in: one folder per test binary (a test that checks NVML's figures
         // gives its processes a folder of their own).
         if std::env::var_os(ACTIVITY_ENV).is_none() {
-            let act = dir
-                .parent()
-                .unwrap_or(&dir)
-                .join(format!("activity-{}", std::process::id()));
+            let parent = dir.parent().unwrap_or(&dir);
+            sweep_activity(parent);
+            let act = parent.join(format!("activity-{}", std::process::id()));
             std::fs::create_dir_all(&act)
                 .map_err(|e| format!("TUNE_CUDA_STANDIN=1 but {}: {e}", act.display()))?;
             std::env::set_var(ACTIVITY_ENV, &act);
+            remove_at_exit(act);
         }
         Ok(Some(dir))
     })

@@ -147,6 +147,31 @@ struct Operand {
     }
 };
 
+// acc[i] += a * v[i] for i < n. Blocks of 8, which GCC vectorises at -O2 (its "very
+// cheap" cost model takes a loop only when the trip count is a multiple of the vector
+// width), then the rest one by one. Every element gets the one multiply and the one add a
+// scalar loop gives it: results stay bit for bit (no fused multiply-add without -mfma).
+static inline void axpy(float* __restrict acc, float a, const float* __restrict v, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; ++l) acc[i + l] += a * v[i + l];
+    for (; i < n; ++i) acc[i] += a * v[i];
+}
+static inline void add(float* __restrict acc, const float* __restrict v, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; ++l) acc[i + l] += v[i + l];
+    for (; i < n; ++i) acc[i] += v[i];
+}
+
+// The loops below keep every output element's sum in the order the definition's loops
+// give it (forward: taps c, r, s; backward data: taps r, s then channels k; backward
+// filter: images and positions n, p, q), each term added into the element's own
+// accumulator. They only run that same sum for a row of elements at once (output channels
+// or input channels, contiguous in a packed copy of the operand), so the innermost loop is
+// a contiguous multiply-add with no bounds check. Scalar loops over one element at a time
+// with the bounds check innermost made cuDNN's share of a cnn-small step on the stand-in
+// several times its GEMMs'.
 struct Ops {
     const Job& j;
     const float *xf, *wf, *yf;  // the inputs of this direction (nullptr for the output)
@@ -190,11 +215,46 @@ struct Ops {
                            sizeof(Tap));
                 }
     }
+    // The filter packed tap-major, [c, r, s][k] (flip applied): a tap's row over k.
+    std::vector<float> w_by_tap() const {
+        const Shape& g = j.g;
+        std::vector<float> out((size_t)(g.C * g.R * g.S * g.K));
+        for (int64_t c = 0; c < g.C; ++c)
+            for (int64_t r = 0; r < g.R; ++r)
+                for (int64_t s = 0; s < g.S; ++s)
+                    for (int64_t k = 0; k < g.K; ++k)
+                        out[(size_t)((((c * g.R + r) * g.S + s) * g.K) + k)] =
+                            W(at(j.w, k, c, wr(r), wc(s)));
+        return out;
+    }
+    // The filter packed [k, r, s][c] (flip applied): a (k, r, s) row over c.
+    std::vector<float> w_by_channel() const {
+        const Shape& g = j.g;
+        std::vector<float> out((size_t)(g.C * g.R * g.S * g.K));
+        for (int64_t k = 0; k < g.K; ++k)
+            for (int64_t r = 0; r < g.R; ++r)
+                for (int64_t s = 0; s < g.S; ++s)
+                    for (int64_t c = 0; c < g.C; ++c)
+                        out[(size_t)((((k * g.R + r) * g.S + s) * g.C) + c)] =
+                            W(at(j.w, k, c, wr(r), wc(s)));
+        return out;
+    }
+    // dy packed [n, p, q][k]: a position's row over k.
+    std::vector<float> y_by_position() const {
+        const Shape& g = j.g;
+        std::vector<float> out((size_t)(g.N * g.P * g.Q * g.K));
+        for (int64_t n = 0; n < g.N; ++n)
+            for (int64_t p = 0; p < g.P; ++p)
+                for (int64_t q = 0; q < g.Q; ++q)
+                    for (int64_t k = 0; k < g.K; ++k)
+                        out[(size_t)((((n * g.P + p) * g.Q + q) * g.K) + k)] = Y(at(j.y, n, k, p, q));
+        return out;
+    }
 };
 
 // Splits [0, n) into contiguous ranges run on up to hardware_concurrency threads (4 at
-// most). Callers split by output channel, so each output element is written by one
-// thread with its sum in the same order as a serial run: results stay bit for bit.
+// most). Each output element is written by one thread with its sum in the same order as
+// a serial run: results stay bit for bit.
 template <class F>
 static void split(int64_t n, F body) {
     int64_t t = std::min<int64_t>({(int64_t)std::thread::hardware_concurrency(), 4, n});
@@ -209,53 +269,53 @@ static void split(int64_t n, F body) {
 }
 
 // ---- forward: IMPLICIT_GEMM (0), IMPLICIT_PRECOMP_GEMM (1), GEMM (2) ----------------------
+// y[n, k, p, q] sums its taps in the order c, r, s; each position's K outputs at once.
 
 static void forward(const Ops& o) {
     const Job& j = o.j;
     const Shape& g = j.g;
-    int64_t CRS = g.C * g.R * g.S, PQ = g.P * g.Q;
+    int64_t CRS = g.C * g.R * g.S, PQ = g.P * g.Q, K = g.K;
+    std::vector<float> wt = o.w_by_tap();
     if (j.algo == 1) o.taps();
     for (int64_t n = 0; n < g.N; ++n) {
         if (j.algo == 2) o.im2col(n);
-        split(g.K, [&](int64_t k0, int64_t k1) {
-            for (int64_t k = k0; k < k1; ++k)
-                for (int64_t p = 0; p < g.P; ++p)
-                    for (int64_t q = 0; q < g.Q; ++q) {
-                        int64_t h0 = p * g.u - g.pad_h, w0 = q * g.v - g.pad_w;
-                        float acc = 0.0f;
-                        if (j.algo == 0) {
-                            for (int64_t c = 0; c < g.C; ++c)
-                                for (int64_t r = 0; r < g.R; ++r)
-                                    for (int64_t s = 0; s < g.S; ++s) {
-                                        int64_t h = h0 + r * g.dil_h, w = w0 + s * g.dil_w;
-                                        if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
-                                        acc += o.X(at(j.x, n, c, h, w)) *
-                                               o.W(at(j.w, k, c, o.wr(r), o.wc(s)));
-                                    }
-                        } else if (j.algo == 1) {
-                            for (int64_t t = 0; t < CRS; ++t) {
-                                Tap tp = ws_tap(j.ws, t);
-                                int64_t h = h0 + tp.dh, w = w0 + tp.dw;
+        split(PQ, [&](int64_t a, int64_t b) {
+            std::vector<float> acc((size_t)K);
+            for (int64_t pq = a; pq < b; ++pq) {
+                int64_t p = pq / g.Q, q = pq % g.Q;
+                int64_t h0 = p * g.u - g.pad_h, w0 = q * g.v - g.pad_w;
+                std::fill(acc.begin(), acc.end(), 0.0f);
+                if (j.algo == 0) {
+                    for (int64_t c = 0, t = 0; c < g.C; ++c)
+                        for (int64_t r = 0; r < g.R; ++r)
+                            for (int64_t s = 0; s < g.S; ++s, ++t) {
+                                int64_t h = h0 + r * g.dil_h, w = w0 + s * g.dil_w;
                                 if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
-                                acc += o.X(at(j.x, n, 0, h0, w0) + tp.xoff) *
-                                       o.W(k * j.w.sk + tp.woff);
+                                axpy(acc.data(), o.X(at(j.x, n, c, h, w)), &wt[(size_t)(t * K)], K);
                             }
-                        } else {
-                            for (int64_t c = 0; c < g.C; ++c)
-                                for (int64_t r = 0; r < g.R; ++r)
-                                    for (int64_t s = 0; s < g.S; ++s)
-                                        acc += ws_f(j.ws, ((c * g.R + r) * g.S + s) * PQ +
-                                                              p * g.Q + q) *
-                                               o.W(at(j.w, k, c, o.wr(r), o.wc(s)));
-                        }
-                        o.blend(at(j.y, n, k, p, q), acc);
+                } else if (j.algo == 1) {
+                    int64_t base = at(j.x, n, 0, h0, w0);
+                    for (int64_t t = 0; t < CRS; ++t) {
+                        Tap tp = ws_tap(j.ws, t);
+                        int64_t h = h0 + tp.dh, w = w0 + tp.dw;
+                        if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+                        axpy(acc.data(), o.X(base + tp.xoff), &wt[(size_t)(t * K)], K);
                     }
+                } else {
+                    for (int64_t t = 0; t < CRS; ++t)
+                        axpy(acc.data(), ws_f(j.ws, t * PQ + pq), &wt[(size_t)(t * K)], K);
+                }
+                for (int64_t k = 0; k < K; ++k) o.blend(at(j.y, n, k, p, q), acc[(size_t)k]);
+            }
         });
     }
 }
 
 // ---- backward data: ALGO_0 (0, gathers dy per dx element), ALGO_1 (1, GEMM w^T dy into
 // the workspace, then col2im) ------------------------------------------------------------
+// dx[n, c, h, w] sums over its taps r, s (ALGO_0: each tap's channels k one by one;
+// ALGO_1: each tap's sum over k, made first in the workspace); each position's C inputs
+// at once.
 
 // The output position (p, q) whose window puts tap (r, s) on image row h / column w, if any.
 static bool source(const Shape& g, int64_t h, int64_t w, int64_t r, int64_t s, int64_t* p,
@@ -270,96 +330,104 @@ static bool source(const Shape& g, int64_t h, int64_t w, int64_t r, int64_t s, i
 static void backward_data(const Ops& o) {
     const Job& j = o.j;
     const Shape& g = j.g;
-    int64_t PQ = g.P * g.Q;
+    int64_t PQ = g.P * g.Q, RS = g.R * g.S, C = g.C;
+    std::vector<float> wc = o.w_by_channel();
+    // ALGO_1's workspace: per position (p, q) and tap (r, s), the row over c of
+    // sum_k w[k, c, r, s] * dy[n, k, p, q] (C*R*S*P*Q floats, the im2col matrix's size).
+    auto col = [&](int64_t pq, int64_t rs) { return (pq * RS + rs) * C * 4; };
     for (int64_t n = 0; n < g.N; ++n) {
         if (j.algo == 1) {
-            split(g.C, [&](int64_t c0, int64_t c1) {
-                for (int64_t c = c0; c < c1; ++c)
-                    for (int64_t r = 0; r < g.R; ++r)
-                        for (int64_t s = 0; s < g.S; ++s)
-                            for (int64_t pq = 0; pq < PQ; ++pq) {
-                                float acc = 0.0f;
-                                for (int64_t k = 0; k < g.K; ++k)
-                                    acc += o.W(at(j.w, k, c, o.wr(r), o.wc(s))) *
-                                           o.Y(at(j.y, n, k, pq / g.Q, pq % g.Q));
-                                ws_put_f(j.ws, ((c * g.R + r) * g.S + s) * PQ + pq, acc);
-                            }
+            split(PQ, [&](int64_t a, int64_t b) {
+                std::vector<float> part((size_t)C);
+                for (int64_t pq = a; pq < b; ++pq)
+                    for (int64_t rs = 0; rs < RS; ++rs) {
+                        std::fill(part.begin(), part.end(), 0.0f);
+                        for (int64_t k = 0; k < g.K; ++k)
+                            axpy(part.data(), o.Y(at(j.y, n, k, pq / g.Q, pq % g.Q)),
+                                 &wc[(size_t)((k * RS + rs) * C)], C);
+                        memcpy((char*)j.ws + col(pq, rs), part.data(), (size_t)C * 4);
+                    }
             });
         }
-        split(g.C, [&](int64_t c0, int64_t c1) {
-            for (int64_t c = c0; c < c1; ++c)
-                for (int64_t h = 0; h < g.H; ++h)
-                    for (int64_t w = 0; w < g.W; ++w) {
-                        float acc = 0.0f;
-                        for (int64_t r = 0; r < g.R; ++r)
-                            for (int64_t s = 0; s < g.S; ++s) {
-                                int64_t p, q;
-                                if (!source(g, h, w, r, s, &p, &q)) continue;
-                                if (j.algo == 1) {
-                                    acc += ws_f(j.ws, ((c * g.R + r) * g.S + s) * PQ + p * g.Q + q);
-                                    continue;
-                                }
-                                for (int64_t k = 0; k < g.K; ++k)
-                                    acc += o.Y(at(j.y, n, k, p, q)) *
-                                           o.W(at(j.w, k, c, o.wr(r), o.wc(s)));
+        split(g.H, [&](int64_t h0, int64_t h1) {
+            std::vector<float> acc((size_t)C), row((size_t)C);
+            for (int64_t h = h0; h < h1; ++h)
+                for (int64_t w = 0; w < g.W; ++w) {
+                    std::fill(acc.begin(), acc.end(), 0.0f);
+                    for (int64_t r = 0; r < g.R; ++r)
+                        for (int64_t s = 0; s < g.S; ++s) {
+                            int64_t p, q;
+                            if (!source(g, h, w, r, s, &p, &q)) continue;
+                            if (j.algo == 1) {
+                                memcpy(row.data(), (const char*)j.ws + col(p * g.Q + q, r * g.S + s),
+                                       (size_t)C * 4);
+                                add(acc.data(), row.data(), C);
+                                continue;
                             }
-                        o.blend(at(j.x, n, c, h, w), acc);
-                    }
+                            for (int64_t k = 0; k < g.K; ++k)
+                                axpy(acc.data(), o.Y(at(j.y, n, k, p, q)),
+                                     &wc[(size_t)((k * RS + r * g.S + s) * C)], C);
+                        }
+                    for (int64_t c = 0; c < C; ++c) o.blend(at(j.x, n, c, h, w), acc[(size_t)c]);
+                }
         });
     }
 }
 
 // ---- backward filter: ALGO_0 (0, direct), ALGO_1 (1, im2col per image in the workspace),
 // ALGO_3 (3, tap offsets in the workspace) -------------------------------------------------
+// dw[k, c, r, s] sums over n, p, q (ALGO_1: a partial sum per image, added image by
+// image); each tap's K outputs at once.
 
 static void backward_filter(const Ops& o) {
     const Job& j = o.j;
     const Shape& g = j.g;
-    int64_t CRS = g.C * g.R * g.S, PQ = g.P * g.Q;
+    int64_t CRS = g.C * g.R * g.S, PQ = g.P * g.Q, K = g.K;
+    std::vector<float> yp = o.y_by_position();
+    std::vector<float> acc((size_t)(CRS * K), 0.0f);  // [c, r, s][k]
     if (j.algo == 1) {
         // Per image partial sums, added image by image (a GEMM per image, as the real
         // ALGO_1 is described: the input matrix formed explicitly).
-        std::vector<float> acc((size_t)(g.K * CRS), 0.0f);
         for (int64_t n = 0; n < g.N; ++n) {
             o.im2col(n);
-            split(g.K, [&](int64_t k0, int64_t k1) {
-                for (int64_t k = k0; k < k1; ++k)
-                    for (int64_t t = 0; t < CRS; ++t) {
-                        float part = 0.0f;
-                        for (int64_t pq = 0; pq < PQ; ++pq)
-                            part += o.Y(at(j.y, n, k, pq / g.Q, pq % g.Q)) * ws_f(j.ws, t * PQ + pq);
-                        acc[(size_t)(k * CRS + t)] += part;
-                    }
+            split(CRS, [&](int64_t t0, int64_t t1) {
+                std::vector<float> part((size_t)K);
+                for (int64_t t = t0; t < t1; ++t) {
+                    std::fill(part.begin(), part.end(), 0.0f);
+                    for (int64_t pq = 0; pq < PQ; ++pq)
+                        axpy(part.data(), ws_f(j.ws, t * PQ + pq), &yp[(size_t)((n * PQ + pq) * K)], K);
+                    add(&acc[(size_t)(t * K)], part.data(), K);
+                }
             });
         }
-        for (int64_t k = 0; k < g.K; ++k)
+        for (int64_t k = 0; k < K; ++k)
             for (int64_t c = 0; c < g.C; ++c)
                 for (int64_t r = 0; r < g.R; ++r)
                     for (int64_t s = 0; s < g.S; ++s)
                         o.blend(at(j.w, k, c, o.wr(r), o.wc(s)),
-                                acc[(size_t)(k * CRS + (c * g.R + r) * g.S + s)]);
+                                acc[(size_t)(((c * g.R + r) * g.S + s) * K + k)]);
         return;
     }
     if (j.algo == 3) o.taps();
-    split(g.K, [&](int64_t k0, int64_t k1) {
-        for (int64_t k = k0; k < k1; ++k)
-            for (int64_t t = 0; t < CRS; ++t) {
-                int64_t c = t / (g.R * g.S), r = t / g.S % g.R, s = t % g.S;
-                Tap tp = j.algo == 3 ? ws_tap(j.ws, t)
-                                     : Tap{at(j.x, 0, c, r * g.dil_h, s * g.dil_w),
-                                           at(j.w, 0, c, o.wr(r), o.wc(s)), (int32_t)(r * g.dil_h),
-                                           (int32_t)(s * g.dil_w)};
-                float acc = 0.0f;
-                for (int64_t n = 0; n < g.N; ++n)
-                    for (int64_t p = 0; p < g.P; ++p)
-                        for (int64_t q = 0; q < g.Q; ++q) {
-                            int64_t h0 = p * g.u - g.pad_h, w0 = q * g.v - g.pad_w;
-                            int64_t h = h0 + tp.dh, w = w0 + tp.dw;
-                            if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
-                            acc += o.Y(at(j.y, n, k, p, q)) * o.X(at(j.x, n, 0, h0, w0) + tp.xoff);
-                        }
-                o.blend(k * j.w.sk + tp.woff, acc);
-            }
+    split(CRS, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            int64_t c = t / (g.R * g.S), r = t / g.S % g.R, s = t % g.S;
+            Tap tp = j.algo == 3 ? ws_tap(j.ws, t)
+                                 : Tap{at(j.x, 0, c, r * g.dil_h, s * g.dil_w),
+                                       at(j.w, 0, c, o.wr(r), o.wc(s)), (int32_t)(r * g.dil_h),
+                                       (int32_t)(s * g.dil_w)};
+            float* row = &acc[(size_t)(t * K)];
+            for (int64_t n = 0; n < g.N; ++n)
+                for (int64_t p = 0; p < g.P; ++p)
+                    for (int64_t q = 0; q < g.Q; ++q) {
+                        int64_t h0 = p * g.u - g.pad_h, w0 = q * g.v - g.pad_w;
+                        int64_t h = h0 + tp.dh, w = w0 + tp.dw;
+                        if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+                        axpy(row, o.X(at(j.x, n, 0, h0, w0) + tp.xoff),
+                             &yp[(size_t)(((n * g.P + p) * g.Q + q) * K)], K);
+                    }
+            for (int64_t k = 0; k < K; ++k) o.blend(k * j.w.sk + tp.woff, row[(size_t)k]);
+        }
     });
 }
 
