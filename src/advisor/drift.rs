@@ -54,6 +54,10 @@ pub fn against_rerun(r: &Report, rec: &Recommendation) -> Option<Ratio> {
 /// report from before interleaving), else its measured gain.
 pub fn counted(r: &Report, rec: &Recommendation) -> Option<Ratio> {
     let t = trial_of(r, rec);
+    // Settled side by side: the pairs, in which the drift cancels, are its gain.
+    if let Some(t) = t.filter(|t| t.settled.is_some()) {
+        return t.ratio_vs_baseline;
+    }
     t.and_then(least)
         .map(|b| b.ratio)
         .or_else(|| against_rerun(r, rec))
@@ -234,6 +238,9 @@ fn withdrawn_against(
         return None;
     }
     let t = trial_of(r, rec)?;
+    if let Some(s) = &t.settled {
+        return unsettled(r, t, s.pairs, runs);
+    }
     let cx = Ctx::new(r);
     let sides = t
         .against
@@ -296,6 +303,34 @@ fn withdrawn_against(
             ""
         }
     ))
+}
+
+/// The margin a change measured side by side must clear: the repeats' noise (the noise
+/// floor's median, at least `MIN_MARGIN`; `UNMEASURED_MARGIN` without repeats), not the
+/// drift between runs minutes apart, which cancels in alternating pairs. The same bar as a
+/// confirmation below its prediction (`verdict`).
+pub fn repeat_margin(r: &Report) -> f64 {
+    r.noise_floor
+        .map_or(UNMEASURED_MARGIN, |n| n.median.max(MIN_MARGIN))
+}
+
+/// `withdrawn_against` for a trial settled in pairs beside the baseline: its pairs'
+/// ratio must clear the repeat noise, as the plan's and the final checks ask of a ratio.
+fn unsettled(r: &Report, t: &TrialReport, pairs: usize, runs: Runs) -> Option<String> {
+    let m = t.ratio_vs_baseline?;
+    let margin = repeat_margin(r);
+    let stands = match runs {
+        Runs::Plan => m.significant && m.lo > 1.0 && m.ratio > 1.0 + margin,
+        Runs::All => m.significant && m.lo > 1.0 + margin,
+    };
+    (!stands).then(|| {
+        format!(
+            "withdrawn: {} measured {} in {pairs} alternating pairs beside the baseline, not              {:.0}% clear of the repeats' noise",
+            t.label,
+            fmt_ratio(&m),
+            margin * 100.0
+        )
+    })
 }
 
 #[cfg(test)]

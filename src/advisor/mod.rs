@@ -22,6 +22,7 @@ pub(crate) mod faster;
 pub(crate) mod h2d;
 pub(crate) mod memory;
 pub(crate) mod screen;
+pub(crate) mod settle;
 pub(crate) mod utilization;
 pub mod verdict;
 pub(crate) mod zero_grad;
@@ -300,12 +301,23 @@ pub fn confidence(r: &Ratio, noise: f64) -> &'static str {
 /// "this vs baseline: ratio; throughput vs throughput".
 pub fn effect_evidence(label: &str, t: &TrialReport, base: &TrialReport, r: &Ratio) -> String {
     let thr = |x: &TrialReport| x.samples_per_s.map_or("–".into(), |c| fmt_ci(&c));
-    format!(
-        "{label}: {} throughput vs the baseline ({} vs {})",
-        fmt_ratio(r),
-        thr(t),
-        thr(base)
-    )
+    match &t.settled {
+        // The pairs measured the ratio; the sweep's run only nominated it.
+        Some(s) => format!(
+            "{label}: {} throughput vs the baseline, side by side in {} alternating pairs (the \
+             sweep's own run read {} against the baseline run nearest it, unsettled by the \
+             machine's drift)",
+            fmt_ratio(r),
+            s.pairs,
+            s.sweep.map_or("no ratio".into(), |x| fmt_ratio(&x))
+        ),
+        None => format!(
+            "{label}: {} throughput vs the baseline ({} vs {})",
+            fmt_ratio(r),
+            thr(t),
+            thr(base)
+        ),
+    }
 }
 
 /// The words of a recommendation.

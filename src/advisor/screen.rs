@@ -24,6 +24,18 @@ pub fn screen(report: &Report, recs: Vec<Recommendation>) -> (Vec<Recommendation
     (kept, notes)
 }
 
+/// Whether `change` could act in this job: no trial recorded it as unable to, and the
+/// script does not already make it.
+pub(crate) fn can_act(report: &Report, change: crate::spec::Change) -> bool {
+    let base = report.baseline.as_deref().and_then(|id| report.trial(id));
+    let rec = Recommendation {
+        kind: RecKind::Change,
+        change,
+        ..Recommendation::default()
+    };
+    why_not(report, base, &rec).is_none()
+}
+
 fn why_not(report: &Report, base: Option<&TrialReport>, rec: &Recommendation) -> Option<String> {
     if rec.kind != RecKind::Change {
         return None;

@@ -317,9 +317,7 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
             // its alternating pairs measured 1.33x [1.29, 1.43]: its prediction (1.54x)
             // and the margin (43%, the spread of six baseline runs) came from a machine
             // whose speed moved 1.42x over the sweep; by hand the change gives 2.0x.
-            let margin = r.noise_floor.map_or(super::drift::UNMEASURED_MARGIN, |n| {
-                n.median.max(super::drift::MIN_MARGIN)
-            });
+            let margin = super::drift::repeat_margin(r);
             let clear = |m: Option<Ratio>| m.is_some_and(|m| m.significant && m.lo > 1.0 + margin);
             // Each confirmation's outcome for this change, the worse one decides: one run
             // alone beside the baseline that missed withdraws it; a combination that did

@@ -17,7 +17,7 @@ use crate::executor::slurm::SlurmEnv;
 use crate::executor::trial::TrialEnv;
 use crate::limits;
 use crate::report::{self, JOURNAL, REPORT_HTML, REPORT_JSON, SUMMARY_MD};
-use crate::results::build::{confirm_id, rerun_beside, CONFIRM_PREFIX};
+use crate::results::build::{confirm_id, rerun_beside, settle_beside, settle_id, CONFIRM_PREFIX};
 use crate::results::{Report, Status, TrialRecord};
 use crate::runner::live::LIVE_JSON;
 use crate::runner::sweep::{
@@ -349,11 +349,27 @@ fn execute(
     quiet: bool,
 ) -> Result<(Report, [PathBuf; 4], super::answer::Spent)> {
     sweep.run_rounds(trials, rounds, steps)?;
+    let base = &spec.search.baseline;
+    // Promising changes the drift left unsettled, measured again in pairs beside the
+    // baseline; their pairs then stand for their trials (#31).
+    let unsettled = advisor::settle::candidates(&advisor::build_report(spec, sweep.records()));
+    for knobs in &unsettled {
+        let change = Trial {
+            id: settle_id(knobs, base),
+            label: format!("settle: {}", knobs.diff_label(base)),
+            knobs: knobs.clone(),
+        };
+        let beside = Trial {
+            id: settle_beside(knobs, base),
+            label: format!("settle: baseline beside {}", knobs.diff_label(base)),
+            knobs: base.clone(),
+        };
+        sweep.confirm(&change, &beside, steps)?;
+    }
     // The recommended combination, measured once more so the report can say whether
     // the predicted gain holds up.
     let before = advisor::build_report(spec, sweep.records());
     if let Some((knobs, _, _)) = confirm::combination(&before) {
-        let base = &spec.search.baseline;
         let combo = Trial {
             id: format!("{CONFIRM_PREFIX}{}", plan::trial_id(&knobs, base)),
             label: format!("confirm: {}", knobs.diff_label(base)),

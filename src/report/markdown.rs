@@ -152,11 +152,13 @@ pub fn ratio_cell(t: &TrialReport, is_baseline: bool) -> String {
     }
     match t.ratio_vs_baseline {
         Some(r) => format!(
-            "{:.3} [{:.3}, {:.3}]{}",
+            "{:.3} [{:.3}, {:.3}]{}{}",
             r.ratio,
             r.lo,
             r.hi,
-            if r.significant { "" } else { " (n.s.)" }
+            if r.significant { "" } else { " (n.s.)" },
+            // Settled side by side after the plan: the figure is the pairs' (#31).
+            if t.settled.is_some() { " (pairs)" } else { "" }
         ),
         None => "–".into(),
     }
@@ -256,6 +258,14 @@ pub fn render(r: &Report) -> String {
          includes 1, i.e. no effect shown; ⚠ marks a trial measured while other processes \
          used the machine."
     );
+    if r.trials.iter().any(|t| t.settled.is_some()) {
+        let _ = writeln!(
+            s,
+            "(pairs) marks a change measured again side by side with the baseline, in \
+             alternating pairs, because the machine's drift left its sweep run unsettled: the \
+             ratio is the pairs'."
+        );
+    }
     let _ = writeln!(s, "\n## Recommendations ({})\n", r.recommendations.len());
     if !story.empty.is_empty() {
         let _ = writeln!(s, "No recommended change stands:\n");

@@ -282,6 +282,7 @@ fn report_of(
         script_knobs,
         nearest_baseline: None,
         against: Vec::new(),
+        settled: None,
     }
 }
 
@@ -401,7 +402,49 @@ pub fn rerun_beside(knobs: &Knobs, base: &Knobs) -> String {
     format!("{}~{}", confirm_id(base, base), plan::trial_id(knobs, base))
 }
 
+/// The journal id of a settling run of `knobs`: a change the sweep measured promising but
+/// could not settle against drift, run again in pairs beside the baseline (#31).
+pub fn settle_id(knobs: &Knobs, base: &Knobs) -> String {
+    format!("{CONFIRM_PREFIX}settle~{}", plan::trial_id(knobs, base))
+}
+
+/// The journal id of the baseline run beside the settling run of `knobs`.
+pub fn settle_beside(knobs: &Knobs, base: &Knobs) -> String {
+    format!(
+        "{CONFIRM_PREFIX}settle-baseline~{}",
+        plan::trial_id(knobs, base)
+    )
+}
+
 impl Confirmations {
+    /// The settling run of `knobs` against the baseline run beside it (`settle_id`), when
+    /// the sweep made one; either side may have failed.
+    pub fn settled(&self, knobs: &Knobs) -> Option<(TrialReport, Option<&TrialRecord>)> {
+        let latest = |id: String| self.confirm.iter().rev().find(|r| r.id == id);
+        let rec = latest(settle_id(knobs, &self.baseline))?;
+        let beside = latest(settle_beside(knobs, &self.baseline));
+        match beside.filter(|b| b.status == Status::Ok) {
+            Some(b) => Some((self.beside(rec, b), beside)),
+            None => Some((trial_report(rec, None, self.ref_type.as_deref()), beside)),
+        }
+    }
+
+    /// `rec` measured pair by pair against the baseline runs of `beside`.
+    fn beside(&self, rec: &TrialRecord, beside: &TrialRecord) -> TrialReport {
+        let ref_type = self.ref_type.as_deref();
+        // Pair by pair: a pair the hardware contaminated leaves on both sides (#28).
+        let (mine, theirs, contamination) = pairs_of(rec, beside);
+        let against = steady_on(&theirs, ref_type);
+        let mut t = report_of(rec, &mine, contamination, Some(&against), ref_type);
+        // Run pair by pair beside its baseline runs: the pairs decide (#31).
+        if let Some(pooled) = t.ratio_vs_baseline {
+            if let Some(p) = super::baselines::paired(&mine.repeats, &theirs.repeats, pooled) {
+                t.ratio_vs_baseline = Some(p);
+            }
+        }
+        t
+    }
+
     /// The latest confirmation run of `knobs`, compared with the baseline run beside it
     /// (its own, else the combination's re-run), else with the baseline.
     pub fn trial(&self, knobs: &Knobs) -> Option<TrialReport> {
@@ -437,17 +480,7 @@ impl Confirmations {
                 ref_type,
             ));
         };
-        // Pair by pair: a pair the hardware contaminated leaves on both sides (#28).
-        let (mine, theirs, contamination) = pairs_of(rec, beside);
-        let against = steady_on(&theirs, ref_type);
-        let mut t = report_of(rec, &mine, contamination, Some(&against), ref_type);
-        // Run pair by pair beside its baseline runs: the pairs decide (#31).
-        if let Some(pooled) = t.ratio_vs_baseline {
-            if let Some(p) = super::baselines::paired(&mine.repeats, &theirs.repeats, pooled) {
-                t.ratio_vs_baseline = Some(p);
-            }
-        }
-        Some(t)
+        Some(self.beside(rec, beside))
     }
 }
 
@@ -556,14 +589,17 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
         baseline_runs,
         drift: runs.drift(),
     };
+    let confirmations = Confirmations {
+        confirm,
+        baseline: spec.search.baseline.clone(),
+        base_data,
+        ref_type,
+    };
+    let mut report = report;
+    super::settle::apply(&mut report, &confirmations);
     Measured {
         report,
-        confirmations: Confirmations {
-            confirm,
-            baseline: spec.search.baseline.clone(),
-            base_data,
-            ref_type,
-        },
+        confirmations,
     }
 }
 
@@ -668,6 +704,7 @@ mod tests {
             script_knobs: BTreeMap::new(),
             nearest_baseline: None,
             against: Vec::new(),
+            settled: None,
         }
     }
 

@@ -230,6 +230,24 @@ pub struct TrialReport {
     /// the baseline more than once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub against: Vec<BaselineRatio>,
+    /// Set when the sweep measured this change promising but could not settle it against
+    /// the machine's drift, and measured it again in alternating pairs beside the
+    /// baseline: `ratio_vs_baseline` is then the pairs' ratio (#31).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled: Option<Settled>,
+}
+
+/// A change settled side by side: what the sweep's own run measured, and the pairs that
+/// measured it again.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Settled {
+    /// The sweep's own run against the baseline run nearest it, before the pairs.
+    pub sweep: Option<Ratio>,
+    /// Alternating pairs (the change and a baseline run beside it) measured.
+    pub pairs: usize,
+    /// What the hardware did to the pairs, when it contaminated any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<String>,
 }
 
 /// Joules per sample over the steady window, with the 95% interval that the throughput's

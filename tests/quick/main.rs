@@ -39,6 +39,7 @@ mod reliability_spec_fuzz;
 mod reliability_trials;
 mod report_browser;
 mod report_scale;
+mod settle;
 mod stages;
 mod sweep_trace;
 mod train_cli;
