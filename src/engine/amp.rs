@@ -23,6 +23,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::engine::device::MemTracker;
 use crate::engine::tensor::{Buf, DType};
 use crate::error::{Error, Result};
 use crate::knobs::Amp;
@@ -40,14 +41,17 @@ pub fn half_dtype(amp: Amp) -> Option<DType> {
     }
 }
 
-/// Converts f32 data to a half buffer (round to nearest even; fp16 overflows to inf).
-pub fn narrow(src: &[f32], dt: DType) -> Result<Buf> {
+/// Converts f32 data to a half buffer (round to nearest even; fp16 overflows to inf),
+/// written into a buffer from `mem`'s recycle bin when it holds one of this length.
+pub fn narrow(src: &[f32], dt: DType, mem: &MemTracker) -> Result<Buf> {
     match dt {
-        DType::Bf16 => Ok(Buf::Bf16(map_uninit(src, |x| {
+        DType::Bf16 => Ok(Buf::Bf16(map_uninit(src, mem.spare(src.len()), |x| {
             bf16::from_bits(bf16_round(x, false))
         }))),
         DType::F16 => {
-            let mut v = vec![f16::ZERO; src.len()];
+            let mut v = mem
+                .take_recycled(src.len())
+                .unwrap_or_else(|| vec![f16::ZERO; src.len()]);
             v.par_chunks_mut(CHUNK)
                 .zip(src.par_chunks(CHUNK))
                 .for_each(|(d, s)| d.convert_from_f32_slice(s));
@@ -75,10 +79,15 @@ fn bf16_round(x: f32, relu: bool) -> u16 {
     (if x.is_nan() { quiet } else { rounded }) as u16
 }
 
-/// `f` over `src` into a fresh vector, in parallel chunks, writing each element once
-/// (no zero fill first).
-fn map_uninit<S: Copy + Sync, D: Send>(src: &[S], f: impl Fn(S) -> D + Sync) -> Vec<D> {
-    let mut out: Vec<D> = Vec::with_capacity(src.len());
+/// `f` over `src` into `out`'s spare capacity (its elements, if any, are dropped), in
+/// parallel chunks, writing each element once (no zero fill first).
+fn map_uninit<S: Copy + Sync, D: Copy + Send>(
+    src: &[S],
+    mut out: Vec<D>,
+    f: impl Fn(S) -> D + Sync,
+) -> Vec<D> {
+    out.clear();
+    out.reserve(src.len());
     out.spare_capacity_mut()[..src.len()]
         .par_chunks_mut(CHUNK)
         .zip(src.par_chunks(CHUNK))
@@ -96,14 +105,18 @@ fn map_uninit<S: Copy + Sync, D: Send>(src: &[S], f: impl Fn(S) -> D + Sync) -> 
 /// `max(x, 0)` of f32 data narrowed to `dt` in one pass: a fused ReLU's output stored
 /// without a pass of its own. Equal bit for bit to ReLU then [`narrow`]: rounding keeps
 /// the sign, so rounding and ReLU commute.
-pub fn narrow_relu(src: &[f32], dt: DType) -> Result<Buf> {
+pub fn narrow_relu(src: &[f32], dt: DType, mem: &MemTracker) -> Result<Buf> {
     match dt {
-        DType::Bf16 => Ok(Buf::Bf16(map_uninit(src, |x| {
+        DType::Bf16 => Ok(Buf::Bf16(map_uninit(src, mem.spare(src.len()), |x| {
             bf16::from_bits(bf16_round(x, true))
         }))),
-        DType::F16 => Ok(Buf::F16(map_uninit(src, |x| f16::from_f32(x.max(0.0))))),
-        DType::F32 => Ok(Buf::F32(map_uninit(src, |x| x.max(0.0)))),
-        DType::U32 => narrow(src, dt),
+        DType::F16 => Ok(Buf::F16(map_uninit(src, mem.spare(src.len()), |x| {
+            f16::from_f32(x.max(0.0))
+        }))),
+        DType::F32 => Ok(Buf::F32(map_uninit(src, mem.spare(src.len()), |x| {
+            x.max(0.0)
+        }))),
+        DType::U32 => narrow(src, dt, mem),
     }
 }
 
@@ -111,7 +124,7 @@ pub fn narrow_relu(src: &[f32], dt: DType) -> Result<Buf> {
 pub fn widen(buf: &Buf) -> Result<Vec<f32>> {
     match buf {
         Buf::F32(v) => Ok(v.clone()),
-        Buf::Bf16(v) => Ok(map_uninit(v, |h| {
+        Buf::Bf16(v) => Ok(map_uninit(v, Vec::new(), |h| {
             f32::from_bits(u32::from(h.to_bits()) << 16)
         })),
         Buf::F16(v) => {
@@ -164,21 +177,26 @@ pub fn narrow_bf16(x: f32) -> bf16 {
     bf16::from_bits(bf16_round(x, false))
 }
 
-/// `f` over `src` into a fresh bf16 vector, written once per element (no zero fill), in
-/// parallel chunks: for kernels that read and write bf16 storage directly.
-pub fn map_bf16<S: Copy + Sync>(src: &[S], f: impl Fn(S) -> bf16 + Sync) -> Vec<bf16> {
-    map_uninit(src, f)
+/// `f` over `src` into a bf16 vector from `mem` ([`MemTracker::spare`]), written once
+/// per element (no zero fill), in parallel chunks: for kernels that read and write bf16
+/// storage directly.
+pub fn map_bf16<S: Copy + Sync>(
+    src: &[S],
+    mem: &MemTracker,
+    f: impl Fn(S) -> bf16 + Sync,
+) -> Vec<bf16> {
+    map_uninit(src, mem.spare(src.len()), f)
 }
 
 /// `f` over `a` and `b` pairwise (equal lengths) into a fresh bf16 vector, as
 /// [`map_bf16`].
 pub fn zip_map_bf16<A: Copy + Sync, B: Copy + Sync>(
-    a: &[A],
-    b: &[B],
+    (a, b): (&[A], &[B]),
+    mem: &MemTracker,
     f: impl Fn(A, B) -> bf16 + Sync,
 ) -> Vec<bf16> {
     let n = a.len().min(b.len());
-    let mut out: Vec<bf16> = Vec::with_capacity(n);
+    let mut out: Vec<bf16> = mem.spare(n);
     out.spare_capacity_mut()[..n]
         .par_chunks_mut(CHUNK)
         .zip(a[..n].par_chunks(CHUNK).zip(b[..n].par_chunks(CHUNK)))
@@ -332,13 +350,15 @@ mod tests {
 
     #[test]
     fn fp16_narrowing_overflows_and_underflows_like_hardware() {
-        let Buf::F16(h) = narrow(&[1e6, 1e-9, 0.1], DType::F16).unwrap() else {
+        let Buf::F16(h) = narrow(&[1e6, 1e-9, 0.1], DType::F16, &MemTracker::default()).unwrap()
+        else {
             panic!("not f16")
         };
         assert!(h[0].to_f32().is_infinite());
         assert_eq!(h[1].to_f32(), 0.0);
         assert!((h[2].to_f32() - 0.1).abs() < 1e-4);
-        let Buf::Bf16(b) = narrow(&[1e6, 1e-9], DType::Bf16).unwrap() else {
+        let Buf::Bf16(b) = narrow(&[1e6, 1e-9], DType::Bf16, &MemTracker::default()).unwrap()
+        else {
             panic!("not bf16")
         };
         assert!(b[0].to_f32().is_finite() && b[1].to_f32() > 0.0);
@@ -350,7 +370,7 @@ mod tests {
             .map(|i| (i as f32 * 0.37).sin() * 3.0)
             .collect();
         for dt in [DType::Bf16, DType::F16] {
-            let via = widen(&narrow(&v, dt).unwrap()).unwrap();
+            let via = widen(&narrow(&v, dt, &MemTracker::default()).unwrap()).unwrap();
             assert_eq!(round_to_grid(&v, dt), via);
         }
     }
@@ -385,10 +405,10 @@ mod tests {
             bits.push(r);
         }
         let v: Vec<f32> = bits.iter().map(|b| f32::from_bits(*b)).collect();
-        let Buf::Bf16(got) = narrow(&v, DType::Bf16).unwrap() else {
+        let Buf::Bf16(got) = narrow(&v, DType::Bf16, &MemTracker::default()).unwrap() else {
             panic!("not bf16")
         };
-        let Buf::Bf16(relu) = narrow_relu(&v, DType::Bf16).unwrap() else {
+        let Buf::Bf16(relu) = narrow_relu(&v, DType::Bf16, &MemTracker::default()).unwrap() else {
             panic!("not bf16")
         };
         for ((x, g), r) in v.iter().zip(&got).zip(&relu) {

@@ -56,7 +56,7 @@ impl Layer for Relu {
             // On the storage as it is: the widen, clip and narrow of the f32 path in one
             // pass, bit for bit (widening is exact, and narrowing an f32 that came from
             // bf16 gives it back).
-            let y = map_bf16(h, |v| narrow_bf16(widen_bf16(v).max(0.0)));
+            let y = map_bf16(h, ctx.dev.mem(), |v| narrow_bf16(widen_bf16(v).max(0.0)));
             let y = Tensor::from_buf(
                 x.shape(),
                 Buf::Bf16(y),
@@ -86,7 +86,7 @@ impl Layer for Relu {
         if let (Some(d), Some(yh)) = (bf16_io(&dy, ctx), y.bf16()) {
             // Branch-free (a mask on the bits), so the loop vectorizes: with an if/else
             // it was 17% of cnn-small's bf16 step (batch 64, 1 thread, perf).
-            let dx = zip_map_bf16(d, yh, |d, y| {
+            let dx = zip_map_bf16((d, yh), ctx.dev.mem(), |d, y| {
                 let keep = u16::from(widen_bf16(y) <= 0.0).wrapping_sub(1);
                 bf16::from_bits(narrow_bf16(widen_bf16(d)).to_bits() & keep)
             });

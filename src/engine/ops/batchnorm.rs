@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use crate::engine::amp::{half_dtype, narrow_bf16, widen_bf16};
 use crate::engine::cuda::gpu::Gpu;
-use crate::engine::device::Device;
+use crate::engine::device::{Device, MemTracker};
 use crate::engine::ops::batchnorm_cuda::GBatchNorm;
 use crate::engine::ops::desc::{InitSource, Initial, LayerSpec};
 use crate::engine::ops::layer::{Ctx, Layer, LayerDesc, Param};
@@ -431,9 +431,9 @@ impl BatchNorm2d {
         let save = ctx.save && ctx.train;
         let per = (&mean[..], &invstd[..], gamma, beta);
         let (y, xhat) = if self.relu {
-            normalize_bf16::<true>(x, per, save)
+            normalize_bf16::<true>(x, per, save, ctx.dev.mem())
         } else {
-            normalize_bf16::<false>(x, per, save)
+            normalize_bf16::<false>(x, per, save, ctx.dev.mem())
         };
         let mem = ctx.dev.mem();
         let cat = crate::engine::device::MemCategory::Activations;
@@ -459,7 +459,7 @@ impl BatchNorm2d {
             .ok_or_else(|| Error::Runtime("batchnorm: backward without forward".into()))?;
         if ctx.sync_bn.is_none() {
             if let (Some(xb), Some(db)) = (xhat.bf16(), dy.bf16()) {
-                let dx = self.backward_bf16::<RELU>(xb, db, &invstd, need_dx)?;
+                let dx = self.backward_bf16::<RELU>(xb, db, &invstd, need_dx, ctx.dev.mem())?;
                 return dx
                     .map(|v| {
                         let cat = crate::engine::device::MemCategory::Activations;
@@ -546,6 +546,7 @@ impl BatchNorm2d {
         dy: &[bf16],
         invstd: &[f32],
         need_dx: bool,
+        mem: &MemTracker,
     ) -> Result<Option<Vec<bf16>>> {
         let c = self.c;
         if xh.len() != dy.len() || !xh.len().is_multiple_of(c) {
@@ -565,7 +566,7 @@ impl BatchNorm2d {
         let mb: Vec<f32> = dbeta.iter().map(|v| (v / m) as f32).collect();
         let mg: Vec<f32> = dgamma.iter().map(|v| (v / m) as f32).collect();
         let n = xh.len();
-        let mut out: Vec<bf16> = Vec::with_capacity(n);
+        let mut out: Vec<bf16> = mem.spare(n);
         out.spare_capacity_mut()[..n]
             .par_chunks_mut(CHUNK_ROWS * c)
             .zip(
@@ -603,11 +604,12 @@ fn normalize_bf16<const RELU: bool>(
     x: &[bf16],
     (mean, invstd, gamma, beta): (&[f32], &[f32], &[f32], &[f32]),
     keep: bool,
+    mem: &MemTracker,
 ) -> (Vec<bf16>, Option<Vec<bf16>>) {
     let c = gamma.len();
     let n = x.len() / c * c;
-    let mut y: Vec<bf16> = Vec::with_capacity(n);
-    let mut xh: Vec<bf16> = Vec::with_capacity(if keep { n } else { 0 });
+    let mut y: Vec<bf16> = mem.spare(n);
+    let mut xh: Vec<bf16> = mem.spare(if keep { n } else { 0 });
     let xhat = |x: &bf16, mu: &f32, is: &f32| (widen_bf16(*x) - mu) * is;
     let ys = y.spare_capacity_mut()[..n].par_chunks_mut(CHUNK_ROWS * c);
     let xs = x[..n].par_chunks(CHUNK_ROWS * c);

@@ -242,7 +242,7 @@ impl Conv2d {
             let WeightB::Packed(p) = wt.n()? else {
                 return Err(Error::Runtime("conv2d: bf16 weights not packed".into()));
             };
-            let dx = conv2d_bf16::input_grad(dyb, g, p)?;
+            let dx = conv2d_bf16::input_grad(dyb, g, p, ctx.dev.mem())?;
             let cat = MemCategory::Activations;
             Some(Tensor::from_buf(
                 x.shape(),
@@ -277,7 +277,7 @@ fn conv_forward(
             return Err(Error::Runtime("conv2d: bf16 weights not packed".into()));
         };
         let b = bias.map(|b| b.w.f32()).transpose()?;
-        let y = conv2d_bf16::forward(input(x, xcell)?, g, p, b)?;
+        let y = conv2d_bf16::forward(input(x, xcell)?, g, p, b, ctx.dev.mem())?;
         let cat = MemCategory::Activations;
         return Tensor::from_buf(&shape, Buf::Bf16(y), cat, ctx.dev.mem());
     }
@@ -525,7 +525,9 @@ mod tests {
                 stride: s,
                 pad: p,
             };
-            let Buf::Bf16(xh) = narrow(&data(g.n * h * w * 3, 5), DType::Bf16).unwrap() else {
+            let Buf::Bf16(xh) =
+                narrow(&data(g.n * h * w * 3, 5), DType::Bf16, &Default::default()).unwrap()
+            else {
                 panic!("not bf16")
             };
             let xf = widen(&Buf::Bf16(xh.clone())).unwrap();

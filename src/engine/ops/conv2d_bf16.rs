@@ -21,6 +21,7 @@ use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use crate::engine::amp::narrow_bf16;
+use crate::engine::device::MemTracker;
 use crate::engine::geom::ConvGeom;
 use crate::engine::ops::gemm_bf16::PackedB;
 use crate::engine::ops::gemm_pairs::{self, lay_row, u32_as_u16, ARows, BCols, KSplit, Tiles, T};
@@ -144,6 +145,7 @@ pub(crate) fn forward(
     g: &ConvGeom,
     wt: &PackedB,
     bias: Option<&[f32]>,
+    mem: &MemTracker,
 ) -> Result<Vec<bf16>> {
     let ks = KSplit::new(g.kkc());
     let (rows, c, ld) = (g.rows(), g.c_out, 2 * ks.pairs);
@@ -153,7 +155,7 @@ pub(crate) fn forward(
             msg: format!("{c} output channels, weights for {}", wt.n),
         });
     }
-    let mut y: Vec<bf16> = Vec::with_capacity(rows * c);
+    let mut y: Vec<bf16> = mem.spare(rows * c);
     y.spare_capacity_mut()[..rows * c]
         .par_chunks_mut(TASK_ROWS * c)
         .enumerate()
@@ -293,7 +295,12 @@ pub(crate) fn weight_grad(
 /// conv they were 19 MiB and 8 MiB written and read again. Each input element sums its
 /// rows' values in row order from zero, as `conv2d::col2im` does, then rounds as
 /// `ctx.store`: bit for bit the whole-matrix path.
-pub(crate) fn input_grad(dy: &[bf16], g: &ConvGeom, w: &PackedB) -> Result<Vec<bf16>> {
+pub(crate) fn input_grad(
+    dy: &[bf16],
+    g: &ConvGeom,
+    w: &PackedB,
+    mem: &MemTracker,
+) -> Result<Vec<bf16>> {
     let ks = KSplit::new(g.c_out);
     let (c, ld, kkc) = (g.c_out, 2 * ks.pairs, g.kkc());
     let (per, ow, img) = (g.oh() * g.ow(), g.ow(), g.h * g.w * g.c_in);
@@ -309,7 +316,7 @@ pub(crate) fn input_grad(dy: &[bf16], g: &ConvGeom, w: &PackedB) -> Result<Vec<b
         });
     }
     let bits: &[u16] = dy.reinterpret_cast();
-    let mut dx: Vec<bf16> = Vec::with_capacity(g.n * img);
+    let mut dx: Vec<bf16> = mem.spare(g.n * img);
     dx.spare_capacity_mut()[..g.n * img]
         .par_chunks_mut(img)
         .enumerate()

@@ -22,6 +22,7 @@
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
+use crate::engine::device::MemTracker;
 use crate::engine::ops::gemm::Mat;
 use crate::engine::ops::gemm_amx;
 use crate::error::{Error, Result};
@@ -639,6 +640,13 @@ impl PackedB {
     /// Packs `b` (any strides). Errors where the CPU lacks AVX512_BF16 or `b`'s view
     /// reaches past its data.
     pub fn new(b: Mat) -> Result<PackedB> {
+        PackedB::new_in(b, &MemTracker::default())
+    }
+
+    /// [`PackedB::new`] into a buffer from `mem`'s recycle bin when it holds one of the
+    /// packed length (weights are packed again after every optimizer step: fresh
+    /// buffers were pages faulted in every step); [`PackedB::recycle`] hands it back.
+    pub fn new_in(b: Mat, mem: &MemTracker) -> Result<PackedB> {
         let (k, n) = (b.rows, b.cols);
         let last = if k == 0 || n == 0 {
             0
@@ -666,7 +674,9 @@ impl PackedB {
             len += panels * NR * kt;
         }
         use rayon::prelude::*;
-        let mut data = vec![0u32; len];
+        let mut data = mem
+            .take_recycled::<u32>(len)
+            .unwrap_or_else(|| vec![0u32; len]);
         let view = Lanes {
             data: b.data,
             ls: b.cs,
@@ -682,6 +692,8 @@ impl PackedB {
                 .enumerate()
                 .for_each(|(j, panel)| {
                     let lanes = (n - j * NR).min(NR);
+                    // The block's padding pairs: a recycled buffer holds old values.
+                    panel[NR * kp..].fill(0);
                     let mut tmp = vec![0u32; kc / 2 + 16];
                     // SAFETY: lanes j*NR.. and k pc..pc+kv lie inside the checked view;
                     // the panel holds kt >= kp pairs of NR lanes; AVX512_BF16 is here.
@@ -709,6 +721,11 @@ impl PackedB {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.data.len() * 4
+    }
+
+    /// Gives the packed buffer to `mem`'s recycle bin, for the next [`PackedB::new_in`].
+    pub fn recycle(self, mem: &MemTracker) {
+        mem.recycle(self.data);
     }
 
     /// Panel `j` (columns j*NR..) of the k-block starting at `pc`: pairs of NR lanes,

@@ -129,6 +129,7 @@ mod kernels {
 }
 
 mod packed {
+    use crate::engine::device::{MemTracker, RECYCLE_MIN};
     use crate::engine::ops::gemm::test_data as data;
     use crate::engine::ops::gemm_amx;
     use crate::engine::ops::gemm_bf16::*;
@@ -163,7 +164,19 @@ mod packed {
                 } else {
                     Mat::rm(&w, k, n)
                 };
-                let packed = PackedB::new(b).unwrap();
+                let fresh = PackedB::new(b).unwrap();
+                // Packed again into a recycled buffer of old values (NaN pairs, the
+                // padding included), as after every optimizer step: the same operand.
+                let (mem, len) = (MemTracker::default(), fresh.bytes() / 4);
+                mem.recycle(vec![u32::MAX; len]);
+                let packed = PackedB::new_in(b, &mem).unwrap();
+                if len >= RECYCLE_MIN {
+                    assert!(mem.take_recycled::<u32>(len).is_none(), "bin not used");
+                }
+                assert!(
+                    packed.data == fresh.data,
+                    "{k}x{n}: recycled packing differs"
+                );
                 for (acc, threads) in [(false, 1), (true, 1), (false, 2), (true, 2)] {
                     let par = if threads > 1 {
                         gemm::Parallelism::Rayon(threads)

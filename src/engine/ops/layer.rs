@@ -63,6 +63,9 @@ impl Drop for Derived {
     fn drop(&mut self) {
         if let Some(mem) = &self.mem {
             mem.free(MemCategory::Workspace, *self.charged.get_mut());
+            for p in [self.wt.take(), self.w.take()].into_iter().flatten() {
+                p.recycle(mem);
+            }
         }
     }
 }
@@ -111,7 +114,7 @@ impl KernelWeights {
         get_or_make(cell, || {
             let (r, c) = self.dims();
             let m = Mat::rm(self.w.f32()?, r, c);
-            let p = PackedB::new(if transposed { m.t() } else { m })?;
+            let p = PackedB::new_in(if transposed { m.t() } else { m }, self.w.tracker())?;
             self.w.tracker().alloc(MemCategory::Workspace, p.bytes());
             self.d.charged.fetch_add(p.bytes(), Ordering::Relaxed);
             Ok(p)

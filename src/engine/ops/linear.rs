@@ -274,7 +274,7 @@ impl Linear {
         match half_dtype(ctx.amp) {
             Some(dt) if relu => Tensor::from_buf(
                 y.shape(),
-                narrow_relu(y.f32()?, dt)?,
+                narrow_relu(y.f32()?, dt, ctx.dev.mem())?,
                 MemCategory::Activations,
                 ctx.dev.mem(),
             ),

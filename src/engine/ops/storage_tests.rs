@@ -44,11 +44,11 @@ fn run(l: &mut dyn Layer, x: Tensor, dy: &dyn Fn(&[usize]) -> Tensor, ctx: &Ctx)
 }
 
 /// Every layer that writes its outputs into recycled buffers gives the same bits when
-/// the recycle bin holds NaN-filled buffers of every size it asks for as on a fresh
-/// device, in f32 and bf16: no element is left with a buffer's old contents.
+/// the recycle bin holds NaN-filled buffers (f32 and bf16) of every size it asks for as
+/// on a fresh device, in f32 and bf16: no element is left with a buffer's old contents.
 #[test]
 fn outputs_do_not_depend_on_what_recycled_buffers_held() {
-    let cases: [(&str, Make, [usize; 4]); 7] = [
+    let cases: [(&str, Make, [usize; 4]); 8] = [
         (
             "linear",
             |d| Box::new(Linear::new(256, 256, &mut Rng::new(1), d).unwrap()),
@@ -80,6 +80,11 @@ fn outputs_do_not_depend_on_what_recycled_buffers_held() {
             [4, 32, 32, 16],
         ),
         ("gelu", |_| Box::new(Gelu::default()), [64, 256, 0, 0]),
+        (
+            "global_avg_pool",
+            |_| Box::new(GlobalAvgPool::default()),
+            [4, 32, 32, 16],
+        ),
     ];
     for amp in [Amp::Off, Amp::Bf16] {
         for (name, make, dims) in cases {
@@ -99,6 +104,7 @@ fn outputs_do_not_depend_on_what_recycled_buffers_held() {
                     for len in [n, n / 4] {
                         for _ in 0..4 {
                             mem.recycle(vec![f32::NAN; len]);
+                            mem.recycle(vec![half::bf16::NAN; len]);
                         }
                     }
                 }
