@@ -30,11 +30,13 @@ fn a_loop_without_a_dataloader_gets_no_loader_advice_and_counts_its_samples() {
     let d = tempfile::tempdir().unwrap();
     // No DataLoader, no CUDA, no 4-D weights, a bare zero_grad(): of these knobs only
     // zero_grad=memset could change anything, and the script clears to None already.
+    // One pair for a settling or a confirmation: this test reads neither's figures.
     let spec = format!(
         "name = \"plain\"\n[workload.python]\nrun = \"{} {} --steps 30 --batch 32 --accum 2\"\n\
          [knobs]\nnum_workers = [0, 2]\npin_memory = [false, true]\nautotune = [false, true]\n\
          channels_last = [false, true]\nzero_grad = [\"memset\", \"none\"]\n\
-         [search]\nstrategy = \"one-at-a-time\"\nrepeats = 1\ntimeout_s = 120\n",
+         [search]\nstrategy = \"one-at-a-time\"\nrepeats = 1\nconfirm_repeats = 1\n\
+         timeout_s = 120\n",
         py.display(),
         support::script("plain_loop.py").display()
     );
