@@ -14,7 +14,7 @@ pub fn build_report(spec: &Spec, records: &[TrialRecord]) -> Report {
         confirmations,
     } = build::build(spec, records);
     // A change settled in pairs after the plan: its pairs stand for its trial (#31).
-    crate::results::settle::apply(&mut report, &confirmations);
+    super::settle::apply(&mut report, &confirmations);
     let (recs, cannot) = screen::screen(&report, advise(&report));
     // A compile mode stands only where it pays for its compile within the job.
     let (recs, compile) = super::breakeven::judge(&report, recs);

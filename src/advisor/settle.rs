@@ -3,12 +3,12 @@
 //! interval held 1 or whose gain did not clear the drift between the baseline's runs, is
 //! neither a win nor nothing: the machine moved while the sweep ran. Its alternating
 //! pairs with the baseline (`Sweep::confirm`, ids `results::build::settle_id`) cancel
-//! that drift, and their ratio then stands for the trial's (`results::settle`). The
+//! that drift, and their ratio then stands for the trial's (`apply`). The
 //! confirmation after judges it like any other change.
 
-use super::{confirm, drift, faster, screen, Ctx};
+use super::{confirm, drift, faster, fmt_ratio, screen, Ctx};
 use crate::knobs::Knobs;
-use crate::results::model::{Report, TrialReport};
+use crate::results::model::{Report, Settled, TrialReport};
 use crate::results::record::Status;
 
 /// The least gain worth settling: below it a change is not worth the runs of its pairs
@@ -73,6 +73,55 @@ fn withdrawn(r: &Report, t: &TrialReport) -> bool {
         drift::trial_of(r, rec).is_some_and(|x| x.id == t.id)
             && drift::withdrawn_in_plan(r, rec).is_some()
     })
+}
+
+/// Puts each settled trial's pairs in its place: `ratio_vs_baseline` becomes theirs, the
+/// sweep's own figure is kept in `settled`, and a note says what happened, in words.
+pub(crate) fn apply(report: &mut Report, c: &crate::results::build::Confirmations) {
+    let mut notes = Vec::new();
+    for t in report.trials.iter_mut() {
+        if t.status != Status::Ok || report.baseline.as_deref() == Some(t.id.as_str()) {
+            continue;
+        }
+        let Some((pairs, beside)) = c.settled(&t.knobs) else {
+            continue;
+        };
+        let sweep = t.ratio_vs_baseline;
+        let read = sweep.map_or("no ratio".into(), |r| fmt_ratio(&r));
+        let failed = [Some(&pairs.status), beside.map(|b| &b.status)]
+            .into_iter()
+            .flatten()
+            .any(|s| *s != Status::Ok);
+        match pairs.ratio_vs_baseline.filter(|_| !failed) {
+            Some(r) => {
+                notes.push(format!(
+                    "{}: read {read} against the baseline run nearest it in the sweep, where \
+                     the machine's drift could hide or make a gain; measured again side by side \
+                     in {} alternating pairs with the baseline: {}",
+                    t.label,
+                    pairs.repeats.len(),
+                    fmt_ratio(&r)
+                ));
+                t.settled = Some(Settled {
+                    sweep,
+                    pairs: pairs.repeats.len(),
+                    hardware: pairs.contamination.as_ref().map(|h| h.note.clone()),
+                });
+                t.ratio_vs_baseline = Some(r);
+            }
+            None => notes.push(format!(
+                "{}: read {read} in the sweep; its runs side by side with the baseline did not \
+                 complete ({}), so it stays unsettled",
+                t.label,
+                pairs
+                    .error
+                    .as_deref()
+                    .or(beside.and_then(|b| b.error.as_deref()))
+                    .unwrap_or("no ratio")
+            )),
+        }
+    }
+    report.notes.extend(notes);
 }
 
 #[cfg(test)]

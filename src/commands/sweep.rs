@@ -352,7 +352,8 @@ fn execute(
     let base = &spec.search.baseline;
     // Promising changes the drift left unsettled, measured again in pairs beside the
     // baseline; their pairs then stand for their trials (#31).
-    let unsettled = advisor::settle::candidates(&advisor::build_report(spec, sweep.records()));
+    let mut before = advisor::build_report(spec, sweep.records());
+    let unsettled = advisor::settle::candidates(&before);
     for knobs in &unsettled {
         let change = Trial {
             id: settle_id(knobs, base),
@@ -366,9 +367,11 @@ fn execute(
         };
         sweep.confirm(&change, &beside, steps)?;
     }
+    if !unsettled.is_empty() {
+        before = advisor::build_report(spec, sweep.records());
+    }
     // The recommended combination, measured once more so the report can say whether
     // the predicted gain holds up.
-    let before = advisor::build_report(spec, sweep.records());
     if let Some((knobs, _, _)) = confirm::combination(&before) {
         let combo = Trial {
             id: format!("{CONFIRM_PREFIX}{}", plan::trial_id(&knobs, base)),

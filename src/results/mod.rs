@@ -12,7 +12,6 @@ pub mod model;
 pub mod nodes;
 pub mod record;
 pub(crate) mod schema;
-pub(crate) mod settle;
 pub(crate) mod upgrade;
 
 pub use finding::Finding;
