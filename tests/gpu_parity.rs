@@ -421,6 +421,35 @@ fn gpu_training_reaches_the_cpu_accuracy() {
     }
 }
 
+/// Pinned uploads of a batch smaller than one before it: the held-out evaluation runs in
+/// batches of 256 and ends with a remainder (600 samples: 256 + 256 + 88, the last in a
+/// staging slot sized for 256), after the training batches. The first H200 session's sweep crashed here (`pin_memory=true`: cudarc's
+/// `dst.len() >= src.len()` assertion, the staging slot longer than the batch). The
+/// evaluation must also match the pageable path's.
+#[test]
+fn pinned_uploads_take_a_smaller_batch_after_a_larger_one() {
+    if gpu_or_skip("pinned_uploads_take_a_smaller_batch_after_a_larger_one").is_none() {
+        return;
+    }
+    let acc = |pin_memory| {
+        let w = Workload {
+            eval: true,
+            ..workload(ModelKind::Mlp, "shapes:3000", 3, DeviceChoice::Cuda)
+        };
+        let k = Knobs {
+            batch_size: 8,
+            pin_memory,
+            ..Knobs::default()
+        };
+        run(&w, &k, &mut NoObserver).unwrap().accuracy.unwrap()
+    };
+    let (pinned, pageable) = (acc(true), acc(false));
+    assert_eq!(
+        pinned, pageable,
+        "held-out accuracy with pinned uploads {pinned} vs pageable {pageable}"
+    );
+}
+
 /// Row-major reference for `Shape`: op(A) `[m,k]` (A stored `[k,m]` when `ta`), op(B)
 /// `[k,n]` (B stored `[n,k]` when `tb`).
 fn gemm_reference(s: &Shape, a: &[f32], b: &[f32], c: &[f32]) -> Vec<f32> {

@@ -218,7 +218,12 @@ impl Uploader {
         };
         let slot = self.next % 2;
         self.next += 1;
-        if ring.len() <= slot || ring[slot].len() < x.len() {
+        // Exactly the batch's length: the copy moves the whole staging buffer (cudarc's
+        // pinned slice has no sub-slice), so a slot left longer by a larger batch would
+        // overrun a smaller one's device buffer: the evaluation's remainder batch after
+        // batches of 256 crashed the first H200 session's pin_memory trial. A slot is
+        // re-made only when the length changes: each step of a run, then the evaluation.
+        if ring.len() <= slot || ring[slot].len() != x.len() {
             // SAFETY: page-locked host memory of this context, written below before
             // any copy reads it.
             let p = unsafe { gpu.ctx.alloc_pinned::<f32>(x.len()) }
@@ -693,6 +698,8 @@ pub(super) fn conv_path(gpu: &Gpu) -> Vec<AlgoChoice> {
             algo,
             source: ChoiceSource::Heuristic,
             timings_ms: std::collections::BTreeMap::new(),
+            late: false,
+            eval: false,
         },
     );
     rest
