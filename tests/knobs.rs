@@ -301,3 +301,50 @@ fn autotune_measures_records_and_caches_its_choices_on_every_device() {
         assert!(cache.path().join("autotune.json").exists(), "{device:?}");
     });
 }
+
+/// Each algorithm decision says when it was first needed, on every device: the engine's
+/// training batches are fixed (drop_last), so every training key comes from the first two
+/// steps (the second adds its weight gradients into the first's: GEMMs of their own), and
+/// the GPU's held-out evaluation (batches of 256, then the remainder) marks its
+/// own as `eval`. An H200 sweep warned "input shapes vary" on the evaluation's shapes
+/// alone before these marks existed (the advisor now counts `late` only).
+#[test]
+fn autotune_decisions_say_when_they_were_first_needed_on_every_device() {
+    let test = "autotune_decisions_say_when_they_were_first_needed_on_every_device";
+    on_each_device(test, |device| {
+        let cache = tempfile::tempdir().unwrap();
+        let w = Workload {
+            steps: 10,
+            warmup: 1,
+            threads: 1,
+            eval: true,
+            device,
+            cache_dir: cache.path().to_path_buf(),
+            // 500 training samples: the epoch's short last batch (52) is dropped; 500
+            // held-out samples: evaluation batches of 256 and 244.
+            ..Workload::new(ModelKind::Mlp, "shapes:500")
+        };
+        let k = Knobs {
+            autotune: true,
+            batch_size: 64,
+            ..Knobs::default()
+        };
+        let all = run(&w, &k, &mut NoObserver).unwrap().algorithms;
+        assert!(
+            all.iter().all(|c| !c.late),
+            "{device:?}: fixed shapes, yet a key was first needed after the first two steps: {all:?}"
+        );
+        assert!(
+            all.iter().filter(|c| c.eval).all(|c| !c.key.contains("64")),
+            "{device:?}: a training shape marked as the evaluation's: {all:?}"
+        );
+        // The CPU's evaluation runs its forward pass without autotuned choices; the GPU
+        // decides its GEMMs (and convolutions) for the evaluation's batch shapes.
+        if device == DeviceChoice::Cuda {
+            assert!(
+                all.iter().any(|c| c.eval && c.key.contains("256")),
+                "{device:?}: the evaluation's batch of 256 is not marked: {all:?}"
+            );
+        }
+    });
+}

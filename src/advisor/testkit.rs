@@ -212,16 +212,19 @@ impl Trial {
         self
     }
 
-    /// Each repeat reports `n` distinct algorithm decisions.
-    pub fn algorithms(mut self, n: usize) -> Trial {
+    /// Each repeat reports `first` algorithm decisions of the first step, `later` ones
+    /// first needed after it while training, then `eval` ones of the evaluation.
+    pub fn algorithms(mut self, first: usize, later: usize, eval: usize) -> Trial {
         for r in &mut self.rec.repeats {
-            r.algorithms = (0..n)
+            r.algorithms = (0..first + later + eval)
                 .map(|i| crate::engine::autotune::AlgoChoice {
                     op: "conv2d".into(),
                     key: format!("shape {i}"),
                     algo: "im2col".into(),
                     source: crate::engine::autotune::ChoiceSource::Measured,
                     timings_ms: Default::default(),
+                    late: (first..first + later).contains(&i),
+                    eval: i >= first + later,
                 })
                 .collect();
         }

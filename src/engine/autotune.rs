@@ -58,6 +58,16 @@ pub struct AlgoChoice {
     /// Milliseconds per candidate, when measured.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub timings_ms: BTreeMap<String, f64>,
+    /// First needed after the training's first two steps: a shape they did not have, so
+    /// the input shapes changed while training (with autotune on, timed again). Two: the
+    /// first step writes its weight gradients, the second adds into them (a GEMM of its
+    /// own, `+=`): every form a fixed-shape loop uses is in by then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub late: bool,
+    /// First needed by the held-out evaluation (its batch of 256 and remainder), after
+    /// training: shapes the training loop never saw, each needed once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub eval: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -159,6 +169,8 @@ impl Algos {
                     algo: first.into(),
                     source: ChoiceSource::Heuristic,
                     timings_ms: BTreeMap::new(),
+                    late: false,
+                    eval: false,
                 });
                 Some(first.to_string())
             } else if let Some(a) = st
@@ -174,6 +186,8 @@ impl Algos {
                     algo: a.clone(),
                     source: ChoiceSource::Cache,
                     timings_ms: BTreeMap::new(),
+                    late: false,
+                    eval: false,
                 });
                 Some(a)
             } else {
@@ -195,6 +209,8 @@ impl Algos {
             algo: winner.into(),
             source: ChoiceSource::Measured,
             timings_ms: timings,
+            late: false,
+            eval: false,
         });
     }
 

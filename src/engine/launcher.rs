@@ -23,7 +23,7 @@ use crate::engine::device::{Device, MemSnapshot};
 use crate::engine::nn::model::{LayerOps, Model};
 use crate::engine::parallel::summary::single_device_summary;
 use crate::engine::step::{self, Exec, Local, Strategy, Trained};
-use crate::engine::vocab::{Feed, Measured, Observer, RunSummary, Source, Workload};
+use crate::engine::vocab::{Feed, Measured, Observer, RunSummary, Source, StepEvent, Workload};
 use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 
@@ -72,6 +72,9 @@ pub(crate) struct Prepared<R: Rig> {
     pub scaler: Option<GradScaler>,
     pub algos: Option<Arc<Algos>>,
     pub params: usize,
+    /// How many algorithm decisions the first two training steps needed: later ones
+    /// while training were for shapes they did not have (see `AlgoChoice::late`).
+    pub early_keys: Option<usize>,
 }
 
 impl<R: Rig> Prepared<R> {
@@ -109,6 +112,7 @@ fn prepare<R: Rig>(
         scaler,
         algos,
         params,
+        early_keys: None,
     })
 }
 
@@ -168,7 +172,14 @@ impl<R: Rig> Looper<'_, R> {
         strategy: &mut S,
     ) -> Result<Trained> {
         self.rig.before_loop();
-        step::train_with(
+        let algos = p.algos.clone();
+        let mut obs = EarlySteps {
+            inner: self.obs,
+            algos: algos.as_deref(),
+            steps: 0,
+            keys: None,
+        };
+        let trained = step::train_with(
             &mut p.exec,
             strategy,
             &mut p.model,
@@ -176,9 +187,37 @@ impl<R: Rig> Looper<'_, R> {
             self.w,
             self.k,
             &mut p.scaler,
-            self.obs,
+            &mut obs,
             self.started,
-        )
+        );
+        p.early_keys = obs.keys;
+        trained
+    }
+}
+
+/// Passes everything on, and counts the algorithm decisions made by the end of the second
+/// step. A strategy that reports its steps elsewhere (a DDP rank to its launcher) leaves
+/// the count unset: then no decision is marked late.
+struct EarlySteps<'a> {
+    inner: &'a mut dyn Observer,
+    algos: Option<&'a Algos>,
+    steps: usize,
+    keys: Option<usize>,
+}
+
+impl Observer for EarlySteps<'_> {
+    fn on_note(&mut self, note: &str) {
+        self.inner.on_note(note);
+    }
+    fn on_step(&mut self, ev: &StepEvent) {
+        self.steps += 1;
+        if self.steps == 2 {
+            self.keys = self.algos.map(|a| a.choices().len());
+        }
+        self.inner.on_step(ev);
+    }
+    fn on_devices(&mut self, devices: &[Arc<Device>]) {
+        self.inner.on_devices(devices);
     }
 }
 
@@ -275,6 +314,8 @@ fn finish<R: Rig>(
     classes: usize,
     feed: &Feed,
 ) -> Result<(Option<f64>, Vec<AlgoChoice>)> {
+    // Decisions logged from here on were first needed by the evaluation's batches.
+    let trained = p.algos.as_ref().map(|a| a.choices().len());
     let accuracy = match (&feed.test, w.eval) {
         (Some(test), true) => Some(step::evaluate(
             &mut p.exec,
@@ -288,6 +329,11 @@ fn finish<R: Rig>(
     if let Some(a) = &p.algos {
         a.save()?;
         algorithms = a.choices();
+        let (first, trained) = (p.early_keys, trained.unwrap_or(0));
+        for (i, c) in algorithms.iter_mut().enumerate() {
+            c.eval = i >= trained;
+            c.late = !c.eval && first.is_some_and(|f| i >= f);
+        }
     }
     algorithms.extend(rig.path(w, classes));
     Ok((accuracy, algorithms))

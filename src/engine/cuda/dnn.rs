@@ -240,6 +240,8 @@ impl Dnn {
             algo: format!("im2col+cublasLt ({why})"),
             source: ChoiceSource::Heuristic,
             timings_ms: std::collections::BTreeMap::new(),
+            late: false,
+            eval: false,
         }));
         v
     }
