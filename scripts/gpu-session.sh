@@ -1,125 +1,172 @@
 #!/usr/bin/env bash
 # Everything the CUDA backend must show on a real GPU, in one device call (device time
-# is scarce). Build on the workstation first (the GPU machine has no registry access):
+# is scarce: 15 minutes a session, the machine's start included). Build on the
+# workstation first (the GPU machine has no registry access and may have no Rust):
 #
-#   T="gpu_parity gpu_amp gpu_autotune gpu_cudnn gpu_cudnn_standin gpu_optim gpu_ddp gpu_nccl_standin knobs cuda_kernels"
-#   cargo build --release && cargo test --release --no-run $(for t in $T; do printf -- '--test %s ' $t; done)
-#   mkdir -p gpu-bin && cp target/release/tune gpu-bin/ && for t in $T; do
-#     cp "$(ls -t target/release/deps/$t-* | grep -v '\.d$' | head -1)" gpu-bin/$t; done
-#   strip gpu-bin/*        # the carry limit is 64 MiB in all; split the tests over two
-#                          # calls (GPU_SESSION_PARTS=tests, then =runs) if it is exceeded
+#   bash scripts/gpu-build.sh      # gpu-bin/: tune and the GPU test binaries, stripped
 #
-# then run, with gpu-bin carried:  bash scripts/gpu-session.sh   (results under $OUT)
+# then run, with gpu-bin carried:  bash scripts/gpu-session.sh
 #
-# What it does, each step's exit status in $OUT/summary.txt:
-#  1. the device (NVML: name, driver, CUDA driver version) and `tune probe`;
-#  2. every GPU test under TUNE_REQUIRE_GPU=1 (a skip is a failure): kernels to PTX and
-#     CUBIN, layer/GEMM/loss-curve parity with the CPU backend, AMP bf16/fp16 loss
-#     tracking against the CPU's AMP and f32, TF32, the device-side loss scaler, the
-#     optimizers, autotune's cuBLASLt choices, conv2d through cuDNN against im2col (and
-#     its autotuned algorithms), the one-engine knob tests, DDP over NCCL
-#     on every GPU there is (world size 1 on a one-GPU machine) against the CPU's DDP;
-#  3. `tune train --device cuda` per model under fp32, bf16, fp16 and tf32 with held-out
-#     accuracy (AMP must reach fp32's accuracy), and once with autotune (its choices);
-#     the CNNs again with TUNE_CUDNN=0 (im2col + cuBLASLt) to time cuDNN against it;
-#  3b. `tune train --parallel ddp --devices <GPUs>` (NCCL through tune's re-exec with its
-#     private libnccl.so link), fp32 and bf16, with SyncBatchNorm, and `--parallel dp`
-#     (fp32, and bf16 with autotune), with the per-device summaries, and under torchrun
-#     one process per GPU where there are 2 or more;
-#  4. `tune sweep --device cuda` of experiments/seed-knobs.toml on the GPU (with
-#     tf32 added to amp): every knob;
-#  5. PyTorch eager, same models, batch and knobs, fp32, bf16 autocast and tf32;
-#  6. reports/gpu/<date>-<gpu>.md from all of it (scripts/gpu_report.py): the step-time
-#     ratio tune / PyTorch per model and precision, for docs/performance.md.
+# Every step has a time limit, and the whole session a budget (GPU_BUDGET_S, default
+# 480 s): a step that would start past it is recorded as not run. The results travel back
+# as one archive, $OUT/gpu.tgz (the device tool returns at most 8 files), rewritten after
+# every phase, so a call cut short still returns what had finished; $OUT/summary.txt and
+# $OUT/report.md beside it. GPU_SESSION_PARTS picks phases (default: all of them).
+#
+#  probe:    the device (NVML: name, driver, CUDA driver version), nvidia-smi, `tune probe`;
+#  tests:    every GPU test binary under TUNE_REQUIRE_GPU=1 (a skip is a failure), all at
+#            once (they check values, not time; each has its own kernel cache): kernels
+#            to PTX and CUBIN, layer/GEMM/loss-curve parity with the CPU backend, AMP,
+#            the optimizers, autotune, cuDNN against im2col, the knob tests, DDP over NCCL;
+#  runs:     `tune train --device cuda` per model under fp32, bf16, fp16 and tf32 with
+#            held-out accuracy, autotune's choices, the CNNs with TUNE_CUDNN=0 (im2col +
+#            cuBLASLt) against cuDNN, DDP (with SyncBatchNorm) and DP over every GPU;
+#  synth:    tune on a fixed batch on the GPU (--dataset synthetic) and PyTorch eager on
+#            random tensors there, same models, batch and precisions: the step-time ratio;
+#  energy:   `tune sweep` of a small spec on the GPU with NVML's energy per sample, beside
+#            nvidia-smi's power and NVML's energy counter sampled by a separate process
+#            (scripts/gpu_energy.py), for the comparison in the report;
+#  fidelity: scripts/fidelity.py --device cuda: each knob's effect on the engine against
+#            its effect on PyTorch, same model and batch;
+#  sweep:    `tune sweep experiments/seed-knobs.toml --device cuda` (every knob).
+# The report, reports/gpu/<date>-<gpu>.md, is written from the archive on the
+# workstation: python3 scripts/gpu_report.py --out-dir DIR.
 set -uo pipefail
-OUT="${OUT:-/tmp/gpu-out}"
-PARTS="${GPU_SESSION_PARTS:-tests,runs}"
-mkdir -p "$OUT"
+RESULT="${OUT:-/tmp/gpu-out}"
+W=/tmp/gpu-work
+PARTS="${GPU_SESSION_PARTS:-probe,tests,runs,synth,energy,fidelity,sweep}"
+TESTS="${GPU_TESTS:-cuda_kernels gpu_optim gpu_amp gpu_autotune gpu_cudnn gpu_cudnn_standin gpu_parity gpu_ddp knobs}"
+BUDGET="${GPU_BUDGET_S:-480}"
+START=$(date +%s)
+rm -rf "$W"
+mkdir -p "$RESULT" "$W"
+: > "$W/summary.txt"
+
+# The test binaries carry the absolute paths of the checkout they were built in
+# (CARGO_MANIFEST_DIR, CARGO_BIN_EXE_tune): that path is made to lead here.
+built_in=$(cat gpu-bin/manifest_dir 2>/dev/null || true)
+if [ -n "$built_in" ] && [ ! -e "$built_in" ]; then
+  mkdir -p "$(dirname "$built_in")" && ln -s "$PWD" "$built_in"
+fi
+mkdir -p target/release && cp gpu-bin/tune target/release/tune
+
 # The image ships CUDA libraries inside Python wheels: nvidia/*/lib folders.
 site=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null || true)
 if [ -n "$site" ]; then
   dirs=$(ls -d "$site"/nvidia/*/lib 2>/dev/null | tr '\n' ':')
   export TUNE_CUDA_LIB_DIRS="${dirs%:}"
 fi
-export TUNE_REQUIRE_GPU=1 TUNE_CACHE_DIR="$OUT/cache"
+export TUNE_REQUIRE_GPU=1 TUNE_CACHE_DIR="$W/cache"
 unset TUNE_CUDA_STANDIN   # never the CPU stand-in here
-step() { # name, command...: runs it, output to $OUT/<name>.txt, status to summary.txt
-  local name=$1; shift
-  "$@" > "$OUT/$name.txt" 2>&1
-  echo "$name rc=$?" >> "$OUT/summary.txt"
-}
-{
-  python3 scripts/gpu_report.py --device-json
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  ./gpu-bin/tune probe
-} > "$OUT/probe.txt" 2>&1
 
-if [[ ",$PARTS," == *",tests,"* ]]; then
-  step cuda_kernels ./gpu-bin/cuda_kernels --nocapture
-  for t in gpu_optim gpu_amp gpu_autotune gpu_cudnn gpu_cudnn_standin gpu_parity gpu_ddp knobs; do
-    step "$t" "./gpu-bin/$t" --test-threads=1 --nocapture
-  done
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+note() { echo "$*" >> "$W/summary.txt"; }
+# The kernel caches and the HTML and trace files stay behind: the archive must stay under
+# the tool's 16 MiB a file (the first session's, with them, did not come back).
+pack() {
+  cp "$W/summary.txt" "$RESULT/summary.txt"
+  tar czf "$RESULT/gpu.tgz.part" --exclude='./cache*' --exclude='*trace.json' --exclude='*.html' -C "$W" . &&
+    mv "$RESULT/gpu.tgz.part" "$RESULT/gpu.tgz"
+}
+want() { [[ ",$PARTS," == *",$1,"* ]]; }
+# run NAME LIMIT_S CMD...: output to $W/NAME.txt, status and seconds to summary.txt;
+# skipped (said so) when the budget cannot hold it.
+run() {
+  local name=$1 lim=$2; shift 2
+  if [ "$(left)" -lt 5 ]; then note "$name: not run (session budget spent)"; return; fi
+  [ "$lim" -gt "$(left)" ] && lim=$(left)
+  local t0; t0=$(date +%s)
+  timeout -k 5 "$lim" "$@" > "$W/$name.txt" 2>&1
+  note "$name rc=$? ${lim}s-limit $(( $(date +%s) - t0 ))s"
+}
+
+if want probe; then
+  run probe 60 bash -c 'python3 scripts/gpu_report.py --device-json; nvidia-smi;
+    nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm --format=csv;
+    echo "TUNE_CUDA_LIB_DIRS=$TUNE_CUDA_LIB_DIRS"; ./gpu-bin/tune probe'
+  pack
 fi
 
-if [[ ",$PARTS," == *",runs,"* ]]; then
+if want tests; then
+  for t in $TESTS; do
+    [ -x "gpu-bin/$t" ] || { note "$t: binary missing from gpu-bin"; continue; }
+    ( TUNE_CACHE_DIR="$W/cache-$t" run "$t" 180 "./gpu-bin/$t" --test-threads=2 --nocapture ) &
+  done
+  wait
+  pack
+fi
+
+ngpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+[ "$ngpu" -ge 1 ] || ngpu=1
+if want runs; then
   for m in mlp cnn-small resnet-mini; do
     for amp in off bf16 fp16 tf32; do
       # shapes:6000 has a held-out split: accuracy per precision, same steps and seed.
-      ./gpu-bin/tune train --device cuda --model "$m" --dataset shapes:6000 --batch-size 128 \
-        --steps 300 --warmup 20 --amp "$amp" --json > "$OUT/tune-$m-$amp.json" 2> "$OUT/tune-$m-$amp.err"
-      echo "tune $m amp=$amp rc=$?" >> "$OUT/summary.txt"
+      run "tune-$m-$amp" 60 bash -c "./gpu-bin/tune train --device cuda --model $m --dataset shapes:6000 \
+        --batch-size 128 --steps 300 --warmup 20 --amp $amp --json > $W/tune-$m-$amp.json"
     done
-    ./gpu-bin/tune train --device cuda --model "$m" --dataset synthetic --batch-size 128 \
-      --steps 60 --warmup 20 --autotune --json > "$OUT/tune-$m-autotune.json" 2> "$OUT/tune-$m-autotune.err"
-    echo "tune $m autotune rc=$?" >> "$OUT/summary.txt"
+    run "tune-$m-autotune" 60 bash -c "./gpu-bin/tune train --device cuda --model $m --dataset synthetic \
+      --batch-size 128 --steps 60 --warmup 20 --autotune --json > $W/tune-$m-autotune.json"
     [ "$m" = mlp ] && continue
     for amp in off bf16; do
       for path in cudnn im2col; do
-        TUNE_CUDNN=$([ $path = im2col ] && echo 0 || echo 1) ./gpu-bin/tune train --device cuda \
-          --model "$m" --dataset synthetic --batch-size 128 --steps 60 --warmup 20 --amp "$amp" --json \
-          > "$OUT/conv-$m-$amp-$path.json" 2> "$OUT/conv-$m-$amp-$path.err"
-        echo "conv $m amp=$amp $path rc=$?" >> "$OUT/summary.txt"
+        run "conv-$m-$amp-$path" 60 env TUNE_CUDNN="$([ $path = im2col ] && echo 0 || echo 1)" bash -c \
+          "./gpu-bin/tune train --device cuda --model $m --dataset synthetic --batch-size 128 --steps 60 \
+           --warmup 20 --amp $amp --json > $W/conv-$m-$amp-$path.json"
       done
     done
   done
-  ngpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
   for amp in off bf16; do
-    ./gpu-bin/tune train --device cuda --parallel ddp --devices "$ngpu" --model cnn-small \
-      --dataset synthetic --batch-size $((64 * ngpu)) --steps 60 --warmup 20 --amp "$amp" --json \
-      > "$OUT/tune-ddp-$amp.json" 2> "$OUT/tune-ddp-$amp.err"
-    echo "tune ddp x$ngpu amp=$amp rc=$?" >> "$OUT/summary.txt"
+    run "tune-ddp-$amp" 90 bash -c "./gpu-bin/tune train --device cuda --parallel ddp --devices $ngpu \
+      --model cnn-small --dataset synthetic --batch-size $((64 * ngpu)) --steps 60 --warmup 20 --amp $amp \
+      --json > $W/tune-ddp-$amp.json"
   done
   # SyncBatchNorm over NCCL (world size 1 on one GPU: NCCL refuses two ranks of one
   # communicator on one GPU, so nothing here can fake a second device).
-  ./gpu-bin/tune train --device cuda --parallel ddp --devices "$ngpu" --sync-bn --model resnet-mini \
-    --dataset synthetic --batch-size $((64 * ngpu)) --steps 60 --warmup 20 --amp bf16 --json \
-    > "$OUT/tune-ddp-syncbn.json" 2> "$OUT/tune-ddp-syncbn.err"
-  echo "tune ddp x$ngpu sync_bn bf16 rc=$?" >> "$OUT/summary.txt"
-  for extra in "" "--amp bf16 --autotune"; do
-    tag=$( [ -z "$extra" ] && echo dp || echo dp-bf16-autotune )
-    # shellcheck disable=SC2086 # $extra is a list of flags
-    ./gpu-bin/tune train --device cuda --parallel dp --devices "$ngpu" --model cnn-small \
-      --dataset synthetic --batch-size $((64 * ngpu)) --steps 60 --warmup 20 $extra --json \
-      > "$OUT/tune-$tag.json" 2> "$OUT/tune-$tag.err"
-    echo "tune $tag x$ngpu rc=$?" >> "$OUT/summary.txt"
+  run tune-ddp-syncbn 90 bash -c "./gpu-bin/tune train --device cuda --parallel ddp --devices $ngpu --sync-bn \
+    --model resnet-mini --dataset synthetic --batch-size $((64 * ngpu)) --steps 60 --warmup 20 --amp bf16 \
+    --json > $W/tune-ddp-syncbn.json"
+  run tune-dp 90 bash -c "./gpu-bin/tune train --device cuda --parallel dp --devices $ngpu --model cnn-small \
+    --dataset synthetic --batch-size $((64 * ngpu)) --steps 60 --warmup 20 --json > $W/tune-dp.json"
+  [ "$ngpu" -ge 2 ] || note "tune ddp torchrun: not run (one GPU; multi-process DDP needs 2)"
+  pack
+fi
+
+# tune and PyTorch eager side by side in one phase, on the same footing: a fixed batch
+# already on the GPU (tune's synthetic dataset, the bench's random tensors), no loader.
+if want synth; then
+  for m in mlp cnn-small resnet-mini; do
+    for amp in off bf16 tf32; do
+      run "synth-$m-$amp" 60 bash -c "./gpu-bin/tune train --device cuda --model $m --dataset synthetic \
+        --batch-size 128 --steps 100 --warmup 20 --amp $amp --no-eval --json > $W/synth-$m-$amp.json"
+    done
   done
-  # Multi-process DDP, one process per GPU under real torchrun: needs 2 GPUs (NCCL
-  # refuses two ranks on one GPU), so a one-GPU machine records that it did not run.
-  if [ "$ngpu" -ge 2 ]; then
-    python3 -m torch.distributed.run --nproc-per-node "$ngpu" --no-python ./gpu-bin/tune train \
-      --device cuda --parallel ddp --model cnn-small --dataset synthetic \
-      --batch-size $((64 * ngpu)) --steps 60 --warmup 20 --json \
-      > "$OUT/tune-ddp-torchrun.json" 2> "$OUT/tune-ddp-torchrun.err"
-    echo "tune ddp torchrun x$ngpu rc=$?" >> "$OUT/summary.txt"
-  else
-    echo "tune ddp torchrun: not run (one GPU; multi-process DDP needs 2)" >> "$OUT/summary.txt"
-  fi
+  run torch 120 bash -c "python3 scripts/torch_gpu_bench.py --amp off,bf16,tf32 > $W/torch.jsonl"
+  pack
+fi
+
+if want energy; then
+  run energy 150 python3 scripts/gpu_energy.py ./gpu-bin/tune "$W/energy"
+  pack
+fi
+
+if want fidelity; then
+  # A step here is a few milliseconds: 150 of them per measurement, so the median
+  # rests on more than launch jitter (30 steps left amp_bf16 at 0.71x in one round and
+  # 1.08x in the next on the first session's H200).
+  run fidelity 200 python3 scripts/fidelity.py ./gpu-bin/tune python3 --device cuda --rounds 3 \
+    --steps 150 --workloads cnn,mlp --knobs "${FIDELITY_KNOBS:-amp_bf16,tf32,zero_grad,checkpoint,batch_x2,autotune}" \
+    --json "$W/fidelity.jsonl"
+  pack
+fi
+
+if want sweep; then
   sed -e 's/^name = "seed-knobs"/name = "seed-knobs-cuda"/' \
       -e 's/^amp = \["off", "bf16", "fp16"\]/amp = ["off", "bf16", "fp16", "tf32"]/' \
-      experiments/seed-knobs.toml > "$OUT/seed-knobs-cuda.toml"
-  step sweep ./gpu-bin/tune sweep "$OUT/seed-knobs-cuda.toml" --device cuda --out "$OUT/sweep"
-  python3 scripts/torch_gpu_bench.py --amp off,bf16,tf32 > "$OUT/torch.jsonl" 2> "$OUT/torch.err"
-  echo "torch rc=$?" >> "$OUT/summary.txt"
-  step report python3 scripts/gpu_report.py --out-dir "$OUT" --write "$OUT/report.md"
+      experiments/seed-knobs.toml > "$W/seed-knobs-cuda.toml"
+  run sweep 300 ./gpu-bin/tune sweep "$W/seed-knobs-cuda.toml" --device cuda --out "$W/sweep"
+  pack
 fi
-cat "$OUT/summary.txt"
+note "session: $(( $(date +%s) - START ))s of a ${BUDGET}s budget"
+pack
+cat "$W/summary.txt"

@@ -94,8 +94,21 @@ def torch_runs(out_dir):
     return runs
 
 
+def device_facts(out_dir):
+    """The GPU's facts as the session read them there (probe.txt's first line, from
+    --device-json on the GPU machine); NVML here only when the session left none."""
+    try:
+        with open(os.path.join(out_dir, "probe.txt")) as f:
+            first = json.loads(f.readline())
+            if isinstance(first, dict) and "error" not in first:
+                return first
+    except (OSError, ValueError):
+        pass
+    return nvml_facts()
+
+
 def report(out_dir):
-    dev = nvml_facts()
+    dev = device_facts(out_dir)
     tune, torch = tune_runs(out_dir), torch_runs(out_dir)
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -109,8 +122,29 @@ def report(out_dir):
         "",
     ]
     lines += [f"- {line}" for line in rc_lines(out_dir)]
-    lines += ["", "## tune vs PyTorch eager (median step time, batch 128)", "",
-              "| model | precision | tune ms | PyTorch ms | ratio (target <= 0.9) | tune accuracy |",
+    synth = {}
+    for path in sorted(glob.glob(os.path.join(out_dir, "synth-*.json"))):
+        m = re.match(r"synth-(.+)-(off|bf16|fp16|tf32)\.json$", os.path.basename(path))
+        s = load(path)
+        if s and m:
+            if s.get("backend") != "cuda":
+                sys.exit(f"{path}: backend {s.get('backend')!r} is not a GPU's; no report")
+            synth[(m.group(1), m.group(2))] = s
+    lines += ["", "## tune vs PyTorch eager, same footing (median step time, batch 128)", "",
+              "Both on a fixed batch already on the GPU: tune `--dataset synthetic`, the bench's "
+              "random tensors; measured in the same phase of one session.", "",
+              "| model | precision | tune ms | PyTorch ms | tune / PyTorch (target <= 0.9) |",
+              "|---|---|---|---|---|"]
+    if not synth:
+        lines.append("| - | - | not measured in this session | | |")
+    for (model, amp), s in sorted(synth.items()):
+        t = torch.get((model, amp))
+        ratio = f"{s['step_ms_median'] / t['step_ms_median']:.2f}" if t else "no PyTorch run"
+        torch_ms = f"{t['step_ms_median']:.2f}" if t else "-"
+        lines.append(f"| {model} | {amp} | {s['step_ms_median']:.2f} | {torch_ms} | {ratio} |")
+    lines += ["", "## tune with its data loader (shapes:6000, 300 steps) beside PyTorch eager on a fixed batch", "",
+              "Not the same footing: tune's step here includes its loader's host-to-device copies.", "",
+              "| model | precision | tune ms | PyTorch ms (fixed batch) | ratio | tune accuracy |",
               "|---|---|---|---|---|---|"]
     for (model, amp), s in sorted(tune.items()):
         if amp == "autotune":
@@ -147,6 +181,26 @@ def report(out_dir):
         lines.append(
             f"| {m.group(1)} | {m.group(2)} | {s['step_ms_median']:.2f} | {other['step_ms_median']:.2f} "
             f"| {s['step_ms_median'] / other['step_ms_median']:.2f} | {ran} |")
+    lines += ["", "## Energy: tune's NVML figures beside nvidia-smi's (scripts/gpu_energy.py)", ""]
+    energy = load(os.path.join(out_dir, "energy", "energy.json")) or []
+    if not energy:
+        lines.append("- not measured in this session")
+    else:
+        lines += ["| config | tune W (NVML counter, steady windows) | nvidia-smi W (busy samples) "
+                  "| NVML counter W (busy span, outside tune) | tune / nvidia-smi | J/sample (tune) |",
+                  "|---|---|---|---|---|---|"]
+        fmt = lambda v, p=1: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+        for r in energy:
+            lines.append(f"| {r['config']} | {fmt(r.get('tune_mean_w'))} | {fmt(r.get('smi_busy_mean_w'))} "
+                         f"| {fmt(r.get('nvml_counter_mean_w'))} | {fmt(r.get('tune_over_smi'), 3)} "
+                         f"| {fmt(r.get('tune_j_per_sample'), 5)} |")
+    lines += ["", "## Fidelity: each knob's effect on tune against PyTorch's (scripts/fidelity.py --device cuda)", ""]
+    try:
+        with open(os.path.join(out_dir, "fidelity.txt")) as f:
+            table = [line.rstrip() for line in f if line.startswith("|")]
+    except OSError:
+        table = []
+    lines += table or ["- not measured in this session"]
     lines += ["", "## Autotune's choices", ""]
     for (model, amp), s in sorted(tune.items()):
         if amp != "autotune":
