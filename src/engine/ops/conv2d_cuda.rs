@@ -180,7 +180,7 @@ impl GConv {
         }
         let dy = operand(gpu, &dy, p)?;
         {
-            let (gw, acc) = self.w.slot(gpu)?;
+            let (gw, acc) = self.w.write_slot(gpu)?;
             let filter = Dir::BackwardFilter;
             match p.half {
                 None => {
@@ -300,7 +300,7 @@ impl GpuLayer for GConv {
             Some(Self::columns(&x, &g, gpu, p)?)
         };
         {
-            let (gw, acc) = self.w.slot(gpu)?;
+            let (gw, acc) = self.w.write_slot(gpu)?;
             let s = Shape {
                 m: self.c_out,
                 n: kkc,

@@ -28,6 +28,21 @@ impl GParam {
         };
         Ok((g, acc))
     }
+
+    /// As [`GParam::slot`], for a caller that writes every element when told not to
+    /// accumulate (the weight-gradient GEMMs and cuDNN's filter pass with beta = 0): a
+    /// new buffer is not zeroed first. Under `zero_grad = none` every step's gradients
+    /// are new, and PyTorch's set-to-none likewise writes the first gradient without a
+    /// memset. The CUDA stand-in fills new memory with NaN, so a caller that read it would
+    /// show in gpu_parity's set-to-none loss curves.
+    pub(crate) fn write_slot(&mut self, gpu: &Gpu) -> Result<(&mut DBuf, bool)> {
+        let acc = self.g.is_some();
+        let g = match &mut self.g {
+            Some(g) => g,
+            slot @ None => slot.insert(gpu.alloc(self.w.len(), MemCategory::Grads)?),
+        };
+        Ok((g, acc))
+    }
 }
 
 /// Per-pass flags, as the CPU backend's `Ctx`. `half` is AMP's storage type (bf16 or

@@ -104,7 +104,7 @@ impl GLinear {
         };
         let dy = operand(gpu, &dy, p)?;
         {
-            let (gw, acc) = self.w.slot(gpu)?;
+            let (gw, acc) = self.w.write_slot(gpu)?;
             let s = Shape {
                 m: self.d_out,
                 n: self.d_in,
