@@ -138,7 +138,7 @@ pub struct Events {
     pub window_full: Option<WindowFull>,
     /// The step before the first reported one, from the first training forward (its
     /// start is before the clock opens): a compiled model's compile is in it.
-    pub first_step: Option<EarlySteps>,
+    pub first_step: Option<FirstStep>,
     /// Modules tune compiled (`compile` knob), with their mode: "ResNet (default)".
     pub compiled: Vec<String>,
     /// torch.compile failed in the job: the mode and PyTorch's message.
@@ -158,7 +158,7 @@ pub struct CompileOver {
 
 /// The first training step, seconds, with the compiling in it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-pub struct EarlySteps {
+pub struct FirstStep {
     pub dur: f64,
     #[serde(default)]
     pub compile: f64,
@@ -181,7 +181,7 @@ enum Line {
         torch: String,
     },
     Step(Step),
-    EarlySteps(Step),
+    FirstStep(Step),
     Override {
         knob: String,
         script: serde_json::Value,
@@ -229,13 +229,13 @@ impl Events {
                     self.steps.push(s);
                 }
             }
-            Ok(Line::EarlySteps(mut s)) if s.plausible() && s.dur > 0.0 => {
+            Ok(Line::FirstStep(mut s)) if s.plausible() && s.dur > 0.0 => {
                 s.step = 0;
                 // From the first training forward (a compile's cost is judged by it);
                 // a line without it (an older hook) started there.
                 let fwd = s.fwd_dur.unwrap_or(s.dur);
                 if s.rank.unwrap_or(0) == 0 && (0.0..=MAX_STEP_S).contains(&fwd) {
-                    self.first_step = Some(EarlySteps {
+                    self.first_step = Some(FirstStep {
                         dur: fwd,
                         compile: s.compile,
                         compiles: s.compiles,
