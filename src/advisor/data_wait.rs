@@ -3,7 +3,7 @@
 
 use super::{fmt_pct, measured_change, unmeasured_change, Ctx, Say};
 use crate::knobs::torch_line;
-use crate::results::model::{Recommendation, TrialReport};
+use crate::results::model::{Recommendation, Report, TrialReport};
 use crate::results::record::Status;
 
 /// Data wait above this share of a step is worth fixing (DESIGN.md's anchor).
@@ -133,6 +133,27 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
         tune_flag: super::flag("num_workers", &n.to_string()),
         pytorch: torch_line("num_workers", &n.to_string(), cx.backend()),
     })]
+}
+
+/// MiB of resident peak that `rec` (this rule's) saves against the baseline, when that
+/// alone would earn a recommendation (the thresholds of [`cheaper`]): a change claimed
+/// faster whose confirmation measures it as fast, not faster, stays for its memory.
+pub fn memory_kept(r: &Report, rec: &Recommendation) -> Option<f64> {
+    if rec.rule != "data_wait" {
+        return None;
+    }
+    let t = super::drift::trial_of(r, rec)?;
+    let base = r
+        .trials
+        .iter()
+        .find(|b| Some(&b.id) == r.baseline.as_ref())?;
+    if t.knobs.num_workers >= base.knobs.num_workers {
+        return None;
+    }
+    let base_mem = base.rss_peak_bytes? as f64;
+    let saved = base_mem - t.rss_peak_bytes? as f64;
+    (saved >= MIN_SAVED_SHARE * base_mem && super::mib(saved as u64) >= MIN_SAVED_MIB)
+        .then(|| super::mib(saved as u64))
 }
 
 /// Fewer workers for memory: a trial with fewer loader workers than the baseline, not

@@ -299,8 +299,31 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                 || in_confirmation.is_some_and(|c| c.rules.len() <= 1 && held(&c.verdict)),
                 |a| held(&a.verdict),
             );
+            let alone_run = alone.filter(|a| a.verdict != "not_run");
+            let single = c.is_some_and(|c| c.rules.len() <= 1);
+            // A speed-up that its own confirmation measured as a tie (not faster, not
+            // significantly slower), and whose memory saving alone earns a recommendation:
+            // kept, for its memory. `explicit_workers` (#31's table) lost num_workers=0's
+            // 1607 MiB this way: it read 1.23x in the sweep and 1.04x [0.93, 1.15] alone.
+            let tie =
+                |v: &str, m: Option<Ratio>| v == "not_confirmed" && m.is_some_and(|m| m.hi >= 1.0);
+            let own_tie = alone_run.map_or_else(
+                || {
+                    single
+                        && in_confirmation.is_some_and(|c| {
+                            tie(
+                                &c.verdict,
+                                c.trial.as_ref().and_then(|t| t.ratio_vs_baseline),
+                            )
+                        })
+                },
+                |a| tie(&a.verdict, a.measured),
+            );
+            let kept_mib = (own_tie && super::confirm::claims_gain(rec))
+                .then(|| super::data_wait::memory_kept(r, rec))
+                .flatten();
             if let (false, Some(why), Some(g)) = (
-                confirmed_beside,
+                confirmed_beside || kept_mib.is_some(),
                 super::drift::withdrawn(r, rec),
                 rec.expected_gain,
             ) {
@@ -322,20 +345,20 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
             // Each confirmation's outcome for this change, the worse one decides: one run
             // alone beside the baseline that missed withdraws it; a combination that did
             // not hold up leaves it unconfirmed; one below its prediction, low.
-            let alone_run = alone.filter(|a| a.verdict != "not_run");
             let of_alone = alone_run.map_or(Outcome::Fine, |a| match a.verdict.as_str() {
+                _ if kept_mib.is_some() => Outcome::Fine,
                 "not_confirmed" => Outcome::Missed,
                 "worse" if !clear(a.measured) => Outcome::Missed,
                 "worse" => Outcome::Worse,
                 "failed" => Outcome::Failed,
                 _ => Outcome::Fine,
             });
-            let single = c.is_some_and(|c| c.rules.len() <= 1);
             // A tie kept for its memory that held up alone: a combination that showed no
             // gain does not touch it, since it never claimed one (the changes beside it
             // did).
-            let tie_held = alone_run.is_some_and(|a| held(&a.verdict))
+            let tie_held = (alone_run.is_some_and(|a| held(&a.verdict))
                 && !super::confirm::claims_gain(rec)
+                || kept_mib.is_some())
                 && in_confirmation.is_some_and(|c| c.verdict == "not_confirmed");
             let of_combo = in_confirmation.map_or(Outcome::Fine, |c| {
                 let m = c.trial.as_ref().and_then(|t| t.ratio_vs_baseline);
@@ -358,6 +381,11 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
             };
             let verdict = in_confirmation.map_or("", |c| c.verdict.as_str());
             let gain = match rec.expected_gain {
+                Some(g) if kept_mib.is_some() => format!(
+                    "as fast, not faster: predicted {}, {:.0} MiB less memory",
+                    fmt_ratio(&g),
+                    kept_mib.unwrap_or(0.0)
+                ),
                 Some(g) if failed || missed => format!("predicted {}", fmt_ratio(&g)),
                 Some(g) => match super::drift::counted(r, rec).filter(|x| *x != g) {
                     // The nearest run's figure includes any drift: both are shown.
@@ -384,6 +412,10 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                     _ if worse => {
                         "downgraded to low: the confirmation measured less than predicted"
                     }
+                    _ if kept_mib.is_some() => {
+                        "kept for its memory: its confirmation measured it as fast as the \
+                         baseline, not faster"
+                    }
                     _ if tie_held => "confirmed as fast alone (it claims no speed-up)",
                     "not_confirmed" => "not confirmed",
                     "failed" => "confirmation failed",
@@ -395,7 +427,9 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                 format!("{what}: {summary}")
             });
             RecVerdict {
-                confidence: if missed {
+                confidence: if kept_mib.is_some() {
+                    "medium".into()
+                } else if missed {
                     super::drift::WITHDRAWN.into()
                 } else if failed {
                     UNCONFIRMED.into()
@@ -566,6 +600,53 @@ mod tests {
             v.confirmation
                 .as_deref()
                 .is_some_and(|x| x.starts_with("downgraded to low")),
+            "{v:?}"
+        );
+    }
+
+    /// Fewer loader workers read faster in the sweep (1.25x) and save 1818 MiB; side by
+    /// side, the confirmation measures them as fast as the baseline, not faster. The
+    /// speed-up is not confirmed, the memory saving still earns the recommendation
+    /// (`explicit_workers` in #31's table lost its 1607 MiB to a withdrawal this way).
+    /// Without the saving the same confirmation withdraws it, as before.
+    #[test]
+    fn a_claimed_speed_up_measured_as_a_tie_stays_for_its_memory() {
+        let s = spec("num_workers = [4, 2]", "");
+        let run = |base_mib: u64| {
+            let base = trial(&s, &[], 0.010).rss_mib(base_mib);
+            let t = trial(&s, &[("num_workers", "2")], 0.008).rss_mib(1043);
+            let c = trial(&s, &[("num_workers", "2")], 0.010);
+            let c_id = format!("{CONFIRM_PREFIX}{}", c.rec.id);
+            let b = trial(&s, &[], 0.010).with_id(format!("{CONFIRM_PREFIX}baseline"));
+            let r = report(&s, vec![base, t, c.with_id(c_id), b]);
+            let i = r
+                .recommendations
+                .iter()
+                .position(|x| x.change.get("num_workers") == Some("2"))
+                .unwrap_or_else(|| panic!("{:#?}", r.recommendations));
+            let c = r.confirmation.clone().unwrap();
+            (story(&r).recs[i].clone(), c)
+        };
+        let (v, c) = run(2861);
+        // The set-up: no significant gain side by side, not significantly slower.
+        assert_eq!(c.verdict, "not_confirmed", "{}", c.summary);
+        let m = c.trial.as_ref().and_then(|t| t.ratio_vs_baseline).unwrap();
+        assert!(m.hi >= 1.0, "{m:?}");
+        assert_eq!(v.confidence, "medium", "{v:?}");
+        assert!(
+            v.confirmation
+                .as_deref()
+                .is_some_and(|x| x.starts_with("kept for its memory")),
+            "{v:?}"
+        );
+        assert!(v.gain.contains("1818 MiB less memory"), "{v:?}");
+        // A saving below the thresholds: the unconfirmed speed-up is all it had.
+        let (v, _) = run(1100);
+        assert_ne!(v.confidence, "medium", "{v:?}");
+        assert!(
+            !v.confirmation
+                .as_deref()
+                .is_some_and(|x| x.starts_with("kept for its memory")),
             "{v:?}"
         );
     }
