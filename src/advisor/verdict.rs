@@ -356,8 +356,8 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
             // A tie kept for its memory that held up alone: a combination that showed no
             // gain does not touch it, since it never claimed one (the changes beside it
             // did).
-            let tie_held = (alone_run.is_some_and(|a| held(&a.verdict))
-                && !super::confirm::claims_gain(rec)
+            let tie_held = ((alone_run.is_some_and(|a| held(&a.verdict))
+                && !super::confirm::claims_gain(rec))
                 || kept_mib.is_some())
                 && in_confirmation.is_some_and(|c| c.verdict == "not_confirmed");
             let of_combo = in_confirmation.map_or(Outcome::Fine, |c| {

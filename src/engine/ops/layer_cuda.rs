@@ -21,12 +21,7 @@ pub struct GParam {
 impl GParam {
     /// The gradient buffer (zeroed when new) and whether a GEMM must accumulate into it.
     pub(crate) fn slot(&mut self, gpu: &Gpu) -> Result<(&mut DBuf, bool)> {
-        let acc = self.g.is_some();
-        let g = match &mut self.g {
-            Some(g) => g,
-            slot @ None => slot.insert(gpu.zeros(self.w.len(), MemCategory::Grads)?),
-        };
-        Ok((g, acc))
+        self.slot_made(gpu, true)
     }
 
     /// As [`GParam::slot`], for a caller that writes every element when told not to
@@ -36,10 +31,19 @@ impl GParam {
     /// memset. The CUDA stand-in fills new memory with NaN, so a caller that read it would
     /// show in gpu_parity's set-to-none loss curves.
     pub(crate) fn write_slot(&mut self, gpu: &Gpu) -> Result<(&mut DBuf, bool)> {
+        self.slot_made(gpu, false)
+    }
+
+    fn slot_made(&mut self, gpu: &Gpu, zeroed: bool) -> Result<(&mut DBuf, bool)> {
         let acc = self.g.is_some();
+        let n = self.w.len();
         let g = match &mut self.g {
             Some(g) => g,
-            slot @ None => slot.insert(gpu.alloc(self.w.len(), MemCategory::Grads)?),
+            slot @ None => slot.insert(if zeroed {
+                gpu.zeros(n, MemCategory::Grads)?
+            } else {
+                gpu.alloc(n, MemCategory::Grads)?
+            }),
         };
         Ok((g, acc))
     }
