@@ -121,7 +121,7 @@ def main():
         except (OSError, ValueError, KeyError, IndexError) as e:
             row["tune_error"] = repr(e)
         # nvidia-smi's samples carry wall-clock timestamps; their order is their time.
-        busy_w, busy_n = [], 0
+        busy_w = []
         for line in open(smi_path):
             f = [x.strip() for x in line.split(",")]
             try:

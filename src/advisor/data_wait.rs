@@ -143,17 +143,14 @@ pub fn memory_kept(r: &Report, rec: &Recommendation) -> Option<f64> {
         return None;
     }
     let t = super::drift::trial_of(r, rec)?;
-    let base = r
-        .trials
-        .iter()
-        .find(|b| Some(&b.id) == r.baseline.as_ref())?;
-    if t.knobs.num_workers >= base.knobs.num_workers {
-        return None;
-    }
-    let base_mem = base.rss_peak_bytes? as f64;
+    let base_mem = Ctx::new(r).base?.rss_peak_bytes? as f64;
     let saved = base_mem - t.rss_peak_bytes? as f64;
-    (saved >= MIN_SAVED_SHARE * base_mem && super::mib(saved as u64) >= MIN_SAVED_MIB)
-        .then(|| super::mib(saved as u64))
+    saves_enough(base_mem, saved).then(|| super::mib(saved as u64))
+}
+
+/// Whether `saved` bytes of a resident peak of `base_mem` are worth a recommendation.
+fn saves_enough(base_mem: f64, saved: f64) -> bool {
+    saved >= MIN_SAVED_SHARE * base_mem && super::mib(saved as u64) >= MIN_SAVED_MIB
 }
 
 /// Fewer workers for memory: a trial with fewer loader workers than the baseline, not
@@ -176,9 +173,7 @@ fn cheaper(cx: &Ctx, base: &TrialReport) -> Option<Recommendation> {
             // one run's steps called that significant.
             let noise = super::drift::margin(cx.report, Some(t)).value;
             let slower = r.significant && r.hi < 1.0 / (1.0 + noise);
-            let enough =
-                saved >= MIN_SAVED_SHARE * base_mem && super::mib(saved as u64) >= MIN_SAVED_MIB;
-            (!slower && enough).then_some((t, r, saved, noise))
+            (!slower && saves_enough(base_mem, saved)).then_some((t, r, saved, noise))
         })
         .max_by(|a, b| a.2.total_cmp(&b.2))?;
     let n = t.knobs.num_workers;

@@ -147,6 +147,18 @@ mod tests {
         (s, v)
     }
 
+    /// The drifting sweep with bf16 settled: its pairs at `step_s` a step beside a
+    /// baseline at 0.010.
+    fn settled_at(step_s: f64) -> Report {
+        let (s, v) = drifting(Vec::new());
+        let k = bf16(&report(&s, v)).knobs.clone();
+        let base = &s.search.baseline;
+        let pairs = trial(&s, &[("amp", "bf16")], step_s).with_id(settle_id(&k, base));
+        let beside = trial(&s, &[], 0.010).with_id(settle_beside(&k, base));
+        let (s, v) = drifting(vec![pairs, beside]);
+        report(&s, v)
+    }
+
     fn bf16(r: &Report) -> &TrialReport {
         r.trials
             .iter()
@@ -169,12 +181,7 @@ mod tests {
 
         // Its pairs beside the baseline measured it 1.5x: that stands for the trial, and
         // the recommendation says where its figure comes from.
-        let base = &s.search.baseline;
-        let k = bf16(&r).knobs.clone();
-        let pairs = trial(&s, &[("amp", "bf16")], 0.0066).with_id(settle_id(&k, base));
-        let beside = trial(&s, &[], 0.010).with_id(settle_beside(&k, base));
-        let (s, v) = drifting(vec![pairs, beside]);
-        let r = report(&s, v);
+        let r = settled_at(0.0066);
         let t = bf16(&r);
         let settled = t.settled.as_ref().expect("settled");
         assert_eq!(settled.pairs, 2);
@@ -204,13 +211,7 @@ mod tests {
     /// pairs) was withdrawn unconfirmed (#31's closing table).
     #[test]
     fn a_settled_gain_short_of_the_repeat_noise_still_goes_to_its_confirmation() {
-        let (s, v) = drifting(Vec::new());
-        let k = bf16(&report(&s, v)).knobs.clone();
-        let base = &s.search.baseline;
-        let pairs = trial(&s, &[("amp", "bf16")], 0.0091).with_id(settle_id(&k, base));
-        let beside = trial(&s, &[], 0.010).with_id(settle_beside(&k, base));
-        let (s, v) = drifting(vec![pairs, beside]);
-        let r = report(&s, v);
+        let r = settled_at(0.0091);
         let m = bf16(&r).ratio_vs_baseline.unwrap();
         assert!(
             m.significant && m.lo < 1.0 + drift::repeat_margin(&r),
@@ -232,13 +233,7 @@ mod tests {
 
     #[test]
     fn pairs_that_measure_nothing_leave_it_unrecommended() {
-        let (s, v) = drifting(Vec::new());
-        let k = bf16(&report(&s, v)).knobs.clone();
-        let base = &s.search.baseline;
-        let pairs = trial(&s, &[("amp", "bf16")], 0.0099).with_id(settle_id(&k, base));
-        let beside = trial(&s, &[], 0.010).with_id(settle_beside(&k, base));
-        let (s, v) = drifting(vec![pairs, beside]);
-        let r = report(&s, v);
+        let r = settled_at(0.0099);
         let recs = by_rule(&r, "amp");
         assert!(
             recs.iter()

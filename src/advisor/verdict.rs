@@ -307,18 +307,15 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
             // 1607 MiB this way: it read 1.23x in the sweep and 1.04x [0.93, 1.15] alone.
             let tie =
                 |v: &str, m: Option<Ratio>| v == "not_confirmed" && m.is_some_and(|m| m.hi >= 1.0);
-            let own_tie = alone_run.map_or_else(
-                || {
-                    single
-                        && in_confirmation.is_some_and(|c| {
-                            tie(
-                                &c.verdict,
-                                c.trial.as_ref().and_then(|t| t.ratio_vs_baseline),
-                            )
-                        })
-                },
-                |a| tie(&a.verdict, a.measured),
-            );
+            // Its own confirmation: the run alone, or the combination when it is the one
+            // change in it.
+            let own = alone_run
+                .map(|a| (a.verdict.as_str(), a.measured))
+                .or_else(|| {
+                    let c = in_confirmation.filter(|_| single)?;
+                    Some((c.verdict.as_str(), c.trial.as_ref()?.ratio_vs_baseline))
+                });
+            let own_tie = own.is_some_and(|(v, m)| tie(v, m));
             let kept_mib = (own_tie && super::confirm::claims_gain(rec))
                 .then(|| super::data_wait::memory_kept(r, rec))
                 .flatten();

@@ -282,6 +282,11 @@ impl Algos {
         self.lock().log.clone()
     }
 
+    /// How many decisions were made so far (the length of [`Algos::choices`], uncopied).
+    pub fn decided(&self) -> usize {
+        self.lock().log.len()
+    }
+
     /// Writes the cache file (atomically) when new winners were measured.
     pub fn save(&self) -> Result<()> {
         let Some(path) = &self.cache_file else {

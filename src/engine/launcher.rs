@@ -212,7 +212,7 @@ impl Observer for EarlySteps<'_> {
     fn on_step(&mut self, ev: &StepEvent) {
         self.steps += 1;
         if self.steps == 2 {
-            self.keys = self.algos.map(|a| a.choices().len());
+            self.keys = self.algos.map(Algos::decided);
         }
         self.inner.on_step(ev);
     }
@@ -315,7 +315,7 @@ fn finish<R: Rig>(
     feed: &Feed,
 ) -> Result<(Option<f64>, Vec<AlgoChoice>)> {
     // Decisions logged from here on were first needed by the evaluation's batches.
-    let trained = p.algos.as_ref().map(|a| a.choices().len());
+    let trained = p.algos.as_ref().map(|a| a.decided());
     let accuracy = match (&feed.test, w.eval) {
         (Some(test), true) => Some(step::evaluate(
             &mut p.exec,

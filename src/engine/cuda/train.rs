@@ -222,7 +222,8 @@ impl Uploader {
         // pinned slice has no sub-slice), so a slot left longer by a larger batch would
         // overrun a smaller one's device buffer: the evaluation's remainder batch after
         // batches of 256 crashed the first H200 session's pin_memory trial. A slot is
-        // re-made only when the length changes: each step of a run, then the evaluation.
+        // re-made only when the length changes: at the run's first two steps, then for the
+        // evaluation's batches.
         if ring.len() <= slot || ring[slot].len() != x.len() {
             // SAFETY: page-locked host memory of this context, written below before
             // any copy reads it.
