@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{shown, Error, Result};
 use crate::limits::{self, Bound};
 
+mod checkpoint;
 mod doc;
 mod torch;
 pub use doc::{table_markdown, TABLE_END, TABLE_START};
@@ -73,6 +74,16 @@ pub enum Compile {
     ReduceOverhead,
     MaxAutotune,
     MaxAutotuneNoCudagraphs,
+}
+
+/// Which implementation of the update a PyTorch script's `torch.optim` optimizer runs:
+/// PyTorch's choice, the multi-tensor (`foreach=True`) or the fused kernel (`fused=True`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OptimImpl {
+    #[default]
+    Default,
+    Foreach,
+    Fused,
 }
 
 /// Pointwise fusion in tune's engine, its side of `torch.compile`: off is eager (a pass
@@ -152,58 +163,11 @@ keyword_enum!(
 );
 
 keyword_enum!(Fuse, "fuse", [(Off, "off"), (On, "on")]);
-
-impl Checkpoint {
-    pub const ALLOWED: &'static [&'static str] = &["off", "sqrt", "every:K (K >= 1)"];
-
-    /// Segment length for a model of `n` top-level layers; `None` when checkpointing is off.
-    pub fn segment_len(self, n: usize) -> Option<usize> {
-        match self {
-            Checkpoint::Off => None,
-            Checkpoint::Sqrt => Some(((n as f64).sqrt().ceil() as usize).max(1)),
-            Checkpoint::Every(k) => Some(k.max(1)),
-        }
-    }
-}
-
-impl fmt::Display for Checkpoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Checkpoint::Off => f.write_str("off"),
-            Checkpoint::Sqrt => f.write_str("sqrt"),
-            Checkpoint::Every(k) => write!(f, "every:{k}"),
-        }
-    }
-}
-
-impl KnobValue for Checkpoint {
-    fn parse_value(s: &str, _: &Values) -> std::result::Result<Self, String> {
-        let t = s.trim().to_ascii_lowercase();
-        let bad = || words_refusal(s.trim(), Self::ALLOWED);
-        match t.as_str() {
-            "off" => Ok(Checkpoint::Off),
-            "sqrt" => Ok(Checkpoint::Sqrt),
-            _ => match t.strip_prefix("every:") {
-                Some(k) => match k.parse::<usize>() {
-                    Ok(k) if k >= 1 => Ok(Checkpoint::Every(k)),
-                    _ => Err(bad()),
-                },
-                None => Err(bad()),
-            },
-        }
-    }
-    fn text(&self) -> String {
-        self.to_string()
-    }
-}
-
-impl FromStr for Checkpoint {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        Self::parse_value(s, &Values::Words(Self::ALLOWED))
-            .map_err(|e| Error::Invalid(format!("invalid checkpoint {e}")))
-    }
-}
+keyword_enum!(
+    OptimImpl,
+    "optim_impl",
+    [(Default, "default"), (Foreach, "foreach"), (Fused, "fused")]
+);
 
 impl KnobValue for usize {
     fn parse_value(s: &str, values: &Values) -> std::result::Result<Self, String> {
@@ -258,7 +222,7 @@ macro_rules! serde_via_str {
         }
     )+};
 }
-serde_via_str!(ZeroGrad, Checkpoint, Amp, Parallel, Compile, Fuse);
+serde_via_str!(ZeroGrad, Checkpoint, Amp, Parallel, Compile, Fuse, OptimImpl);
 
 /// What a knob accepts.
 #[derive(Clone, Copy, Debug)]
@@ -667,6 +631,18 @@ knob_table! {
         Torch::PerValue(&[
             ("off", "# eager: no torch.compile, optimizer not fused"),
             ("on", "model = torch.compile(model)  # and the optimizer with fused=True"),
+        ]);
+
+        /// The update's implementation in a PyTorch script's torch.optim optimizer.
+        optim_impl: OptimImpl = OptimImpl::Default,
+        Values::Words(OptimImpl::ALLOWED),
+        // The hooks pass foreach/fused to torch.optim's constructors. The engine's update
+        // is one pass per tensor already, fused by the fuse knob (engine/caps.rs).
+        PYTHON_ONLY,
+        Torch::PerValue(&[
+            ("default", "# PyTorch's own choice of optimizer implementation"),
+            ("foreach", "optimizer = torch.optim.AdamW(params, ..., foreach=True)  # your optimizer's class"),
+            ("fused", "optimizer = torch.optim.AdamW(params, ..., fused=True)  # your optimizer's class"),
         ]);
     }
 }

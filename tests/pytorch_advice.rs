@@ -357,8 +357,30 @@ fn the_watch_names_an_optimizer_bound_and_a_compute_bound_step() {
         "{stderr}"
     );
 
+    // Watched from the script's own folder as `python bound.py`: the sweep written beside
+    // the report (in another folder) must still find the script.
     let out = d.path().join("compute");
-    let (o, r) = watch(&py, &out, &["--kind", "compute", "--steps", "20"]);
+    let script = support::script("bound.py");
+    let here = script.parent().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("watch")
+        .arg("--out")
+        .arg(&out)
+        .args([
+            "--",
+            py.to_str().unwrap(),
+            "bound.py",
+            "--kind",
+            "compute",
+            "--steps",
+            "20",
+        ])
+        .current_dir(here)
+        .env("TUNE_CACHE_DIR", out.join("cache"))
+        .output()
+        .unwrap();
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert!(o.status.success(), "{}", show(&o));
     let k = kinds(&r);
     assert!(k.contains(&"compute".to_string()), "{k:?}\n{}", r["python"]);
@@ -384,6 +406,11 @@ fn the_watch_names_an_optimizer_bound_and_a_compute_bound_step() {
         "{:?}",
         spec.knobs
     );
+    let tune::spec::Workload::Command(c) = &spec.workload else {
+        panic!("{:?}", spec.workload)
+    };
+    let cwd = spec.dir().join(c.cwd.as_deref().unwrap_or(Path::new("")));
+    assert!(cwd.join("bound.py").is_file(), "{c:?}");
 }
 
 /// Processes that keep cores busy outside the watched tree, killed when dropped.

@@ -276,3 +276,100 @@ fn knobs_the_script_sets_itself_are_its_baseline_and_overrides_are_said() {
         "{recs:?}"
     );
 }
+
+/// The records of the trials whose `optim_impl` is `impl_` (None: the baseline's, where
+/// tune injects nothing).
+fn optim_of<'a>(records: &'a [Value], impl_: Option<&str>) -> &'a Value {
+    records
+        .iter()
+        .find(|x| x["knobs"]["optim_impl"].as_str() == impl_)
+        .unwrap_or_else(|| panic!("no record with optim_impl {impl_:?}: {records:?}"))
+}
+
+#[test]
+fn the_optimizer_implementation_is_what_the_update_runs_and_said_where_it_cannot_act() {
+    let _serial = support::serial();
+    let Some(py) = support::python(
+        "the_optimizer_implementation_is_what_the_update_runs_and_said_where_it_cannot_act",
+    ) else {
+        return;
+    };
+    // Adam built from a generator of parameters, the script passing nothing itself.
+    let d = tempfile::tempdir().unwrap();
+    let (r, records) = sweep(
+        &py,
+        d.path(),
+        "--workers 0 --optim adam",
+        "optim_impl = [\"default\", \"foreach\", \"fused\"]",
+    );
+    let trials = r["trials"].as_array().unwrap();
+    for t in trials {
+        assert_eq!(t["status"], "ok", "{t}");
+        assert!(t["not_applicable"]["optim_impl"].is_null(), "{t}");
+    }
+    let base = trials.iter().find(|t| t["label"] == "baseline").unwrap();
+    assert_eq!(base["script_knobs"]["optim_impl"], "default", "{base}");
+    let o = &optim_of(&records, None)["optim"];
+    assert!(o["fused"] != true && o["foreach"] != true, "{o}");
+    let o = &optim_of(&records, Some("foreach"))["optim"];
+    assert!(o["foreach"] == true && o["fused"] != true, "{o}");
+    let o = &optim_of(&records, Some("fused"))["optim"];
+    assert!(o["fused"] == true && o["foreach"] != true, "{o}");
+    assert!(optim_of(&records, Some("fused"))["weights_finite"] == true);
+
+    // The script asks for fused=True itself: that is its baseline, and a foreach trial
+    // replaces it and says so.
+    let d = tempfile::tempdir().unwrap();
+    let (r, records) = sweep(
+        &py,
+        d.path(),
+        "--workers 0 --optim sgd --own-impl fused",
+        "optim_impl = [\"fused\", \"foreach\"]",
+    );
+    let trials = r["trials"].as_array().unwrap();
+    let base = trials.iter().find(|t| t["label"] == "baseline").unwrap();
+    assert_eq!(base["script_knobs"]["optim_impl"], "fused", "{base}");
+    // The spec's baseline value is off the knob's default, so tune passes it in every
+    // trial: the same fused=True the script asks for.
+    assert_eq!(optim_of(&records, Some("fused"))["optim"]["fused"], true);
+    let fe = trials
+        .iter()
+        .find(|t| t["knobs"]["optim_impl"] == "foreach")
+        .unwrap();
+    assert!(
+        fe["overrides"]["optim_impl"]
+            .as_str()
+            .unwrap_or("")
+            .contains("your script sets"),
+        "{fe}"
+    );
+    let o = &optim_of(&records, Some("foreach"))["optim"];
+    assert!(o["foreach"] == true && o["fused"] != true, "{o}");
+
+    // A hand-written optimizer has no implementation to choose: the trial says so, and
+    // whatever it measured, it is never recommended.
+    let d = tempfile::tempdir().unwrap();
+    let (r, _) = sweep(
+        &py,
+        d.path(),
+        "--workers 0 --optim custom",
+        "optim_impl = [\"default\", \"fused\"]",
+    );
+    let trials = r["trials"].as_array().unwrap();
+    let fused = trials
+        .iter()
+        .find(|t| t["knobs"]["optim_impl"] == "fused")
+        .unwrap();
+    assert!(
+        fused["not_applicable"]["optim_impl"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not one of torch.optim's"),
+        "{fused}"
+    );
+    let recs = r["recommendations"].as_array().unwrap();
+    assert!(
+        !recs.iter().any(|x| x["change"]["optim_impl"].is_string()),
+        "{recs:?}"
+    );
+}

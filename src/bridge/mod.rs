@@ -1,7 +1,7 @@
 //! The PyTorch bridge: tune's instrumentation module for Python commands it starts.
 //!
 //! The module (`tune_hook.py` with its parts `tune_loader.py`, `tune_window.py`,
-//! `tune_compile.py` and `tune_steps.py`, its transport `tune_pipe.py`, and a
+//! `tune_compile.py`, `tune_steps.py` and `tune_optim.py`, its transport `tune_pipe.py`, and a
 //! `sitecustomize.py` that activates them) is compiled into the binary and written to the
 //! cache on use; the child finds it through `PYTHONPATH`, so the user installs nothing
 //! and changes nothing. It writes one JSON line per training step to a pipe tune hands it
@@ -42,13 +42,15 @@ const COMPILE_PY: &str = include_str!("tune_compile.py");
 const LOADER_PY: &str = include_str!("tune_loader.py");
 const WINDOW_PY: &str = include_str!("tune_window.py");
 const STEPS_PY: &str = include_str!("tune_steps.py");
+const OPTIM_PY: &str = include_str!("tune_optim.py");
 /// The module's files: name and text.
-const FILES: [(&str, &str); 7] = [
+const FILES: [(&str, &str); 8] = [
     ("tune_hook.py", HOOK_PY),
     ("tune_compile.py", COMPILE_PY),
     ("tune_loader.py", LOADER_PY),
     ("tune_window.py", WINDOW_PY),
     ("tune_steps.py", STEPS_PY),
+    ("tune_optim.py", OPTIM_PY),
     ("tune_pipe.py", PIPE_PY),
     ("sitecustomize.py", SITE_PY),
 ];

@@ -23,6 +23,7 @@ import time
 
 import tune_compile as _tc
 import tune_loader as _ld
+import tune_optim as _to
 import tune_pipe
 import tune_steps as _st
 import tune_window as _tw
@@ -628,6 +629,7 @@ def _first_step_checks():
             "the job uses CUDA: phase times are CPU-side (launch) times; set "
             "TUNE_BRIDGE_SYNC=1 to synchronize at phase boundaries (exact, but costs overlap)"
         )
+    _to.first_step_checks()
     if _knobs.get("channels_last") and not _state["conv_weights"]:
         _not_applicable("channels_last", "the model has no 4-D (convolution) weights")
     if not _state["loader_batches"]:
@@ -729,6 +731,7 @@ def _install(torch):
     _install_backward(torch)
     _install_copies(torch)
     _install_optimizer(torch)
+    _to.install(torch, sys.modules[__name__])
     _install_backends(torch)
     _install_threads(torch)
     _install_autocast(torch)

@@ -155,7 +155,16 @@ fn compile(k: &Knobs, l: Layout) -> Support {
     )
 }
 
-const PYTHON_ONLY: [Capability; 5] = [
+fn optim_impl(k: &Knobs, l: Layout) -> Support {
+    python_only(
+        k,
+        l,
+        "optim_impl",
+        "tune's engine updates each tensor in one pass already, fused with the rest by the fuse knob; this knob is foreach/fused in a PyTorch script's torch.optim optimizer",
+    )
+}
+
+const PYTHON_ONLY: [Capability; 6] = [
     Capability {
         knob: "persistent_workers",
         support: persistent_workers,
@@ -175,6 +184,10 @@ const PYTHON_ONLY: [Capability; 5] = [
     Capability {
         knob: "compile",
         support: compile,
+    },
+    Capability {
+        knob: "optim_impl",
+        support: optim_impl,
     },
 ];
 
@@ -204,6 +217,7 @@ const CPU: &[Capability] = &[
     PYTHON_ONLY[2],
     PYTHON_ONLY[3],
     PYTHON_ONLY[4],
+    PYTHON_ONLY[5],
 ];
 
 const CUDA: &[Capability] = &[
@@ -220,6 +234,7 @@ const CUDA: &[Capability] = &[
     PYTHON_ONLY[2],
     PYTHON_ONLY[3],
     PYTHON_ONLY[4],
+    PYTHON_ONLY[5],
 ];
 
 /// The backend's table; a knob it does not list is supported.

@@ -236,6 +236,7 @@ impl Spec {
                 "num_threads",
                 "compile",
                 "fuse",
+                "optim_impl",
             ] {
                 if self.search.baseline.get(n) == def.get(n) {
                     m.remove(n);

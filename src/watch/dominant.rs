@@ -4,6 +4,8 @@
 //! largest part of the step, so an optimizer-bound or compute-bound job does not end
 //! with "findings: none" (seen: Adam at 71% of the step reported as "waits for data 9%").
 
+use std::path::Path;
+
 use super::findings::{FindingKind, WatchFinding};
 use crate::advisor::fmt_pct;
 use crate::bridge::StepSummary;
@@ -22,8 +24,11 @@ fn of_steps(s: &StepSummary) -> String {
     )
 }
 
+/// What the script itself does for each knob, as the hooks read it (`script_knobs`).
+pub type ScriptKnobs = std::collections::BTreeMap<String, String>;
+
 /// The optimizer or compute finding, when that cost dominates the step.
-pub fn findings(s: &StepSummary) -> Vec<WatchFinding> {
+pub fn findings(s: &StepSummary, script: &ScriptKnobs) -> Vec<WatchFinding> {
     let share = |k: &str| s.phase_share.get(k).copied().unwrap_or(0.0);
     let optimizer = share("optimizer") + share("zero_grad");
     let compute = share("forward") + share("backward");
@@ -46,14 +51,9 @@ pub fn findings(s: &StepSummary) -> Vec<WatchFinding> {
                     of_steps(s)
                 ),
             },
-            hint: format!(
-                "hypothesis: the update itself, not the model's computation, bounds the step \
-                 (many or large parameter tensors). Try the fused or multi-tensor update \
-                 (torch.optim.AdamW(params, fused=True), or foreach=True), fewer parameters \
-                 in the optimizer (frozen layers), or a lighter optimizer; removing all of it \
-                 would give at most {:.2}x. tune has no optimizer knob: test it with a \
-                 [params] entry passed to your script's own flag",
-                1.0 / (1.0 - optimizer).max(1e-6)
+            hint: optimizer_hint(
+                script.get("optim_impl").map(String::as_str),
+                1.0 / (1.0 - optimizer).max(1e-6),
             ),
         }];
     }
@@ -82,25 +82,84 @@ pub fn findings(s: &StepSummary) -> Vec<WatchFinding> {
     Vec::new()
 }
 
-/// `[knobs]` lines of the sweep that tests the findings' hypotheses, on `cores` cores.
-pub fn sweep_knobs(found: &[WatchFinding], cores: usize) -> Vec<String> {
+/// The optimizer finding's hint: the implementations still to try (`own` is the script's
+/// `optim_impl`, read by the hooks), or, where the script runs the fused update already,
+/// what is left; `most` is the gain if the update took no time at all.
+fn optimizer_hint(own: Option<&str>, most: f64) -> String {
+    if own == Some("fused") {
+        return format!(
+            "hypothesis: the update itself, not the model's computation, bounds the step; \
+             your script runs the fused update already (fused=True), so what is left is its \
+             size: fewer parameters in the optimizer (frozen layers), sparse gradients for \
+             large embedding tables, or a lighter optimizer; removing all of it would give at \
+             most {most:.2}x"
+        );
+    }
+    format!(
+        "hypothesis: the update itself, not the model's computation, bounds the step (many \
+         or large parameter tensors). Try the fused or multi-tensor update \
+         (torch.optim.AdamW(params, fused=True), or foreach=True): sweep.toml's optim_impl \
+         measures both against your script as written (tune watch writes it beside this \
+         report); else fewer parameters in the optimizer (frozen layers) or a lighter \
+         optimizer. Removing all of the update would give at most {most:.2}x"
+    )
+}
+
+/// A `[knobs]` line listing `own` (the script's value) first, so the baseline is the
+/// script as written, then the other values in order.
+fn own_first(knob: &str, own: Option<String>, values: &[String]) -> String {
+    let mut v: Vec<String> = own.into_iter().collect();
+    for x in values {
+        if !v.contains(x) {
+            v.push(x.clone());
+        }
+    }
+    format!("{knob} = [{}]", v.join(", "))
+}
+
+/// `[knobs]` lines of the sweep that tests the findings' hypotheses, on `cores` cores,
+/// each starting at the script's own value (`script`) where the hooks read it.
+/// `data_wait` is the hooks' share of the step spent waiting for batches: a script
+/// without workers whose wait could give less than the advisor's least untested gain
+/// gets no worker trials (a recommender's 5.5% wait, beside an optimizer at 81%).
+pub fn sweep_knobs(
+    found: &[WatchFinding],
+    cores: usize,
+    script: &ScriptKnobs,
+    data_wait: Option<f64>,
+) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for f in found {
         let line = match f.kind {
             FindingKind::DataWait | FindingKind::Starvation => {
+                let own = script
+                    .get("num_workers")
+                    .and_then(|w| w.parse::<usize>().ok());
+                let minor = data_wait.is_some_and(|w| {
+                    crate::advisor::data_wait::bound(w, cores) - 1.0
+                        < crate::advisor::data_wait::UNMEASURED_MIN_GAIN
+                });
+                if minor && own.unwrap_or(0) == 0 {
+                    continue;
+                }
                 // Loader processes beyond the cores only compete with training for them.
                 let mut v: Vec<usize> = vec![0, 1, 2, 4];
                 v.retain(|n| *n == 0 || *n <= cores.max(1));
-                format!(
-                    "num_workers = [{}]",
-                    v.iter()
-                        .map(usize::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
+                let own = own.map(|w| w.to_string());
+                let v: Vec<String> = v.iter().map(usize::to_string).collect();
+                own_first("num_workers", own, &v)
             }
             FindingKind::H2d => "pin_memory = [false, true]".into(),
             FindingKind::Compute => "amp = [\"off\", \"bf16\"]".into(),
+            FindingKind::Optimizer => {
+                let own = script.get("optim_impl").cloned();
+                if own.as_deref() == Some("fused") {
+                    continue;
+                }
+                let q = |v: &str| format!("\"{v}\"");
+                let v: Vec<String> = ["default", "foreach", "fused"].map(q).to_vec();
+                own_first("optim_impl", own.as_deref().map(q), &v)
+            }
             _ => continue,
         };
         if !out.contains(&line) {
@@ -124,10 +183,17 @@ fn sh_word(w: &str) -> String {
 
 /// The spec `tune watch` writes beside its report: the watched command under
 /// `[workload.python]`, one knob per hypothesis, each tried on its own.
-pub fn sweep_spec(command: &[String], knobs: &[String]) -> Option<String> {
+/// `cwd` is the folder the watched command ran in: the spec lives in the report's folder,
+/// and a `python train.py` run from there would find no `train.py` (a spec without it
+/// failed every trial of the watch's own hypotheses).
+pub fn sweep_spec(command: &[String], knobs: &[String], cwd: Option<&Path>) -> Option<String> {
     if command.is_empty() || knobs.is_empty() {
         return None;
     }
+    let cwd = match cwd.and_then(Path::to_str) {
+        Some(d) => format!("cwd = {}\n", serde_json::to_string(d).ok()?),
+        None => String::new(),
+    };
     let line: Vec<String> = command.iter().map(|w| sh_word(w)).collect();
     // Braces are literal in a run template only when doubled.
     let run = line.join(" ").replace('{', "{{").replace('}', "}}");
@@ -135,7 +201,7 @@ pub fn sweep_spec(command: &[String], knobs: &[String]) -> Option<String> {
     Some(format!(
         "# Written by tune watch: a sweep that tests its findings' hypotheses on the watched\n\
          # command, each knob on its own against your script as written.\n\
-         name = \"watch-hypotheses\"\n\n[workload.python]\nrun = {run}\n\n[knobs]\n{}\n\n\
+         name = \"watch-hypotheses\"\n\n[workload.python]\nrun = {run}\n{cwd}\n[knobs]\n{}\n\n\
          [search]\nstrategy = \"one-at-a-time\"\nrepeats = 2\n",
         knobs.join("\n")
     ))
@@ -172,16 +238,28 @@ impl Threads {
         Threads {
             script,
             free,
-            fit: (free.floor() as usize).max(1),
+            // The most threads not called oversubscribed: a quiet 2-core machine's 1.97
+            // free cores fit 2 (floor gave 1, and 1 thread ran a U-Net step in 52 ms
+            // against 36 ms with 2: scripts/realistic/oversub.py).
+            fit: (((free + OVERSUBSCRIBED_BY).ceil() as usize).saturating_sub(1)).max(1),
             oversubscribed: script as f64 >= free + OVERSUBSCRIBED_BY,
         }
     }
 
     /// The `[knobs]` line of the sweep that tests fewer threads, when fewer would fit: the
-    /// script's own count first, so the baseline is the script as it runs.
+    /// script's own count first, so the baseline is the script as it runs, then the count
+    /// that fits and one thread (a job whose main thread also loads data can do better
+    /// with one, and the sweep, not a guess, says which).
     pub fn sweep_line(&self) -> Option<String> {
-        (self.oversubscribed && self.script > self.fit)
-            .then(|| format!("num_threads = [{}, {}]", self.script, self.fit))
+        if !(self.oversubscribed && self.script > self.fit) {
+            return None;
+        }
+        let mut v = vec![self.script, self.fit];
+        if self.fit > 1 {
+            v.push(1);
+        }
+        let v: Vec<String> = v.iter().map(usize::to_string).collect();
+        Some(format!("num_threads = [{}]", v.join(", ")))
     }
 }
 
@@ -268,7 +346,14 @@ mod tests {
         assert!(f.finding.evidence.contains("2 PyTorch threads"), "{f:?}");
         // More threads than the machine has, with nothing else running.
         let t = Threads::of(8, 4, 2.0);
-        assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [8, 3]"));
+        assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [8, 4, 1]"));
+        // A quiet 2-core machine's noise leaves 1.97 cores: 2 threads fit, not 1.
+        let t = Threads::of(8, 2, 1.5);
+        assert_eq!(t.fit, 2, "{t:?}");
+        assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [8, 2, 1]"));
+        // Half a core taken: 1.5 free cores fit one thread, as 2 are oversubscribed there.
+        let t = Threads::of(2, 2, 25.0);
+        assert!(t.oversubscribed && t.fit == 1, "{t:?}");
     }
 
     #[test]
@@ -282,5 +367,52 @@ mod tests {
         assert!(!t.oversubscribed && t.sweep_line().is_none(), "{t:?}");
         let f = contention(Some("others used 50%".into()), Some(t)).unwrap();
         assert_eq!(f.finding.title, "other processes competed for the CPU");
+    }
+    fn found(kind: FindingKind) -> WatchFinding {
+        WatchFinding {
+            kind,
+            device: "python".into(),
+            finding: Finding {
+                title: String::new(),
+                evidence: String::new(),
+            },
+            hint: String::new(),
+        }
+    }
+
+    fn script(pairs: &[(&str, &str)]) -> ScriptKnobs {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_sweep_starts_at_the_scripts_own_values_and_skips_what_cannot_pay() {
+        let opt = [found(FindingKind::Optimizer)];
+        assert_eq!(
+            sweep_knobs(&opt, 2, &script(&[("optim_impl", "default")]), None),
+            ["optim_impl = [\"default\", \"foreach\", \"fused\"]"]
+        );
+        assert_eq!(
+            sweep_knobs(&opt, 2, &script(&[("optim_impl", "foreach")]), None),
+            ["optim_impl = [\"foreach\", \"default\", \"fused\"]"]
+        );
+        // Fused already: nothing left for the knob to try, and the hint says so.
+        assert!(sweep_knobs(&opt, 2, &script(&[("optim_impl", "fused")]), None).is_empty());
+        assert!(optimizer_hint(Some("fused"), 5.0).contains("fused update already"));
+        assert!(optimizer_hint(Some("default"), 5.0).contains("optim_impl"));
+        let data = [found(FindingKind::DataWait)];
+        // The script's 2 workers first, so fewer are measured against it too.
+        assert_eq!(
+            sweep_knobs(&data, 2, &script(&[("num_workers", "2")]), Some(0.07)),
+            ["num_workers = [2, 0, 1]"]
+        );
+        // No workers and a 5.5% wait: at most 1.06x, no worker trials.
+        assert!(sweep_knobs(&data, 2, &script(&[("num_workers", "0")]), Some(0.055)).is_empty());
+        assert_eq!(
+            sweep_knobs(&data, 2, &script(&[]), Some(0.5)),
+            ["num_workers = [0, 1, 2]"]
+        );
     }
 }

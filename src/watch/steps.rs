@@ -17,7 +17,26 @@ fn workers_line() -> String {
     )
 }
 
-pub fn findings(s: &StepSummary) -> Vec<WatchFinding> {
+/// The data-wait hint: where the script loads in worker processes already, more of them
+/// (up to the cores) or less work per sample; else workers.
+fn data_hint(own_workers: usize, most: f64) -> String {
+    if own_workers > 0 {
+        return format!(
+            "your script loads in {own_workers} worker process{} already; more workers (while \
+             they fit the cores beside training), less work per sample in the Dataset, or \
+             batches prepared ahead of time; removing all of the wait would give at most \
+             {most:.2}x",
+            if own_workers == 1 { "" } else { "es" }
+        );
+    }
+    format!(
+        "load batches in worker processes: {}; removing all of the wait would give at most \
+         {most:.2}x",
+        workers_line()
+    )
+}
+
+pub fn findings(s: &StepSummary, script: &super::dominant::ScriptKnobs) -> Vec<WatchFinding> {
     let mut out = Vec::new();
     let of_steps = format!(
         "over {} steps (median {:.1} ms), measured by tune's PyTorch hooks",
@@ -36,11 +55,12 @@ pub fn findings(s: &StepSummary) -> Vec<WatchFinding> {
                     fmt_pct(wait)
                 ),
             },
-            hint: format!(
-                "load batches in worker processes: {}; removing all of the wait would give \
-                 at most {:.2}x",
-                workers_line(),
-                1.0 / (1.0 - wait).max(1e-6)
+            hint: data_hint(
+                script
+                    .get("num_workers")
+                    .and_then(|w| w.parse().ok())
+                    .unwrap_or(0),
+                1.0 / (1.0 - wait).max(1e-6),
             ),
         });
     }

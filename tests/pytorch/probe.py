@@ -39,6 +39,23 @@ class Net(nn.Module):
         return out
 
 
+class Plain(torch.optim.Optimizer):
+    """A hand-written optimizer, not one of torch.optim's: no foreach or fused to choose."""
+
+    def __init__(self, params, lr):
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for g in self.param_groups:
+            for q in g["params"]:
+                if q.grad is not None:
+                    q.add_(q.grad, alpha=-g["lr"])
+
+
+_opt = None
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--record", required=True)
@@ -46,6 +63,8 @@ def main():
     p.add_argument("--epochs", type=int, default=1000)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--own", action="store_true")
+    p.add_argument("--optim", choices=["sgd", "adam", "custom"], default="sgd")
+    p.add_argument("--own-impl", choices=["none", "foreach", "fused"], default="none")
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -58,7 +77,16 @@ def main():
     net = Net()
     if args.own:
         net = net.to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    impl = {} if args.own_impl == "none" else {args.own_impl: True}
+    if args.optim == "adam":
+        # A generator of parameters, as most scripts pass: the hooks must not consume it.
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3, **impl)
+    elif args.optim == "custom":
+        opt = Plain(net.parameters(), lr=0.05)
+    else:
+        opt = torch.optim.SGD(net.parameters(), lr=0.05, **impl)
+    global _opt
+    _opt = opt
     loss_fn = nn.CrossEntropyLoss()
     losses = []
     try:
@@ -90,6 +118,8 @@ def record(args, loader, net, losses):
             "prefetch_factor": loader.prefetch_factor,
         },
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        # What the optimizer's update runs: the implementation its param groups hold.
+        "optim": {k: _opt.param_groups[0].get(k) for k in ("foreach", "fused")} if _opt else None,
         "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
         "weights_finite": all(bool(torch.isfinite(q).all()) for q in net.parameters()),
         "first_loss": losses[0],
