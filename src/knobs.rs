@@ -77,13 +77,16 @@ pub enum Compile {
 }
 
 /// Which implementation of the update a PyTorch script's `torch.optim` optimizer runs:
-/// PyTorch's choice, the multi-tensor (`foreach=True`) or the fused kernel (`fused=True`).
+/// PyTorch's choice, the multi-tensor (`foreach=True`), the fused kernel (`fused=True`) or
+/// the per-parameter loop.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum OptimImpl {
     #[default]
     Default,
     Foreach,
     Fused,
+    /// The per-parameter loop (`foreach=False`).
+    Forloop,
 }
 
 /// Pointwise fusion in tune's engine, its side of `torch.compile`: off is eager (a pass
@@ -166,7 +169,12 @@ keyword_enum!(Fuse, "fuse", [(Off, "off"), (On, "on")]);
 keyword_enum!(
     OptimImpl,
     "optim_impl",
-    [(Default, "default"), (Foreach, "foreach"), (Fused, "fused")]
+    [
+        (Default, "default"),
+        (Foreach, "foreach"),
+        (Fused, "fused"),
+        (Forloop, "forloop")
+    ]
 );
 
 impl KnobValue for usize {
@@ -643,6 +651,7 @@ knob_table! {
             ("default", "# PyTorch's own choice of optimizer implementation"),
             ("foreach", "optimizer = torch.optim.AdamW(params, ..., foreach=True)  # your optimizer's class"),
             ("fused", "optimizer = torch.optim.AdamW(params, ..., fused=True)  # your optimizer's class"),
+            ("forloop", "optimizer = torch.optim.AdamW(params, ..., foreach=False)  # your optimizer's class"),
         ]);
     }
 }

@@ -501,3 +501,61 @@ fn a_watch_under_competing_processes_names_oversubscribed_threads_and_proposes_f
         spec.knobs
     );
 }
+
+/// A data-bound job whose compute threads take every core: a loader worker would only
+/// compete with them, so the sweep the watch writes crosses the worker counts with one
+/// thread fewer (on 2 cores, img_decode.py gained 1.34x from one worker and one thread
+/// together, nothing from either alone).
+#[test]
+fn a_data_bound_job_on_every_core_gets_workers_crossed_with_fewer_threads() {
+    let _serial = support::serial();
+    let Some(py) =
+        support::python("a_data_bound_job_on_every_core_gets_workers_crossed_with_fewer_threads")
+    else {
+        return;
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 {
+        eprintln!("skipped: one core, so no thread can be left to a loader worker");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("data");
+    let (o, r) = watch(&py, &out, &["--kind", "data", "--steps", "25"]);
+    assert!(o.status.success(), "{}", show(&o));
+    let k = kinds(&r);
+    assert!(
+        k.contains(&"data_wait".to_string()),
+        "{k:?}\n{}",
+        r["python"]
+    );
+    let f = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["kind"] == "data_wait")
+        .unwrap();
+    assert!(
+        f["hint"]
+            .as_str()
+            .unwrap()
+            .contains("compute threads take all"),
+        "{f}"
+    );
+    let text = std::fs::read_to_string(out.join("sweep.toml")).unwrap();
+    let spec = tune::spec::Spec::load(out.join("sweep.toml")).unwrap();
+    assert_eq!(spec.search.strategy, tune::spec::Strategy::Grid, "{text}");
+    let threads: Vec<String> = vec![cores.to_string(), (cores - 1).to_string()];
+    assert!(
+        spec.knobs
+            .iter()
+            .any(|(n, v)| n == "num_threads" && *v == threads),
+        "{text}"
+    );
+    assert!(
+        spec.knobs
+            .iter()
+            .any(|(n, v)| n == "num_workers" && v.len() >= 2 && v[0] == "0"),
+        "{text}"
+    );
+}

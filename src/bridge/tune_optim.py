@@ -1,6 +1,6 @@
 """tune's hook on torch.optim's constructors, loaded by tune_hook once torch is imported:
-the optim_impl knob (default, foreach, fused: which implementation of the update the
-script's optimizer runs), what the script passes itself read as its own value, and the
+the optim_impl knob (default, foreach, fused, forloop: which implementation of the
+update the script's optimizer runs), what the script passes itself read as its own value, and the
 knob said to be not applicable where the optimizer has no such implementation. Apart
 from tune_hook so that each file stays under the project's 800 lines.
 
@@ -17,16 +17,30 @@ _tl = threading.local()
 # Optimizers built with the trial's implementation, and those that could not take it.
 _state = {"applied": 0, "refused": []}
 
-IMPLS = ("default", "foreach", "fused")
+IMPLS = ("default", "foreach", "fused", "forloop")
 
 
 def script_impl(kwargs):
-    """What the script asks for itself: fused=True, foreach=True, or neither."""
+    """What the script asks for itself: fused=True, foreach=True, foreach=False (the
+    per-parameter loop), or none of them (PyTorch's choice)."""
     if kwargs.get("fused"):
         return "fused"
     if kwargs.get("foreach"):
         return "foreach"
+    if kwargs.get("foreach") is False:
+        return "forloop"
     return "default"
+
+
+def _impl_kwargs(want, accepts):
+    """The constructor arguments that select `want`, for the ones the class takes."""
+    value = {
+        "default": {"fused": None, "foreach": None},
+        "forloop": {"fused": False, "foreach": False},
+        "foreach": {"fused": False, "foreach": True},
+        "fused": {"fused": True, "foreach": False},
+    }[want]
+    return {k: v for k, v in value.items() if k in accepts}
 
 
 def _fused_ok(torch, params):
@@ -84,17 +98,17 @@ def _wrap(torch, cls, accepts):
         if not isinstance(params, (list, tuple)) and not torch.is_tensor(params):
             params = list(params)
         why = None
-        if want != "default" and want not in accepts:
+        if want in ("fused", "foreach") and want not in accepts:
             why = "torch.optim.%s has no %s implementation" % (cls.__name__, want)
+        elif want == "forloop" and "foreach" not in accepts:
+            why = "torch.optim.%s has no foreach switch: its loop is its only implementation" % cls.__name__
         elif want == "fused":
             why = _fused_ok(torch, params)
         if why is not None:
             _state["refused"].append(why)
             return orig(self, params, *args, **kwargs)
         new = dict(kwargs)
-        for k in ("fused", "foreach"):
-            if k in accepts:
-                new[k] = (True if want == k else False) if want != "default" else None
+        new.update(_impl_kwargs(want, accepts))
         if own != "default":
             _h._override("optim_impl", own, want)
         try:

@@ -365,7 +365,7 @@ pub fn run(opts: &Options) -> Result<i32> {
             // The dominant cost first: a 7% data wait listed above an optimizer at 80%
             // of the step read as the main finding (scripts/realistic/recsys.py).
             found.extend(super::dominant::findings(s, &script));
-            found.extend(super::steps::findings(s, &script));
+            found.extend(super::steps::findings(s, &script, ctx.cores));
         }
         // Only where a Python job was expected: for `sleep 5` the note is noise.
         Some(None) if looks_like_python(target.command()) => notes.push(
@@ -411,19 +411,20 @@ pub fn run(opts: &Options) -> Result<i32> {
         .as_ref()
         .and(report.target.command.as_deref())
         .and_then(|c| {
-            let mut knobs = super::dominant::sweep_knobs(
-                &report.findings,
-                ctx.cores,
-                &script,
-                report
-                    .python
-                    .as_ref()
-                    .and_then(|p| p.phase_share.get("data_wait").copied()),
-            );
-            knobs.extend(threads.and_then(|t| t.sweep_line()));
+            let wait = report
+                .python
+                .as_ref()
+                .and_then(|p| p.phase_share.get("data_wait").copied());
+            let mut knobs =
+                super::dominant::sweep_knobs(&report.findings, ctx.cores, &script, wait);
+            let over = threads.and_then(|t| t.sweep_line());
+            let loader = super::dominant::loader_threads_line(&script, ctx.cores, wait)
+                .filter(|_| over.is_none() && knobs.iter().any(|k| k.starts_with("num_workers")));
+            let grid = loader.is_some();
+            knobs.extend(over.or(loader));
             // The command ran where tune watch was started (a `--pid` job writes no spec).
             let cwd = std::env::current_dir().ok();
-            super::dominant::sweep_spec(c, &knobs, cwd.as_deref())
+            super::dominant::sweep_spec(c, &knobs, cwd.as_deref(), grid)
         });
     let paths = report.write(&opts.out)?;
     let spec_path = match spec {

@@ -36,7 +36,11 @@ fn data_hint(own_workers: usize, most: f64) -> String {
     )
 }
 
-pub fn findings(s: &StepSummary, script: &super::dominant::ScriptKnobs) -> Vec<WatchFinding> {
+pub fn findings(
+    s: &StepSummary,
+    script: &super::dominant::ScriptKnobs,
+    cores: usize,
+) -> Vec<WatchFinding> {
     let mut out = Vec::new();
     let of_steps = format!(
         "over {} steps (median {:.1} ms), measured by tune's PyTorch hooks",
@@ -55,13 +59,25 @@ pub fn findings(s: &StepSummary, script: &super::dominant::ScriptKnobs) -> Vec<W
                     fmt_pct(wait)
                 ),
             },
-            hint: data_hint(
-                script
-                    .get("num_workers")
-                    .and_then(|w| w.parse().ok())
-                    .unwrap_or(0),
-                1.0 / (1.0 - wait).max(1e-6),
-            ),
+            hint: {
+                let mut h = data_hint(
+                    script
+                        .get("num_workers")
+                        .and_then(|w| w.parse().ok())
+                        .unwrap_or(0),
+                    1.0 / (1.0 - wait).max(1e-6),
+                );
+                if let Some(line) = super::dominant::loader_threads_line(script, cores, Some(wait))
+                {
+                    h.push_str(&format!(
+                        "; the script's {} compute threads take all {cores} cores, so a loader \
+                         worker only competes with them: give it one (torch.set_num_threads \
+                         with fewer threads; sweep.toml crosses {line} with the workers)",
+                        script.get("num_threads").map_or("", String::as_str),
+                    ));
+                }
+                h
+            },
         });
     }
     let h2d = share("h2d");

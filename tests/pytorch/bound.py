@@ -7,20 +7,50 @@ findings. They know nothing of tune.
   with big dense layers).
 --kind compute: a few narrow layers on a batch of 4096: matrix products dominate and
   the optimizer has little to update.
+--kind data: a DataLoader (no workers) over a Dataset that takes 2 ms per sample, the
+  model computing with as many threads as the process may use cores: waiting for data
+  dominates, and a loader worker would have no core of its own.
 """
 
 import argparse
+import os
+import time
 
 import torch
 import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class Slow(Dataset):
+    def __len__(self):
+        return 1 << 20
+
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return torch.randn(64), i % 10
+
+
+def data_bound(steps):
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    loss_fn = nn.CrossEntropyLoss()
+    for i, (x, y) in enumerate(DataLoader(Slow(), batch_size=16)):
+        if i == steps:
+            break
+        opt.zero_grad()
+        loss_fn(net(x), y).backward()
+        opt.step()
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--kind", choices=["optimizer", "compute"], required=True)
+    p.add_argument("--kind", choices=["optimizer", "compute", "data"], required=True)
     p.add_argument("--steps", type=int, default=25)
     args = p.parse_args()
     torch.manual_seed(0)
+    if args.kind == "data":
+        return data_bound(args.steps)
     torch.set_num_threads(1)
     if args.kind == "optimizer":
         width, depth, batch = 1024, 8, 2
