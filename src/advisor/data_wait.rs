@@ -22,6 +22,12 @@ pub const MIN_SAVED_MIB: f64 = 64.0;
 /// then measured 3.5x (scripts/realistic/recsys.py), a change not worth its time.
 pub const UNMEASURED_MIN_GAIN: f64 = 0.10;
 
+/// Whether a wait of `share` of each step on `cores` cores could pay for an untested
+/// worker count: removing all of it gains at least `UNMEASURED_MIN_GAIN` and `noise`.
+pub fn worth_untested(share: f64, cores: usize, noise: f64) -> bool {
+    bound(share, cores) - 1.0 >= UNMEASURED_MIN_GAIN.max(noise)
+}
+
 /// The most that overlapping a wait of `share` of each step can give on `cores` cores:
 /// Amdahl's 1/(1 - share), and never more than the cores, since loading and training
 /// then run on them at once (an upper bound: it assumes training uses one core).
@@ -120,9 +126,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
     let cores = cx.report.environment.cores;
     // One core is left to the training process itself.
     let n = cores.saturating_sub(1).clamp(1, 8);
-    if workers_of(cx, base) >= n
-        || bound(share, cores) - 1.0 < UNMEASURED_MIN_GAIN.max(2.0 * base.noise_floor)
-    {
+    if workers_of(cx, base) >= n || !worth_untested(share, cores, 2.0 * base.noise_floor) {
         // The script already runs that many (more would only compete for the cores), or
         // the most the wait could give is too small to be worth an untested change.
         return cheaper(cx, base).into_iter().collect();

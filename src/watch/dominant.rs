@@ -27,6 +27,11 @@ fn of_steps(s: &StepSummary) -> String {
 /// What the script itself does for each knob, as the hooks read it (`script_knobs`).
 pub type ScriptKnobs = std::collections::BTreeMap<String, String>;
 
+/// The script's own value of a count knob (`num_workers`, `num_threads`).
+pub fn script_count(script: &ScriptKnobs, knob: &str) -> Option<usize> {
+    script.get(knob)?.parse().ok()
+}
+
 /// The optimizer or compute finding, when that cost dominates the step.
 pub fn findings(s: &StepSummary, script: &ScriptKnobs) -> Vec<WatchFinding> {
     let share = |k: &str| s.phase_share.get(k).copied().unwrap_or(0.0);
@@ -132,13 +137,9 @@ pub fn sweep_knobs(
     for f in found {
         let line = match f.kind {
             FindingKind::DataWait | FindingKind::Starvation => {
-                let own = script
-                    .get("num_workers")
-                    .and_then(|w| w.parse::<usize>().ok());
-                let minor = data_wait.is_some_and(|w| {
-                    crate::advisor::data_wait::bound(w, cores) - 1.0
-                        < crate::advisor::data_wait::UNMEASURED_MIN_GAIN
-                });
+                let own = script_count(script, "num_workers");
+                let minor = data_wait
+                    .is_some_and(|w| !crate::advisor::data_wait::worth_untested(w, cores, 0.0));
                 if minor && own.unwrap_or(0) == 0 {
                     continue;
                 }
@@ -180,10 +181,9 @@ pub fn loader_threads_line(
     cores: usize,
     data_wait: Option<f64>,
 ) -> Option<String> {
-    let threads: usize = script.get("num_threads")?.parse().ok()?;
-    let fewer = cores.saturating_sub(1).max(1);
-    (data_wait? >= DOMINANT_SHARE && cores >= 2 && threads >= cores && threads > fewer)
-        .then(|| format!("num_threads = [{threads}, {fewer}]"))
+    let threads = script_count(script, "num_threads")?;
+    (data_wait? >= DOMINANT_SHARE && cores >= 2 && threads >= cores)
+        .then(|| format!("num_threads = [{threads}, {}]", cores - 1))
 }
 
 /// A word of a shell command, quoted for `sh` when it needs to be.

@@ -397,8 +397,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         stacks,
         timeline: timeline_rows(&snap.samples, MAX_POINTS_PER_SERIES),
     };
-    let script_threads: Option<usize> = script.get("num_threads").and_then(|v| v.parse().ok());
-    let threads = script_threads
+    let threads = super::dominant::script_count(&script, "num_threads")
         .zip(super::html::cpu_load(&report))
         .map(|(n, load)| super::dominant::Threads::of(n, report.environment.cores, load.2));
     // Contention first: it slows every phase the other findings measure (8 threads on 2

@@ -61,10 +61,7 @@ pub fn findings(
             },
             hint: {
                 let mut h = data_hint(
-                    script
-                        .get("num_workers")
-                        .and_then(|w| w.parse().ok())
-                        .unwrap_or(0),
+                    super::dominant::script_count(script, "num_workers").unwrap_or(0),
                     1.0 / (1.0 - wait).max(1e-6),
                 );
                 if let Some(line) = super::dominant::loader_threads_line(script, cores, Some(wait))
