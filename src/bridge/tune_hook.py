@@ -297,12 +297,12 @@ def _install_optimizer(torch):
 
     def pre(optimizer, args, kwargs):
         _state["stepped"] = True
-        if not _off and id(optimizer) in _state["cycle"]:
-            # This optimizer stepped in the open step already: that step ended with the
-            # last optimizer step before this one. Raising here (the window is full)
-            # leaves the model as that step left it.
+        if not _off:
+            # This optimizer stepped in the open step already: that step may have ended
+            # with the last optimizer step before this one (tune_steps.before). Raising
+            # here (the window is full) leaves the model as that step left it.
             try:
-                _st.close_cycle()
+                _st.before(optimizer)
             except Exception as e:  # not SystemExit: the window's stop goes through
                 _fail("the optimizer step's end", e)
         step_start[id(optimizer)] = _now()

@@ -1,9 +1,13 @@
 """One training step out of the job's optimizer steps, loaded by tune_hook once torch is
 imported: with one optimizer each of its steps ends a training step; with several (a
 GAN's discriminator and generator, a recommender's sparse and dense optimizers) a
-training step is one round of them. Apart from tune_hook so that each file stays under
-the project's 800 lines.
+training step is one round of them, and a WGAN's round is its critic's n steps and the
+generator's one. Apart from tune_hook so that each file stays under the project's 800
+lines.
 """
+
+import atexit
+import os
 
 _h = None  # tune_hook, for its state and its step end
 
@@ -11,24 +15,61 @@ _h = None  # tune_hook, for its state and its step end
 # optimizer steps is closed after the next step's work began.
 COUNTERS = ("batch", "fwd_batch", "backwards", "tokens", "fwd_tokens", "opt_steps")
 
+# The most extra steps one optimizer takes in a round while another that steps in this
+# job has not stepped yet. A WGAN's critic steps 5 times per generator step (WGAN-GP's
+# n_critic), the original WGAN 100 times for its first 25 generator iterations; an
+# optimizer that stepped once and then no more (a warm-up phase's, still referenced)
+# would otherwise hold every later round open, as would one that never steps. Past this
+# the round is closed and the optimizers still waiting stop counting until they step.
+MAX_REPEATS = 20
+
 
 def install(hook):
     global _h
     _h = hook
+    # ids of the optimizers that are alive but left out of rounds (see MAX_REPEATS).
+    hook._state["idle"] = set()
+    hook._state["repeats"] = 0
+    atexit.register(_job_end)
+
+
+def _alive(s):
+    return sum(1 for r in s["optimizers"] if r() is not None)
+
+
+def before(opt):
+    """An optimizer is about to step. When it stepped in the open round already, that
+    round ends at its last optimizer step, unless an optimizer that steps in this job
+    has not stepped in the round yet: a WGAN's critic stepping again before its
+    generator's step is the same round."""
+    s = _h._state
+    if id(opt) not in s["cycle"]:
+        return
+    waiting = [
+        id(o)
+        for o in (r() for r in s["optimizers"])
+        if o is not None and id(o) not in s["cycle"] and id(o) not in s["idle"]
+    ]
+    if waiting and s["repeats"] < MAX_REPEATS:
+        s["repeats"] += 1
+        return
+    s["idle"].update(waiting)
+    close_cycle()
 
 
 def stepped(opt, t):
     """An optimizer step ended at t. With one optimizer that is the training step's end.
     With several alive, a step is one round of them (a GAN steps its discriminator and
     its generator on each batch: counted as two steps, DCGAN's throughput read twice its
-    own), so the step stays open until an optimizer steps again (close_cycle)."""
+    own), so the step stays open until an optimizer steps again (`before`)."""
     s = _h._state
     s["opt_steps"] += 1
-    if sum(1 for r in s["optimizers"] if r() is not None) <= 1:
+    if _alive(s) <= 1:
         s["cycle"].clear()
         s["snap"] = None
         _h._step_end(t)
         return
+    s["idle"].discard(id(opt))
     s["cycle"].add(id(opt))
     s["snap"] = (t, dict(_h._acc), {k: s[k] for k in COUNTERS})
 
@@ -38,6 +79,7 @@ def close_cycle():
     came after (the next batch, its forward and backward) carries into the next step."""
     s = _h._state
     s["cycle"].clear()
+    s["repeats"] = 0
     if s["snap"] is None:
         return
     t, acc, counts = s["snap"]
@@ -53,3 +95,15 @@ def close_cycle():
             _h._acc[k] = now_acc[k] - acc[k]
         for k in COUNTERS:
             s[k] = now_counts[k] - counts[k]
+
+
+def _job_end():
+    """The job ended with a round still open (no optimizer stepped again to close it):
+    that last round is a training step too. Not in a forked worker, and not once the
+    hooks stepped aside or tune's window stopped the job."""
+    if _h is None or os.getpid() != _h._pid or _h._off or _h._state["snap"] is None:
+        return
+    try:
+        close_cycle()
+    except BaseException:  # the window's SystemExit at exit, or a closed pipe
+        pass

@@ -2,8 +2,13 @@
 data: each batch from the DataLoader trains the discriminator (two backward calls, real
 and fake) with its optimizer, then the generator with its own. It knows nothing of tune.
 
-It times its own iterations (from taking a batch to the generator's step) and writes
-their median and count to --truth: the figure a watch's step time must match.
+With --critic N it trains as a WGAN does (WGAN-GP's n_critic): the critic takes N
+batches and N optimizer steps (Wasserstein loss, weights clipped) for each generator
+step.
+
+It times its own iterations (from taking the first batch to the generator's step) and
+writes their median, count and samples to --truth: the figure a watch's step time must
+match.
 """
 
 import argparse
@@ -20,6 +25,7 @@ def main():
     p.add_argument("--iters", type=int, default=40)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--width", type=int, default=512)
+    p.add_argument("--critic", type=int, default=0)
     p.add_argument("--truth", required=True)
     a = p.parse_args()
     torch.manual_seed(0)
@@ -30,12 +36,29 @@ def main():
     opt_d = torch.optim.Adam(disc.parameters(), lr=2e-4, betas=(0.5, 0.999))
     opt_g = torch.optim.Adam(gen.parameters(), lr=2e-4, betas=(0.5, 0.999))
     loss = nn.BCEWithLogitsLoss()
-    data = TensorDataset(torch.randn(a.iters * a.batch, dim))
+    per = max(a.critic, 1)
+    data = TensorDataset(torch.randn(a.iters * a.batch * per, dim))
     loader = DataLoader(data, batch_size=a.batch, shuffle=True, drop_last=True)
     times = []
     it = iter(loader)
     for _ in range(a.iters):
         t = time.perf_counter()
+        if a.critic:
+            for _ in range(a.critic):
+                (real,) = next(it)
+                b = real.size(0)
+                disc.zero_grad()
+                fake = gen(torch.randn(b, nz)).detach()
+                (disc(fake).mean() - disc(real).mean()).backward()
+                opt_d.step()
+                with torch.no_grad():
+                    for w in disc.parameters():
+                        w.clamp_(-0.01, 0.01)
+            gen.zero_grad()
+            (-disc(gen(torch.randn(b, nz))).mean()).backward()
+            opt_g.step()
+            times.append(time.perf_counter() - t)
+            continue
         (real,) = next(it)
         b = real.size(0)
         disc.zero_grad()
@@ -52,7 +75,7 @@ def main():
         times.append(time.perf_counter() - t)
     times.sort()
     with open(a.truth, "w") as f:
-        json.dump({"iters": len(times), "median_ms": times[len(times) // 2] * 1e3, "batch": a.batch}, f)
+        json.dump({"iters": len(times), "median_ms": times[len(times) // 2] * 1e3, "batch": a.batch * per}, f)
 
 
 if __name__ == "__main__":
