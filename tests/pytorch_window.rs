@@ -335,3 +335,76 @@ fn a_command_window_stops_after_n_metric_values() {
         "{t}"
     );
 }
+
+/// `tune dash` follows a Python trial through `live.json`: the sweep's process rewrites
+/// it from the hooks' steps as they arrive, warm-up first, then the measured figures.
+/// Before, the file said step 0 of 0 for a Python trial's whole run ("starting").
+#[test]
+fn a_python_trials_steps_reach_the_live_file_warm_up_then_figures() {
+    let _serial = support::serial();
+    let Some(py) =
+        support::python("a_python_trials_steps_reach_the_live_file_warm_up_then_figures")
+    else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let spec = format!(
+        "name = \"live\"\n[workload.python]\n\
+         run = \"{} {} --tag {} --batch 8 --cost-ms 5\"\nwarmup = 10\nsteps = 40\n\
+         [knobs]\nbatch_size = [8, 4]\n[search]\nrepeats = 1\nconfirm_repeats = 1\n",
+        py.display(),
+        support::script("forever.py").display(),
+        d.path().display()
+    );
+    let path = d.path().join("spec.toml");
+    std::fs::write(&path, spec).unwrap();
+    let out = d.path().join("out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("sweep")
+        .arg(&path)
+        .arg("--out")
+        .arg(&out)
+        .env("TUNE_CACHE_DIR", d.path().join("cache"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let live = out.join("live.json");
+    let mut seen: Vec<Value> = Vec::new();
+    let until = Instant::now() + Duration::from_secs(240);
+    while child.try_wait().unwrap().is_none() && Instant::now() < until {
+        if let Some(v) = std::fs::read_to_string(&live)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        {
+            if seen.last() != Some(&v) {
+                seen.push(v);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    assert!(child.wait().unwrap().success(), "the sweep failed");
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+    let warming = seen
+        .iter()
+        .find(|v| n(v, "step") > 0 && n(v, "step") <= n(v, "warmup"));
+    let measuring = seen.iter().find(|v| {
+        n(v, "step") > n(v, "warmup") + 5 && v["samples_per_s"].as_f64().is_some_and(|x| x > 0.0)
+    });
+    let brief: Vec<String> = seen
+        .iter()
+        .map(|v| {
+            format!(
+                "{}:{}/{}/{} {}",
+                v["label"], v["step"], v["warmup"], v["steps"], v["samples_per_s"]
+            )
+        })
+        .collect();
+    assert!(warming.is_some(), "no warm-up state among {brief:?}");
+    let m = measuring.unwrap_or_else(|| panic!("no measured state among {brief:?}"));
+    // 10 warm-up steps and 40 measured: the total the bar is drawn against.
+    assert_eq!(n(m, "steps"), n(m, "warmup") + 40, "{m}");
+    assert!(n(m, "warmup") >= 10, "{m}");
+    assert!(m["phases"]["data_wait"].as_f64().is_some(), "{m}");
+}

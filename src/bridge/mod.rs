@@ -13,6 +13,7 @@
 mod attach;
 mod events;
 mod inject;
+mod progress;
 
 use std::io::PipeWriter;
 use std::os::fd::AsRawFd;
@@ -25,6 +26,7 @@ use std::time::Duration;
 pub use attach::{classify, StackSampler, StackSummary};
 pub use events::{Events, Override, RankSummary, Step, StepSummary, WindowFull};
 pub use inject::{injected, knob_values, repeat};
+pub use progress::Progress;
 
 use crate::error::{Error, Result};
 use crate::process::pipes::spawn_reader;
@@ -182,6 +184,14 @@ impl Link {
             .unwrap_or_else(PoisonError::into_inner)
             .window_full
             .is_some()
+    }
+
+    /// The live figures of what the job reported so far.
+    pub fn progress(&self) -> Progress {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .progress()
     }
 
     /// Steps the job has reported so far.

@@ -3,6 +3,7 @@
 //! or batch jobs on a Slurm cluster (`slurm`). Implements the runner's `Executor`.
 
 pub mod child;
+mod live_py;
 pub mod slurm;
 pub mod trial;
 mod window;

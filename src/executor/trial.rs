@@ -225,7 +225,21 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
         },
         _ => None,
     };
-    let full_hooks = || link.as_ref().is_some_and(|l| l.window_full());
+    let py_live = link.as_ref().and_then(|_| {
+        super::live_py::PyLive::open(
+            env.live_file.as_ref(),
+            c.window.as_ref().map_or(0, |w| w.steps),
+        )
+    });
+    let full_hooks = || {
+        let Some(l) = link.as_ref() else {
+            return false;
+        };
+        if let Some(v) = &py_live {
+            v.tick(&l.progress());
+        }
+        l.window_full()
+    };
     let full_values = || lock(&values).full();
     // A Python job is asked to stop at its step boundary by the hooks and given a grace;
     // a command has no boundary tune can reach: its window ends at the value line.

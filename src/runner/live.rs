@@ -61,6 +61,10 @@ pub struct LiveTrial {
     /// Engine memory by category right after the last step.
     pub mem_bytes: BTreeMap<String, u64>,
     pub mem_peak_bytes: u64,
+    /// A `[workload.python]` trial's steps in words, from the hooks (`bridge::Progress`):
+    /// warm-up or measuring, the first step and its compile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 pub fn unix_ms() -> u64 {

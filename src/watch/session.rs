@@ -297,6 +297,10 @@ pub fn run(opts: &Options) -> Result<i32> {
                 s.app.refresh_procs();
             }
             s.app.elapsed_s = started.elapsed().as_secs_f64();
+            if let Some(l) = &link {
+                let p = l.progress();
+                s.app.training = Some((p.line(hook_window.is_some()), p.shares()));
+            }
             if let Err(e) = s.draw(!fresh.is_empty() || keys > 0) {
                 // The command runs on: leave the view, keep watching.
                 screen = None;

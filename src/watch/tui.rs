@@ -65,6 +65,9 @@ pub struct WatchApp {
     pub log: Option<String>,
     /// A line replacing the keys in the footer (e.g. "waiting for the command").
     pub status: Option<String>,
+    /// A Python job's steps so far as the hooks report them (`bridge::Progress`): the
+    /// steps line and the recent phase shares; None for a job without hooks.
+    pub training: Option<(String, Vec<(&'static str, f64)>)>,
     pub help: bool,
     /// The per-process table (htop-like), refreshed with the members.
     pub procs: ProcTable,
@@ -165,7 +168,8 @@ impl Widget for &WatchApp {
             return;
         }
         let shown = self.procs.visible().len().max(1) as u16;
-        let tree_rows = (3 + shown + u16::from(self.log.is_some())).min((area.height - 4) / 2);
+        let extra = u16::from(self.log.is_some()) + 2 * u16::from(self.training.is_some());
+        let tree_rows = (3 + shown + extra).min((area.height - 4) / 2);
         let [header, tree, devices, footer] = Layout::vertical([
             Constraint::Length(1),
             Constraint::Length(tree_rows + 2),
@@ -188,6 +192,17 @@ impl Widget for &WatchApp {
             or_dash(t.cpu_pct.map(|c| format!("{c:.0}%"))),
             or_dash(t.rss_bytes.map(|b| bytes(b.max(0.0) as u64))),
         ))];
+        if let Some((steps, shares)) = &self.training {
+            lines.push(Line::from(steps.clone()).bold());
+            let shares: Vec<String> = shares
+                .iter()
+                .map(|(k, v)| format!("{k} {:.0}%", v * 100.0))
+                .collect();
+            lines.push(Line::from(format!(
+                "  step phases: {}",
+                or_dash((!shares.is_empty()).then(|| shares.join(" · ")))
+            )));
+        }
         if let Some(log) = &self.log {
             lines.push(Line::from(format!("output: {log}")).dim());
         }
@@ -465,6 +480,32 @@ mod tests {
         a.elapsed_s = 1.5;
         a.members = vec![42, 43];
         a
+    }
+
+    /// A Python job's steps show as the hooks report them: before, the screen had the
+    /// process tree and devices only, and a compiling first step or a warm-up was seen
+    /// only in the report at the end.
+    #[test]
+    fn a_python_jobs_steps_and_warm_up_show_above_the_process_table() {
+        let mut a = app();
+        let mut e = crate::bridge::Events::default();
+        e.push_line(r#"{"ev":"first_step","t":1,"dur":16.2,"compile":15.1}"#);
+        for i in 1..=7 {
+            e.push_line(&format!(
+                r#"{{"ev":"step","step":{i},"t":{i},"dur":0.02,"batch":32,"data_wait":0.01,"forward":0.004,"backward":0.006}}"#
+            ));
+        }
+        let p = e.progress();
+        a.training = Some((p.line(true), p.shares()));
+        let text = frame(&a, 110, 20);
+        for needle in [
+            "training: 7 steps, warming up · 20.0 ms/step · 1600.0 samples/s · first step \
+             16.2 s (15.1 s compiling)",
+            "step phases: data_wait 50% · backward 30% · forward 20%",
+            "PID",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing:\n{text}");
+        }
     }
 
     #[test]

@@ -364,9 +364,22 @@ fn a_live_trial_during_warmup_and_a_command_trial() {
     assert!(s.contains("trial 4/5 · round 2 · repeat 1/2"), "{s}");
     l.steps = 0;
     l.step = 0;
-    app.live = Some(l);
+    app.live = Some(l.clone());
     let s = screen(&app, 120, 30);
     assert!(s.contains("command workloads report no steps"), "{s}");
+    // A Python trial's steps, from the hooks (`executor::live_py`): its words, before its
+    // first step and after.
+    l.note = Some("training: no step reported yet (start-up, first batch, compile)".into());
+    app.live = Some(l.clone());
+    let s = screen(&app, 120, 30);
+    assert!(s.contains("training: no step reported yet"), "{s}");
+    assert!(!s.contains("command workloads"), "{s}");
+    (l.step, l.warmup, l.steps, l.loss, l.mem_peak_bytes) = (12, 12, 42, None, 0);
+    l.note = Some("first step 9.1 s (8.7 s compiling)".into());
+    app.live = Some(l);
+    let s = screen(&app, 120, 30);
+    assert!(s.contains("step    12/42") && s.contains("warm-up"), "{s}");
+    assert!(s.contains("first step 9.1 s (8.7 s compiling)"), "{s}");
 }
 
 /// The results table draws only a window of rows around the selection (#27: all rows

@@ -272,9 +272,12 @@ impl App {
             Line::from(knob_text(&l.knobs)).dim(),
         ];
         if l.steps == 0 {
-            lines.push(Line::from(
-                "starting (command workloads report no steps; their figures arrive at the end)",
-            ));
+            lines.push(Line::from(match &l.note {
+                Some(n) => n.clone(),
+                None => "starting (command workloads report no steps; their figures arrive at \
+                         the end)"
+                    .into(),
+            }));
             return lines;
         }
         let r = l.step as f64 / l.steps as f64;
@@ -298,6 +301,11 @@ impl App {
         }
         if l.mem_peak_bytes > 0 {
             figures.push(format!("peak {}", bytes(l.mem_peak_bytes)));
+        }
+        // A Python trial's words from the hooks (warm-up, its first step's compile)
+        // come before the figures, which say less until measuring begins.
+        if let Some(n) = &l.note {
+            lines.push(Line::from(n.clone()));
         }
         lines.push(Line::from(figures.join(" · ")).bold());
         if let (Some(p), Some(s)) = (l.phases, l.step_s) {
