@@ -117,6 +117,22 @@ impl Trial {
         self
     }
 
+    /// Other processes used `pct`% of all cores while the trial ran (the sampler's
+    /// per-tick figure on the host).
+    pub fn under_load(mut self, pct: f64) -> Trial {
+        for i in 0..3 {
+            self.rec
+                .timeline
+                .push(crate::results::model::TimelineSample {
+                    t_s: f64::from(i),
+                    device: "host".into(),
+                    metric: crate::results::model::FOREIGN_CPU_PCT.into(),
+                    value: pct,
+                });
+        }
+        self
+    }
+
     /// `knob` could not act in this trial's runs, for `why`.
     pub fn not_applicable(mut self, knob: &str, why: &str) -> Trial {
         for r in &mut self.rec.repeats {
