@@ -411,6 +411,38 @@ fn the_watch_names_an_optimizer_bound_and_a_compute_bound_step() {
     };
     let cwd = spec.dir().join(c.cwd.as_deref().unwrap_or(Path::new("")));
     assert!(cwd.join("bound.py").is_file(), "{c:?}");
+
+    // The same job under its own bf16 autocast: still compute-bound, but bf16 is what it
+    // runs already, so neither the hint nor the sweep offers it.
+    let out = d.path().join("autocast");
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("watch")
+        .arg("--out")
+        .arg(&out)
+        .args(["--", py.to_str().unwrap(), "bound.py"])
+        .args(["--kind", "compute", "--steps", "20", "--autocast"])
+        .current_dir(here)
+        .env("TUNE_CACHE_DIR", out.join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let f = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["kind"] == "compute")
+        .unwrap_or_else(|| panic!("{}", r["findings"]));
+    assert!(
+        f["hint"]
+            .as_str()
+            .unwrap()
+            .contains("autocast (bf16) already"),
+        "{f}"
+    );
+    let sweep = std::fs::read_to_string(out.join("sweep.toml")).unwrap_or_default();
+    assert!(!sweep.contains("amp ="), "{sweep}");
 }
 
 /// Processes that keep cores busy outside the watched tree, killed when dropped.

@@ -47,6 +47,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--kind", choices=["optimizer", "compute", "data"], required=True)
     p.add_argument("--steps", type=int, default=25)
+    # The forward under the script's own bf16 autocast, as a mixed-precision recipe.
+    p.add_argument("--autocast", action="store_true")
     args = p.parse_args()
     torch.manual_seed(0)
     if args.kind == "data":
@@ -66,7 +68,8 @@ def main():
     y = torch.randint(0, 10, (batch,))
     for _ in range(args.steps):
         opt.zero_grad()
-        loss = loss_fn(net(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
+            loss = loss_fn(net(x), y)
         loss.backward()
         opt.step()
 
