@@ -133,6 +133,18 @@ impl Trial {
         self
     }
 
+    /// As `under_load`, in each run's hardware record only: a confirmation's runs keep
+    /// no timeline.
+    pub fn runs_under_load(mut self, pct: f64) -> Trial {
+        self.rec.hardware = (0..self.rec.repeats.len())
+            .map(|_| crate::results::hardware::RepeatHardware {
+                foreign_cpu_pct: Some(pct),
+                ..Default::default()
+            })
+            .collect();
+        self
+    }
+
     /// `knob` could not act in this trial's runs, for `why`.
     pub fn not_applicable(mut self, knob: &str, why: &str) -> Trial {
         for r in &mut self.rec.repeats {

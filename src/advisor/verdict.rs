@@ -472,9 +472,20 @@ fn under_load(
             .into_iter()
             .flat_map(|c| [c.trial.as_ref(), c.baseline_rerun.as_ref()]),
     );
+    // A confirmation run keeps no timeline: its load is in its runs' hardware records.
+    let load = |t: &TrialReport| {
+        foreign_load(t).or_else(|| {
+            let v: Vec<f64> = t
+                .hardware
+                .iter()
+                .filter_map(|h| h.foreign_cpu_pct)
+                .collect();
+            (!v.is_empty()).then(|| crate::stats::median(&v))
+        })
+    };
     let mut least = f64::INFINITY;
     for run in runs.flatten() {
-        match foreign_load(run) {
+        match load(run) {
             Some(l) if l > LOADED_PCT => least = least.min(l),
             _ => return,
         }
@@ -679,7 +690,8 @@ mod tests {
             );
             let base = trial(&s, &[], 0.010).under_load(60.0);
             let t = trial(&s, &[(knob, v)], 0.005).under_load(55.0);
-            let c = trial(&s, &[(knob, v)], 0.005).under_load(50.0);
+            // As a sweep records them: the confirmation's load in its runs' hardware only.
+            let c = trial(&s, &[(knob, v)], 0.005).runs_under_load(50.0);
             let c_id = format!("{CONFIRM_PREFIX}{}", c.rec.id);
             let b = trial(&s, &[], 0.010).with_id(format!("{CONFIRM_PREFIX}baseline"));
             let b = if quiet_confirmation {
