@@ -20,6 +20,7 @@ pub(crate) mod dp_imbalance;
 pub(crate) mod drift;
 pub(crate) mod faster;
 pub(crate) mod h2d;
+mod load;
 pub(crate) mod memory;
 pub(crate) mod screen;
 pub(crate) mod settle;

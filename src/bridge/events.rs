@@ -387,7 +387,7 @@ fn steady(steps: &[Step]) -> &[Step] {
     &steps[skip..]
 }
 
-fn phases_mean(s: &[Step]) -> Phases {
+pub(super) fn phases_mean(s: &[Step]) -> Phases {
     let n = s.len().max(1) as f64;
     let sum = |f: fn(&Step) -> f64| s.iter().map(f).sum::<f64>() / n;
     Phases {

@@ -4,7 +4,7 @@
 //! whole run: a 16 s compiling first step, or a warm-up that never settles, was seen
 //! only in the report written at the end.
 
-use super::events::{Events, Step};
+use super::events::{phases_mean, Events};
 use crate::engine::train::Phases;
 use crate::stats::median;
 
@@ -46,23 +46,9 @@ impl Events {
             warmup: self.window_warmup,
             step_s: (!durs.is_empty()).then(|| median(&durs)),
             samples_per_s: (!rates.is_empty()).then(|| median(&rates)),
-            phases: (!recent.is_empty()).then(|| mean_phases(recent)),
+            phases: (!recent.is_empty()).then(|| phases_mean(recent)),
             first: self.first_step.as_ref().map(|f| (f.dur, f.compile)),
         }
-    }
-}
-
-fn mean_phases(s: &[Step]) -> Phases {
-    let n = s.len().max(1) as f64;
-    let sum = |f: fn(&Step) -> f64| s.iter().map(f).sum::<f64>() / n;
-    Phases {
-        data_wait: sum(|x| x.data_wait),
-        h2d: sum(|x| x.h2d),
-        zero_grad: sum(|x| x.zero_grad),
-        forward: sum(|x| x.forward),
-        backward: sum(|x| x.backward),
-        optimizer: sum(|x| x.optimizer),
-        ..Phases::default()
     }
 }
 
