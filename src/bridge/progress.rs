@@ -91,7 +91,7 @@ impl Progress {
 
     /// Phase shares of the recent steps, largest first, as "data_wait 14%".
     pub fn shares(&self) -> Vec<(&'static str, f64)> {
-        let (Some(p), Some(_)) = (self.phases, self.step_s) else {
+        let Some(p) = self.phases else {
             return Vec::new();
         };
         let total: f64 = Phases::NAMES.iter().map(|n| p.get(n)).sum();

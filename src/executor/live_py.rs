@@ -63,7 +63,7 @@ fn apply(s: &mut LiveTrial, p: &Progress, window_steps: usize) {
     s.steps = (s.warmup + window_steps).max(done);
     s.step_s = p.step_s;
     s.samples_per_s = p.samples_per_s.filter(|_| p.warmup.is_some());
-    s.phases = p.phases.filter(|_| p.step_s.is_some());
+    s.phases = p.phases;
     // The bar says warm-up and the figures line the step time: the note adds what
     // neither shows.
     s.note = match p.first_words() {
