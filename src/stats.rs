@@ -50,6 +50,9 @@ impl SplitMix64 {
     }
 }
 
+mod rounds;
+pub use rounds::{burst_period, rounds_of, typical_step};
+
 pub fn mean(xs: &[f64]) -> f64 {
     if xs.is_empty() {
         return f64::NAN;

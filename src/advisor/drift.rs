@@ -125,7 +125,7 @@ fn noise_runs(r: &Report, which: Runs) -> (Vec<f64>, &'static str) {
                 .map(|(_, x)| x)
         })
         .filter_map(|x| {
-            let m = stats::median(steady_slice(x));
+            let m = stats::median(&steady_slice(x));
             (m.is_finite() && m > 0.0).then(|| x.samples_per_step as f64 / m)
         })
         .collect();

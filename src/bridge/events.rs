@@ -428,10 +428,10 @@ fn summarize(steps: &[Step]) -> Option<StepSummary> {
         .filter(|x| x.batch > 0)
         .map(|x| x.batch as f64)
         .collect();
-    let step = median(&durs);
+    let step = crate::stats::typical_step(&durs);
     // One definition of throughput, the sweep's: the median batch over the median step
     // (a mean let a few slow steps, or a warm cache, move it away from the median shown
-    // beside it).
+    // beside it), a bursty loader's steps taken round by round (`stats::typical_step`).
     let samples_per_s = (!batches.is_empty() && step > 0.0).then(|| median(&batches) / step);
     let tokens: Vec<f64> = s
         .iter()

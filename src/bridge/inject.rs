@@ -114,9 +114,10 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
         // The engine's summary counts whole samples; a median of two batch sizes can
         // fall between them.
         samples_per_step: samples_per_step.round().max(1.0) as usize,
-        samples_per_s: samples_per_step / crate::stats::median(&durs),
+        // A bursty loader's rounds, not its instant steps (`stats::typical_step`).
+        samples_per_s: samples_per_step / crate::stats::typical_step(&durs),
         // report.json's per-repeat step time was 0 for every PyTorch trial before.
-        step_ms_median: crate::stats::median(&durs) * 1e3,
+        step_ms_median: crate::stats::typical_step(&durs) * 1e3,
         phases_mean: events.phases_mean(),
         backend: "pytorch".into(),
         wall_s,

@@ -36,16 +36,19 @@ impl Events {
     pub fn progress(&self) -> Progress {
         let recent = &self.steps[self.steps.len().saturating_sub(RECENT)..];
         let durs: Vec<f64> = recent.iter().map(|s| s.dur).collect();
-        let rates: Vec<f64> = recent
+        let batches: Vec<f64> = recent
             .iter()
-            .filter(|s| s.batch > 0 && s.dur > 0.0)
-            .map(|s| s.batch as f64 / s.dur)
+            .filter(|s| s.batch > 0)
+            .map(|s| s.batch as f64)
             .collect();
+        // The sweep's definition: the median batch over the typical step, a bursty
+        // loader's taken round by round (`stats::typical_step`).
+        let step = crate::stats::typical_step(&durs);
         Progress {
             steps: self.steps.len(),
             warmup: self.window_warmup,
-            step_s: (!durs.is_empty()).then(|| median(&durs)),
-            samples_per_s: (!rates.is_empty()).then(|| median(&rates)),
+            step_s: (!durs.is_empty()).then_some(step),
+            samples_per_s: (!batches.is_empty() && step > 0.0).then(|| median(&batches) / step),
             phases: (!recent.is_empty()).then(|| phases_mean(recent)),
             first: self.first_step.as_ref().map(|f| (f.dur, f.compile)),
         }

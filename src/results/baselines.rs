@@ -195,7 +195,7 @@ pub fn least(t: &TrialReport) -> Option<&BaselineRatio> {
 /// journal from before repeated confirmations): the pooled bootstrap alone decides.
 pub fn paired(change: &[Repeat], beside: &[Repeat], pooled: Ratio) -> Option<Ratio> {
     let thr = |r: &Repeat| {
-        let m = stats::median(super::build::steady_slice(r));
+        let m = stats::median(&super::build::steady_slice(r));
         (m.is_finite() && m > 0.0).then(|| r.samples_per_step as f64 / m)
     };
     let mut pairs: Vec<f64> = change

@@ -56,13 +56,20 @@ fn steady_on(rec: &TrialRecord, ty: Option<&str>) -> (Vec<f64>, f64) {
 }
 
 /// The steps of one repeat that count: warm-up and slow leading steps dropped.
-pub fn steady_slice(r: &Repeat) -> &[f64] {
+pub fn steady_steps(r: &Repeat) -> &[f64] {
     &r.step_times[stats::steady_state(&r.step_times, r.warmup)..]
+}
+
+/// The figures a repeat's medians and intervals are taken over: its steady steps, or a
+/// bursty loader's rounds of them (`stats::rounds_of`), so that a DataLoader handing
+/// over its workers' batches together is not measured by its instant steps.
+pub fn steady_slice(r: &Repeat) -> std::borrow::Cow<'_, [f64]> {
+    stats::rounds_of(steady_steps(r))
 }
 
 /// The steady-state step times of `repeats`, pooled, and the samples per step.
 pub fn steady_times(repeats: &[Repeat]) -> (Vec<f64>, f64) {
-    let per: Vec<&[f64]> = repeats.iter().map(steady_slice).collect();
+    let per: Vec<std::borrow::Cow<[f64]>> = repeats.iter().map(steady_slice).collect();
     let sps = repeats.first().map_or(0.0, |r| r.samples_per_step as f64);
     (stats::pooled(&per), sps)
 }
@@ -72,7 +79,7 @@ pub fn steady_times(repeats: &[Repeat]) -> (Vec<f64>, f64) {
 pub fn repeat_noise_floor(repeats: &[Repeat]) -> Option<f64> {
     let medians: Vec<f64> = repeats
         .iter()
-        .map(|r| stats::median(steady_slice(r)))
+        .map(|r| stats::median(&steady_slice(r)))
         .filter(|m| m.is_finite() && *m > 0.0)
         .collect();
     (medians.len() >= 2)
@@ -199,7 +206,8 @@ fn report_of(
     let (times, sps) = steady(rec);
     let (same_times, same_sps) = steady_on(rec, ref_type);
     let boot = Bootstrap::with_seed(knobs_hash(&rec.knobs));
-    let partial = partial(rec, times.len());
+    let steady_n: usize = rec.repeats.iter().map(|r| steady_steps(r).len()).sum();
+    let partial = partial(rec, steady_n);
     let thr = (rec.status == Status::Ok || partial.as_ref().is_some_and(|p| p.used))
         .then(|| Throughput::from_step_times(&times, sps, &boot))
         .flatten();

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tune_probes::host::{parse_proc_stat, CpuTimes};
 use tune_probes::{throttle_reason_names, Sample, Source};
 
-use crate::results::build::steady_slice;
+use crate::results::build::steady_steps;
 use crate::results::hardware::{Energy, GpuState, RepeatHardware};
 use crate::results::record::Repeat;
 use crate::spec::Search;
@@ -302,7 +302,7 @@ fn gpu_state(samples: &[Sample], g: u32, ours: &BTreeSet<u32>) -> GpuState {
 /// the trial's GPUs busy (the trial process ends, and the GPU idles, after its last
 /// step). A workload that evaluates after training has its evaluation inside the window.
 fn window(samples: &[Sample], gpus: &[u32], run: Option<&Repeat>) -> Option<(f64, f64)> {
-    let steady_s: f64 = steady_slice(run?).iter().sum();
+    let steady_s: f64 = steady_steps(run?).iter().sum();
     let end = samples
         .iter()
         .filter(|s| s.source == Source::Gpu && s.device.is_some_and(|d| gpus.contains(&d)))
