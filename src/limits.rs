@@ -144,6 +144,16 @@ pub const TIMEOUT_S: Bound = Bound {
     why: "one week per trial",
 };
 
+/// `[search] budget_s`: the whole sweep's time. A minute at the least: a Python job's
+/// start-up alone took 5-20 s per run on the 2-core machine (`time to answer`'s
+/// "job start-up and shutdown" over the realistic scripts), and a sweep is two runs
+/// or more. Thirty days at the most.
+pub const BUDGET_S: Bound = Bound {
+    min: 60,
+    max: 30 * 24 * 3600,
+    why: "the whole sweep's time: a minute to thirty days",
+};
+
 /// Per-trial memory cap in MiB: 16 TiB. The cap is passed on in bytes (`<< 20`), which
 /// must not wrap; no machine tune runs on has more memory than this.
 pub const MEM_CAP_MIB: Bound = Bound {

@@ -3,16 +3,31 @@
 
 use super::{advise, confirm, fmt_ratio, screen, Ctx};
 use crate::results::build;
-use crate::results::model::Report;
+use crate::results::model::{BudgetUse, Report};
 use crate::results::record::TrialRecord;
 use crate::spec::Spec;
 
 /// The full report of a sweep's records: measurements, recommendations, confirmation.
 pub fn build_report(spec: &Spec, records: &[TrialRecord]) -> Report {
+    build_report_within(spec, records, None)
+}
+
+/// `build_report` of a sweep that ran under `[search] budget_s`: how it used the time,
+/// and what it left out, are in the report and its notes, and a change whose
+/// confirmation the budget left out says so (`verdict`).
+pub fn build_report_within(
+    spec: &Spec,
+    records: &[TrialRecord],
+    budget: Option<BudgetUse>,
+) -> Report {
     let build::Measured {
         mut report,
         confirmations,
     } = build::build(spec, records);
+    if let Some(b) = &budget {
+        report.notes.push(b.sentence());
+    }
+    report.budget = budget;
     // A change settled in pairs after the plan: its pairs stand for its trial (#31).
     super::settle::apply(&mut report, &confirmations);
     let (recs, cannot) = screen::screen(&report, advise(&report));

@@ -12,6 +12,7 @@
 pub(crate) mod amp;
 pub(crate) mod autotune;
 pub(crate) mod breakeven;
+mod budget;
 mod build;
 pub(crate) mod comm;
 pub(crate) mod confirm;
@@ -31,7 +32,7 @@ pub(crate) mod zero_grad;
 #[cfg(test)]
 pub(crate) mod testkit;
 
-pub use build::build_report;
+pub use build::{build_report, build_report_within};
 pub use verdict::{story, RecVerdict, Story};
 
 use crate::knobs::Knobs;

@@ -439,6 +439,11 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                 confirmation,
             };
             super::load::under_load(r, rec, in_confirmation, &mut v);
+            if in_confirmation.is_none_or(|c| c.verdict == "not_run") {
+                if let Some(words) = super::budget::out_of_time(r, rec, &mut v.confidence) {
+                    v.confirmation = Some(words);
+                }
+            }
             v
         })
         .collect()

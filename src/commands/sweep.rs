@@ -406,7 +406,7 @@ fn execute(
             every.as_millis()
         );
     }
-    let report = advisor::build_report(spec, sweep.records());
+    let report = advisor::build_report_within(spec, sweep.records(), sweep.budget_use());
     let paths = report::write_all(out, &report)?;
     Ok((report, paths, super::answer::spent(sweep.records())))
 }

@@ -596,6 +596,7 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
         notes,
         baseline_runs,
         drift: runs.drift(),
+        budget: None,
     };
     Measured {
         report,

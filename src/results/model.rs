@@ -65,6 +65,48 @@ pub struct Report {
     /// with fewer than two successful baseline runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<Drift>,
+    /// How the sweep used its `[search] budget_s`, and what it left out; None without a
+    /// budget (#31).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetUse>,
+}
+
+/// How a sweep used its budget, for the report (`Report::budget`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BudgetUse {
+    /// `[search] budget_s`.
+    pub budget_s: u64,
+    /// Seconds the sweep's runs took.
+    pub used_s: f64,
+    /// What the budget left out ("2 repeats of the plan", "the confirmation"); empty when
+    /// everything ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_run: Vec<String>,
+}
+
+impl BudgetUse {
+    /// Whether the budget ended the sweep before everything ran.
+    pub fn cut(&self) -> bool {
+        !self.not_run.is_empty()
+    }
+
+    /// One sentence for the notes: how much was used, and what was not run.
+    pub fn sentence(&self) -> String {
+        if !self.cut() {
+            return format!(
+                "Time budget: the sweep ran within its budget_s = {} ({:.0} s used).",
+                self.budget_s, self.used_s
+            );
+        }
+        format!(
+            "Time budget: budget_s = {} was spent after {:.0} s, so {} did not run; the \
+             figures are what was measured by then. `tune sweep SPEC --resume` runs the rest \
+             (raise budget_s first).",
+            self.budget_s,
+            self.used_s,
+            self.not_run.join(" and ")
+        )
+    }
 }
 
 /// The baseline measured several times through a sweep: its fastest run against its

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::budget::{self, Budget};
 use super::hardware::Reruns;
 use super::journal::Journal;
 use super::live::{self, LiveTrial};
@@ -21,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::knobs::Knobs;
 use crate::results::baselines::EVERY;
 use crate::results::hardware::RepeatHardware;
+use crate::results::model::BudgetUse;
 use crate::results::record::{
     clean, NodeRun, Record, Repeat, RepeatRecord, Status, Submission, TrialRecord,
 };
@@ -153,6 +155,10 @@ pub struct Sweep<'a> {
     submitted: HashMap<(String, usize, usize), String>,
     /// Journaled repeats of trials that have no record yet, by (id, round), in order.
     partial: HashMap<(String, usize), Vec<RepeatRecord>>,
+    /// `[search] budget_s`'s clock, when the spec has one.
+    budget: Option<Budget>,
+    /// Confirmations begun: the budget counted the first one's runs in the plan.
+    confirmations: usize,
 }
 
 /// A finished repeat with more to follow is journaled on its own when it ran at least
@@ -280,12 +286,50 @@ impl<'a> Sweep<'a> {
             total: setup.total,
             submitted,
             partial,
+            budget: Budget::start(
+                spec,
+                setup.total * spec.search.repeats.max(1) + 2 * confirm_repeats(&spec.search),
+            ),
+            confirmations: 0,
         })
     }
 
     /// Finished trials found in the journal when the sweep opened.
     pub fn resumed(&self) -> usize {
         self.resumed
+    }
+
+    /// How the sweep used its time budget, when the spec set one.
+    pub fn budget_use(&self) -> Option<BudgetUse> {
+        self.budget.as_ref().map(Budget::usage)
+    }
+
+    /// Whether the time budget is spent: no run may start.
+    pub(crate) fn out_of_time(&self) -> bool {
+        self.budget.as_ref().is_some_and(Budget::spent)
+    }
+
+    /// Notes that `what` did not run for lack of time.
+    pub(crate) fn left_out(&mut self, what: impl Into<String>) {
+        if let Some(b) = &mut self.budget {
+            b.left_out(what);
+        }
+    }
+
+    /// One run of `knobs`: under a budget, a Python window measures the run's share of
+    /// the time left, and the run's overhead is counted for the next share.
+    fn run_once(&mut self, knobs: &Knobs, steps: usize) -> Outcome {
+        let began = std::time::Instant::now();
+        let o = match &self.budget {
+            Some(b) => self
+                .exec
+                .run(&budget::capped(self.spec, b.share_s()), knobs, steps),
+            None => self.exec.run(self.spec, knobs, steps),
+        };
+        if let Some(b) = &mut self.budget {
+            b.ran(began.elapsed(), budget::measured_s(o.repeat.as_ref()));
+        }
+        o
     }
 
     /// Every record so far, the journal's included.
@@ -306,6 +350,10 @@ impl<'a> Sweep<'a> {
         let mut candidates: Vec<Trial> = trials.to_vec();
         for (round, &(keep, mult)) in rounds.iter().enumerate() {
             let final_round = round + 1 == rounds.len();
+            if self.out_of_time() {
+                self.left_out(format!("round {} of {}", round + 1, rounds.len()));
+                break;
+            }
             let round_steps = if steps == 0 {
                 0
             } else {
@@ -504,6 +552,13 @@ impl<'a> Sweep<'a> {
     /// run again within `[search] hardware_reruns` (#28).
     pub fn confirm(&mut self, combo: &Trial, rerun: &Trial, steps: usize) -> Result<()> {
         self.total += 2;
+        let pairs = confirm_repeats(&self.spec.search);
+        self.confirmations += 1;
+        if self.confirmations > 1 {
+            if let Some(b) = &mut self.budget {
+                b.expect(2 * pairs);
+            }
+        }
         // Each of the two is journaled once: a sweep killed between the two lines runs
         // only the one that is missing when resumed (it journaled the other twice).
         let mut recs: Vec<TrialRecord> = [rerun, combo]
@@ -516,6 +571,10 @@ impl<'a> Sweep<'a> {
             .map(|t| fresh(t, 0, steps))
             .collect();
         if recs.is_empty() {
+            return Ok(());
+        }
+        if self.out_of_time() {
+            self.left_out(format!("'{}'", combo.label));
             return Ok(());
         }
         // Alternating runs share one stretch of time; the timeline shows the plan's
@@ -537,7 +596,20 @@ impl<'a> Sweep<'a> {
         let mut reruns = Reruns::new(&self.spec.search);
         // Pairs counted, and pairs run (re-runs included: the report's pair numbers).
         let (mut pair, mut ran_pairs) = (0, 0);
-        while pair < confirm_repeats(&self.spec.search) {
+        while pair < pairs {
+            if self.out_of_time() {
+                if recs.iter().all(|r| r.repeats.is_empty()) {
+                    self.left_out(format!("'{}'", combo.label));
+                    return Ok(());
+                }
+                // The pairs measured stand; the note says how many of how many.
+                let note = format!("the time budget ended it after {pair} of {pairs} pairs");
+                for rec in &mut recs {
+                    rec.error.get_or_insert_with(|| note.clone());
+                }
+                self.left_out(format!("the rest of '{}'", combo.label));
+                break;
+            }
             // AB, BA, AB, BA: a steady drift of the machine's speed favours the baseline
             // in half the pairs and the change in the other half, so it cancels in the
             // median instead of deciding it (#31). A pair run again keeps its order.
@@ -552,7 +624,9 @@ impl<'a> Sweep<'a> {
                     continue;
                 }
                 let at = self.sampler.repeat_start();
-                let o = self.exec.run(self.spec, &rec.knobs, steps);
+                let knobs = rec.knobs.clone();
+                let o = self.run_once(&knobs, steps);
+                let rec = &mut recs[i];
                 let run = o.repeat.map(clean);
                 let hw = self
                     .sampler

@@ -180,6 +180,11 @@ pub struct Search {
     /// 4 to 6, even).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm_repeats: Option<usize>,
+    /// `[search] budget_s`: the whole sweep's time, confirmation included. No run starts
+    /// once it is spent, and each Python run measures a share of what is left (#31).
+    /// None = no bound beyond each trial's `timeout_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_s: Option<u64>,
 }
 
 fn default_slurm() -> SlurmSpec {

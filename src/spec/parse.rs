@@ -64,6 +64,7 @@ const SEARCH_KEYS: &[&str] = &[
     "hardware_reruns",
     "max_foreign_cpu_pct",
     "confirm_repeats",
+    "budget_s",
 ];
 
 pub(super) fn parse(text: &str, path: &Path) -> Result<Spec> {
@@ -604,6 +605,10 @@ impl Cx<'_> {
             }
             None => None,
         };
+        let budget_s = match t.get("budget_s") {
+            Some(v) => Some(self.count(v, "search.budget_s", &limits::BUDGET_S)? as u64),
+            None => None,
+        };
         let mem_cap_mib = match t.get("mem_cap_mib") {
             Some(v) => Some(self.count(v, "search.mem_cap_mib", &limits::MEM_CAP_MIB)? as u64),
             None => None,
@@ -687,6 +692,7 @@ impl Cx<'_> {
             baseline,
             job_steps,
             confirm_repeats,
+            budget_s,
         })
     }
 }

@@ -280,6 +280,15 @@ fn search_errors() {
         &["search.repeats 0: must be at least 1 and at most 1000"],
     );
     assert_err(
+        &format!("{ENGINE}[search]\nbudget_s = 30\n"),
+        5,
+        12,
+        &[
+            "search.budget_s 30: must be at least 60",
+            "the whole sweep's time",
+        ],
+    );
+    assert_err(
         &format!(
             "{ENGINE}[knobs]\nnum_workers = [0, 2]\n[search]\nbaseline = {{ num_workers = 4 }}\n"
         ),

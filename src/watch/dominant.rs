@@ -259,10 +259,18 @@ pub fn sweep_spec(
         "# Written by tune watch: a sweep that tests its findings' hypotheses on the watched\n\
          # command, {how}, against your script as written.\n\
          name = \"watch-hypotheses\"\n\n[workload.python]\nrun = {run}\n{cwd}\n[knobs]\n{}\n\n\
-         [search]\nstrategy = \"{strategy}\"\nrepeats = 2\n",
+         [search]\nstrategy = \"{strategy}\"\nrepeats = 2\n\
+         # The whole sweep, its confirmation included, in {WATCH_BUDGET_S} s: each run measures\n\
+         # a share of what is left, and the report names what did not fit (--resume runs it).\n\
+         budget_s = {WATCH_BUDGET_S}\n",
         knobs.join("\n")
     ))
 }
+
+/// The time the sweep `tune watch` writes may take: DESIGN.md's target for a real
+/// script's 2-knob sweep ("answers in under 10 minutes on 2 cores"). Without it, a busy
+/// machine's 6.7 s LSTM steps kept one such sweep going past 25 minutes (#31).
+pub const WATCH_BUDGET_S: u64 = 600;
 
 /// Other processes' share of the machine (percent) from which the watched job is said to
 /// have competed for the CPU (`html::foreign_load`'s threshold).

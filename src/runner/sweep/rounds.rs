@@ -112,6 +112,9 @@ impl Sweep<'_> {
                 if open.next > pass {
                     continue;
                 }
+                if open.next < reps && self.out_of_time() {
+                    return self.out_of_time_in(slots, reps);
+                }
                 let ended = open.next >= reps || self.run_repeat(open, round, steps, reps)?;
                 if ended {
                     if let Slot::Open(open) = std::mem::replace(&mut slots[i], Slot::Closed) {
@@ -123,6 +126,41 @@ impl Sweep<'_> {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The budget ran out in the middle of a round: what was not run is noted, and each
+    /// trial with repeats measured is kept for the report with a note, but not journaled,
+    /// so `--resume` runs its other repeats (its finished ones are in the journal).
+    fn out_of_time_in(&mut self, slots: Vec<Slot>, reps: usize) -> Result<()> {
+        let mut runs = 0;
+        for slot in slots {
+            match slot {
+                Slot::Waiting(_) => runs += reps,
+                Slot::Open(open) if open.next < reps => {
+                    runs += reps - open.next;
+                    let mut rec = open.rec;
+                    if rec.repeats.is_empty() {
+                        continue;
+                    }
+                    rec.error = Some(format!(
+                        "the time budget ended it after {} of {reps} repeats",
+                        rec.repeats.len()
+                    ));
+                    if rec.hardware.iter().all(|h| *h == Default::default()) {
+                        rec.hardware.clear();
+                    }
+                    self.position += 1;
+                    self.observer.finished(&rec, self.position, self.total);
+                    self.records.push(rec);
+                }
+                Slot::Open(_) | Slot::Closed => {}
+            }
+        }
+        if runs > 0 {
+            let s = if runs == 1 { "" } else { "s" };
+            self.left_out(format!("{runs} run{s} of the plan"));
         }
         Ok(())
     }
@@ -257,7 +295,7 @@ impl Sweep<'_> {
             let began = Instant::now();
             let start_ms = self.sampler.now_ms();
             let at = self.sampler.repeat_start();
-            let o = self.exec.run(self.spec, &slot.trial.knobs, steps);
+            let o = self.run_once(&slot.trial.knobs, steps);
             self.check_cancel(&slot.trial.label)?;
             let run = o.repeat.map(clean);
             let mut hw = self

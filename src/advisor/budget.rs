@@ -1,0 +1,98 @@
+//! A change the sweep had no time left to confirm (`[search] budget_s`, #31). Apart from
+//! `verdict` so that each file stays under the project's 800 lines.
+
+use crate::results::model::{RecKind, Recommendation, Report};
+
+/// A change the sweep had no time left to confirm (`[search] budget_s` spent first): it
+/// rests on the plan's runs minutes apart alone, so its `confidence` is at most low, and
+/// the words for its verdict are returned.
+pub(super) fn out_of_time(
+    r: &Report,
+    rec: &Recommendation,
+    confidence: &mut String,
+) -> Option<String> {
+    if rec.kind != RecKind::Change || !r.budget.as_ref().is_some_and(|b| b.cut()) {
+        return None;
+    }
+    if matches!(confidence.as_str(), "high" | "medium") {
+        *confidence = "low".into();
+    }
+    Some(
+        "not confirmed: the time budget (budget_s) ran out before its confirmation, so it \
+         rests on the sweep's runs alone (at most low); resuming the sweep with a larger \
+         budget_s confirms it"
+            .into(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit::{spec, trial};
+    use super::super::verdict::story;
+
+    /// A sweep whose budget ran out before its confirmation: the change found in the
+    /// plan stands at most low, says it was not confirmed and how to confirm it, and the
+    /// notes say what did not run. The same records with the budget unspent keep the
+    /// plan's confidence and say nothing of it.
+    #[test]
+    fn a_change_the_budget_left_unconfirmed_is_at_most_low_and_says_so() {
+        use crate::results::model::BudgetUse;
+        let s = spec("num_workers = [0, 2]", "budget_s = 600");
+        let recs: Vec<_> = vec![
+            trial(&s, &[], 0.010).rec,
+            trial(&s, &[("num_workers", "2")], 0.005).rec,
+        ];
+        let build = |not_run: Vec<String>| {
+            let r = crate::advisor::build_report_within(
+                &s,
+                &recs,
+                Some(BudgetUse {
+                    budget_s: 600,
+                    used_s: 601.0,
+                    not_run,
+                }),
+            );
+            let i = r
+                .recommendations
+                .iter()
+                .position(|x| x.change.keys().any(|k| k == "num_workers"))
+                .unwrap_or_else(|| panic!("{:#?}", r.recommendations));
+            (story(&r).recs[i].clone(), r)
+        };
+        let (within, r) = build(Vec::new());
+        assert_eq!(within.confidence, "high", "{within:?}");
+        assert!(
+            within
+                .confirmation
+                .as_deref()
+                .is_some_and(|c| c.starts_with("not yet confirmed")),
+            "{within:?}"
+        );
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains("ran within its budget_s = 600")),
+            "{:?}",
+            r.notes
+        );
+        let (cut, r) = build(vec!["'confirm: num_workers=2'".into()]);
+        assert_eq!(cut.confidence, "low", "{cut:?}");
+        let words = cut.confirmation.unwrap_or_default();
+        assert!(
+            words.starts_with("not confirmed: the time budget") && words.contains("resuming"),
+            "{words}"
+        );
+        assert!(
+            r.recommendations.iter().all(|x| x.confidence != "high"),
+            "report.json says what the story says: {:#?}",
+            r.recommendations
+        );
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains("'confirm: num_workers=2' did not run")),
+            "{:?}",
+            r.notes
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! `[search] budget_s`: the whole sweep in bounded time (#31). A real script's sweep is
+//! its runs' start-up, warm-up and measuring, times the runs; on a busy 2-core machine
+//! one LSTM script's median step took 6.7 s, and its 2-knob sweep passed 25 minutes
+//! before the confirmation began (`lstm_text` in the closing note's busy table). With a
+//! budget, each Python run measures a share of the time that is left (its window's
+//! `seconds`), and once the time is spent no run starts: the report holds what was
+//! measured and says what was not run.
+
+use std::borrow::Cow;
+use std::time::{Duration, Instant};
+
+use crate::results::model::BudgetUse;
+use crate::spec::{Spec, Workload};
+
+/// The measuring a run is given at the least, in seconds: below it, a window holds too
+/// few steps of any job to tell repeats apart.
+const MIN_SHARE_S: f64 = 2.0;
+
+/// The runner's clock against the budget.
+pub(crate) struct Budget {
+    budget_s: u64,
+    began: Instant,
+    deadline: Instant,
+    /// Runs the sweep expects to make in all, and has made.
+    planned: usize,
+    made: usize,
+    /// Each run's wall time beyond its measured steps: start-up, warm-up, shutdown.
+    overheads: Vec<f64>,
+    /// What was not run, in the order the sweep gave up on it.
+    not_run: Vec<String>,
+}
+
+impl Budget {
+    /// A clock for `spec`'s budget, if it has one; `planned` is the runs the plan and one
+    /// confirmation will make.
+    pub(crate) fn start(spec: &Spec, planned: usize) -> Option<Budget> {
+        let budget_s = spec.search.budget_s?;
+        let began = Instant::now();
+        Some(Budget {
+            budget_s,
+            began,
+            deadline: began + Duration::from_secs(budget_s),
+            planned: planned.max(1),
+            made: 0,
+            overheads: Vec::new(),
+            not_run: Vec::new(),
+        })
+    }
+
+    /// The median overhead of the runs so far (0 before the first).
+    fn overhead_s(&self) -> f64 {
+        if self.overheads.is_empty() {
+            0.0
+        } else {
+            crate::stats::median(&self.overheads)
+        }
+    }
+
+    fn left_s(&self) -> f64 {
+        self.deadline
+            .saturating_duration_since(Instant::now())
+            .as_secs_f64()
+    }
+
+    /// Whether a run started now could not finish within the budget: less time is left
+    /// than the runs so far spent outside their measuring, plus the least measuring.
+    pub(crate) fn spent(&self) -> bool {
+        self.left_s() < self.overhead_s() + MIN_SHARE_S
+    }
+
+    /// Seconds the next run may measure: its share of what is left, less the overhead
+    /// the runs so far showed.
+    pub(crate) fn share_s(&self) -> f64 {
+        let runs_left = self.planned.saturating_sub(self.made).max(1) as f64;
+        (self.left_s() / runs_left - self.overhead_s()).max(MIN_SHARE_S)
+    }
+
+    /// More runs than the plan counted (a second confirmation, settling pairs).
+    pub(crate) fn expect(&mut self, runs: usize) {
+        self.planned += runs;
+    }
+
+    /// A run ended after `wall`, having measured `measured_s` of it.
+    pub(crate) fn ran(&mut self, wall: Duration, measured_s: f64) {
+        self.made += 1;
+        self.overheads
+            .push((wall.as_secs_f64() - measured_s).max(0.0));
+    }
+
+    /// `what` was not run for lack of time (said once).
+    pub(crate) fn left_out(&mut self, what: impl Into<String>) {
+        let what = what.into();
+        if !self.not_run.contains(&what) {
+            self.not_run.push(what);
+        }
+    }
+
+    pub(crate) fn usage(&self) -> BudgetUse {
+        BudgetUse {
+            budget_s: self.budget_s,
+            used_s: self.began.elapsed().as_secs_f64(),
+            not_run: self.not_run.clone(),
+        }
+    }
+}
+
+/// `spec` with its Python window's measuring capped at `share_s` seconds, when it has a
+/// window that would measure longer. Only the run sees it: the journal is stamped with
+/// the spec's own fingerprint, so a resumed sweep with another budget still matches.
+pub(crate) fn capped(spec: &Spec, share_s: f64) -> Cow<'_, Spec> {
+    let Workload::Command(c) = &spec.workload else {
+        return Cow::Borrowed(spec);
+    };
+    let Some(w) = &c.window else {
+        return Cow::Borrowed(spec);
+    };
+    if w.seconds.is_some_and(|s| s <= share_s) {
+        return Cow::Borrowed(spec);
+    }
+    let mut out = spec.clone();
+    if let Workload::Command(c) = &mut out.workload {
+        if let Some(w) = &mut c.window {
+            w.seconds = Some(share_s);
+            // The window's least measuring must not outlast its share.
+            w.min_seconds = w.min_seconds.map(|m| m.min(share_s));
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Seconds a run measured: its steps' times (seconds each).
+pub(crate) fn measured_s(run: Option<&crate::results::record::Repeat>) -> f64 {
+    run.map_or(0.0, |r| r.step_times.iter().sum::<f64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(extra: &str) -> Spec {
+        Spec::parse(
+            &format!(
+                "[workload.python]\nrun = \"python t.py\"\n{extra}[knobs]\nnum_workers = [0, 2]\n[search]\nbudget_s = 600\n"
+            ),
+            "x.toml",
+        )
+        .expect("spec")
+    }
+
+    #[test]
+    fn a_run_measures_its_share_of_what_is_left_less_the_overhead_seen() {
+        let s = spec("");
+        let mut b = Budget::start(&s, 10).expect("a budget");
+        let first = b.share_s();
+        assert!((55.0..=60.0).contains(&first), "{first}");
+        // A run of 50 s that measured 30: 20 s of overhead is taken off the next share.
+        b.ran(Duration::from_secs(50), 30.0);
+        let next = b.share_s();
+        assert!((44.0..=47.0).contains(&next), "{next}");
+        assert!(!b.spent());
+        // Far more runs than time: the least share, not nothing.
+        b.expect(10_000);
+        assert_eq!(b.share_s(), MIN_SHARE_S);
+    }
+
+    #[test]
+    fn the_python_window_is_capped_and_a_shorter_one_kept() {
+        let s = spec("");
+        let c = capped(&s, 12.5);
+        let Workload::Command(w) = &c.workload else {
+            panic!("a command workload")
+        };
+        let w = w.window.as_ref().expect("a window");
+        assert_eq!(w.seconds, Some(12.5));
+        // A spec's own shorter window is kept as it is.
+        let own = spec("seconds = 5\n");
+        assert!(matches!(capped(&own, 12.5), Cow::Borrowed(_)));
+        // Engine workloads have no window to cap.
+        let e = Spec::parse(
+            "[workload]\nmodel = \"mlp\"\ndataset = \"synthetic\"\n[knobs]\nnum_workers = [0]\n",
+            "x.toml",
+        )
+        .expect("spec");
+        assert!(matches!(capped(&e, 1.0), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn the_sentence_says_what_did_not_run_and_how_to_go_on() {
+        let mut u = BudgetUse {
+            budget_s: 600,
+            used_s: 612.0,
+            not_run: Vec::new(),
+        };
+        assert!(u.sentence().contains("within"), "{}", u.sentence());
+        u.not_run.push("the confirmation".into());
+        let t = u.sentence();
+        assert!(
+            t.contains("the confirmation did not run") && t.contains("--resume"),
+            "{t}"
+        );
+    }
+}
