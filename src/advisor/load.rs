@@ -3,7 +3,7 @@
 //! the project's 800 lines.
 
 use super::verdict::{foreign_load, LOADED_PCT};
-use crate::results::model::{RecKind, Report, TrialReport};
+use crate::results::model::{RecKind, Report};
 
 /// Knobs whose best value depends on how many cores are free: a count tuned while other
 /// processes held cores is tuned to them. On 2 cores under a spinning process,
@@ -33,20 +33,9 @@ pub(super) fn under_load(
             .into_iter()
             .flat_map(|c| [c.trial.as_ref(), c.baseline_rerun.as_ref()]),
     );
-    // A confirmation run keeps no timeline: its load is in its runs' hardware records.
-    let load = |t: &TrialReport| {
-        foreign_load(t).or_else(|| {
-            let v: Vec<f64> = t
-                .hardware
-                .iter()
-                .filter_map(|h| h.foreign_cpu_pct)
-                .collect();
-            (!v.is_empty()).then(|| crate::stats::median(&v))
-        })
-    };
     let mut least = f64::INFINITY;
     for run in runs.flatten() {
-        match load(run) {
+        match foreign_load(run) {
             Some(l) if l > LOADED_PCT => least = least.min(l),
             _ => return,
         }
@@ -139,6 +128,27 @@ mod tests {
         assert!(
             v.line().contains("its size may differ on a quiet machine"),
             "{v:?}"
+        );
+    }
+
+    /// A confirmation's runs keep their load in their hardware records only; the noise
+    /// line's "N of M trials measured under load" counts them as it counts plan trials.
+    /// Before, the two loaded confirmation runs here were left out of both counts.
+    #[test]
+    fn a_confirmations_runs_under_load_count_in_the_noise_line() {
+        let s = spec("num_workers = [0, 2]", "");
+        let base = trial(&s, &[], 0.010).under_load(60.0);
+        let t = trial(&s, &[("num_workers", "2")], 0.005).under_load(2.0);
+        let c = trial(&s, &[("num_workers", "2")], 0.005).runs_under_load(50.0);
+        let c_id = format!("{CONFIRM_PREFIX}{}", c.rec.id);
+        let b = trial(&s, &[], 0.010)
+            .with_id(format!("{CONFIRM_PREFIX}baseline"))
+            .runs_under_load(40.0);
+        let r = report(&s, vec![base, t, c.with_id(c_id), b]);
+        let noise = story(&r).noise.join("\n");
+        assert!(
+            noise.contains("3 of 4 trials were measured while other processes used more than"),
+            "{noise}"
         );
     }
 }

@@ -164,9 +164,18 @@ fn headline(r: &Report, wins: &[&TrialReport]) -> String {
     )
 }
 
-/// Median over the trial's samples of the share of all cores other processes used.
+/// Median over the trial's samples of the share of all cores other processes used; for
+/// a confirmation's runs, which keep no timeline, the median of their runs' hardware
+/// records, so that "N of M trials measured under load" counts them too (#31).
 pub fn foreign_load(t: &TrialReport) -> Option<f64> {
-    t.foreign_cpu_pct
+    t.foreign_cpu_pct.or_else(|| {
+        let v: Vec<f64> = t
+            .hardware
+            .iter()
+            .filter_map(|h| h.foreign_cpu_pct)
+            .collect();
+        (!v.is_empty()).then(|| crate::stats::median(&v))
+    })
 }
 
 fn noise_lines(r: &Report, loaded: &[(String, String, f64)]) -> Vec<String> {

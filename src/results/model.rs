@@ -100,8 +100,8 @@ impl BudgetUse {
         }
         format!(
             "Time budget: budget_s = {} was spent after {:.0} s, so {} did not run; the \
-             figures are what was measured by then. `tune sweep SPEC --resume` runs the rest \
-             (raise budget_s first).",
+             figures are what was measured by then. `tune sweep SPEC --resume` runs the rest, \
+             with a budget_s of its own.",
             self.budget_s,
             self.used_s,
             self.not_run.join(" and ")
