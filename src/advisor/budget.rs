@@ -38,14 +38,18 @@ mod tests {
     fn a_change_the_budget_left_unconfirmed_is_at_most_low_and_says_so() {
         use crate::results::model::BudgetUse;
         let s = spec("num_workers = [0, 2]", "budget_s = 600");
-        let recs: Vec<_> = vec![
-            trial(&s, &[], 0.010).rec,
-            trial(&s, &[("num_workers", "2")], 0.005).rec,
-        ];
-        let build = |not_run: Vec<String>| {
+        let loaded = |pct: f64| -> Vec<_> {
+            vec![
+                trial(&s, &[], 0.010).under_load(pct).rec,
+                trial(&s, &[("num_workers", "2")], 0.005)
+                    .under_load(pct)
+                    .rec,
+            ]
+        };
+        let build_on = |recs: &[crate::results::TrialRecord], not_run: Vec<String>| {
             let r = crate::advisor::build_report_within(
                 &s,
-                &recs,
+                recs,
                 Some(BudgetUse {
                     budget_s: 600,
                     used_s: 601.0,
@@ -59,6 +63,8 @@ mod tests {
                 .unwrap_or_else(|| panic!("{:#?}", r.recommendations));
             (story(&r).recs[i].clone(), r)
         };
+        let recs = loaded(0.0);
+        let build = |not_run: Vec<String>| build_on(&recs, not_run);
         let (within, r) = build(Vec::new());
         assert_eq!(within.confidence, "high", "{within:?}");
         assert!(
@@ -93,6 +99,15 @@ mod tests {
                 .any(|n| n.contains("'confirm: num_workers=2' did not run")),
             "{:?}",
             r.notes
+        );
+        // Under load as well: both sets of words, the budget's first (before, the
+        // budget's replaced the load's).
+        let (both, _) = build_on(&loaded(60.0), vec!["'confirm: num_workers=2'".into()]);
+        let words = both.confirmation.unwrap_or_default();
+        assert!(
+            words.starts_with("not confirmed: the time budget")
+                && words.contains("measured under load only"),
+            "{words}"
         );
     }
 }

@@ -447,12 +447,13 @@ fn rec_verdicts(r: &Report) -> Vec<RecVerdict> {
                 gain,
                 confirmation,
             };
-            super::load::under_load(r, rec, in_confirmation, &mut v);
+            // The budget's words first: the load's are added to them, not lost.
             if in_confirmation.is_none_or(|c| c.verdict == "not_run") {
                 if let Some(words) = super::budget::out_of_time(r, rec, &mut v.confidence) {
                     v.confirmation = Some(words);
                 }
             }
+            super::load::under_load(r, rec, in_confirmation, &mut v);
             v
         })
         .collect()

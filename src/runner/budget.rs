@@ -65,7 +65,14 @@ impl Budget {
     /// Whether a run started now could not finish within the budget: less time is left
     /// than the runs so far spent outside their measuring, plus the least measuring.
     pub(crate) fn spent(&self) -> bool {
-        self.left_s() < self.overhead_s() + MIN_SHARE_S
+        self.spent_for(1)
+    }
+
+    /// Whether `runs` runs started now could not finish within the budget (a
+    /// confirmation's pair is two): a busy machine's LSTM sweep, checking for one run
+    /// before each pair, passed its 600 s by 72 s on the pair's second run.
+    pub(crate) fn spent_for(&self, runs: usize) -> bool {
+        self.left_s() < runs as f64 * (self.overhead_s() + MIN_SHARE_S)
     }
 
     /// Seconds the next run may measure: its share of what is left, less the overhead
@@ -158,6 +165,10 @@ mod tests {
         let next = b.share_s();
         assert!((44.0..=47.0).contains(&next), "{next}");
         assert!(!b.spent());
+        // Each run needs the overhead seen (20 s) and the least share: 30 do not fit
+        // 600 s, 2 (a confirmation's pair) do.
+        assert!(!b.spent_for(2));
+        assert!(b.spent_for(30));
         // Far more runs than time: the least share, not nothing.
         b.expect(10_000);
         assert_eq!(b.share_s(), MIN_SHARE_S);

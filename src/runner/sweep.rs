@@ -573,7 +573,11 @@ impl<'a> Sweep<'a> {
         if recs.is_empty() {
             return Ok(());
         }
-        if self.out_of_time() {
+        if self
+            .budget
+            .as_ref()
+            .is_some_and(|b| b.spent_for(recs.len()))
+        {
             self.left_out(format!("'{}'", combo.label));
             return Ok(());
         }
@@ -597,7 +601,11 @@ impl<'a> Sweep<'a> {
         // Pairs counted, and pairs run (re-runs included: the report's pair numbers).
         let (mut pair, mut ran_pairs) = (0, 0);
         while pair < pairs {
-            if self.out_of_time() {
+            if self
+                .budget
+                .as_ref()
+                .is_some_and(|b| b.spent_for(recs.len()))
+            {
                 if recs.iter().all(|r| r.repeats.is_empty()) {
                     self.left_out(format!("'{}'", combo.label));
                     return Ok(());
