@@ -217,6 +217,13 @@ pub fn measured_steps(spec: &Spec) -> usize {
     }
 }
 
+/// A record whose runs' hardware records are all empty (nothing sampled) keeps none.
+fn no_empty_hardware(rec: &mut TrialRecord) {
+    if rec.hardware.iter().all(|h| *h == RepeatHardware::default()) {
+        rec.hardware.clear();
+    }
+}
+
 fn fresh(t: &Trial, round: usize, steps: usize) -> TrialRecord {
     TrialRecord {
         id: t.id.clone(),
@@ -665,9 +672,7 @@ impl<'a> Sweep<'a> {
             }
         }
         for rec in &mut recs {
-            if rec.hardware.iter().all(|h| *h == RepeatHardware::default()) {
-                rec.hardware.clear();
-            }
+            no_empty_hardware(rec);
         }
         for rec in recs {
             self.journal

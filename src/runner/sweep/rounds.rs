@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::{fresh, Sweep, JOURNAL_REPEATS_FROM};
+use super::{fresh, no_empty_hardware, Sweep, JOURNAL_REPEATS_FROM};
 use crate::error::Result;
 use crate::knobs::Knobs;
 use crate::results::baselines::{again_id, own_value, EVERY};
@@ -119,9 +119,7 @@ impl Sweep<'_> {
                 if ended {
                     if let Slot::Open(open) = std::mem::replace(&mut slots[i], Slot::Closed) {
                         let mut rec = open.rec;
-                        if rec.hardware.iter().all(|h| *h == Default::default()) {
-                            rec.hardware.clear();
-                        }
+                        no_empty_hardware(&mut rec);
                         self.finish_trial(rec)?;
                     }
                 }
@@ -148,9 +146,7 @@ impl Sweep<'_> {
                         "the time budget ended it after {} of {reps} repeats",
                         rec.repeats.len()
                     ));
-                    if rec.hardware.iter().all(|h| *h == Default::default()) {
-                        rec.hardware.clear();
-                    }
+                    no_empty_hardware(&mut rec);
                     self.position += 1;
                     self.observer.finished(&rec, self.position, self.total);
                     self.records.push(rec);
