@@ -219,6 +219,49 @@ fn a_sweep_runs_on_the_cluster_and_is_reported() {
 }
 
 #[test]
+fn the_cluster_gets_the_runs_pass_by_pass_with_the_baseline_again() {
+    if !cluster("the_cluster_gets_the_runs_pass_by_pass_with_the_baseline_again") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("passes");
+    let spec = write_spec(
+        dir.path(),
+        &name,
+        "batch_size = [16, 32, 8, 64, 24]",
+        "repeats = 2\nconfirm_repeats = 2",
+        "max_parallel = 2",
+    );
+    let out = dir.path().join("out");
+    let o = sweep(&spec, &out, None).output().unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    // Five plan trials and the baseline once more after the third other one, each twice:
+    // every first run is submitted before any second (before, a trial's two runs went
+    // to the queue side by side and the baseline ran once, first).
+    let submitted = lines_of(&out, "submitted");
+    assert_eq!(submitted.len(), 12, "{submitted:?}");
+    let passes: Vec<u64> = submitted
+        .iter()
+        .map(|s| s["repeat"].as_u64().unwrap())
+        .collect();
+    assert_eq!(passes, [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1]);
+    let ids: Vec<&str> = submitted
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids[..6], ids[6..]);
+    assert!(ids[4].starts_with("baseline-again:"), "{ids:?}");
+    // The report measures the drift across the baseline's two runs of the plan.
+    let rep = report(&out);
+    let runs = rep["baseline_runs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{rep}"));
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["status"], "ok", "{runs:?}");
+    assert!(rep["drift"].is_object(), "{rep}");
+}
+
+#[test]
 fn a_ddp_trial_runs_one_rank_per_srun_task() {
     if !cluster("a_ddp_trial_runs_one_rank_per_srun_task") {
         return;

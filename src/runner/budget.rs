@@ -102,6 +102,12 @@ impl Budget {
         }
     }
 
+    /// Moves the deadline to `d` from now: a test's way to spend the budget.
+    #[cfg(test)]
+    pub(crate) fn end_in(&mut self, d: Duration) {
+        self.deadline = Instant::now() + d;
+    }
+
     pub(crate) fn usage(&self) -> BudgetUse {
         BudgetUse {
             budget_s: self.budget_s,

@@ -23,13 +23,12 @@ use crate::knobs::Knobs;
 use crate::results::baselines::EVERY;
 use crate::results::hardware::RepeatHardware;
 use crate::results::model::BudgetUse;
-use crate::results::record::{
-    clean, NodeRun, Record, Repeat, RepeatRecord, Status, Submission, TrialRecord,
-};
+use crate::results::record::{clean, NodeRun, Record, Repeat, RepeatRecord, Status, TrialRecord};
 use crate::spec::plan::{select_top, Trial};
 use crate::spec::{Spec, Workload};
 use crate::stats;
 
+mod batch;
 mod rounds;
 
 /// The result of one run of one configuration.
@@ -73,13 +72,20 @@ pub trait Executor: Sync {
     /// journal it before anything else happens) and each end, in whatever order they
     /// come. An error from `events` or from the executor stops it; what it submitted and
     /// did not finish is then its to clean up or leave to `--resume`.
+    ///
+    /// A run not yet started starts only while `may_start` says yes (a time budget); the
+    /// ones it turned away end with no event, and the runner counts them as not run.
     fn run_many(
         &self,
         spec: &Spec,
         runs: &[Run],
         events: &mut dyn FnMut(RunEvent) -> Result<()>,
+        may_start: &dyn Fn() -> bool,
     ) -> Result<()> {
         for (i, r) in runs.iter().enumerate() {
+            if !may_start() {
+                return Ok(());
+            }
             let outcome = self.run(spec, &r.knobs, r.steps);
             events(RunEvent::Finished { run: i, outcome })?;
         }
@@ -383,13 +389,13 @@ impl<'a> Sweep<'a> {
                 candidates = select_top(&scored, keep);
             }
             let reps = if final_round { repeats } else { 1 };
-            if self.exec.batches() {
-                self.run_batch(&candidates, round, round_steps, reps)?;
-                continue;
-            }
             // Earlier halving rounds only screen; the figures come from the last.
             let order = self.with_baseline_again(&candidates, final_round);
-            self.run_round(order, round, round_steps, reps)?;
+            if self.exec.batches() {
+                self.run_batch(&order, round, round_steps, reps)?;
+            } else {
+                self.run_round(order, round, round_steps, reps)?;
+            }
         }
         Ok(())
     }
@@ -406,104 +412,6 @@ impl<'a> Sweep<'a> {
         self.observer.finished(&rec, self.position, self.total);
         self.records.push(rec);
         Ok(())
-    }
-
-    /// A round through a batching executor: every repeat of every trial not yet in the
-    /// journal goes to it at once; each submission is journaled as it happens, and a
-    /// trial is journaled when its last repeat ends. Unlike the local path, a failed
-    /// repeat does not stop its siblings (they were submitted together); the trial's
-    /// status is its first failure in repeat order.
-    fn run_batch(
-        &mut self,
-        trials: &[Trial],
-        round: usize,
-        steps: usize,
-        repeats: usize,
-    ) -> Result<()> {
-        let reps = repeats.max(1);
-        let mut runs = Vec::new();
-        let mut pending: Vec<(TrialRecord, Vec<Option<Outcome>>, f64)> = Vec::new();
-        for t in trials {
-            if self.done.contains(&(t.id.clone(), round)) {
-                self.position += 1;
-                continue;
-            }
-            for r in 0..reps {
-                runs.push(Run {
-                    id: t.id.clone(),
-                    label: t.label.clone(),
-                    round,
-                    repeat: r,
-                    knobs: t.knobs.clone(),
-                    steps,
-                    attach: self.submitted.get(&(t.id.clone(), round, r)).cloned(),
-                });
-            }
-            pending.push((
-                fresh(t, round, steps),
-                vec![None; reps],
-                self.sampler.now_ms(),
-            ));
-        }
-        if runs.is_empty() {
-            return Ok(());
-        }
-        let exec = self.exec;
-        let spec = self.spec;
-        let mut on_event = |ev: RunEvent| -> Result<()> {
-            match ev {
-                RunEvent::Submitted { run, job_id } => {
-                    let r = &runs[run];
-                    if r.repeat == 0 {
-                        self.observer.started(&r.label);
-                    }
-                    // A dashboard follows the latest submission; the journal lists the
-                    // others, and the job's own process does not write the live file.
-                    let t = Trial {
-                        id: r.id.clone(),
-                        label: r.label.clone(),
-                        knobs: r.knobs.clone(),
-                    };
-                    self.show_live(&t, round, r.repeat + 1, reps, self.position + 1);
-                    let job = Submission {
-                        id: r.id.clone(),
-                        round,
-                        repeat: r.repeat,
-                        job_id,
-                    };
-                    self.journal
-                        .append(&stamped(&Record::Submitted(job), spec)?)?;
-                }
-                RunEvent::Finished { run, outcome } => {
-                    let (t, rep) = (run / reps, run % reps);
-                    let Some(slot) = pending.get_mut(t) else {
-                        return Ok(());
-                    };
-                    slot.1[rep] = Some(outcome);
-                    if slot.1.iter().all(Option::is_some) {
-                        let mut rec = slot.0.clone();
-                        for (i, o) in slot.1.iter_mut().enumerate() {
-                            let Some(o) = o.take() else { continue };
-                            rec.repeats.extend(o.repeat.map(clean));
-                            rec.nodes.extend(o.node.map(|n| NodeRun { repeat: i, ..n }));
-                            if o.status != Status::Ok && rec.status == Status::Ok {
-                                rec.status = o.status;
-                                rec.error = o.error;
-                            }
-                        }
-                        rec.timeline = self.sampler.since(slot.2);
-                        self.finish_trial(rec)?;
-                    }
-                }
-            }
-            Ok(())
-        };
-        let res = exec.run_many(spec, &runs, &mut on_event);
-        // Nothing of this batch runs any more, whether it ended or was interrupted.
-        if let Some(p) = &self.live_file {
-            live::clear(p);
-        }
-        res
     }
 
     /// Tells a dashboard which trial starts now (its `index` of the sweep's total); its

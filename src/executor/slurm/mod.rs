@@ -213,12 +213,17 @@ impl Executor for SlurmEnv {
             attach: None,
         };
         let mut out = None;
-        let r = self.run_many(spec, std::slice::from_ref(&run), &mut |ev| {
-            if let RunEvent::Finished { outcome, .. } = ev {
-                out = Some(outcome);
-            }
-            Ok(())
-        });
+        let r = self.run_many(
+            spec,
+            std::slice::from_ref(&run),
+            &mut |ev| {
+                if let RunEvent::Finished { outcome, .. } = ev {
+                    out = Some(outcome);
+                }
+                Ok(())
+            },
+            &|| true,
+        );
         match (out, r) {
             (Some(o), _) => o,
             (None, Err(e)) => Outcome::fail(Status::Failed, e.to_string()),
@@ -235,6 +240,7 @@ impl Executor for SlurmEnv {
         spec: &Spec,
         runs: &[Run],
         events: &mut dyn FnMut(RunEvent) -> Result<()>,
+        may_start: &dyn Fn() -> bool,
     ) -> Result<()> {
         let slurm = &spec.slurm;
         let poll = Duration::from_secs_f64(slurm.poll_s);
@@ -258,6 +264,10 @@ impl Executor for SlurmEnv {
         loop {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 return Err(self.interrupted(&active));
+            }
+            if !may_start() {
+                // The time budget is spent: what is queued here never reaches Slurm.
+                queue.clear();
             }
             while active.len() < slurm.max_parallel {
                 let Some(i) = queue.pop_front() else { break };

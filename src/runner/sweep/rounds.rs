@@ -1,6 +1,6 @@
 //! How a local sweep orders a round's runs: every trial's first repeat in plan order,
 //! then every trial's second, and so on, with the baseline run again through the plan
-//! (#31). A cluster takes a round at once (`Sweep::run_batch`) and is not ordered here.
+//! (#31). A cluster takes a round at once, in the same order (`Sweep::run_batch`).
 
 use std::time::Instant;
 
@@ -138,27 +138,36 @@ impl Sweep<'_> {
                 Slot::Waiting(_) => runs += reps,
                 Slot::Open(open) if open.next < reps => {
                     runs += reps - open.next;
-                    let mut rec = open.rec;
-                    if rec.repeats.is_empty() {
-                        continue;
+                    if !open.rec.repeats.is_empty() {
+                        self.cut_short(open.rec, reps);
                     }
-                    rec.error = Some(format!(
-                        "the time budget ended it after {} of {reps} repeats",
-                        rec.repeats.len()
-                    ));
-                    no_empty_hardware(&mut rec);
-                    self.position += 1;
-                    self.observer.finished(&rec, self.position, self.total);
-                    self.records.push(rec);
                 }
                 Slot::Open(_) | Slot::Closed => {}
             }
         }
+        self.not_run(runs);
+        Ok(())
+    }
+
+    /// A trial the budget ended after some of its `reps` repeats: kept for the report
+    /// with a note, not journaled, so `--resume` runs its other repeats.
+    pub(super) fn cut_short(&mut self, mut rec: TrialRecord, reps: usize) {
+        rec.error = Some(format!(
+            "the time budget ended it after {} of {reps} repeats",
+            rec.repeats.len()
+        ));
+        no_empty_hardware(&mut rec);
+        self.position += 1;
+        self.observer.finished(&rec, self.position, self.total);
+        self.records.push(rec);
+    }
+
+    /// Notes that `runs` runs of the plan did not start for lack of time.
+    pub(super) fn not_run(&mut self, runs: usize) {
         if runs > 0 {
             let s = if runs == 1 { "" } else { "s" };
             self.left_out(format!("{runs} run{s} of the plan"));
         }
-        Ok(())
     }
 
     /// Why `trial` would measure nothing new, if so. A trial is the baseline in all but

@@ -1,0 +1,398 @@
+//! A round through a batching executor (a Slurm cluster). Its runs go to the executor
+//! in the same order a local sweep runs them: every trial's first repeat in plan order,
+//! the baseline's runs interleaved through the plan included, then every trial's second,
+//! and so on. Before, a trial's repeats were queued side by side and the baseline ran
+//! once, first: with `max_parallel` jobs at a time, a cluster's busy minute (or a slow
+//! node) fell on all of one trial's runs, and nothing measured the drift between the
+//! first trial and the last (#31). A time budget stops new jobs from starting; the ones
+//! running finish.
+
+use std::cell::Cell;
+use std::time::Instant;
+
+use super::{fresh, no_empty_hardware, Outcome, Run, RunEvent, Sweep};
+use crate::error::Result;
+use crate::results::record::{clean, NodeRun, Record, Status, Submission, TrialRecord};
+use crate::runner::budget;
+use crate::runner::live;
+use crate::runner::resume::stamped;
+use crate::spec::plan::Trial;
+
+/// A trial of the batch not yet journaled: its record so far, each repeat's outcome as
+/// it comes, and when the sweep's clock saw it start (for its timeline).
+struct Pending {
+    rec: TrialRecord,
+    outcomes: Vec<Option<Outcome>>,
+    began_ms: f64,
+}
+
+impl Pending {
+    /// The record with every outcome that came, in repeat order; its status is its first
+    /// failure in that order (its siblings were submitted with it, so a failed repeat does
+    /// not stop them as it does in a local sweep).
+    fn record(&mut self) -> TrialRecord {
+        let mut rec = self.rec.clone();
+        for (i, o) in self.outcomes.iter_mut().enumerate() {
+            let Some(o) = o.take() else { continue };
+            rec.repeats.extend(o.repeat.map(clean));
+            rec.nodes.extend(o.node.map(|n| NodeRun { repeat: i, ..n }));
+            if o.status != Status::Ok && rec.status == Status::Ok {
+                rec.status = o.status;
+                rec.error = o.error;
+            }
+        }
+        rec
+    }
+}
+
+/// The batch's runs, pass by pass: run `i` is repeat `i / n` of trial `i % n`.
+fn in_passes(trials: &[Trial], round: usize, steps: usize, reps: usize) -> Vec<Run> {
+    let mut runs = Vec::with_capacity(trials.len() * reps);
+    for repeat in 0..reps {
+        for t in trials {
+            runs.push(Run {
+                id: t.id.clone(),
+                label: t.label.clone(),
+                round,
+                repeat,
+                knobs: t.knobs.clone(),
+                steps,
+                attach: None,
+            });
+        }
+    }
+    runs
+}
+
+impl Sweep<'_> {
+    /// A round through a batching executor: every repeat of every trial not yet in the
+    /// journal, in passes (see the module's note); each submission is journaled as it
+    /// happens, and a trial is journaled when its last repeat ends.
+    pub(super) fn run_batch(
+        &mut self,
+        trials: &[Trial],
+        round: usize,
+        steps: usize,
+        repeats: usize,
+    ) -> Result<()> {
+        let reps = repeats.max(1);
+        let mut todo: Vec<Trial> = Vec::new();
+        for t in trials {
+            if self.done.contains(&(t.id.clone(), round)) {
+                self.position += 1;
+            } else {
+                todo.push(t.clone());
+            }
+        }
+        let mut runs = in_passes(&todo, round, steps, reps);
+        for r in &mut runs {
+            r.attach = self
+                .submitted
+                .get(&(r.id.clone(), round, r.repeat))
+                .cloned();
+        }
+        let n = todo.len();
+        let mut pending: Vec<Pending> = todo
+            .iter()
+            .map(|t| Pending {
+                rec: fresh(t, round, steps),
+                outcomes: vec![None; reps],
+                began_ms: self.sampler.now_ms(),
+            })
+            .collect();
+        if runs.is_empty() {
+            return Ok(());
+        }
+        if reps > 1 && n > 1 {
+            self.observer.note(&format!(
+                "jobs go to the cluster repeat by repeat: every trial's first run, then every \
+                 trial's second, up to {reps}, so that a busy minute or a slow node does not \
+                 fall on all of one trial's runs"
+            ));
+        }
+        // Whether the budget still lets a run start: read by the executor before each
+        // submission, set after each end (the Sweep itself is borrowed by `on_event`).
+        let open = Cell::new(!self.out_of_time());
+        let mut started: Vec<Option<Instant>> = vec![None; runs.len()];
+        let exec = self.exec;
+        let spec = self.spec;
+        let mut on_event = |ev: RunEvent| -> Result<()> {
+            match ev {
+                RunEvent::Submitted { run, job_id } => {
+                    let r = &runs[run];
+                    started[run] = Some(Instant::now());
+                    if r.repeat == 0 {
+                        self.observer.started(&r.label);
+                    }
+                    // A dashboard follows the latest submission; the journal lists the
+                    // others, and the job's own process does not write the live file.
+                    let t = Trial {
+                        id: r.id.clone(),
+                        label: r.label.clone(),
+                        knobs: r.knobs.clone(),
+                    };
+                    self.show_live(&t, round, r.repeat + 1, reps, self.position + 1);
+                    let job = Submission {
+                        id: r.id.clone(),
+                        round,
+                        repeat: r.repeat,
+                        job_id,
+                    };
+                    self.journal
+                        .append(&stamped(&Record::Submitted(job), spec)?)?;
+                }
+                RunEvent::Finished { run, outcome } => {
+                    let (t, rep) = (run % n, run / n);
+                    if let (Some(b), Some(at)) = (&mut self.budget, started[run]) {
+                        b.ran(at.elapsed(), budget::measured_s(outcome.repeat.as_ref()));
+                    }
+                    open.set(!self.out_of_time());
+                    let Some(slot) = pending.get_mut(t) else {
+                        return Ok(());
+                    };
+                    slot.outcomes[rep] = Some(outcome);
+                    if slot.outcomes.iter().all(Option::is_some) {
+                        let mut rec = slot.record();
+                        rec.timeline = self.sampler.since(slot.began_ms);
+                        // Journaled once: its outcomes are taken, so none is left to cut.
+                        slot.outcomes.clear();
+                        self.finish_trial(rec)?;
+                    }
+                }
+            }
+            Ok(())
+        };
+        let res = exec.run_many(spec, &runs, &mut on_event, &|| open.get());
+        // Nothing of this batch runs any more, whether it ended or was interrupted.
+        if let Some(p) = &self.live_file {
+            live::clear(p);
+        }
+        res?;
+        self.cut_by_budget(pending, reps)
+    }
+
+    /// The trials of a batch the budget stopped short: runs it did not start are counted
+    /// as not run; a trial that failed is journaled as it is (a local sweep would not have
+    /// repeated it either); one with measured repeats is kept for the report with a note,
+    /// not journaled, so `--resume` runs the rest.
+    fn cut_by_budget(&mut self, pending: Vec<Pending>, reps: usize) -> Result<()> {
+        let mut not_run = 0;
+        for mut p in pending {
+            let missing = p.outcomes.iter().filter(|o| o.is_none()).count();
+            if p.outcomes.is_empty() || missing == 0 {
+                continue;
+            }
+            not_run += missing;
+            let mut rec = p.record();
+            rec.timeline = self.sampler.since(p.began_ms);
+            if rec.status != Status::Ok {
+                no_empty_hardware(&mut rec);
+                self.finish_trial(rec)?;
+            } else if !rec.repeats.is_empty() {
+                self.cut_short(rec, reps);
+            }
+        }
+        self.not_run(not_run);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::super::{Executor, SweepObserver, SweepSetup};
+    use super::*;
+    use crate::knobs::Knobs;
+    use crate::results::baselines::AGAIN_PREFIX;
+    use crate::results::record::Repeat;
+    use crate::spec::{plan, Spec};
+
+    /// A cluster that runs every job at once when asked: it records what it was handed
+    /// and in which order, stops starting runs once `may_start` says no or after `upto`
+    /// runs (a budget spent in the middle of the batch), and fails `bad` trials' runs.
+    struct Cluster {
+        upto: usize,
+        /// How long each run takes.
+        pause: std::time::Duration,
+        bad: Option<String>,
+        order: Mutex<Vec<(String, usize)>>,
+    }
+
+    impl Executor for Cluster {
+        fn run(&self, _: &Spec, _: &Knobs, _: usize) -> Outcome {
+            Outcome::fail(Status::Failed, "a batch only")
+        }
+        fn batches(&self) -> bool {
+            true
+        }
+        fn run_many(
+            &self,
+            _: &Spec,
+            runs: &[Run],
+            events: &mut dyn FnMut(RunEvent) -> Result<()>,
+            may_start: &dyn Fn() -> bool,
+        ) -> Result<()> {
+            for (i, r) in runs.iter().enumerate().take(self.upto) {
+                if !may_start() {
+                    return Ok(());
+                }
+                self.order.lock().unwrap().push((r.id.clone(), r.repeat));
+                let job_id = format!("{}", 100 + i);
+                events(RunEvent::Submitted { run: i, job_id })?;
+                std::thread::sleep(self.pause);
+                let outcome = if self.bad.as_deref() == Some(r.label.as_str()) {
+                    Outcome::fail(Status::Failed, "it crashed")
+                } else {
+                    Outcome {
+                        status: Status::Ok,
+                        error: None,
+                        repeat: Some(Repeat {
+                            step_times: vec![0.01; 4],
+                            samples_per_s: 100.0 + i as f64,
+                            ..Repeat::default()
+                        }),
+                        node: None,
+                    }
+                };
+                events(RunEvent::Finished { run: i, outcome })?;
+            }
+            Ok(())
+        }
+    }
+
+    struct Quiet;
+    impl SweepObserver for Quiet {
+        fn started(&mut self, _: &str) {}
+        fn finished(&mut self, _: &TrialRecord, _: usize, _: usize) {}
+    }
+
+    const SPEC: &str = "[workload]\nmodel = \"mlp\"\ndataset = \"synthetic\"\n[knobs]\n\
+                        batch_size = [16, 8, 32, 64, 128]\n[search]\nrepeats = 2\n";
+
+    /// Runs `spec`'s grid on `cluster`; the budget ends `ends` from the start when given.
+    /// Returns the records, the journal's lines and what the budget left out.
+    fn sweep(
+        spec: &str,
+        cluster: &Cluster,
+        ends: Option<std::time::Duration>,
+    ) -> (
+        Vec<TrialRecord>,
+        Vec<serde_json::Value>,
+        Option<Vec<String>>,
+    ) {
+        let spec = Spec::parse(spec, "c.toml").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let trials = plan::plan(&spec).trials;
+        let n = trials.len();
+        let mut quiet = Quiet;
+        let setup = SweepSetup {
+            spec: &spec,
+            journal_path: dir.path().join("journal.jsonl"),
+            resume: false,
+            live_file: None,
+            cancel: None,
+            total: n + super::super::again_runs(n),
+        };
+        let mut s = Sweep::open(setup, cluster, &mut quiet).unwrap();
+        if let (Some(b), Some(d)) = (&mut s.budget, ends) {
+            b.end_in(d);
+        }
+        s.run_rounds(&trials, &[(n, 1)], 4).unwrap();
+        let used = s.budget_use().map(|u| u.not_run);
+        let recs = s.records().to_vec();
+        drop(s);
+        let lines: Vec<serde_json::Value> =
+            std::fs::read_to_string(dir.path().join("journal.jsonl"))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        (recs, lines, used)
+    }
+
+    #[test]
+    fn a_cluster_gets_every_trials_first_run_then_every_second_with_the_baseline_again() {
+        let c = Cluster {
+            upto: usize::MAX,
+            pause: std::time::Duration::ZERO,
+            bad: None,
+            order: Mutex::new(Vec::new()),
+        };
+        let (recs, lines, _) = sweep(SPEC, &c, None);
+        let order = c.order.into_inner().unwrap();
+        // Five plan trials and one run of the baseline after the third non-baseline
+        // trial, twice each, pass by pass.
+        assert_eq!(order.len(), 12, "{order:?}");
+        let first: Vec<&str> = order[..6].iter().map(|(id, _)| id.as_str()).collect();
+        assert!(order[..6].iter().all(|(_, r)| *r == 0), "{order:?}");
+        assert!(order[6..].iter().all(|(_, r)| *r == 1), "{order:?}");
+        assert_eq!(
+            first,
+            order[6..]
+                .iter()
+                .map(|(id, _)| id.as_str())
+                .collect::<Vec<_>>()
+        );
+        assert!(first[4].starts_with(AGAIN_PREFIX), "{first:?}");
+        assert!(!first[..4].iter().any(|id| id.starts_with(AGAIN_PREFIX)));
+        // Every trial is journaled whole, each submission once.
+        assert_eq!(recs.len(), 6);
+        assert!(recs
+            .iter()
+            .all(|r| r.repeats.len() == 2 && r.status == Status::Ok));
+        let subs = lines.iter().filter(|l| l["type"] == "submitted").count();
+        assert_eq!(subs, 12);
+    }
+
+    #[test]
+    fn a_budget_spent_mid_batch_keeps_what_ran_and_names_what_did_not() {
+        let spec = format!("{SPEC}budget_s = 600\n");
+        // The first pass and two runs of the second start; the second trial crashes.
+        let c = Cluster {
+            upto: 8,
+            pause: std::time::Duration::ZERO,
+            bad: Some("batch_size=8".into()),
+            order: Mutex::new(Vec::new()),
+        };
+        let (recs, lines, not_run) = sweep(&spec, &c, None);
+        let journaled: Vec<&serde_json::Value> =
+            lines.iter().filter(|l| l["type"] == "trial").collect();
+        // Whole trials (the first two) and the crashed one are journaled; the other four
+        // ran once of two times: kept for the report, with a note, not journaled.
+        assert_eq!(journaled.len(), 2, "{journaled:?}");
+        assert!(
+            journaled.iter().any(|t| t["status"] == "failed"),
+            "{journaled:?}"
+        );
+        let cut: Vec<&TrialRecord> = recs.iter().filter(|r| r.repeats.len() == 1).collect();
+        assert_eq!(cut.len(), 4, "{recs:?}");
+        for t in cut {
+            let e = t.error.as_deref().unwrap_or_default();
+            assert!(e.contains("after 1 of 2 repeats"), "{e}");
+        }
+        assert_eq!(not_run, Some(vec!["4 runs of the plan".to_string()]));
+    }
+
+    #[test]
+    fn no_job_starts_once_the_budget_is_spent() {
+        let spec = format!("{SPEC}budget_s = 600\n");
+        // Runs of 0.2 s against a budget with 2.7 s left: a run needs the least share
+        // (2 s) to start, so the first few start and the rest do not.
+        let c = Cluster {
+            upto: usize::MAX,
+            pause: std::time::Duration::from_millis(200),
+            bad: None,
+            order: Mutex::new(Vec::new()),
+        };
+        let (recs, _, not_run) = sweep(&spec, &c, Some(std::time::Duration::from_millis(2700)));
+        let ran = c.order.into_inner().unwrap().len();
+        assert!((1..12).contains(&ran), "{ran} runs started");
+        let s = if 12 - ran == 1 { "" } else { "s" };
+        assert_eq!(
+            not_run,
+            Some(vec![format!("{} run{s} of the plan", 12 - ran)])
+        );
+        assert!(recs.iter().all(|r| r.repeats.len() == 1), "{recs:?}");
+    }
+}
