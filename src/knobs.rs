@@ -274,8 +274,10 @@ const PYTHON_ONLY: Applies = Applies {
 
 /// Knobs the PyTorch hooks can set to their baseline value over a script that does
 /// otherwise (the DataLoader's arguments, `zero_grad`'s `set_to_none`, autocast,
-/// `cudnn.benchmark`), so a trial can measure the spec's baseline value against the
-/// script's own (`Knobs::forced`). Not `num_threads` (0 leaves the thread count alone),
+/// `cudnn.benchmark`, the optimizer's `fused`/`foreach`), so a trial can measure the
+/// spec's baseline value against the script's own (`Knobs::forced`): a script that asks
+/// for `fused=True` under `optim_impl = ["default", "fused"]` ran fused twice and
+/// PyTorch's default nowhere. Not `num_threads` (0 leaves the thread count alone),
 /// nor `channels_last` and `compile`: the hooks cannot undo a script's own layout or
 /// compile.
 pub const FORCEABLE: &[&str] = &[
@@ -287,6 +289,7 @@ pub const FORCEABLE: &[&str] = &[
     "zero_grad",
     "amp",
     "autotune",
+    "optim_impl",
 ];
 
 /// The PyTorch change that sets a knob. `{value}` is the knob's value (`True`/`False`
@@ -648,7 +651,7 @@ knob_table! {
         // is one pass per tensor already, fused by the fuse knob (engine/caps.rs).
         PYTHON_ONLY,
         Torch::PerValue(&[
-            ("default", "# PyTorch's own choice of optimizer implementation"),
+            ("default", "optimizer = torch.optim.AdamW(params, ...)  # no fused= nor foreach=: PyTorch's own choice"),
             ("foreach", "optimizer = torch.optim.AdamW(params, ..., foreach=True)  # your optimizer's class"),
             ("fused", "optimizer = torch.optim.AdamW(params, ..., fused=True)  # your optimizer's class"),
             ("forloop", "optimizer = torch.optim.AdamW(params, ..., foreach=False)  # your optimizer's class"),

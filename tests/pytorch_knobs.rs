@@ -346,6 +346,38 @@ fn the_optimizer_implementation_is_what_the_update_runs_and_said_where_it_cannot
     let o = &optim_of(&records, Some("foreach"))["optim"];
     assert!(o["foreach"] == true && o["fused"] != true, "{o}");
 
+    // The script asks for fused=True and the spec's baseline is PyTorch's default: the
+    // default runs in a trial of its own, over the script's fused=True, and says so; the
+    // fused trial is the script itself and does not run again (#31).
+    let d = tempfile::tempdir().unwrap();
+    let (r, records) = sweep(
+        &py,
+        d.path(),
+        "--workers 0 --optim adam --own-impl fused",
+        "optim_impl = [\"default\", \"fused\"]",
+    );
+    let trials = r["trials"].as_array().unwrap();
+    let base = trials.iter().find(|t| t["label"] == "baseline").unwrap();
+    assert_eq!(base["script_knobs"]["optim_impl"], "fused", "{base}");
+    let def = trials
+        .iter()
+        .find(|t| t["knobs"]["forced"] == serde_json::json!(["optim_impl"]))
+        .unwrap_or_else(|| panic!("no forced optim_impl trial: {trials:?}"));
+    assert_eq!(def["status"], "ok", "{def}");
+    assert!(
+        def["overrides"]["optim_impl"]
+            .as_str()
+            .unwrap_or("")
+            .contains("tune applied \"default\""),
+        "{def}"
+    );
+    let o = &optim_of(&records, Some("default"))["optim"];
+    assert!(o["fused"] != true && o["foreach"] != true, "{o}");
+    assert!(
+        records.iter().all(|x| x["knobs"]["optim_impl"] != "fused"),
+        "{records:?}"
+    );
+
     // A hand-written optimizer has no implementation to choose: the trial says so, and
     // whatever it measured, it is never recommended.
     let d = tempfile::tempdir().unwrap();
