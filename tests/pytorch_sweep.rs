@@ -181,7 +181,7 @@ fn a_budget_bounds_a_sweep_of_long_runs_and_names_what_did_not_run() {
     let d = tempfile::tempdir().unwrap();
     let spec = format!(
         "name = \"budget\"\n[workload.python]\n\
-         run = \"{} {} --cost-ms 25 --workers {{num_workers}}\"\nsteps = 1000\n\
+         run = \"{} {} --cost-ms 25 --workers {{num_workers}}\"\nwarmup = 150\nsteps = 1000\n\
          [knobs]\nnum_workers = [0, 1, 2]\n[search]\nrepeats = 2\ntimeout_s = 600\nbudget_s = 60\n",
         py.display(),
         support::script("forever.py").display()
@@ -222,6 +222,16 @@ fn a_budget_bounds_a_sweep_of_long_runs_and_names_what_did_not_run() {
                 t["label"]
             );
         }
+    }
+    // The spec's 150 warm-up steps (30 s of a 200 ms step) were cut to half of each
+    // run's share, and each trial says so.
+    for t in trials.iter().filter(|t| t["status"] == "ok") {
+        let note = t["error"].as_str().unwrap_or_default();
+        assert!(
+            note.contains("cut short by tune's time budget") && !note.contains("150 warm-up"),
+            "{}: {note}",
+            t["label"]
+        );
     }
     let sentence = "Time budget: budget_s = 60 was spent after";
     let cli = String::from_utf8_lossy(&o.stdout);

@@ -172,6 +172,10 @@ pub struct WindowFull {
     pub warmup: usize,
     pub measured: usize,
     pub seconds: f64,
+    /// How the warm-up ended when not as asked: "cut short by tune's time budget", "not
+    /// steady, measured anyway".
+    #[serde(default)]
+    pub warmup_end: Option<String>,
 }
 
 #[derive(Deserialize)]

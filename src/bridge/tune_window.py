@@ -62,12 +62,24 @@ def step(dur, t, compiled=False):
                 is_steady = steady(ws["durs"])
                 done = is_steady or ws["warm"] >= int(w.get("steady_max", 200))
                 if done and not is_steady:
+                    ws["why"] = "not steady, measured anyway"
                     _h._notice(
                         "step times were not steady after %d warm-up steps; measuring anyway"
                         % ws["warm"]
                     )
             else:
                 done = ws["warm"] >= int(warm)
+            cap = w.get("warmup_max_s")
+            if not done and cap is not None and ws["warm"] >= 2 and sum(ws["durs"]) >= float(cap):
+                # tune's time budget: a busy machine's 5 warm-up steps of an LSTM took as
+                # long as its measuring (41% of the sweep); the analysis still sets aside
+                # slow steps left in the window.
+                done = True
+                ws["why"] = "cut short by tune's time budget"
+                _h._notice(
+                    "tune's time budget ended the warm-up after %d steps (%.1f s); measuring from here"
+                    % (ws["warm"], sum(ws["durs"]))
+                )
             if done:
                 ws["start"] = t
                 _h._emit(_h._ranked({"ev": "window", "warmup": ws["warm"] + ws["skipped"]}))
@@ -81,7 +93,13 @@ def step(dur, t, compiled=False):
         n = ws["measured"]
         _h._emit(
             _h._ranked(
-                {"ev": "window_full", "warmup": ws["warm"] + ws["skipped"], "measured": n, "seconds": t - ws["start"]}
+                {
+                    "ev": "window_full",
+                    "warmup": ws["warm"] + ws["skipped"],
+                    "measured": n,
+                    "seconds": t - ws["start"],
+                    "warmup_end": ws.get("why"),
+                }
             )
         )
         try:

@@ -180,8 +180,12 @@ pub(super) fn hooked_outcome(
         return match repeat {
             Ok(r) => {
                 let s = if w.measured == 1 { "" } else { "s" };
+                let end = w
+                    .warmup_end
+                    .as_deref()
+                    .map_or(",".to_string(), |e| format!(", {e};"));
                 let what = format!(
-                    "stopped by tune after {} measured step{s} ({} warm-up steps, {:.1} s measured)",
+                    "stopped by tune after {} measured step{s} ({} warm-up steps{end} {:.1} s measured)",
                     w.measured, w.warmup, w.seconds
                 );
                 ok(r, with_compile(Some(stop_note(e, what))))

@@ -58,6 +58,11 @@ pub struct Window {
     /// reported as `timeout` with why, instead of eating the trial's whole time limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compile_budget_s: Option<f64>,
+    /// Seconds of warm-up after which the window starts measuring (after 2 steps at the
+    /// least), steady or not: set for one run by `[search] budget_s`, never by the spec
+    /// (`runner::budget::capped`), so it is not part of the spec's form.
+    #[serde(skip)]
+    pub warmup_max_s: Option<f64>,
 }
 
 impl Default for Window {
@@ -68,6 +73,7 @@ impl Default for Window {
             seconds: None,
             min_seconds: Some(DEFAULT_MIN_SECONDS),
             compile_budget_s: None,
+            warmup_max_s: None,
         }
     }
 }
@@ -99,6 +105,7 @@ impl Window {
             "min_seconds": self.min_seconds,
             "steady_max": STEADY_MAX_WARMUP,
             "compile_budget_s": self.compile_budget_s,
+            "warmup_max_s": self.warmup_max_s,
         })
         .to_string()
     }

@@ -35,6 +35,7 @@ impl Cx<'_> {
             seconds,
             min_seconds,
             compile_budget_s: self.seconds(t, table, "compile_budget_s")?,
+            warmup_max_s: None,
         })
     }
 
@@ -89,6 +90,7 @@ impl Cx<'_> {
             seconds: self.seconds(t, table, "seconds")?,
             min_seconds: None,
             compile_budget_s: None,
+            warmup_max_s: None,
         }))
     }
 
