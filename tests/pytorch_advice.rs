@@ -445,6 +445,48 @@ fn the_watch_names_an_optimizer_bound_and_a_compute_bound_step() {
     assert!(!sweep.contains("amp ="), "{sweep}");
 }
 
+/// A compute-bound step whose per-parameter SGD loop takes a quarter of it: the
+/// computation is named first, and the update too, with its implementations in the
+/// sweep (before, only bf16 was offered; `fused=True` gave 1.21x by hand on such a job).
+#[test]
+fn a_large_update_beside_the_computation_is_named_and_swept_too() {
+    let _serial = support::serial();
+    let Some(py) = support::python("a_large_update_beside_the_computation_is_named_and_swept_too")
+    else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("mixed");
+    let (o, r) = watch(&py, &out, &["--kind", "mixed", "--steps", "60"]);
+    assert!(o.status.success(), "{}", show(&o));
+    let k = kinds(&r);
+    assert_eq!(
+        k.first().map(String::as_str),
+        Some("compute"),
+        "{k:?}\n{}",
+        r["python"]
+    );
+    assert!(
+        k.contains(&"optimizer".to_string()),
+        "{k:?}\n{}",
+        r["python"]
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("the optimizer step is a large cost too")
+            && stderr.contains("foreach=False"),
+        "{stderr}"
+    );
+    let spec = tune::spec::Spec::load(out.join("sweep.toml")).unwrap();
+    let (_, impls) = spec
+        .knobs
+        .iter()
+        .find(|(n, _)| n == "optim_impl")
+        .unwrap_or_else(|| panic!("{:?}", spec.knobs));
+    assert!(impls.first().is_some_and(|x| x == "forloop"), "{impls:?}");
+    assert!(impls.iter().any(|x| x == "fused"), "{impls:?}");
+}
+
 /// Processes that keep cores busy outside the watched tree, killed when dropped.
 struct Spinners(Vec<std::process::Child>);
 

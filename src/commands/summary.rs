@@ -140,10 +140,13 @@ pub fn render(r: &Report, colour: bool) -> String {
             RecKind::Change => paint(Style::new().green(), colour, "recommend"),
             RecKind::Warning => paint(Style::new().yellow(), colour, "warning"),
         };
-        let flag = if rec.tune_flag.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", line(&rec.tune_flag))
+        // A script's user changes their script: the PyTorch line, not `tune trial`'s
+        // flags (a PyTorch sweep's fused optimizer was shown as `--optim-impl fused`).
+        let script = matches!(r.spec.workload, crate::spec::Workload::Command(_));
+        let flag = match (script && !rec.pytorch.is_empty(), rec.tune_flag.is_empty()) {
+            (true, _) => format!(": {}", line(&rec.pytorch)),
+            (false, false) => format!(": {}", line(&rec.tune_flag)),
+            (false, true) => String::new(),
         };
         let _ = writeln!(s, "{kind}: {}{flag}", line(&rec.finding.title));
         let verdict = if v.unconfirmed() {
@@ -191,5 +194,36 @@ mod tests {
         assert!(coloured.contains("\u{1b}[32m"), "{coloured}");
         // The same words either way.
         assert_eq!(console::strip_ansi_codes(&coloured), plain);
+        // The engine's user runs tune's flags.
+        assert!(
+            plain.contains("recommend: ") && plain.contains(": --num-workers 2"),
+            "{plain}"
+        );
+    }
+
+    /// A script's user is shown the line to put in their script, not `tune trial` flags.
+    #[test]
+    fn a_script_sweep_recommends_its_pytorch_line() {
+        let s = crate::spec::Spec::parse(
+            "[workload.python]\nrun = \"python t.py\"\n[knobs]\nnum_workers = [0, 2]\n",
+            "t.toml",
+        )
+        .unwrap();
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010),
+                trial(&s, &[("num_workers", "2")], 0.007),
+            ],
+        );
+        let plain = render(&r, false);
+        let rec = plain
+            .lines()
+            .find(|l| l.starts_with("recommend: "))
+            .unwrap_or_else(|| panic!("{plain}"));
+        assert!(
+            rec.contains("num_workers=2") && !rec.contains("--num-workers"),
+            "{rec}"
+        );
     }
 }
