@@ -43,24 +43,18 @@ pub fn findings(s: &StepSummary, script: &ScriptKnobs) -> Vec<WatchFinding> {
         return Vec::new();
     }
     if optimizer == top {
-        return vec![WatchFinding {
-            kind: FindingKind::Optimizer,
-            device: "python".into(),
-            finding: Finding {
-                title: "the optimizer step is the largest cost".into(),
-                evidence: format!(
-                    "Optimizer.step and zero_grad take {} of step time, forward and backward {} \
-                     {}",
-                    fmt_pct(optimizer),
-                    fmt_pct(compute),
-                    of_steps(s)
-                ),
-            },
-            hint: optimizer_hint(
-                script.get("optim_impl").map(String::as_str),
-                1.0 / (1.0 - optimizer).max(1e-6),
-            ),
-        }];
+        let evidence = format!(
+            "Optimizer.step and zero_grad take {} of step time, forward and backward {} {}",
+            fmt_pct(optimizer),
+            fmt_pct(compute),
+            of_steps(s)
+        );
+        return vec![optimizer_finding(
+            "the optimizer step is the largest cost",
+            evidence,
+            script,
+            optimizer,
+        )];
     }
     if compute == top {
         let mut out = vec![WatchFinding {
@@ -108,21 +102,41 @@ fn second_optimizer(
         Some("forloop") => " and your script runs its per-parameter loop (foreach=False)",
         _ => "",
     };
-    Some(WatchFinding {
+    let evidence = format!(
+        "Optimizer.step and zero_grad take {} of step time{runs}, beside forward and \
+         backward's {} {}",
+        fmt_pct(optimizer),
+        fmt_pct(compute),
+        of_steps(s)
+    );
+    Some(optimizer_finding(
+        "the optimizer step is a large cost too",
+        evidence,
+        script,
+        optimizer,
+    ))
+}
+
+/// An optimizer finding whose update takes `share` of the step, with the hint for the
+/// script's own implementation and the most that removing the update could give.
+fn optimizer_finding(
+    title: &str,
+    evidence: String,
+    script: &ScriptKnobs,
+    share: f64,
+) -> WatchFinding {
+    WatchFinding {
         kind: FindingKind::Optimizer,
         device: "python".into(),
         finding: Finding {
-            title: "the optimizer step is a large cost too".into(),
-            evidence: format!(
-                "Optimizer.step and zero_grad take {} of step time{runs}, beside forward and \
-                 backward's {} {}",
-                fmt_pct(optimizer),
-                fmt_pct(compute),
-                of_steps(s)
-            ),
+            title: title.into(),
+            evidence,
         },
-        hint: optimizer_hint(own, 1.0 / (1.0 - optimizer).max(1e-6)),
-    })
+        hint: optimizer_hint(
+            script.get("optim_impl").map(String::as_str),
+            1.0 / (1.0 - share).max(1e-6),
+        ),
+    }
 }
 
 /// Whether the script computes under its own autocast already (`amp`, as the hooks read

@@ -8,6 +8,7 @@
 //! running finish.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::time::Instant;
 
 use super::{fresh, no_empty_hardware, Outcome, Run, RunEvent, Sweep};
@@ -45,8 +46,15 @@ impl Pending {
     }
 }
 
-/// The batch's runs, pass by pass: run `i` is repeat `i / n` of trial `i % n`.
-fn in_passes(trials: &[Trial], round: usize, steps: usize, reps: usize) -> Vec<Run> {
+/// The batch's runs, pass by pass: run `i` is repeat `i / n` of trial `i % n`. A run an
+/// interrupted sweep submitted (`submitted`, from the journal) is followed, not sent again.
+fn in_passes(
+    trials: &[Trial],
+    round: usize,
+    steps: usize,
+    reps: usize,
+    submitted: &HashMap<(String, usize, usize), String>,
+) -> Vec<Run> {
     let mut runs = Vec::with_capacity(trials.len() * reps);
     for repeat in 0..reps {
         for t in trials {
@@ -57,7 +65,7 @@ fn in_passes(trials: &[Trial], round: usize, steps: usize, reps: usize) -> Vec<R
                 repeat,
                 knobs: t.knobs.clone(),
                 steps,
-                attach: None,
+                attach: submitted.get(&(t.id.clone(), round, repeat)).cloned(),
             });
         }
     }
@@ -84,13 +92,7 @@ impl Sweep<'_> {
                 todo.push(t.clone());
             }
         }
-        let mut runs = in_passes(&todo, round, steps, reps);
-        for r in &mut runs {
-            r.attach = self
-                .submitted
-                .get(&(r.id.clone(), round, r.repeat))
-                .cloned();
-        }
+        let runs = in_passes(&todo, round, steps, reps, &self.submitted);
         let n = todo.len();
         let mut pending: Vec<Pending> = todo
             .iter()
