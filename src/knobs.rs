@@ -20,7 +20,7 @@ mod checkpoint;
 mod doc;
 mod torch;
 pub use doc::{table_markdown, TABLE_END, TABLE_START};
-pub use torch::{torch_line, torch_lines};
+pub use torch::{name_optimizer, torch_line, torch_lines};
 
 /// How gradients are cleared between steps (`optimizer.zero_grad(set_to_none=...)`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

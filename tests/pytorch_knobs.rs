@@ -309,6 +309,11 @@ fn the_optimizer_implementation_is_what_the_update_runs_and_said_where_it_cannot
     }
     let base = trials.iter().find(|t| t["label"] == "baseline").unwrap();
     assert_eq!(base["script_knobs"]["optim_impl"], "default", "{base}");
+    // The class, for the PyTorch line of an optim_impl change (#31).
+    assert_eq!(
+        base["script_knobs"]["optimizer"], "torch.optim.Adam",
+        "{base}"
+    );
     let o = &optim_of(&records, None)["optim"];
     assert!(o["fused"] != true && o["foreach"] != true, "{o}");
     let o = &optim_of(&records, Some("foreach"))["optim"];
@@ -329,6 +334,10 @@ fn the_optimizer_implementation_is_what_the_update_runs_and_said_where_it_cannot
     let trials = r["trials"].as_array().unwrap();
     let base = trials.iter().find(|t| t["label"] == "baseline").unwrap();
     assert_eq!(base["script_knobs"]["optim_impl"], "fused", "{base}");
+    assert_eq!(
+        base["script_knobs"]["optimizer"], "torch.optim.SGD",
+        "{base}"
+    );
     // The spec's baseline value is off the knob's default, so tune passes it in every
     // trial: the same fused=True the script asks for.
     assert_eq!(optim_of(&records, Some("fused"))["optim"]["fused"], true);
@@ -388,6 +397,8 @@ fn the_optimizer_implementation_is_what_the_update_runs_and_said_where_it_cannot
         "optim_impl = [\"default\", \"fused\"]",
     );
     let trials = r["trials"].as_array().unwrap();
+    let base = trials.iter().find(|t| t["label"] == "baseline").unwrap();
+    assert!(base["script_knobs"]["optimizer"].is_null(), "{base}");
     let fused = trials
         .iter()
         .find(|t| t["knobs"]["optim_impl"] == "fused")

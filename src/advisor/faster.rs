@@ -37,7 +37,8 @@ fn lines(cx: &Ctx, t: &TrialReport, change: &Change) -> (String, String) {
     let mut tune: Vec<String> = knobs.iter().map(|(k, v)| flag(k, v)).collect();
     tune.extend(params.iter().map(|(k, v)| format!("{k}={v}")));
     tune.retain(|f| !f.is_empty());
-    let mut line = crate::knobs::torch_lines(knobs.iter().copied(), cx.backend());
+    let line = crate::knobs::torch_lines(knobs.iter().copied(), cx.backend());
+    let mut line = crate::knobs::name_optimizer(&line, cx.optimizer());
     if let (false, Workload::Command(c)) = (params.is_empty(), &cx.report.spec.workload) {
         if !line.is_empty() {
             line.push_str("; ");
@@ -338,5 +339,33 @@ mod tests {
         assert_eq!(recs[0].change.len(), 2);
         assert!(recs[0].pytorch.contains("set_to_none=True"));
         assert!(recs[0].tune_flag.contains("--zero-grad none"));
+    }
+
+    /// A script's SGD is told to build torch.optim.SGD with fused=True, not AdamW (#31).
+    #[test]
+    fn an_optimizer_change_names_the_scripts_own_class() {
+        let s = crate::spec::Spec::parse(
+            "[workload.python]\nrun = \"python t.py\"\n[knobs]\n\
+             optim_impl = [\"default\", \"fused\"]\n",
+            "t.toml",
+        )
+        .unwrap();
+        let r = report(
+            &s,
+            vec![
+                trial(&s, &[], 0.010).script_knob("optimizer", "torch.optim.SGD"),
+                trial(&s, &[("optim_impl", "fused")], 0.007),
+            ],
+        );
+        let recs = by_rule(&r, "faster");
+        assert_eq!(recs.len(), 1, "{:?}", r.recommendations);
+        assert!(
+            recs[0]
+                .pytorch
+                .starts_with("optimizer = torch.optim.SGD(params, ..., fused=True)"),
+            "{}",
+            recs[0].pytorch
+        );
+        assert!(!recs[0].pytorch.contains("AdamW"), "{}", recs[0].pytorch);
     }
 }

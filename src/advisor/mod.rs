@@ -169,6 +169,15 @@ impl<'a> Ctx<'a> {
         crate::results::baselines::own_value(self.base_knobs(), &b.script_knobs, knob)
     }
 
+    /// The optimizer classes the script builds, as the hooks read them in the baseline
+    /// (`bridge::OPTIMIZER`): what an `optim_impl` change's line names.
+    pub fn optimizer(&self) -> Option<&'a str> {
+        let b = self.base?;
+        b.script_knobs
+            .get(crate::bridge::OPTIMIZER)
+            .map(String::as_str)
+    }
+
     /// The baseline's `knob` as the advice names it: the script's own value when the
     /// hooks read one ("your script's num_workers=4"), since tune then leaves it as the
     /// script has it; else the value tune ran ("the baseline (num_workers=0)") (#31).

@@ -108,6 +108,11 @@ pub struct Override {
     pub applied: serde_json::Value,
 }
 
+/// The `script_knobs` key of the optimizer classes the script builds ("torch.optim.SGD",
+/// or a subclass's own name), joined by ", " where there are several: not a knob, but
+/// what an `optim_impl` change's PyTorch line names (`knobs::torch::name_optimizer`).
+pub const OPTIMIZER: &str = "optimizer";
+
 /// Everything one child (and the processes it started) reported.
 #[derive(Clone, Debug, Default)]
 pub struct Events {
@@ -123,7 +128,7 @@ pub struct Events {
     /// Knobs that could not act in this job, with the reason (one per knob).
     pub not_applicable: BTreeMap<String, String>,
     /// What the script itself does for a knob (its own argument or PyTorch's default), in
-    /// the knob's spelling.
+    /// the knob's spelling; and, under [`OPTIMIZER`], the optimizer classes it builds.
     pub script_knobs: BTreeMap<String, String>,
     /// What the hooks said at run time (also printed on the job's stderr).
     pub notices: Vec<String>,
@@ -222,6 +227,31 @@ enum Line {
 }
 
 impl Events {
+    /// One more optimizer class the script built. A name is a Python dotted identifier
+    /// (the hooks write `type(optimizer).__name__`); anything else is dropped, since it
+    /// would be printed into a line of Python, and at most four classes are kept.
+    fn optimizer_seen(&mut self, name: String) {
+        let ok = !name.is_empty()
+            && name.len() <= 80
+            && name.split('.').all(|p| {
+                p.chars()
+                    .next()
+                    .is_some_and(|c| c.is_alphabetic() || c == '_')
+                    && p.chars().all(|c| c.is_alphanumeric() || c == '_')
+            });
+        let all = self.script_knobs.entry(OPTIMIZER.into()).or_default();
+        if !ok || all.split(", ").any(|n| n == name) || all.split(", ").count() >= 4 {
+            if all.is_empty() {
+                self.script_knobs.remove(OPTIMIZER);
+            }
+            return;
+        }
+        if !all.is_empty() {
+            all.push_str(", ");
+        }
+        all.push_str(&name);
+    }
+
     pub fn push_line(&mut self, line: &str) {
         match serde_json::from_str::<Line>(line) {
             Ok(Line::Hello { torch }) => self.torch = Some(torch),
@@ -271,7 +301,11 @@ impl Events {
                     serde_json::Value::String(s) => s,
                     v => v.to_string(),
                 };
-                self.script_knobs.entry(knob).or_insert(text);
+                if knob == OPTIMIZER {
+                    self.optimizer_seen(text);
+                } else {
+                    self.script_knobs.entry(knob).or_insert(text);
+                }
             }
             Ok(Line::Compiled { module, mode }) => {
                 let m = format!("{module} ({mode})");
@@ -597,5 +631,24 @@ mod tests {
         assert!((s.first_step_ms.unwrap() - 3000.0).abs() < 1e-9);
         assert!((s.median_step_ms - 10.0).abs() < 1e-9, "{s:?}");
         assert!((s.tokens_per_s.unwrap() / s.samples_per_s.unwrap() - 32.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_scripts_optimizer_classes_are_kept_once_each_and_only_as_names() {
+        let mut e = Events::default();
+        let class = |e: &mut Events, v: &str| {
+            e.push_line(&format!(
+                r#"{{"ev":"script_knob","knob":"optimizer","value":"{v}"}}"#
+            ))
+        };
+        class(&mut e, "torch.optim.Adam");
+        class(&mut e, "torch.optim.Adam");
+        class(&mut e, "os.system('rm -rf ~')");
+        class(&mut e, "");
+        class(&mut e, "MyAdam");
+        assert_eq!(e.script_knobs[OPTIMIZER], "torch.optim.Adam, MyAdam");
+        let mut only_bad = Events::default();
+        class(&mut only_bad, "1x");
+        assert!(!only_bad.script_knobs.contains_key(OPTIMIZER));
     }
 }

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 pub use attach::{classify, StackSampler, StackSummary};
-pub use events::{Events, Override, RankSummary, Step, StepSummary, WindowFull};
+pub use events::{Events, Override, RankSummary, Step, StepSummary, WindowFull, OPTIMIZER};
 pub use inject::{injected, knob_values, repeat};
 pub use progress::Progress;
 

@@ -10,6 +10,7 @@ by hand), and the watch's optimizer finding had no sweep to test it with.
 """
 
 import inspect
+import os
 import threading
 
 _h = None  # tune_hook, for its knobs and event helpers
@@ -69,6 +70,16 @@ def _fused_ok(torch, params):
     return None
 
 
+def _class_seen(made, cls):
+    """Each optimizer class the script builds, once, as the advice names it: the PyTorch
+    line of an optim_impl change says `torch.optim.SGD(params, ..., fused=True)` for the
+    script's SGD rather than AdamW with "your optimizer's class" (#31). A subclass of a
+    torch.optim class (`class MyAdam(torch.optim.Adam)`) is named as the script names it."""
+    name = "torch.optim." + cls.__name__ if made is cls else made.__name__
+    if _h._pid == os.getpid() and _h._once(("optimizer", name)):
+        _h._emit({"ev": "script_knob", "knob": "optimizer", "value": name})
+
+
 def _wrap(torch, cls, accepts):
     orig = cls.__init__
 
@@ -86,6 +97,7 @@ def _wrap(torch, cls, accepts):
         try:
             own = script_impl(kwargs)
             _h._script_value("optim_impl", own)
+            _class_seen(type(self), cls)
         except Exception as e:
             _h._fail("%s.__init__" % cls.__name__, e)
             return orig(self, params, *args, **kwargs)

@@ -51,6 +51,35 @@ fn dataloader_arguments_merge_into_one_call() {
 }
 
 #[test]
+fn an_optimizer_change_names_the_scripts_class() {
+    for v in ["foreach", "fused", "forloop"] {
+        let generic = torch_line("optim_impl", v, "cpu");
+        let sgd = super::name_optimizer(&generic, Some("torch.optim.SGD"));
+        assert!(
+            sgd.starts_with("optimizer = torch.optim.SGD(params, ..."),
+            "{sgd}"
+        );
+        assert!(
+            !sgd.contains('#'),
+            "the comment asks for a substitution made: {sgd}"
+        );
+        // Two classes (a GAN's Adam and SGD) or none read: the generic line, as it says.
+        for other in [None, Some("torch.optim.Adam, torch.optim.SGD")] {
+            assert_eq!(super::name_optimizer(&generic, other), generic);
+        }
+    }
+    let default =
+        super::name_optimizer(&torch_line("optim_impl", "default", "cpu"), Some("MyAdam"));
+    assert!(
+        default.starts_with("optimizer = MyAdam(params, ...)  # no fused="),
+        "{default}"
+    );
+    // Lines of other knobs are left alone.
+    let amp = torch_line("amp", "bf16", "cpu");
+    assert_eq!(super::name_optimizer(&amp, Some("torch.optim.SGD")), amp);
+}
+
+#[test]
 fn serde_uses_the_flag_spelling() {
     let k = Knobs {
         zero_grad: ZeroGrad::None,

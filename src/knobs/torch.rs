@@ -38,3 +38,20 @@ pub fn torch_lines<'a>(
     }
     lines.join("; ")
 }
+
+/// The generic class the knob table's `optim_impl` lines name, with the comment that says so.
+const ANY_OPTIMIZER: (&str, &str) = ("torch.optim.AdamW(", "  # your optimizer's class");
+
+/// `line` with the script's own optimizer class in place of the table's generic one,
+/// where the hooks read exactly one (`optimizer`, from the baseline's `script_knobs`): a
+/// script's SGD is told `torch.optim.SGD(params, ..., fused=True)`, not AdamW with a
+/// comment asking the reader to substitute (#31). Several classes, or none read, keep the
+/// generic line.
+pub fn name_optimizer(line: &str, optimizer: Option<&str>) -> String {
+    match optimizer.filter(|o| !o.is_empty() && !o.contains(',')) {
+        Some(class) if line.contains(ANY_OPTIMIZER.0) => line
+            .replace(ANY_OPTIMIZER.0, &format!("{class}("))
+            .replace(ANY_OPTIMIZER.1, ""),
+        _ => line.to_string(),
+    }
+}

@@ -134,6 +134,7 @@ fn optimizer_finding(
         },
         hint: optimizer_hint(
             script.get("optim_impl").map(String::as_str),
+            script.get(crate::bridge::OPTIMIZER).map(String::as_str),
             1.0 / (1.0 - share).max(1e-6),
         ),
     }
@@ -169,8 +170,9 @@ fn compute_hint(own: Option<&str>) -> String {
 
 /// The optimizer finding's hint: the implementations still to try (`own` is the script's
 /// `optim_impl`, read by the hooks), or, where the script runs the fused update already,
-/// what is left; `most` is the gain if the update took no time at all.
-fn optimizer_hint(own: Option<&str>, most: f64) -> String {
+/// what is left; `class` the optimizer classes the hooks read; `most` is the gain if
+/// the update took no time at all.
+fn optimizer_hint(own: Option<&str>, class: Option<&str>, most: f64) -> String {
     if own == Some("fused") {
         return format!(
             "hypothesis: the update itself, not the model's computation, bounds the step; \
@@ -180,10 +182,16 @@ fn optimizer_hint(own: Option<&str>, most: f64) -> String {
              most {most:.2}x"
         );
     }
+    let generic = crate::knobs::torch_line("optim_impl", "fused", "cpu");
+    let line = crate::knobs::name_optimizer(&generic, class);
+    let line = match line.strip_prefix("optimizer = ") {
+        Some(l) if line != generic => l.to_string(),
+        _ => "your optimizer's constructor with fused=True".into(),
+    };
     format!(
         "hypothesis: the update itself, not the model's computation, bounds the step (many \
          or large parameter tensors). Try the fused or multi-tensor update \
-         (torch.optim.AdamW(params, fused=True), or foreach=True): sweep.toml's optim_impl \
+         ({line}, or foreach=True): sweep.toml's optim_impl \
          measures both against your script as written (tune watch writes it beside this \
          report); else fewer parameters in the optimizer (frozen layers) or a lighter \
          optimizer. Removing all of the update would give at most {most:.2}x"
@@ -544,8 +552,20 @@ mod tests {
         );
         // Fused already: nothing left for the knob to try, and the hint says so.
         assert!(sweep_knobs(&opt, 2, &script(&[("optim_impl", "fused")]), None).is_empty());
-        assert!(optimizer_hint(Some("fused"), 5.0).contains("fused update already"));
-        assert!(optimizer_hint(Some("default"), 5.0).contains("optim_impl"));
+        assert!(optimizer_hint(Some("fused"), None, 5.0).contains("fused update already"));
+        assert!(optimizer_hint(Some("default"), None, 5.0).contains("optim_impl"));
+        // The script's class where the hooks read one, never AdamW for an SGD (#31).
+        let sgd = optimizer_hint(Some("forloop"), Some("torch.optim.SGD"), 5.0);
+        assert!(
+            sgd.contains("(torch.optim.SGD(params, ..., fused=True), or"),
+            "{sgd}"
+        );
+        let any = optimizer_hint(Some("default"), None, 5.0);
+        assert!(
+            any.contains("your optimizer's constructor with fused=True"),
+            "{any}"
+        );
+        assert!(!any.contains("AdamW"), "{any}");
         let data = [found(FindingKind::DataWait)];
         // The script's 2 workers first, so fewer are measured against it too.
         assert_eq!(
