@@ -618,3 +618,56 @@ fn a_trial_stuck_on_a_drained_node_fails_clearly_and_the_sweep_ends() {
         );
     }
 }
+
+/// The sweep's time budget ends with a job still running (a hung trial): the job is
+/// cancelled then, not left to Slurm's limit or `timeout_s`; the run counts as not run,
+/// with no status of its own, and the report names it (#31).
+#[test]
+fn a_job_running_when_the_budget_ends_is_cancelled_and_counted_as_not_run() {
+    if !cluster("a_job_running_when_the_budget_ends_is_cancelled_and_counted_as_not_run") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("slurmbudget");
+    let spec = write_spec(
+        dir.path(),
+        &name,
+        "batch_size = [16, 32]",
+        "repeats = 1\ntimeout_s = 3600\nbudget_s = 60",
+        "",
+    );
+    let out = dir.path().join("out");
+    let began = Instant::now();
+    let o = sweep(&spec, &out, Some("hang@batch_size=32"))
+        .output()
+        .unwrap();
+    let took = began.elapsed().as_secs_f64();
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(took < 100.0, "the sweep took {took:.0} s: {}", show(&o));
+    let rep = report(&out);
+    assert_eq!(trial(&rep, "baseline")["status"], "ok");
+    let trials = rep["trials"].as_array().unwrap();
+    assert!(
+        trials.iter().all(|t| t["status"] == "ok"),
+        "a cancelled run is no failure of its trial: {trials:#?}"
+    );
+    let stopped = rep["budget"]["stopped"].as_str().unwrap_or_default();
+    assert!(stopped.contains("batch_size=32"), "{}", rep["budget"]);
+    // Cancelled, through COMPLETING while slurmd ends the job's processes.
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut jobs = jobs_named(&name);
+    while jobs.values().any(|(s, _)| s == "COMPLETING") && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(200));
+        jobs = jobs_named(&name);
+    }
+    assert!(
+        jobs.values().any(|(s, _)| s.starts_with("CANCELLED")),
+        "{jobs:?}"
+    );
+    assert!(
+        !jobs
+            .values()
+            .any(|(s, _)| matches!(s.as_str(), "RUNNING" | "PENDING" | "COMPLETING")),
+        "{jobs:?}"
+    );
+}

@@ -54,6 +54,8 @@ mod tests {
                     budget_s: 600,
                     used_s: 601.0,
                     not_run,
+                    stopped: None,
+                    stopped_s: 0.0,
                 }),
             );
             let i = r

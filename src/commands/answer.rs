@@ -19,6 +19,8 @@ pub struct Spent {
     /// Trials that kept no repeat (crashed, timed out): their span on the timeline. A
     /// sweep of two 40 s timeouts once said "tune's own 1m21s (100%)".
     pub failed: f64,
+    /// The run the time budget stopped, which kept nothing (`BudgetUse::stopped_s`).
+    pub stopped: f64,
 }
 
 /// What every run of the sweep spent, from its journal records: the plan's trials, the
@@ -69,7 +71,8 @@ fn mmss(x: f64) -> String {
 /// and shutdown 40s (16%), tune's own 7s (3%)".
 pub fn line(s: &Spent, wall: Duration) -> String {
     let wall = wall.as_secs_f64();
-    let own = (wall - s.measuring - s.warmup - s.startup - s.compile - s.failed).max(0.0);
+    let own =
+        (wall - s.measuring - s.warmup - s.startup - s.compile - s.failed - s.stopped).max(0.0);
     let pct = |x: f64| {
         if wall > 0.0 {
             100.0 * x / wall
@@ -108,8 +111,15 @@ pub fn line(s: &Spent, wall: Duration) -> String {
                 pct(s.failed)
             ));
         }
+        if s.stopped > 0.0 {
+            parts.push(format!(
+                "a run the budget stopped {} ({:.0}%)",
+                mmss(s.stopped),
+                pct(s.stopped)
+            ));
+        }
     } else {
-        let ran = s.startup + s.failed;
+        let ran = s.startup + s.failed + s.stopped;
         parts.push(format!(
             "running the trials {} ({:.0}%)",
             mmss(ran),
@@ -183,5 +193,24 @@ mod tests {
         let l = line(&s, Duration::from_secs(41));
         assert!(l.contains("running the trials 40s"), "{l}");
         assert!(l.contains("tune's own 1s"), "{l}");
+    }
+
+    /// A run the budget stopped kept nothing, yet its time was spent running the job:
+    /// a sweep whose last minute went to one said "tune's own 1m00s (100%)".
+    #[test]
+    fn a_run_the_budget_stopped_is_time_spent_running() {
+        let mut s = spent(&[record("baseline#1", vec![repeat(8.0)], 8.0)]);
+        s.stopped = 50.0;
+        let l = line(&s, Duration::from_secs(59));
+        assert!(l.contains("a run the budget stopped 50s"), "{l}");
+        assert!(l.contains("tune's own 1s"), "{l}");
+        let l = line(
+            &Spent {
+                stopped: 50.0,
+                ..Spent::default()
+            },
+            Duration::from_secs(51),
+        );
+        assert!(l.contains("running the trials 50s"), "{l}");
     }
 }

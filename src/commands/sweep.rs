@@ -268,6 +268,7 @@ pub fn main(args: &SweepArgs) -> Result<i32> {
                 mem_cap_bytes,
                 live_file: live_file.clone(),
                 cancel: cancel.clone(),
+                cut_at: None,
             };
             &local_env
         }
@@ -408,5 +409,7 @@ fn execute(
     }
     let report = advisor::build_report_within(spec, sweep.records(), sweep.budget_use());
     let paths = report::write_all(out, &report)?;
-    Ok((report, paths, super::answer::spent(sweep.records())))
+    let mut spent = super::answer::spent(sweep.records());
+    spent.stopped = report.budget.as_ref().map_or(0.0, |b| b.stopped_s);
+    Ok((report, paths, spent))
 }

@@ -45,6 +45,9 @@ pub struct TrialEnv {
     /// Set to stop the running child at once (the dashboard's quit); its outcome is then
     /// meaningless and must not be journaled.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// When the sweep's time budget ends: the child is stopped then, and its outcome is
+    /// marked `cut` (taken from each run's `Search::cut_at`).
+    pub cut_at: Option<Instant>,
 }
 
 impl Executor for TrialEnv {
@@ -55,6 +58,10 @@ impl Executor for TrialEnv {
 
 /// Runs `knobs` on the spec's workload for `steps` measured steps.
 pub fn run_trial(env: &TrialEnv, spec: &Spec, knobs: &Knobs, steps: usize) -> Outcome {
+    let env = &TrialEnv {
+        cut_at: spec.search.cut_at.or(env.cut_at),
+        ..env.clone()
+    };
     match &spec.workload {
         Workload::Engine(w) => run_engine(env, w, knobs, steps),
         Workload::Command(c) => run_command(env, spec, c, knobs),
@@ -124,6 +131,9 @@ fn run_engine(env: &TrialEnv, w: &EngineWorkload, knobs: &Knobs, steps: usize) -
         Ok(f) => f,
         Err(e) => return Outcome::fail(Status::Failed, e),
     };
+    if fin.cut {
+        return Outcome::cut(fin.cut_message());
+    }
     // Past the limit is a time-out whatever the child printed before it was killed.
     if fin.timed_out {
         return Outcome::fail(Status::Timeout, fin.timeout_message(env.timeout));
@@ -157,6 +167,7 @@ pub(super) fn line_outcome(line: ChildLine) -> Outcome {
             error: None,
             repeat: Some(crate::results::record::clean(*s)),
             node: None,
+            cut: false,
         },
         ChildLine::Error { kind, message } => {
             let status = match kind.as_str() {
@@ -261,9 +272,9 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
     let end = supervised_end(env, &fin, &line).map(|_| ());
     let peak_rss = fin.report.as_ref().map_or(0, |r| r.peak_rss_bytes);
     let wall_s = fin.elapsed.as_secs_f64();
-    if let Some(link) = link {
+    let mut o = if let Some(link) = link {
         let events = link.finish(Duration::from_secs(2));
-        return super::window::hooked_outcome(
+        super::window::hooked_outcome(
             &events,
             spec,
             knobs,
@@ -275,21 +286,26 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
                 line: &line,
                 wall_s,
             },
-        );
-    }
-    let vals = std::mem::take(&mut *lock(&values));
-    super::window::command_outcome(
-        vals,
-        c.window.as_ref(),
-        &super::window::Ended {
-            end,
-            peak_rss,
-            window_stop: fin.window_stop,
-            grace: Duration::ZERO,
-            line: &line,
-            wall_s,
-        },
-    )
+        )
+    } else {
+        let vals = std::mem::take(&mut *lock(&values));
+        super::window::command_outcome(
+            vals,
+            c.window.as_ref(),
+            &super::window::Ended {
+                end,
+                peak_rss,
+                window_stop: fin.window_stop,
+                grace: Duration::ZERO,
+                line: &line,
+                wall_s,
+            },
+        )
+    };
+    // A window that filled before the budget's end stands: the stop only cut its
+    // shutdown short.
+    o.cut = fin.cut && o.status != Status::Ok;
+    o
 }
 
 /// How a supervised command ended, as a trial status: its report when the command
@@ -300,6 +316,9 @@ fn supervised_end<'a>(
     fin: &'a Finished,
     line: &str,
 ) -> Result<&'a SupReport, (Status, String)> {
+    if fin.cut {
+        return Err((Status::Timeout, fin.cut_message()));
+    }
     if fin.timed_out {
         return Err((Status::Timeout, fin.timeout_message(env.timeout)));
     }
@@ -347,6 +366,9 @@ pub(super) struct Finished {
     /// The supervisor's report, for command trials.
     report: Option<SupReport>,
     timed_out: bool,
+    /// Stopped when the sweep's time budget ended (`TrialEnv::cut_at`), before its own
+    /// limit.
+    cut: bool,
     /// Ended by tune after its measurement window filled (the job did not end by itself).
     window_stop: bool,
     stderr_tail: Vec<String>,
@@ -354,6 +376,13 @@ pub(super) struct Finished {
 }
 
 impl Finished {
+    fn cut_message(&self) -> String {
+        format!(
+            "stopped {:.1} s in, when the sweep's time budget (budget_s) ended",
+            self.elapsed.as_secs_f64()
+        )
+    }
+
     fn timeout_message(&self, limit: Duration) -> String {
         format!(
             "killed after the per-trial limit of {} s (ran {:.1} s)",
@@ -447,7 +476,10 @@ where
     );
     let started = Instant::now();
     // No deadline when the limit is beyond what the clock can represent.
-    let deadline = started.checked_add(env.timeout);
+    let limit = started.checked_add(env.timeout);
+    // The budget's end, where it comes before the trial's own limit.
+    let by_budget = env.cut_at.filter(|c| limit.is_none_or(|d| *c < d));
+    let deadline = by_budget.or(limit);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
@@ -483,7 +515,8 @@ where
     Ok(Finished {
         status,
         report,
-        timed_out,
+        timed_out: timed_out && by_budget.is_none(),
+        cut: timed_out && by_budget.is_some(),
         window_stop,
         stderr_tail: tail.lines(),
         elapsed: started.elapsed(),

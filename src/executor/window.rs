@@ -105,6 +105,7 @@ fn ok(repeat: Repeat, note: Option<String>) -> Outcome {
         error: note,
         repeat: Some(repeat),
         node: None,
+        cut: false,
     }
 }
 
@@ -118,6 +119,7 @@ fn partial(status: Status, why: &str, repeat: Repeat, unit: &str) -> Outcome {
         )),
         repeat: Some(repeat),
         node: None,
+        cut: false,
     }
 }
 

@@ -82,12 +82,23 @@ pub struct BudgetUse {
     /// everything ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_run: Vec<String>,
+    /// The run under way when the budget ended, stopped then ("'num_workers=2' (repeat 2
+    /// of 3), 41.3 s in"): a run cut short is not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// Seconds that stopped run had taken: time spent, though nothing of it is used.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stopped_s: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl BudgetUse {
     /// Whether the budget ended the sweep before everything ran.
     pub fn cut(&self) -> bool {
-        !self.not_run.is_empty()
+        !self.not_run.is_empty() || self.stopped.is_some()
     }
 
     /// One sentence for the notes: how much was used, and what was not run.
@@ -98,13 +109,19 @@ impl BudgetUse {
                 self.budget_s, self.used_s
             );
         }
-        format!(
-            "Time budget: budget_s = {} was spent after {:.0} s, so {} did not run; the \
-             figures are what was measured by then. `tune sweep SPEC --resume` runs the rest, \
-             with a budget_s of its own.",
-            self.budget_s,
-            self.used_s,
+        let stopped = self.stopped.as_ref().map_or(String::new(), |s| {
+            format!(" The run under way then, {s}, was stopped: a run cut short is not used.")
+        });
+        let not_run = if self.not_run.is_empty() {
+            "nothing more".to_string()
+        } else {
             self.not_run.join(" and ")
+        };
+        format!(
+            "Time budget: budget_s = {} was spent after {:.0} s, so {not_run} did not run; the \
+             figures are what was measured by then.{stopped} `tune sweep SPEC --resume` runs \
+             the rest, with a budget_s of its own.",
+            self.budget_s, self.used_s,
         )
     }
 }

@@ -3,10 +3,10 @@
 //! one LSTM script's median step took 6.7 s, and its 2-knob sweep passed 25 minutes
 //! before the confirmation began (`lstm_text` in the closing note's busy table). With a
 //! budget, each Python run measures a share of the time that is left (its window's
-//! `seconds`), and once the time is spent no run starts: the report holds what was
-//! measured and says what was not run.
+//! `seconds`), once the time is spent no run starts, and a run still going when it ends
+//! is stopped (`Search::cut_at`): the report holds what was measured and says what was
+//! not run.
 
-use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use crate::results::model::BudgetUse;
@@ -28,6 +28,8 @@ pub(crate) struct Budget {
     overheads: Vec<f64>,
     /// What was not run, in the order the sweep gave up on it.
     not_run: Vec<String>,
+    /// The run stopped when the budget ended, if one was, and the seconds it had run.
+    stopped: Option<(String, f64)>,
 }
 
 impl Budget {
@@ -44,6 +46,7 @@ impl Budget {
             made: 0,
             overheads: Vec::new(),
             not_run: Vec::new(),
+            stopped: None,
         })
     }
 
@@ -54,6 +57,11 @@ impl Budget {
         } else {
             crate::stats::median(&self.overheads)
         }
+    }
+
+    /// When the budget ends: a run still going then is stopped (`Search::cut_at`).
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
     }
 
     fn left_s(&self) -> f64 {
@@ -102,6 +110,11 @@ impl Budget {
         }
     }
 
+    /// `what` was under way when the budget ended, `secs` in, and was stopped.
+    pub(crate) fn stopped(&mut self, what: String, secs: f64) {
+        self.stopped.get_or_insert((what, secs));
+    }
+
     /// Moves the deadline to `d` from now: a test's way to spend the budget.
     #[cfg(test)]
     pub(crate) fn end_in(&mut self, d: Duration) {
@@ -113,22 +126,20 @@ impl Budget {
             budget_s: self.budget_s,
             used_s: self.began.elapsed().as_secs_f64(),
             not_run: self.not_run.clone(),
+            stopped: self.stopped.as_ref().map(|s| s.0.clone()),
+            stopped_s: self.stopped.as_ref().map_or(0.0, |s| s.1),
         }
     }
 }
 
-/// `spec` with its Python window's measuring capped at `share_s` seconds, when it has a
-/// window that would measure longer, and its warm-up at half that (`WARMUP_SHARE`).
-/// Only the run sees it: the journal is stamped with the spec's own fingerprint, so a
-/// resumed sweep with another budget still matches.
-pub(crate) fn capped(spec: &Spec, share_s: f64) -> Cow<'_, Spec> {
-    let Workload::Command(c) = &spec.workload else {
-        return Cow::Borrowed(spec);
-    };
-    if c.window.is_none() {
-        return Cow::Borrowed(spec);
-    }
+/// `spec` as one run under the budget sees it: stopped at `cut_at`, the budget's end,
+/// whatever the workload; and a Python window that would measure longer than `share_s`
+/// capped at it, its warm-up at half that (`WARMUP_SHARE`). Only the run sees it: the
+/// journal is stamped with the spec's own fingerprint, so a resumed sweep with another
+/// budget still matches.
+pub(crate) fn capped(spec: &Spec, share_s: f64, cut_at: Instant) -> Spec {
     let mut out = spec.clone();
+    out.search.cut_at = Some(cut_at);
     if let Workload::Command(c) = &mut out.workload {
         if let Some(w) = &mut c.window {
             if w.seconds.is_none_or(|s| s > share_s) {
@@ -139,7 +150,7 @@ pub(crate) fn capped(spec: &Spec, share_s: f64) -> Cow<'_, Spec> {
             w.warmup_max_s = Some(WARMUP_SHARE * w.seconds.unwrap_or(share_s));
         }
     }
-    Cow::Owned(out)
+    out
 }
 
 /// The warm-up a run may take under a budget, as a share of its measuring. On a busy
@@ -189,9 +200,11 @@ mod tests {
     }
 
     #[test]
-    fn the_python_window_and_its_warm_up_are_capped_and_a_shorter_one_kept() {
+    fn the_python_window_and_its_warm_up_are_capped_and_every_run_stopped_at_the_end() {
         let s = spec("");
-        let c = capped(&s, 12.5);
+        let at = Instant::now();
+        let c = capped(&s, 12.5, at);
+        assert_eq!(c.search.cut_at, Some(at));
         let Workload::Command(w) = &c.workload else {
             panic!("a command workload")
         };
@@ -200,7 +213,7 @@ mod tests {
         assert_eq!(w.warmup_max_s, Some(6.25));
         // A spec's own shorter window is kept, its warm-up capped at half of it.
         let own = spec("seconds = 5\n");
-        let c = capped(&own, 12.5);
+        let c = capped(&own, 12.5, at);
         let Workload::Command(w) = &c.workload else {
             panic!("a command workload")
         };
@@ -208,13 +221,14 @@ mod tests {
         assert_eq!((w.seconds, w.warmup_max_s), (Some(5.0), Some(2.5)));
         // The spec itself never carries the cap: the journal's fingerprint is the spec's.
         assert!(!serde_json::to_string(w).unwrap().contains("warmup_max"));
-        // Engine workloads have no window to cap.
+        // Engine workloads have no window to cap, but are stopped at the budget's end too.
         let e = Spec::parse(
             "[workload]\nmodel = \"mlp\"\ndataset = \"synthetic\"\n[knobs]\nnum_workers = [0]\n",
             "x.toml",
         )
         .expect("spec");
-        assert!(matches!(capped(&e, 1.0), Cow::Borrowed(_)));
+        let c = capped(&e, 1.0, at);
+        assert_eq!((&c.workload, c.search.cut_at), (&e.workload, Some(at)));
     }
 
     #[test]
@@ -223,12 +237,22 @@ mod tests {
             budget_s: 600,
             used_s: 612.0,
             not_run: Vec::new(),
+            stopped: None,
+            stopped_s: 0.0,
         };
         assert!(u.sentence().contains("within"), "{}", u.sentence());
         u.not_run.push("the confirmation".into());
         let t = u.sentence();
         assert!(
             t.contains("the confirmation did not run") && t.contains("--resume"),
+            "{t}"
+        );
+        u.stopped = Some("'num_workers=2' (repeat 2 of 3), 41.3 s in".into());
+        let t = u.sentence();
+        assert!(
+            t.contains(
+                "The run under way then, 'num_workers=2' (repeat 2 of 3), 41.3 s in, was stopped"
+            ),
             "{t}"
         );
     }

@@ -41,6 +41,10 @@ pub struct Outcome {
     pub repeat: Option<Repeat>,
     /// The node a cluster ran it on (its `repeat` index is set by the runner).
     pub node: Option<NodeRun>,
+    /// The sweep's time budget ended it before it finished (`Search::cut_at`): not a
+    /// verdict on the configuration, so the runner counts it as not run, whatever its
+    /// status says.
+    pub cut: bool,
 }
 
 impl Outcome {
@@ -50,6 +54,15 @@ impl Outcome {
             error: Some(error.into()),
             repeat: None,
             node: None,
+            cut: false,
+        }
+    }
+
+    /// A run the sweep's time budget stopped before it finished (`Outcome::cut`).
+    pub fn cut(why: impl Into<String>) -> Outcome {
+        Outcome {
+            cut: true,
+            ..Outcome::fail(Status::Timeout, why)
         }
     }
 }
@@ -329,14 +342,23 @@ impl<'a> Sweep<'a> {
         }
     }
 
+    /// `what` was under way when the budget ended, `secs` in, and was stopped.
+    pub(crate) fn stopped(&mut self, what: String, secs: f64) {
+        if let Some(b) = &mut self.budget {
+            b.stopped(what, secs);
+        }
+    }
+
     /// One run of `knobs`: under a budget, a Python window measures the run's share of
     /// the time left, and the run's overhead is counted for the next share.
     fn run_once(&mut self, knobs: &Knobs, steps: usize) -> Outcome {
         let began = std::time::Instant::now();
         let o = match &self.budget {
-            Some(b) => self
-                .exec
-                .run(&budget::capped(self.spec, b.share_s()), knobs, steps),
+            Some(b) => self.exec.run(
+                &budget::capped(self.spec, b.share_s(), b.deadline()),
+                knobs,
+                steps,
+            ),
             None => self.exec.run(self.spec, knobs, steps),
         };
         if let Some(b) = &mut self.budget {
@@ -521,16 +543,9 @@ impl<'a> Sweep<'a> {
                 .as_ref()
                 .is_some_and(|b| b.spent_for(recs.len()))
             {
-                if recs.iter().all(|r| r.repeats.is_empty()) {
-                    self.left_out(format!("'{}'", combo.label));
+                if self.confirm_ended(combo, &mut recs, pair, pairs) {
                     return Ok(());
                 }
-                // The pairs measured stand; the note says how many of how many.
-                let note = format!("the time budget ended it after {pair} of {pairs} pairs");
-                for rec in &mut recs {
-                    rec.error.get_or_insert_with(|| note.clone());
-                }
-                self.left_out(format!("the rest of '{}'", combo.label));
                 break;
             }
             // AB, BA, AB, BA: a steady drift of the machine's speed favours the baseline
@@ -539,6 +554,7 @@ impl<'a> Sweep<'a> {
             let n = recs.len();
             let mut ran: Vec<(usize, RepeatHardware)> = Vec::with_capacity(n);
             let mut ok = true;
+            let mut cut = None;
             for k in 0..n {
                 let i = if pair % 2 == 0 { k } else { n - 1 - k };
                 let rec = &mut recs[i];
@@ -548,7 +564,12 @@ impl<'a> Sweep<'a> {
                 }
                 let at = self.sampler.repeat_start();
                 let knobs = rec.knobs.clone();
+                let began = std::time::Instant::now();
                 let o = self.run_once(&knobs, steps);
+                if o.cut {
+                    cut = Some(began.elapsed().as_secs_f64());
+                    break;
+                }
                 let rec = &mut recs[i];
                 let run = o.repeat.map(clean);
                 let hw = self
@@ -566,6 +587,25 @@ impl<'a> Sweep<'a> {
                     rec.error = o.error;
                     ok = false;
                 }
+            }
+            if let Some(secs) = cut {
+                // Half a pair is no pair: the side that ran in it is set aside too.
+                for (i, _) in &ran {
+                    let rec = &mut recs[*i];
+                    rec.repeats.pop();
+                    let kept = rec.repeats.len();
+                    rec.nodes.retain(|n| n.repeat < kept);
+                }
+                let what = format!(
+                    "'{}' (pair {} of {pairs}), {secs:.1} s in",
+                    combo.label,
+                    pair + 1
+                );
+                self.stopped(what, secs);
+                if self.confirm_ended(combo, &mut recs, pair, pairs) {
+                    return Ok(());
+                }
+                break;
             }
             let mut hws: Vec<(&str, &mut RepeatHardware)> =
                 ran.iter_mut().map(|(i, h)| (sides[*i], h)).collect();
@@ -591,6 +631,28 @@ impl<'a> Sweep<'a> {
             self.records.push(rec);
         }
         Ok(())
+    }
+
+    /// The budget ended a confirmation after `pair` of its `pairs`: the pairs measured
+    /// stand, with a note of how many; returns whether nothing was measured, and so
+    /// nothing is to be journaled.
+    fn confirm_ended(
+        &mut self,
+        combo: &Trial,
+        recs: &mut [TrialRecord],
+        pair: usize,
+        pairs: usize,
+    ) -> bool {
+        if recs.iter().all(|r| r.repeats.is_empty()) {
+            self.left_out(format!("'{}'", combo.label));
+            return true;
+        }
+        let note = format!("the time budget ended it after {pair} of {pairs} pairs");
+        for rec in recs.iter_mut() {
+            rec.error.get_or_insert_with(|| note.clone());
+        }
+        self.left_out(format!("the rest of '{}'", combo.label));
+        false
     }
 
     /// Clears the dashboard's live file; returns what device sampling cost (percent of

@@ -185,6 +185,11 @@ pub struct Search {
     /// None = no bound beyond each trial's `timeout_s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_s: Option<u64>,
+    /// When the budget ends: a run still going then is stopped, whatever it is (the
+    /// built-in engine, a command without a window, a job stuck in one long step). Set
+    /// for one run by `runner::budget::capped`, never by the spec, so not in its form.
+    #[serde(skip)]
+    pub cut_at: Option<std::time::Instant>,
 }
 
 fn default_slurm() -> SlurmSpec {

@@ -693,6 +693,7 @@ impl Cx<'_> {
             job_steps,
             confirm_repeats,
             budget_s,
+            cut_at: None,
         })
     }
 }

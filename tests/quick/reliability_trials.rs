@@ -391,6 +391,7 @@ fn env_for(timeout: Duration, cancel: Option<Arc<AtomicBool>>) -> TrialEnv {
         mem_cap_bytes: None,
         live_file: None,
         cancel,
+        cut_at: None,
     }
 }
 
@@ -433,4 +434,49 @@ fn cancel_kills_the_command_and_is_not_a_timeout() {
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     assert_ne!(o.status, Status::Timeout);
     assert_ne!(o.status, Status::Ok);
+}
+
+/// The sweep's budget ends while a run is under way (`Search::cut_at`, before the run's
+/// own limit): the run's process tree is ended then, and its outcome is marked `cut`, not
+/// a time-out of its configuration, for a command and for the built-in engine alike. A
+/// budget that ends after the run's own limit leaves the time-out as it was (#31).
+#[test]
+fn the_budgets_end_stops_a_run_and_marks_it_cut_not_timed_out() {
+    let m = marker("budgetcut");
+    // The marker in the sleep's own environment: this test's process is shared.
+    let mut spec = parse(&format!(
+        "env {MARKER_ENV}={m} sleep 60; echo 'samples/s: 1'"
+    ));
+    let env = env_for(Duration::from_secs(60), None);
+    spec.search.cut_at = Some(Instant::now() + Duration::from_millis(800));
+    let t = Instant::now();
+    let o = run_trial(&env, &spec, &spec.search.baseline, 1);
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert!(o.cut, "{:?}: {:?}", o.status, o.error);
+    assert!(
+        o.error.as_deref().unwrap_or("").contains("time budget"),
+        "{:?}",
+        o.error
+    );
+    assert!(wait_none_left(&m, Duration::from_secs(3)).is_empty());
+
+    // The built-in engine, far more steps than the budget allows.
+    let mut engine = Spec::parse(
+        "[workload]\nmodel = \"mlp\"\ndataset = \"synthetic\"\n[knobs]\nnum_workers = [0]\n",
+        "/tmp/x.toml",
+    )
+    .unwrap();
+    engine.search.cut_at = Some(Instant::now() + Duration::from_millis(800));
+    let t = Instant::now();
+    let o = run_trial(&env, &engine, &engine.search.baseline, 1_000_000);
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert!(o.cut && o.repeat.is_none(), "{:?}: {:?}", o.status, o.error);
+
+    // Its own limit first: a time-out as before, not a cut.
+    let short = env_for(Duration::from_millis(500), None);
+    spec.search.cut_at = Some(Instant::now() + Duration::from_secs(30));
+    let o = run_trial(&short, &spec, &spec.search.baseline, 1);
+    assert!(!o.cut, "{:?}", o.error);
+    assert_eq!(o.status, Status::Timeout, "{:?}", o.error);
+    assert!(wait_none_left(&m, Duration::from_secs(3)).is_empty());
 }

@@ -269,6 +269,10 @@ impl Executor for SlurmEnv {
                 // The time budget is spent: what is queued here never reaches Slurm.
                 queue.clear();
             }
+            if spec.search.cut_at.is_some_and(|c| Instant::now() >= c) {
+                // The budget has ended: what is queued or running is cancelled.
+                return self.cut(spec, runs, &active, events);
+            }
             while active.len() < slurm.max_parallel {
                 let Some(i) = queue.pop_front() else { break };
                 match self.submit(spec, &runs[i]) {
@@ -288,7 +292,12 @@ impl Executor for SlurmEnv {
             if active.is_empty() && queue.is_empty() {
                 return Ok(());
             }
-            std::thread::sleep(poll);
+            // Awake when the budget ends, not up to a poll later.
+            let to_cut = spec
+                .search
+                .cut_at
+                .map_or(poll, |c| c.saturating_duration_since(Instant::now()));
+            std::thread::sleep(poll.min(to_cut));
             let ids: Vec<String> = active.keys().cloned().collect();
             let states = match squeue(&ids) {
                 Ok(s) => s,
@@ -365,6 +374,51 @@ impl Executor for SlurmEnv {
 }
 
 impl SlurmEnv {
+    /// The budget ended with `active` jobs queued or running: the ones that finished since
+    /// the last poll are collected as usual; the rest are cancelled (`scancel`) and end
+    /// as cut, so the runner counts them as not run.
+    fn cut(
+        &self,
+        spec: &Spec,
+        runs: &[Run],
+        active: &HashMap<String, Active>,
+        events: &mut dyn FnMut(RunEvent) -> Result<()>,
+    ) -> Result<()> {
+        let ids: Vec<String> = active.keys().cloned().collect();
+        let states = squeue(&ids).unwrap_or_default();
+        let state = |id: &String| states.get(id).cloned().or_else(|| sacct(id));
+        let live: Vec<String> = ids
+            .iter()
+            .filter(|id| state(id).is_none_or(|st| st.is_live()))
+            .cloned()
+            .collect();
+        if !live.is_empty() {
+            let how = match scancel(&live) {
+                Ok(()) => "cancelled".to_string(),
+                Err(e) => format!("cancelling them failed ({e}); cancel them with scancel"),
+            };
+            eprintln!(
+                "the time budget ended: {} Slurm job(s) of this sweep {how} ({})",
+                live.len(),
+                sorted(live.iter())
+            );
+        }
+        for id in &ids {
+            let Some(a) = active.get(id) else { continue };
+            let outcome = match state(id) {
+                Some(st) if !live.contains(id) => self.collect(spec, &runs[a.run], id, &st),
+                _ => Outcome::cut(format!(
+                    "Slurm job {id} was cancelled when the sweep's time budget (budget_s) ended"
+                )),
+            };
+            events(RunEvent::Finished {
+                run: a.run,
+                outcome,
+            })?;
+        }
+        Ok(())
+    }
+
     /// Cancels what this sweep follows, says so, and returns the error that stops it.
     fn interrupted(&self, active: &HashMap<String, Active>) -> Error {
         let ids: Vec<String> = active.keys().cloned().collect();

@@ -18,6 +18,7 @@ use crate::runner::budget;
 use crate::runner::live;
 use crate::runner::resume::stamped;
 use crate::spec::plan::Trial;
+use crate::spec::{Search, Spec};
 
 /// A trial of the batch not yet journaled: its record so far, each repeat's outcome as
 /// it comes, and when the sweep's clock saw it start (for its timeline).
@@ -118,6 +119,14 @@ impl Sweep<'_> {
         let mut started: Vec<Option<Instant>> = vec![None; runs.len()];
         let exec = self.exec;
         let spec = self.spec;
+        // The jobs see when the budget ends, and are cancelled then.
+        let cut_spec = self.budget.as_ref().map(|b| Spec {
+            search: Search {
+                cut_at: Some(b.deadline()),
+                ..spec.search.clone()
+            },
+            ..spec.clone()
+        });
         let mut on_event = |ev: RunEvent| -> Result<()> {
             match ev {
                 RunEvent::Submitted { run, job_id } => {
@@ -149,6 +158,19 @@ impl Sweep<'_> {
                         b.ran(at.elapsed(), budget::measured_s(outcome.repeat.as_ref()));
                     }
                     open.set(!self.out_of_time());
+                    if outcome.cut {
+                        // Cancelled when the budget ended: counted among the runs not
+                        // run (`cut_by_budget`), the trial's other repeats kept.
+                        let secs = started[run].map_or(0.0, |at| at.elapsed().as_secs_f64());
+                        let r = &runs[run];
+                        let what = format!(
+                            "'{}' (repeat {} of {reps}), {secs:.1} s in",
+                            r.label,
+                            r.repeat + 1
+                        );
+                        self.stopped(what, secs);
+                        return Ok(());
+                    }
                     let Some(slot) = pending.get_mut(t) else {
                         return Ok(());
                     };
@@ -164,7 +186,12 @@ impl Sweep<'_> {
             }
             Ok(())
         };
-        let res = exec.run_many(spec, &runs, &mut on_event, &|| open.get());
+        let res = exec.run_many(
+            cut_spec.as_ref().unwrap_or(spec),
+            &runs,
+            &mut on_event,
+            &|| open.get(),
+        );
         // Nothing of this batch runs any more, whether it ended or was interrupted.
         if let Some(p) = &self.live_file {
             live::clear(p);
@@ -213,24 +240,84 @@ mod tests {
     /// A cluster that runs every job at once when asked: it records what it was handed
     /// and in which order, stops starting runs once `may_start` says no or after `upto`
     /// runs (a budget spent in the middle of the batch), and fails `bad` trials' runs.
+    /// With `local`, it is the local executor instead: one run at a time, in `run`.
     struct Cluster {
         upto: usize,
         /// How long each run takes.
         pause: std::time::Duration,
         bad: Option<String>,
         order: Mutex<Vec<(String, usize)>>,
+        local: bool,
+        /// The batch size whose runs after its first hang until the budget ends.
+        hang: Option<usize>,
+    }
+
+    impl Cluster {
+        fn new(upto: usize, pause_ms: u64, bad: Option<&str>) -> Cluster {
+            Cluster {
+                upto,
+                pause: std::time::Duration::from_millis(pause_ms),
+                bad: bad.map(str::to_string),
+                order: Mutex::new(Vec::new()),
+                local: false,
+                hang: None,
+            }
+        }
+
+        /// A run of `knobs`, the `n`th of all, `again` when its trial ran before: a hung
+        /// one waits for the budget's end (`Search::cut_at`, which every run under a
+        /// budget must carry) and is cut then.
+        fn outcome(
+            &self,
+            spec: &Spec,
+            knobs: &Knobs,
+            label: &str,
+            again: bool,
+            n: usize,
+        ) -> Outcome {
+            if self.hang == Some(knobs.batch_size) && again {
+                let Some(at) = spec.search.cut_at else {
+                    return Outcome::fail(Status::Failed, "no cut_at under a budget");
+                };
+                std::thread::sleep(at.saturating_duration_since(std::time::Instant::now()));
+                return Outcome::cut("stopped when the budget ended");
+            }
+            std::thread::sleep(self.pause);
+            if self.bad.as_deref() == Some(label) {
+                return Outcome::fail(Status::Failed, "it crashed");
+            }
+            Outcome {
+                status: Status::Ok,
+                error: None,
+                repeat: Some(Repeat {
+                    step_times: vec![0.01; 4],
+                    samples_per_s: 100.0 + n as f64,
+                    ..Repeat::default()
+                }),
+                node: None,
+                cut: false,
+            }
+        }
     }
 
     impl Executor for Cluster {
-        fn run(&self, _: &Spec, _: &Knobs, _: usize) -> Outcome {
-            Outcome::fail(Status::Failed, "a batch only")
+        fn run(&self, spec: &Spec, knobs: &Knobs, _: usize) -> Outcome {
+            if !self.local {
+                return Outcome::fail(Status::Failed, "a batch only");
+            }
+            let label = knobs.diff_label(&spec.search.baseline);
+            let mut order = self.order.lock().unwrap();
+            let (n, again) = (order.len(), order.iter().any(|(l, _)| *l == label));
+            order.push((label.clone(), 0));
+            drop(order);
+            self.outcome(spec, knobs, &label, again, n)
         }
         fn batches(&self) -> bool {
-            true
+            !self.local
         }
         fn run_many(
             &self,
-            _: &Spec,
+            spec: &Spec,
             runs: &[Run],
             events: &mut dyn FnMut(RunEvent) -> Result<()>,
             may_start: &dyn Fn() -> bool,
@@ -242,21 +329,7 @@ mod tests {
                 self.order.lock().unwrap().push((r.id.clone(), r.repeat));
                 let job_id = format!("{}", 100 + i);
                 events(RunEvent::Submitted { run: i, job_id })?;
-                std::thread::sleep(self.pause);
-                let outcome = if self.bad.as_deref() == Some(r.label.as_str()) {
-                    Outcome::fail(Status::Failed, "it crashed")
-                } else {
-                    Outcome {
-                        status: Status::Ok,
-                        error: None,
-                        repeat: Some(Repeat {
-                            step_times: vec![0.01; 4],
-                            samples_per_s: 100.0 + i as f64,
-                            ..Repeat::default()
-                        }),
-                        node: None,
-                    }
-                };
+                let outcome = self.outcome(spec, &r.knobs, &r.label, r.repeat > 0, i);
                 events(RunEvent::Finished { run: i, outcome })?;
             }
             Ok(())
@@ -281,7 +354,7 @@ mod tests {
     ) -> (
         Vec<TrialRecord>,
         Vec<serde_json::Value>,
-        Option<Vec<String>>,
+        Option<crate::results::model::BudgetUse>,
     ) {
         let spec = Spec::parse(spec, "c.toml").unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -301,7 +374,7 @@ mod tests {
             b.end_in(d);
         }
         s.run_rounds(&trials, &[(n, 1)], 4).unwrap();
-        let used = s.budget_use().map(|u| u.not_run);
+        let used = s.budget_use();
         let recs = s.records().to_vec();
         drop(s);
         let lines: Vec<serde_json::Value> =
@@ -315,12 +388,7 @@ mod tests {
 
     #[test]
     fn a_cluster_gets_every_trials_first_run_then_every_second_with_the_baseline_again() {
-        let c = Cluster {
-            upto: usize::MAX,
-            pause: std::time::Duration::ZERO,
-            bad: None,
-            order: Mutex::new(Vec::new()),
-        };
+        let c = Cluster::new(usize::MAX, 0, None);
         let (recs, lines, _) = sweep(SPEC, &c, None);
         let order = c.order.into_inner().unwrap();
         // Five plan trials and one run of the baseline after the third non-baseline
@@ -351,13 +419,9 @@ mod tests {
     fn a_budget_spent_mid_batch_keeps_what_ran_and_names_what_did_not() {
         let spec = format!("{SPEC}budget_s = 600\n");
         // The first pass and two runs of the second start; the second trial crashes.
-        let c = Cluster {
-            upto: 8,
-            pause: std::time::Duration::ZERO,
-            bad: Some("batch_size=8".into()),
-            order: Mutex::new(Vec::new()),
-        };
-        let (recs, lines, not_run) = sweep(&spec, &c, None);
+        let c = Cluster::new(8, 0, Some("batch_size=8"));
+        let (recs, lines, used) = sweep(&spec, &c, None);
+        let not_run = used.map(|u| u.not_run);
         let journaled: Vec<&serde_json::Value> =
             lines.iter().filter(|l| l["type"] == "trial").collect();
         // Whole trials (the first two) and the crashed one are journaled; the other four
@@ -381,13 +445,9 @@ mod tests {
         let spec = format!("{SPEC}budget_s = 600\n");
         // Runs of 0.2 s against a budget with 2.7 s left: a run needs the least share
         // (2 s) to start, so the first few start and the rest do not.
-        let c = Cluster {
-            upto: usize::MAX,
-            pause: std::time::Duration::from_millis(200),
-            bad: None,
-            order: Mutex::new(Vec::new()),
-        };
-        let (recs, _, not_run) = sweep(&spec, &c, Some(std::time::Duration::from_millis(2700)));
+        let c = Cluster::new(usize::MAX, 200, None);
+        let (recs, _, used) = sweep(&spec, &c, Some(std::time::Duration::from_millis(2700)));
+        let not_run = used.map(|u| u.not_run);
         let ran = c.order.into_inner().unwrap().len();
         assert!((1..12).contains(&ran), "{ran} runs started");
         let s = if 12 - ran == 1 { "" } else { "s" };
@@ -396,5 +456,54 @@ mod tests {
             Some(vec![format!("{} run{s} of the plan", 12 - ran)])
         );
         assert!(recs.iter().all(|r| r.repeats.len() == 1), "{recs:?}");
+    }
+
+    /// A run under way when the budget ends is stopped then, locally and on a cluster
+    /// alike: counted among the runs not run, its trial's measured repeat kept with a
+    /// note and not journaled, the report naming the run and when it was stopped (#31).
+    #[test]
+    fn a_run_under_way_when_the_budget_ends_is_stopped_and_counted_as_not_run() {
+        let spec = format!("{SPEC}budget_s = 600\n");
+        for local in [true, false] {
+            let mut c = Cluster::new(usize::MAX, 0, None);
+            c.local = local;
+            c.hang = Some(32);
+            let began = std::time::Instant::now();
+            let (recs, lines, used) = sweep(&spec, &c, Some(std::time::Duration::from_secs(3)));
+            assert!(began.elapsed().as_secs_f64() < 10.0, "local {local}");
+            let used = used.expect("a budget");
+            let stopped = used.stopped.clone().unwrap_or_default();
+            assert!(
+                stopped.contains("batch_size=32") && stopped.contains("repeat 2 of 2"),
+                "local {local}: {used:?}"
+            );
+            let t32 = recs
+                .iter()
+                .find(|r| r.knobs.batch_size == 32)
+                .unwrap_or_else(|| panic!("local {local}: its first repeat was lost: {recs:?}"));
+            assert_eq!((t32.status, t32.repeats.len()), (Status::Ok, 1), "{t32:?}");
+            assert!(t32
+                .error
+                .as_deref()
+                .unwrap_or("")
+                .contains("after 1 of 2 repeats"));
+            assert!(
+                !lines
+                    .iter()
+                    .any(|l| l["type"] == "trial" && l["id"] == t32.id.as_str()),
+                "local {local}: a cut trial was journaled as whole"
+            );
+            assert!(
+                used.not_run.iter().any(|n| n.contains("of the plan")),
+                "local {local}: {used:?}"
+            );
+            assert!(
+                used.sentence().contains("was stopped"),
+                "{}",
+                used.sentence()
+            );
+            // Its time is said as spent on it (time to answer), not as tune's own.
+            assert!(used.stopped_s >= 1.0, "local {local}: {used:?}");
+        }
     }
 }

@@ -23,6 +23,16 @@ enum Slot {
     Closed,
 }
 
+/// Where a repeat's run left its trial.
+enum After {
+    /// More repeats to run.
+    More,
+    /// Its last repeat done, or a failure, which is not repeated.
+    Ended,
+    /// The budget ended while it ran, and the run was stopped: which, and how long in.
+    Cut(String, f64),
+}
+
 /// A trial whose repeats are under way.
 struct Running {
     trial: Trial,
@@ -115,12 +125,25 @@ impl Sweep<'_> {
                 if open.next < reps && self.out_of_time() {
                     return self.out_of_time_in(slots, reps);
                 }
-                let ended = open.next >= reps || self.run_repeat(open, round, steps, reps)?;
-                if ended {
-                    if let Slot::Open(open) = std::mem::replace(&mut slots[i], Slot::Closed) {
-                        let mut rec = open.rec;
-                        no_empty_hardware(&mut rec);
-                        self.finish_trial(rec)?;
+                let after = if open.next >= reps {
+                    After::Ended
+                } else {
+                    self.run_repeat(open, round, steps, reps)?
+                };
+                match after {
+                    After::More => {}
+                    After::Ended => {
+                        if let Slot::Open(open) = std::mem::replace(&mut slots[i], Slot::Closed) {
+                            let mut rec = open.rec;
+                            no_empty_hardware(&mut rec);
+                            self.finish_trial(rec)?;
+                        }
+                    }
+                    After::Cut(what, secs) => {
+                        // The run counts among those not run; the trial's earlier repeats
+                        // stand, as for any trial the budget ended.
+                        self.stopped(what, secs);
+                        return self.out_of_time_in(slots, reps);
                     }
                 }
             }
@@ -279,15 +302,14 @@ impl Sweep<'_> {
     }
 
     /// Runs the next repeat of `slot` (again at once while the hardware contaminates it
-    /// and the budget allows); returns whether the trial has ended: its last repeat done,
-    /// or a failure, which is not repeated.
+    /// and the budget allows); returns where that left the trial.
     fn run_repeat(
         &mut self,
         slot: &mut Running,
         round: usize,
         steps: usize,
         reps: usize,
-    ) -> Result<bool> {
+    ) -> Result<After> {
         loop {
             self.check_cancel(&slot.trial.label)?;
             let shown = if reps > 1 {
@@ -302,6 +324,10 @@ impl Sweep<'_> {
             let at = self.sampler.repeat_start();
             let o = self.run_once(&slot.trial.knobs, steps);
             self.check_cancel(&slot.trial.label)?;
+            if o.cut {
+                let secs = began.elapsed().as_secs_f64();
+                return Ok(After::Cut(format!("'{shown}', {secs:.1} s in"), secs));
+            }
             let run = o.repeat.map(clean);
             let mut hw = self
                 .sampler
@@ -359,13 +385,17 @@ impl Sweep<'_> {
                 // knob, a crash): repeating them only costs time.
                 rec.status = o.status;
                 rec.error = o.error;
-                return Ok(true);
+                return Ok(After::Ended);
             }
             if o.error.is_some() {
                 // An ok run's text is a note ("stopped by tune after 30 measured steps").
                 rec.error = o.error;
             }
-            return Ok(slot.next >= reps);
+            return Ok(if slot.next >= reps {
+                After::Ended
+            } else {
+                After::More
+            });
         }
     }
 }
