@@ -416,3 +416,49 @@ fn the_optimizer_implementation_is_what_the_update_runs_and_said_where_it_cannot
         "{recs:?}"
     );
 }
+
+/// An IterableDataset that does not shard by worker gives every worker the whole stream:
+/// a trial with 2 workers says num_workers cannot act (each row would be trained on
+/// twice) and is never recommended; the same stream sharded by get_worker_info runs its
+/// workers as any loader does (#31).
+#[test]
+fn workers_that_replay_an_unsharded_stream_are_not_applicable() {
+    let _serial = support::serial();
+    let Some(py) = support::python("workers_that_replay_an_unsharded_stream_are_not_applicable")
+    else {
+        return;
+    };
+    for shard in [false, true] {
+        let d = tempfile::tempdir().unwrap();
+        let spec = format!(
+            "name = \"stream\"\n[workload.python]\nrun = \"{} {}{}\"\nwarmup = 2\nsteps = 10\n\
+             [knobs]\nnum_workers = [0, 2]\n[search]\nrepeats = 1\n",
+            py.display(),
+            support::script("stream.py").display(),
+            if shard { " --shard" } else { "" }
+        );
+        let (o, r) = support::sweep_script(d.path(), &spec);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let trials = r["trials"].as_array().unwrap();
+        let two = trials
+            .iter()
+            .find(|t| t["knobs"]["num_workers"] == 2)
+            .unwrap_or_else(|| panic!("no num_workers=2 trial: {trials:?}"));
+        assert_eq!(two["status"], "ok", "{two}");
+        let na = two["not_applicable"]["num_workers"].as_str();
+        if shard {
+            assert!(na.is_none(), "shard: {two}");
+        } else {
+            assert!(
+                na.unwrap_or("")
+                    .contains("gives each of its 2 workers the whole stream"),
+                "{two}"
+            );
+            let recs = r["recommendations"].as_array().unwrap();
+            assert!(
+                !recs.iter().any(|x| x["change"]["num_workers"] == "2"),
+                "{recs:?}"
+            );
+        }
+    }
+}

@@ -70,6 +70,49 @@ def _batch_injectable(given):
     return True
 
 
+def _replay_check(it, batch):
+    """An IterableDataset that does not shard by worker (torch.utils.data.get_worker_info)
+    gives each of N workers the whole stream: more workers repeat every sample instead of
+    loading faster, and a trial's samples/s counts each of them N times. Seen on the
+    first batches, which come from the workers in turn: worker 1's first batch equal to
+    worker 0's, where worker 0's second differs (so the stream is not one constant
+    batch). A stream seeded apart per worker, or not at all, is not caught."""
+    n = getattr(it, "_num_workers", 0)
+    seen = getattr(it, "_tune_seen", None)
+    if n < 2 or seen is False:
+        return
+    if seen is None:
+        from torch.utils.data import IterableDataset
+
+        if not isinstance(getattr(it, "_dataset", None), IterableDataset):
+            it._tune_seen = False
+            return
+        seen = it._tune_seen = []
+    torch = _h._torch
+    x = _first_leaf(batch)
+    if not torch.is_tensor(x):
+        it._tune_seen = False
+        return
+    seen.append(x.detach().clone() if len(seen) < 2 else x)
+    if len(seen) <= n:
+        return
+    it._tune_seen = False
+
+    def same(a, b):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+
+    if same(seen[0], seen[1]) and not same(seen[0], seen[n]):
+        why = (
+            "the DataLoader's IterableDataset gives each of its %d workers the whole stream "
+            "(worker 1's first batch equals worker 0's): more workers repeat every sample "
+            "instead of loading faster; shard the stream by "
+            "torch.utils.data.get_worker_info() first" % n
+        )
+        _h._notice(why)
+        if "num_workers" in _h._knobs:
+            _h._not_applicable("num_workers", why)
+
+
 def install(torch, hook):
     global _h
     _h = hook
@@ -143,6 +186,7 @@ def install(torch, hook):
         finally:
             _h._add("data_wait", _h._now() - t)
         if os.getpid() == _h._pid:
+            _replay_check(self, batch)
             # Summed over the step: under gradient accumulation one optimizer step
             # consumes several batches.
             n, tokens = batch_counts(batch)
