@@ -186,3 +186,55 @@ fn watch_gan(py: &std::path::Path, critic: usize) -> String {
     assert!(!stderr.contains("gradient accumulation"), "{stderr}");
     stderr
 }
+
+/// A script whose 2 DataLoader workers each replay an IterableDataset's whole stream gets
+/// that as its first finding, with the way to shard it; the same stream sharded by
+/// get_worker_info gets no such finding (#31).
+#[test]
+fn workers_that_replay_the_whole_stream_are_the_first_finding() {
+    let _serial = support::serial();
+    let Some(py) = support::python("workers_that_replay_the_whole_stream_are_the_first_finding")
+    else {
+        return;
+    };
+    for shard in [false, true] {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("w");
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tune"));
+        c.args(["watch", "--steps", "20", "--out"])
+            .arg(&out)
+            .arg("--")
+            .arg(&py)
+            .arg(support::script("stream.py"))
+            .args(["--workers", "2"])
+            .env("TUNE_CACHE_DIR", out.join("cache"));
+        if shard {
+            c.arg("--shard");
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", show(&o));
+        let r: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap())
+                .unwrap();
+        let found = r["findings"].as_array().cloned().unwrap_or_default();
+        let replayed = found.iter().any(|f| f["kind"] == "replayed_stream");
+        if shard {
+            assert!(!replayed, "shard: {found:#?}");
+        } else {
+            assert_eq!(
+                found.first().map(|f| &f["kind"]),
+                Some(&Value::from("replayed_stream")),
+                "{found:#?}"
+            );
+            let hint = found[0]["hint"].as_str().unwrap_or("");
+            assert!(hint.contains("get_worker_info"), "{hint}");
+            // No data hint asks the repeating workers for more of them.
+            for f in found.iter().filter(|f| f["kind"] == "data_wait") {
+                assert!(
+                    !f["hint"].as_str().unwrap_or("").contains("more workers ("),
+                    "{f}"
+                );
+            }
+        }
+    }
+}

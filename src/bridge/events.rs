@@ -146,6 +146,9 @@ pub struct Events {
     pub first_step: Option<FirstStep>,
     /// Modules tune compiled (`compile` knob), with their mode: "ResNet (default)".
     pub compiled: Vec<String>,
+    /// The DataLoader workers (2 or more) that each replayed the whole stream of an
+    /// IterableDataset that does not shard by worker, as the hooks saw it.
+    pub stream_replayed: Option<u32>,
     /// torch.compile failed in the job: the mode and PyTorch's message.
     pub compile_failed: Option<(String, String)>,
     /// The hooks ended the job because its compile ran past `compile_budget_s`.
@@ -217,6 +220,9 @@ enum Line {
     Compiled {
         module: String,
         mode: String,
+    },
+    StreamReplayed {
+        workers: u32,
     },
     CompileFailed {
         #[serde(default)]
@@ -306,6 +312,9 @@ impl Events {
                 } else {
                     self.script_knobs.entry(knob).or_insert(text);
                 }
+            }
+            Ok(Line::StreamReplayed { workers }) => {
+                self.stream_replayed.get_or_insert(workers);
             }
             Ok(Line::Compiled { module, mode }) => {
                 let m = format!("{module} ({mode})");

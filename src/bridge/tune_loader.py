@@ -109,6 +109,8 @@ def _replay_check(it, batch):
             "torch.utils.data.get_worker_info() first" % n
         )
         _h._notice(why)
+        if _h._once("stream_replayed"):
+            _h._emit({"ev": "stream_replayed", "workers": n})
         if "num_workers" in _h._knobs:
             _h._not_applicable("num_workers", why)
 

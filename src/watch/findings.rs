@@ -8,14 +8,13 @@
 //! - **throttling**: a GPU slowed by power or thermal limits for part of the run;
 //! - **shared GPU**: processes outside the watched tree used a GPU the run was on.
 //!
-//! The last two concern the validity of a measurement rather than the program.
-//! Thresholds are the constants below; each finding states the numbers it fired on.
+//! The last two concern a measurement's validity, not the program. Thresholds are the
+//! constants below; each finding states the numbers it fired on.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use tune_probes::nvml::metric as gpu;
-use tune_probes::{throttle_reason_names, Source};
+use tune_probes::{nvml::metric as gpu, throttle_reason_names, Source};
 
 use super::model::DeviceSeries;
 use crate::results::Finding;
@@ -70,6 +69,8 @@ pub enum FindingKind {
     Warmup,
     /// NVML's ECC error counts grew, or the driver reported a critical XID.
     GpuFault,
+    /// From the PyTorch hooks: each DataLoader worker replays the whole IterableDataset.
+    ReplayedStream,
 }
 
 /// A finding about one device (or the Python job) of a watched run.

@@ -12,7 +12,7 @@ use tune_probes::{
     DEFAULT_CAPACITY,
 };
 
-use super::findings::{findings, Context, WatchFinding};
+use super::findings::{findings, Context, FindingKind, WatchFinding};
 use super::live;
 use super::model::{group, summarize};
 use super::report::{
@@ -338,9 +338,11 @@ pub fn run(opts: &Options) -> Result<i32> {
     let mut found = findings(&series, &ctx);
     let mut step_rows = Vec::new();
     let mut script = super::dominant::ScriptKnobs::new();
+    let mut replayed = None;
     let python = link.map(|l| {
         let ev = l.finish(Duration::from_secs(2));
         script = ev.script_knobs.clone();
+        replayed = ev.stream_replayed;
         for e in &ev.errors {
             notes.push(format!("the PyTorch hooks failed and were off: {e}"));
         }
@@ -378,6 +380,15 @@ pub fn run(opts: &Options) -> Result<i32> {
                 .into(),
         ),
         _ => {}
+    }
+    // A fault in the script comes before any cost: its samples are trained on N times.
+    if let Some(n) = replayed {
+        for f in found.iter_mut().filter(|f| f.kind == FindingKind::DataWait) {
+            f.hint = "shard the stream first (the finding above): its workers repeat samples \
+                      now, so more of them would only repeat more"
+                .into();
+        }
+        found.insert(0, super::steps::replayed_finding(n));
     }
     notes.extend(window.note());
     let mut report = WatchReport {

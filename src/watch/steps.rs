@@ -36,6 +36,29 @@ fn data_hint(own_workers: usize, most: f64) -> String {
     )
 }
 
+/// Each of `workers` DataLoader workers replayed the whole stream of an IterableDataset
+/// that does not shard by worker: every sample is trained on that many times per pass, a
+/// fault in the script before it is a cost, so it comes first (#31).
+pub fn replayed_finding(workers: u32) -> WatchFinding {
+    WatchFinding {
+        kind: FindingKind::ReplayedStream,
+        device: "python".into(),
+        finding: Finding {
+            title: "each DataLoader worker replays the whole stream".into(),
+            evidence: format!(
+                "the DataLoader's IterableDataset gave each of its {workers} workers the same \
+                 stream (worker 1's first batch equal to worker 0's, while worker 0's second \
+                 differs), so each sample is trained on {workers} times per pass, measured by \
+                 tune's PyTorch hooks"
+            ),
+        },
+        hint: "shard the stream in the dataset's __iter__ (info = \
+               torch.utils.data.get_worker_info(); take every info.num_workers-th item from \
+               info.id), or load with num_workers=0; more workers only repeat samples"
+            .into(),
+    }
+}
+
 pub fn findings(
     s: &StepSummary,
     script: &super::dominant::ScriptKnobs,
