@@ -346,11 +346,14 @@ mod tests {
                         batch_size = [16, 8, 32, 64, 128]\n[search]\nrepeats = 2\n";
 
     /// Runs `spec`'s grid on `cluster`; the budget ends `ends` from the start when given.
-    /// Returns the records, the journal's lines and what the budget left out.
+    /// With `confirm`, the trial of that batch size is then confirmed, the budget ending
+    /// the given time after the confirmation begins. Returns the records, the journal's
+    /// lines and what the budget left out.
     fn sweep(
         spec: &str,
         cluster: &Cluster,
         ends: Option<std::time::Duration>,
+        confirm: Option<(usize, std::time::Duration)>,
     ) -> (
         Vec<TrialRecord>,
         Vec<serde_json::Value>,
@@ -374,6 +377,24 @@ mod tests {
             b.end_in(d);
         }
         s.run_rounds(&trials, &[(n, 1)], 4).unwrap();
+        if let Some((b, d)) = confirm {
+            let base = spec.search.baseline.clone();
+            let t = trials.iter().find(|t| t.knobs.batch_size == b).unwrap();
+            let combo = Trial {
+                id: crate::results::build::confirm_id(&t.knobs, &base),
+                label: format!("confirm: {}", t.label),
+                knobs: t.knobs.clone(),
+            };
+            let beside = Trial {
+                id: crate::results::build::rerun_beside(&t.knobs, &base),
+                label: "confirm: baseline".into(),
+                knobs: base,
+            };
+            if let Some(budget) = &mut s.budget {
+                budget.end_in(d);
+            }
+            s.confirm(&combo, &beside, 4).unwrap();
+        }
         let used = s.budget_use();
         let recs = s.records().to_vec();
         drop(s);
@@ -389,7 +410,7 @@ mod tests {
     #[test]
     fn a_cluster_gets_every_trials_first_run_then_every_second_with_the_baseline_again() {
         let c = Cluster::new(usize::MAX, 0, None);
-        let (recs, lines, _) = sweep(SPEC, &c, None);
+        let (recs, lines, _) = sweep(SPEC, &c, None, None);
         let order = c.order.into_inner().unwrap();
         // Five plan trials and one run of the baseline after the third non-baseline
         // trial, twice each, pass by pass.
@@ -420,7 +441,7 @@ mod tests {
         let spec = format!("{SPEC}budget_s = 600\n");
         // The first pass and two runs of the second start; the second trial crashes.
         let c = Cluster::new(8, 0, Some("batch_size=8"));
-        let (recs, lines, used) = sweep(&spec, &c, None);
+        let (recs, lines, used) = sweep(&spec, &c, None, None);
         let not_run = used.map(|u| u.not_run);
         let journaled: Vec<&serde_json::Value> =
             lines.iter().filter(|l| l["type"] == "trial").collect();
@@ -446,7 +467,12 @@ mod tests {
         // Runs of 0.2 s against a budget with 2.7 s left: a run needs the least share
         // (2 s) to start, so the first few start and the rest do not.
         let c = Cluster::new(usize::MAX, 200, None);
-        let (recs, _, used) = sweep(&spec, &c, Some(std::time::Duration::from_millis(2700)));
+        let (recs, _, used) = sweep(
+            &spec,
+            &c,
+            Some(std::time::Duration::from_millis(2700)),
+            None,
+        );
         let not_run = used.map(|u| u.not_run);
         let ran = c.order.into_inner().unwrap().len();
         assert!((1..12).contains(&ran), "{ran} runs started");
@@ -469,7 +495,8 @@ mod tests {
             c.local = local;
             c.hang = Some(32);
             let began = std::time::Instant::now();
-            let (recs, lines, used) = sweep(&spec, &c, Some(std::time::Duration::from_secs(3)));
+            let (recs, lines, used) =
+                sweep(&spec, &c, Some(std::time::Duration::from_secs(3)), None);
             assert!(began.elapsed().as_secs_f64() < 10.0, "local {local}");
             let used = used.expect("a budget");
             let stopped = used.stopped.clone().unwrap_or_default();
@@ -505,5 +532,43 @@ mod tests {
             // Its time is said as spent on it (time to answer), not as tune's own.
             assert!(used.stopped_s >= 1.0, "local {local}: {used:?}");
         }
+    }
+
+    /// A confirmation whose run is under way when the budget ends: the run is stopped,
+    /// the baseline's side of its pair set aside with it, and with no whole pair measured
+    /// nothing of the confirmation is journaled or reported; the budget names it (#31).
+    #[test]
+    fn a_confirmation_run_under_way_when_the_budget_ends_is_stopped_with_its_pair() {
+        let spec = format!(
+            "{}budget_s = 600\n",
+            SPEC.replace("repeats = 2", "repeats = 1")
+        );
+        let mut c = Cluster::new(usize::MAX, 0, None);
+        c.local = true;
+        // batch_size=32 ran once in the plan: its confirmation run hangs.
+        c.hang = Some(32);
+        let began = std::time::Instant::now();
+        let confirm = Some((32, std::time::Duration::from_secs(6)));
+        let (recs, lines, used) = sweep(&spec, &c, None, confirm);
+        assert!(began.elapsed().as_secs_f64() < 15.0);
+        let used = used.expect("a budget");
+        let stopped = used.stopped.clone().unwrap_or_default();
+        assert!(
+            stopped.contains("confirm: batch_size=32") && stopped.contains("pair 1 of"),
+            "{used:?}"
+        );
+        assert!(
+            used.not_run
+                .iter()
+                .any(|n| n.contains("confirm: batch_size=32")),
+            "{used:?}"
+        );
+        assert!(
+            !recs.iter().any(|r| r.id.starts_with("confirm")),
+            "half a pair was kept: {recs:?}"
+        );
+        assert!(!lines
+            .iter()
+            .any(|l| l["id"].as_str().is_some_and(|i| i.starts_with("confirm"))));
     }
 }
