@@ -245,17 +245,21 @@ impl Events {
                     .is_some_and(|c| c.is_alphabetic() || c == '_')
                     && p.chars().all(|c| c.is_alphanumeric() || c == '_')
             });
-        let all = self.script_knobs.entry(OPTIMIZER.into()).or_default();
-        if !ok || all.split(", ").any(|n| n == name) || all.split(", ").count() >= 4 {
-            if all.is_empty() {
-                self.script_knobs.remove(OPTIMIZER);
-            }
+        if !ok {
             return;
         }
-        if !all.is_empty() {
-            all.push_str(", ");
+        match self.script_knobs.get_mut(OPTIMIZER) {
+            None => {
+                self.script_knobs.insert(OPTIMIZER.into(), name);
+            }
+            Some(all) => {
+                let held: Vec<&str> = all.split(", ").collect();
+                if held.len() < 4 && !held.contains(&name.as_str()) {
+                    all.push_str(", ");
+                    all.push_str(&name);
+                }
+            }
         }
-        all.push_str(&name);
     }
 
     pub fn push_line(&mut self, line: &str) {
@@ -405,6 +409,7 @@ impl Events {
         s.overrides = self.overrides.clone();
         s.not_applicable = self.not_applicable.clone();
         s.notices = self.notices.clone();
+        s.stream_replayed = self.stream_replayed;
         s.ranks = self
             .ranks
             .iter()
@@ -505,6 +510,7 @@ fn summarize(steps: &[Step]) -> Option<StepSummary> {
         not_applicable: BTreeMap::new(),
         notices: Vec::new(),
         ranks: Vec::new(),
+        stream_replayed: None,
     })
 }
 
@@ -550,6 +556,10 @@ pub struct StepSummary {
     /// Under torchrun, each rank's figures (the ones above are rank 0's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<RankSummary>,
+    /// The DataLoader workers (2 or more) that each replayed an IterableDataset's whole
+    /// stream: every sample trained on that many times per pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_replayed: Option<u32>,
 }
 
 /// One torchrun rank's steps.

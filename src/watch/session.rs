@@ -338,11 +338,9 @@ pub fn run(opts: &Options) -> Result<i32> {
     let mut found = findings(&series, &ctx);
     let mut step_rows = Vec::new();
     let mut script = super::dominant::ScriptKnobs::new();
-    let mut replayed = None;
     let python = link.map(|l| {
         let ev = l.finish(Duration::from_secs(2));
         script = ev.script_knobs.clone();
-        replayed = ev.stream_replayed;
         for e in &ev.errors {
             notes.push(format!("the PyTorch hooks failed and were off: {e}"));
         }
@@ -382,14 +380,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         _ => {}
     }
     // A fault in the script comes before any cost: its samples are trained on N times.
-    if let Some(n) = replayed {
-        for f in found.iter_mut().filter(|f| f.kind == FindingKind::DataWait) {
-            f.hint = "shard the stream first (the finding above): its workers repeat samples \
-                      now, so more of them would only repeat more"
-                .into();
-        }
-        found.insert(0, super::steps::replayed_finding(n));
-    }
+    found.sort_by_key(|f| f.kind != FindingKind::ReplayedStream);
     notes.extend(window.note());
     let mut report = WatchReport {
         schema_version: SCHEMA_VERSION.into(),

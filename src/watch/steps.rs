@@ -39,7 +39,7 @@ fn data_hint(own_workers: usize, most: f64) -> String {
 /// Each of `workers` DataLoader workers replayed the whole stream of an IterableDataset
 /// that does not shard by worker: every sample is trained on that many times per pass, a
 /// fault in the script before it is a cost, so it comes first (#31).
-pub fn replayed_finding(workers: u32) -> WatchFinding {
+fn replayed_finding(workers: u32) -> WatchFinding {
     WatchFinding {
         kind: FindingKind::ReplayedStream,
         device: "python".into(),
@@ -64,7 +64,11 @@ pub fn findings(
     script: &super::dominant::ScriptKnobs,
     cores: usize,
 ) -> Vec<WatchFinding> {
-    let mut out = Vec::new();
+    let mut out: Vec<WatchFinding> = s
+        .stream_replayed
+        .map(replayed_finding)
+        .into_iter()
+        .collect();
     let of_steps = format!(
         "over {} steps (median {:.1} ms), measured by tune's PyTorch hooks",
         s.steady_steps, s.median_step_ms
@@ -82,7 +86,11 @@ pub fn findings(
                     fmt_pct(wait)
                 ),
             },
-            hint: {
+            hint: if s.stream_replayed.is_some() {
+                "shard the stream first (the finding above): its workers repeat samples now, \
+                 so more of them would only repeat more"
+                    .into()
+            } else {
                 let mut h = data_hint(
                     super::dominant::script_count(script, "num_workers").unwrap_or(0),
                     1.0 / (1.0 - wait).max(1e-6),
