@@ -71,7 +71,10 @@ pub fn findings(s: &StepSummary, script: &ScriptKnobs) -> Vec<WatchFinding> {
                     of_steps(s)
                 ),
             },
-            hint: compute_hint(script.get("amp").map(String::as_str)),
+            hint: compute_hint(
+                script.get("amp").map(String::as_str),
+                script.get("compile").map(String::as_str),
+            ),
         }];
         out.extend(second_optimizer(s, script, optimizer, compute));
         return out;
@@ -148,16 +151,27 @@ fn reduced(own: Option<&str>) -> bool {
 
 /// The compute finding's hint. bf16 is a hypothesis to measure, never a forecast: on this
 /// project's AVX512_BF16 CPU autocast made a BiLSTM 1.39x faster and a small transformer
-/// LM 2x slower (scripts/realistic: lstm_text, char_lm).
-fn compute_hint(own: Option<&str>) -> String {
-    if reduced(own) {
+/// LM 2x slower (scripts/realistic: lstm_text, char_lm). Under the script's own autocast
+/// (`amp`) the fused kernels of torch.compile are what is left, unless it compiles
+/// already (`compile`, its mode as the hooks read it).
+fn compute_hint(amp: Option<&str>, compile: Option<&str>) -> String {
+    if reduced(amp) {
+        let fused = match compile {
+            Some(mode) if mode != "off" => format!(
+                "your script compiles its model already (torch.compile, mode {mode}), so \
+                 fused kernels are taken too"
+            ),
+            _ => "or fused kernels: torch.compile, which the sweep tune watch wrote beside \
+                  this report measures (compile = [\"off\", \"default\"]), its compile \
+                  time counted"
+                .into(),
+        };
         return format!(
             "the step is compute-bound and your script computes under autocast ({}) already, \
              so tune has no lower precision left to try; what is left is less work per step \
              (a smaller model or sequence, activation checkpointing only where memory is the \
-             limit) or fused kernels (torch.compile: compile = [\"off\", \"default\"] in a \
-             sweep measures it, its compile time counted)",
-            own.unwrap_or_default()
+             limit) {fused}",
+            amp.unwrap_or_default()
         );
     }
     "hypothesis: the step is compute-bound, so lower-precision arithmetic may shorten it: \
@@ -239,7 +253,15 @@ pub fn sweep_knobs(
                 own_first("num_workers", own, &v)
             }
             FindingKind::H2d => "pin_memory = [false, true]".into(),
-            FindingKind::Compute if reduced(script.get("amp").map(String::as_str)) => continue,
+            // Under its own autocast already, fused kernels are what is left to measure,
+            // unless the script compiles already.
+            FindingKind::Compute if reduced(script.get("amp").map(String::as_str)) => {
+                let own = script.get("compile").map(String::as_str);
+                if own.is_some_and(|m| m != "off") {
+                    continue;
+                }
+                "compile = [\"off\", \"default\"]".into()
+            }
             FindingKind::Compute => "amp = [\"off\", \"bf16\"]".into(),
             FindingKind::Optimizer => {
                 let own = script.get("optim_impl").cloned();
@@ -625,13 +647,26 @@ mod tests {
             sweep_knobs(&compute, 2, &script(&[("amp", "off")]), None),
             ["amp = [\"off\", \"bf16\"]"]
         );
-        assert!(sweep_knobs(&compute, 2, &script(&[("amp", "bf16")]), None).is_empty());
-        let own = compute_hint(Some("bf16"));
+        // Under its own autocast, torch.compile is what is left; unless it compiles too.
+        assert_eq!(
+            sweep_knobs(&compute, 2, &script(&[("amp", "bf16")]), None),
+            ["compile = [\"off\", \"default\"]"]
+        );
+        let both = script(&[("amp", "bf16"), ("compile", "default")]);
+        assert!(sweep_knobs(&compute, 2, &both, None).is_empty());
+        let own = compute_hint(Some("bf16"), None);
         assert!(
-            own.contains("under autocast (bf16) already") && !own.starts_with("hypothesis"),
+            own.contains("under autocast (bf16) already")
+                && !own.starts_with("hypothesis")
+                && own.contains("compile = [\"off\", \"default\"]"),
             "{own}"
         );
-        let off = compute_hint(Some("off"));
+        let compiled = compute_hint(Some("bf16"), Some("default"));
+        assert!(
+            compiled.contains("compiles its model already") && !compiled.contains("compile = ["),
+            "{compiled}"
+        );
+        let off = compute_hint(Some("off"), None);
         assert!(
             off.starts_with("hypothesis") && off.contains("Untested"),
             "{off}"
