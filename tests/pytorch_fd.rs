@@ -272,3 +272,73 @@ fn a_failing_hook_steps_aside_and_the_script_trains_on() {
         notes(&r)
     );
 }
+
+/// A sweep's trials are tune's runs of the user's script, not the user's: a script that
+/// saves ckpt/last.pt every few steps and resumes from it had each trial overwrite the
+/// user's checkpoint (step 50 became 410 over one sweep) and resume from the previous
+/// trial's. Now the user's files stay as they were (byte for byte), every trial starts
+/// from them, a trial reads back its own saves, the report says where they went, and
+/// the scratch folder is gone afterwards.
+#[test]
+fn a_sweeps_trials_leave_the_scripts_saved_files_as_they_were() {
+    let _serial = support::serial();
+    let Some(py) = support::python("a_sweeps_trials_leave_the_scripts_saved_files_as_they_were")
+    else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let work = d.path().join("work");
+    std::fs::create_dir_all(work.join("ckpt")).unwrap();
+    std::fs::copy(support::script("resume.py"), work.join("resume.py")).unwrap();
+    // The user's checkpoint at step 50, written by the user's torch (no hooks).
+    let made = Command::new(&py)
+        .current_dir(&work)
+        .args([
+            "-c",
+            "import torch, torch.nn as nn; \
+             torch.save({'model': nn.Linear(16, 4).state_dict(), 'step': 50}, 'ckpt/last.pt')",
+        ])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", show(&made));
+    let own = std::fs::read(work.join("ckpt/last.pt")).unwrap();
+    let starts = d.path().join("starts.txt");
+    let spec = format!(
+        "name = \"saves\"\n[workload.python]\nrun = \"{} resume.py --start-file {}\"\n\
+         cwd = \"work\"\nwarmup = 2\nsteps = 8\nmin_seconds = 0\n[knobs]\n\
+         zero_grad = [\"memset\", \"none\"]\n[search]\nrepeats = 1\nconfirm_repeats = 1\n\
+         timeout_s = 120\n",
+        py.display(),
+        starts.display()
+    );
+    let (o, r) = support::sweep_script(d.path(), &spec);
+    assert!(o.status.success(), "{}", show(&o));
+    for t in r["trials"].as_array().unwrap() {
+        assert_eq!(t["status"], "ok", "{t}");
+    }
+    assert!(
+        std::fs::read(work.join("ckpt/last.pt")).unwrap() == own,
+        "a trial overwrote the user's checkpoint"
+    );
+    assert!(
+        !work.join("ckpt/copies/last.pt").exists(),
+        "a trial's pathlib save reached the user's folder"
+    );
+    let starts = std::fs::read_to_string(&starts).unwrap();
+    let starts: Vec<&str> = starts.lines().collect();
+    assert!(starts.len() >= 2, "{starts:?}");
+    assert!(
+        starts.iter().all(|s| *s == "50"),
+        "a trial resumed from another's save: {starts:?}"
+    );
+    let notes = r["notes"].to_string();
+    assert!(
+        notes.contains("torch.save('ckpt/last.pt') went to the trial's scratch folder"),
+        "{notes}"
+    );
+    let left = d.path().join("cache/trial-saves");
+    let left: Vec<_> = std::fs::read_dir(&left)
+        .map(|r| r.flatten().collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "scratch folders left behind: {left:?}");
+}

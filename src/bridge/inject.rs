@@ -125,6 +125,7 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
         overrides,
         script_knobs: events.script_knobs.clone(),
         compile_s: events.compile_cost().map(|(s, _)| s),
+        notices: events.notices.clone(),
         tokens_per_step,
         step_phases: events
             .steps

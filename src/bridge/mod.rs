@@ -17,7 +17,7 @@ mod progress;
 
 use std::io::PipeWriter;
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -45,14 +45,16 @@ const LOADER_PY: &str = include_str!("tune_loader.py");
 const WINDOW_PY: &str = include_str!("tune_window.py");
 const STEPS_PY: &str = include_str!("tune_steps.py");
 const OPTIM_PY: &str = include_str!("tune_optim.py");
+const SAVES_PY: &str = include_str!("tune_saves.py");
 /// The module's files: name and text.
-const FILES: [(&str, &str); 8] = [
+const FILES: [(&str, &str); 9] = [
     ("tune_hook.py", HOOK_PY),
     ("tune_compile.py", COMPILE_PY),
     ("tune_loader.py", LOADER_PY),
     ("tune_window.py", WINDOW_PY),
     ("tune_steps.py", STEPS_PY),
     ("tune_optim.py", OPTIM_PY),
+    ("tune_saves.py", SAVES_PY),
     ("tune_pipe.py", PIPE_PY),
     ("sitecustomize.py", SITE_PY),
 ];
@@ -94,6 +96,40 @@ pub struct Link {
     events: Arc<Mutex<Events>>,
     /// Gets `()` when the stream has ended.
     ended: Receiver<()>,
+    /// A sweep trial's scratch folder for what the script saves (`tune_saves.py`).
+    saves: Option<Scratch>,
+}
+
+/// A folder removed when dropped: where a sweep trial's `torch.save` writes instead of
+/// the user's files (TUNE_BRIDGE_SAVES). Named `<tune's pid>-<n>` under the cache, so a
+/// later tune removes what a killed one left.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Scratch> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let root = crate::engine::train::default_cache_dir().join("trial-saves");
+        // Folders of tune processes that are gone (killed before they could remove them).
+        for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let pid = name.to_str().and_then(|n| n.split('-').next());
+            if pid.is_some_and(|p| !Path::new("/proc").join(p).exists()) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = root.join(format!("{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::write(&dir, e))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Link {
@@ -127,6 +163,7 @@ impl Link {
             .env("TUNE_BRIDGE_FD", fd.to_string())
             .env("TUNE_BRIDGE_INO", ino.to_string())
             .env_remove("TUNE_BRIDGE_HOLDER")
+            .env_remove("TUNE_BRIDGE_SAVES")
             .env_remove(WINDOW_ENV)
             .env(
                 "TUNE_BRIDGE_KNOBS",
@@ -159,6 +196,7 @@ impl Link {
             writer: Some(wr),
             events,
             ended,
+            saves: None,
         })
     }
 
@@ -168,7 +206,11 @@ impl Link {
         spec: &crate::spec::Spec,
         knobs: &crate::knobs::Knobs,
     ) -> Result<Link> {
-        let link = Link::attach(cmd, &knob_values(spec, knobs))?;
+        let mut link = Link::attach(cmd, &knob_values(spec, knobs))?;
+        // A trial is tune's run, not the user's: what it saves must not replace theirs.
+        let saves = Scratch::new()?;
+        cmd.env("TUNE_BRIDGE_SAVES", &saves.0);
+        link.saves = Some(saves);
         if let crate::spec::Workload::Command(c) = &spec.workload {
             if let Some(w) = &c.window {
                 cmd.env(WINDOW_ENV, w.hook_json());

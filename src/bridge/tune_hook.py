@@ -25,6 +25,7 @@ import tune_compile as _tc
 import tune_loader as _ld
 import tune_optim as _to
 import tune_pipe
+import tune_saves as _sv
 import tune_steps as _st
 import tune_window as _tw
 
@@ -55,12 +56,10 @@ _state = {
     "optimizers": [],
     "conv_weights": False,
     "cl_undo": False,
-    "loader_batches": 0,
-    "fwd_batch": 0,
+    "loader_batches": 0, "fwd_batch": 0,
     "backwards": 0,
     "first_t": None,
-    "tokens": 0,
-    "fwd_tokens": 0,
+    "tokens": 0, "fwd_tokens": 0,
     # When the first training forward began: the first step's start (compile included).
     "fwd0": None,
     "opt_steps": 0,
@@ -738,6 +737,7 @@ def _install(torch):
     _install_module_call(torch)
     _install_dp(torch)
     _tc.install(torch, sys.modules[__name__])
+    _sv.install(torch, sys.modules[__name__])
     hello = {"ev": "hello", "pid": _pid, "torch": torch.__version__, "knobs": _knobs}
     if _rank is not None:
         hello["rank"] = _rank

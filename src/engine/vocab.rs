@@ -190,6 +190,10 @@ pub struct RunSummary {
     /// the script's own torch.compile); None when nothing was compiled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compile_s: Option<f64>,
+    /// What the PyTorch hooks said at run time (a script's torch.save redirected, a
+    /// warm-up that never settled), in their words.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
     /// Tokens in a step where a script's batch is integer token ids (`[B, T]`), the
     /// median over the steady steps; None for the engine and other batches (#31).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -271,6 +275,7 @@ impl RunSummary {
             overrides: BTreeMap::new(),
             script_knobs: BTreeMap::new(),
             compile_s: None,
+            notices: Vec::new(),
             tokens_per_step: None,
             step_phases: Vec::new(),
         }

@@ -557,6 +557,7 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
     if base_data.is_none() {
         notes.push("the baseline has no successful measurement: no ratios".into());
     }
+    notes.extend(super::notices::of(&recs));
     notes.extend(super::nodes::notes(&trials, Some(base_id.as_str())));
     if let Some(ty) = &ref_type {
         let mixed = recs.iter().any(|r| {

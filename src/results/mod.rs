@@ -10,6 +10,7 @@ pub mod finding;
 pub mod hardware;
 pub mod model;
 pub mod nodes;
+pub(crate) mod notices;
 pub mod record;
 pub(crate) mod schema;
 pub(crate) mod upgrade;
