@@ -65,6 +65,32 @@ impl Outcome {
             ..Outcome::fail(Status::Timeout, why)
         }
     }
+
+    /// What a cut run had measured, for the budget's sentence (", with 12 steps measured
+    /// (median 84.1 ms)"): set aside, as short of its window, but never lost from the
+    /// report.
+    pub fn cut_measured(&self) -> String {
+        match &self.repeat {
+            // A command's "steps" are its metric values (each one sample of samples/s).
+            Some(r) if !r.step_times.is_empty() && r.backend == "command" => {
+                let n = r.step_times.len();
+                format!(
+                    ", with {n} metric value{} read (median {:.4})",
+                    if n == 1 { "" } else { "s" },
+                    r.samples_per_s
+                )
+            }
+            Some(r) if !r.step_times.is_empty() => {
+                let n = r.step_times.len();
+                format!(
+                    ", with {n} step{} measured (median {:.1} ms)",
+                    if n == 1 { "" } else { "s" },
+                    crate::stats::median(&r.step_times) * 1e3
+                )
+            }
+            _ => String::new(),
+        }
+    }
 }
 
 /// Where trials run: one call is one run of `knobs` on the spec's workload for `steps`
@@ -567,7 +593,7 @@ impl<'a> Sweep<'a> {
                 let began = std::time::Instant::now();
                 let o = self.run_once(&knobs, steps);
                 if o.cut {
-                    cut = Some(began.elapsed().as_secs_f64());
+                    cut = Some((began.elapsed().as_secs_f64(), o.cut_measured()));
                     break;
                 }
                 let rec = &mut recs[i];
@@ -588,7 +614,7 @@ impl<'a> Sweep<'a> {
                     ok = false;
                 }
             }
-            if let Some(secs) = cut {
+            if let Some((secs, measured)) = cut {
                 // Half a pair is no pair: the side that ran in it is set aside too.
                 for (i, _) in &ran {
                     let rec = &mut recs[*i];
@@ -597,7 +623,7 @@ impl<'a> Sweep<'a> {
                     rec.nodes.retain(|n| n.repeat < kept);
                 }
                 let what = format!(
-                    "'{}' (pair {} of {pairs}), {secs:.1} s in",
+                    "'{}' (pair {} of {pairs}), {secs:.1} s in{measured}",
                     combo.label,
                     pair + 1
                 );

@@ -460,6 +460,21 @@ fn the_budgets_end_stops_a_run_and_marks_it_cut_not_timed_out() {
     );
     assert!(wait_none_left(&m, Duration::from_secs(3)).is_empty());
 
+    // What a cut run had read is said, not lost: a command that printed values before.
+    let mut printing = parse(&format!(
+        "env {MARKER_ENV}={m} sh -c 'for i in 1 2 3; do echo samples/s: 4; done; sleep 60'"
+    ));
+    printing.search.cut_at = Some(Instant::now() + Duration::from_millis(1500));
+    let o = run_trial(&env, &printing, &printing.search.baseline, 1);
+    assert!(o.cut, "{:?}: {:?}", o.status, o.error);
+    assert_eq!(
+        o.cut_measured(),
+        ", with 3 metric values read (median 4.0000)",
+        "{:?}",
+        o.repeat
+    );
+    assert!(wait_none_left(&m, Duration::from_secs(3)).is_empty());
+
     // The built-in engine, far more steps than the budget allows.
     let mut engine = Spec::parse(
         "[workload]\nmodel = \"mlp\"\ndataset = \"synthetic\"\n[knobs]\nnum_workers = [0]\n",

@@ -164,9 +164,10 @@ impl Sweep<'_> {
                         let secs = started[run].map_or(0.0, |at| at.elapsed().as_secs_f64());
                         let r = &runs[run];
                         let what = format!(
-                            "'{}' (repeat {} of {reps}), {secs:.1} s in",
+                            "'{}' (repeat {} of {reps}), {secs:.1} s in{}",
                             r.label,
-                            r.repeat + 1
+                            r.repeat + 1,
+                            outcome.cut_measured()
                         );
                         self.stopped(what, secs);
                         return Ok(());

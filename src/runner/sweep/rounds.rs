@@ -326,7 +326,10 @@ impl Sweep<'_> {
             self.check_cancel(&slot.trial.label)?;
             if o.cut {
                 let secs = began.elapsed().as_secs_f64();
-                return Ok(After::Cut(format!("'{shown}', {secs:.1} s in"), secs));
+                return Ok(After::Cut(
+                    format!("'{shown}', {secs:.1} s in{}", o.cut_measured()),
+                    secs,
+                ));
             }
             let run = o.repeat.map(clean);
             let mut hw = self
