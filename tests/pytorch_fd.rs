@@ -342,3 +342,54 @@ fn a_sweeps_trials_leave_the_scripts_saved_files_as_they_were() {
         .unwrap_or_default();
     assert!(left.is_empty(), "scratch folders left behind: {left:?}");
 }
+
+/// A LazyModule's dry run (its parameters shapeless until then) made the channels_last
+/// trial's hooks raise and turn themselves off; the trial then ran unmeasured until its
+/// limit (380 s of a 400 s budget). Now the lazy model is laid out once it has shapes,
+/// and hooks that fail in the measured process end their trial at once, `failed` with
+/// the hooks' error, not a time-out.
+#[test]
+fn lazy_modules_are_laid_out_and_hooks_that_fail_end_their_trial_at_once() {
+    let _serial = support::serial();
+    let Some(py) =
+        support::python("lazy_modules_are_laid_out_and_hooks_that_fail_end_their_trial_at_once")
+    else {
+        return;
+    };
+    let script = support::script("lazy.py");
+    let d = tempfile::tempdir().unwrap();
+    let spec = format!(
+        "name = \"lazy\"\n[workload.python]\nrun = \"{} {}\"\nwarmup = 2\nsteps = 10\n\
+         [knobs]\nchannels_last = [false, true]\n[search]\nrepeats = 1\nconfirm_repeats = 1\n\
+         timeout_s = 120\n",
+        py.display(),
+        script.display()
+    );
+    let (o, r) = support::sweep_script(d.path(), &spec);
+    assert!(o.status.success(), "{}", show(&o));
+    let cl = support::trial(&r, "channels_last=true");
+    assert_eq!(cl["status"], "ok", "{cl}");
+
+    let d = tempfile::tempdir().unwrap();
+    let spec = format!(
+        "name = \"boom\"\n[workload.python]\nrun = \"{} {} --boom\"\n\
+         [knobs]\nnum_threads = [1]\n[search]\nrepeats = 1\ntimeout_s = 300\n",
+        py.display(),
+        script.display()
+    );
+    let t = Instant::now();
+    let (o, r) = support::sweep_script(d.path(), &spec);
+    assert!(
+        t.elapsed() < Duration::from_secs(100),
+        "{:?}: {}",
+        t.elapsed(),
+        show(&o)
+    );
+    let base = support::trial(&r, "baseline");
+    assert_eq!(base["status"], "failed", "{base}");
+    let err = base["error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains("turned themselves off") && err.contains("RuntimeError: boom"),
+        "{err}"
+    );
+}

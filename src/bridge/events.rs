@@ -134,6 +134,9 @@ pub struct Events {
     pub notices: Vec<String>,
     /// Hook failures the module reported (the script ran on without hooks).
     pub errors: Vec<String>,
+    /// The failure that turned off the hooks of the process whose steps are measured:
+    /// none of its steps will come, so a trial's window can never fill.
+    pub steps_off: Option<String>,
     /// Lines that were not events, or steps with figures out of range (counted, never
     /// trusted).
     pub malformed: usize,
@@ -201,6 +204,11 @@ enum Line {
     },
     Error {
         message: String,
+        /// From the process whose hooks it is (not a forked DataLoader worker).
+        #[serde(default)]
+        main: bool,
+        #[serde(default)]
+        rank: Option<u32>,
     },
     NotApplicable {
         knob: String,
@@ -296,7 +304,18 @@ impl Events {
                 script,
                 applied,
             }),
-            Ok(Line::Error { message }) => self.errors.push(message),
+            Ok(Line::Error {
+                message,
+                main,
+                rank,
+            }) => {
+                // The process that reports the measured steps (rank 0's under torchrun)
+                // stepped aside: no more of its steps will come.
+                if main && rank.unwrap_or(0) == 0 && self.steps_off.is_none() {
+                    self.steps_off = Some(message.clone());
+                }
+                self.errors.push(message)
+            }
             Ok(Line::NotApplicable { knob, why }) => {
                 self.not_applicable.insert(knob, why);
             }

@@ -228,6 +228,16 @@ impl Link {
             .is_some()
     }
 
+    /// Whether the hooks of the process whose steps are measured failed and turned
+    /// themselves off (`Events::steps_off`).
+    pub fn steps_off(&self) -> bool {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .steps_off
+            .is_some()
+    }
+
     /// The live figures of what the job reported so far.
     pub fn progress(&self) -> Progress {
         self.events

@@ -54,15 +54,13 @@ _state = {
     "scaler": None,  # tune's GradScaler (amp = fp16, when the script has none)
     "script_scaler": False,
     "optimizers": [],
-    "conv_weights": False,
-    "cl_undo": False,
+    "conv_weights": False, "cl_undo": False,
     "loader_batches": 0, "fwd_batch": 0,
     "backwards": 0,
     "first_t": None,
     "tokens": 0, "fwd_tokens": 0,
     # When the first training forward began: the first step's start (compile included).
-    "fwd0": None,
-    "opt_steps": 0,
+    "fwd0": None, "opt_steps": 0,
     # With several optimizers (a GAN's generator and discriminator), one training step is
     # one round of them (tune_steps): the optimizers stepped in the open step, and the
     # step as it stood at the last optimizer step's end.
@@ -86,7 +84,7 @@ def _fail(where, e):
         sys.stderr.write("tune: PyTorch hooks disabled (%s); the script runs on\n" % message)
     except Exception:
         pass
-    _emit({"ev": "error", "message": message[:1000]})
+    _emit(_ranked({"ev": "error", "message": message[:1000], "main": os.getpid() == _pid}))
 
 
 def _add(phase, dt):
@@ -489,13 +487,15 @@ def _install_module_call(torch):
     dtype = _autocast_dtype(torch, amp)
     cl = _knobs.get("channels_last")
     import weakref
+    from torch.nn.parameter import is_lazy
 
     nhwc = torch.channels_last
     seen = weakref.WeakSet()
     orig_call = torch.nn.Module.__call__
 
     def layout(module):
-        if module in seen:
+        # A LazyModule's parameters have no shape before its first forward (a dry run).
+        if module in seen or any(is_lazy(p) for p in module.parameters()):
             return
         seen.add(module)
         w4 = [p for p in module.parameters() if p.dim() == 4]

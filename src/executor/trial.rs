@@ -251,6 +251,11 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
         }
         l.window_full()
     };
+    // The hooks failed in the measured process: no window can fill, so the job is ended
+    // now, not at its time limit (a LazyModule's dry run turned them off, and the trial
+    // ran unmeasured for 380 s of a 400 s budget).
+    let off_hooks = || link.as_ref().is_some_and(crate::bridge::Link::steps_off);
+    let never = || false;
     let full_values = || lock(&values).full();
     // A Python job is asked to stop at its step boundary by the hooks and given a grace;
     // a command has no boundary tune can reach: its window ends at the value line.
@@ -258,10 +263,12 @@ fn run_command(env: &TrialEnv, spec: &Spec, c: &CommandWorkload, knobs: &Knobs) 
         (Some(_), _) => Some(WindowWatch {
             full: &full_hooks,
             grace: POLITE_GRACE,
+            off: &off_hooks,
         }),
         (None, Some(_)) => Some(WindowWatch {
             full: &full_values,
             grace: Duration::ZERO,
+            off: &never,
         }),
         (None, None) => None,
     };
@@ -358,6 +365,8 @@ fn supervised_end<'a>(
 pub(super) struct WindowWatch<'a> {
     pub full: &'a dyn Fn() -> bool,
     pub grace: Duration,
+    /// The window can never fill: the job is ended at once.
+    pub off: &'a dyn Fn() -> bool,
 }
 
 /// How a child process ended.
@@ -544,7 +553,7 @@ fn wait_until(
             if full_at.is_none() && (w.full)() {
                 full_at = Some(Instant::now());
             }
-            if full_at.is_some_and(|at| at.elapsed() >= w.grace) {
+            if full_at.is_some_and(|at| at.elapsed() >= w.grace) || (w.off)() {
                 stop(child, supervised);
                 return (child.wait().ok(), false, true);
             }

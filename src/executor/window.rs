@@ -167,6 +167,18 @@ pub(super) fn hooked_outcome(
             ),
         );
     }
+    if let (Some(why), None) = (&events.steps_off, &events.window_full) {
+        // Failed, not a time-out: the job ran, but tune could not measure it; the steps
+        // measured before are kept.
+        let why = format!(
+            "`{line}`: tune's PyTorch hooks failed in this job and turned themselves off, so \
+             its steps could not be measured and tune ended it: {why}"
+        );
+        return match crate::bridge::repeat(events, spec, knobs, e.wall_s) {
+            Ok(r) => partial(Status::Failed, &why, r, "step"),
+            Err(_) => Outcome::fail(Status::Failed, why),
+        };
+    }
     let repeat = crate::bridge::repeat(events, spec, knobs, e.wall_s).map(|r| Repeat {
         peak_total_bytes: r.peak_total_bytes.max(e.peak_rss),
         ..r
