@@ -689,4 +689,21 @@ mod tests {
         class(&mut only_bad, "1x");
         assert!(!only_bad.script_knobs.contains_key(OPTIMIZER));
     }
+
+    /// Only the process whose steps are measured turns a trial's steps off: a forked
+    /// DataLoader worker's failure (`main` false) and another rank's leave them on.
+    #[test]
+    fn only_the_measured_process_failing_turns_the_steps_off() {
+        let mut e = Events::default();
+        e.push_line(r#"{"ev":"error","message":"in a worker","main":false}"#);
+        e.push_line(r#"{"ev":"error","message":"on rank 1","main":true,"rank":1}"#);
+        assert_eq!(e.steps_off, None);
+        assert_eq!(e.errors.len(), 2);
+        e.push_line(r#"{"ev":"error","message":"on rank 0","main":true,"rank":0}"#);
+        e.push_line(r#"{"ev":"error","message":"later","main":true}"#);
+        assert_eq!(e.steps_off.as_deref(), Some("on rank 0"));
+        let mut plain = Events::default();
+        plain.push_line(r#"{"ev":"error","message":"no rank","main":true}"#);
+        assert_eq!(plain.steps_off.as_deref(), Some("no rank"));
+    }
 }
