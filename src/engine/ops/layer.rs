@@ -94,7 +94,11 @@ impl KernelWeights {
             Some(dt) => get_or_make(&self.d.rounded, || {
                 Tensor::from_vec(
                     self.w.shape(),
-                    amp::round_to_grid(self.w.f32()?, dt),
+                    amp::round_to_grid_reusing(
+                        self.w.f32()?,
+                        dt,
+                        self.w.tracker().take_recycled(self.w.len()),
+                    ),
                     MemCategory::Workspace,
                     self.w.tracker(),
                 )
