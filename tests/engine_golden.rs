@@ -8,9 +8,13 @@
 //!
 //! The `gemm` crate picks its f32 kernels at run time (AVX-512F, FMA, portable), and
 //! each family sums in its own order, so there is one golden set per family:
-//! `losses-fma.json` is the pre-redesign engine's (recorded on FMA kernels, gemm 0.18);
+//! `losses-fma.json` was the pre-redesign engine's (recorded on FMA kernels, gemm 0.18);
 //! `losses-avx512f.json` was recorded when the engine moved to gemm 0.19's AVX-512
-//! kernels, from the same code that reproduces `losses-fma.json` on FMA kernels.
+//! kernels, from the same code that reproduced `losses-fma.json` on FMA kernels. No
+//! session ran on an FMA-only host from then (2026-11-23) until an AMD Zen 3 (AVX2) one on
+//! 2026-12-02, where the FMA set had drifted in last bits (f32 from step 1, AMP from step
+//! 0: the engine's own kernels changed meanwhile, held only by the AVX-512 set): it was
+//! re-recorded there from the code the AVX-512 set holds bit for bit.
 //!
 //! On a CPU with AVX512_BF16 (`tune probe --json`: `bf16_unit`), `amp=bf16` runs the
 //! native bf16 GEMM on AMX tiles or AVX512_BF16 dot products (`engine/ops/gemm_amx.rs`,
