@@ -175,10 +175,15 @@ impl Sweep<'_> {
     /// A trial the budget ended after some of its `reps` repeats: kept for the report
     /// with a note, not journaled, so `--resume` runs its other repeats.
     pub(super) fn cut_short(&mut self, mut rec: TrialRecord, reps: usize) {
-        rec.error = Some(format!(
+        let cut = format!(
             "the time budget ended it after {} of {reps} repeats",
             rec.repeats.len()
-        ));
+        );
+        // Beside what its repeats said (a warm-up the budget cut short), not over it.
+        rec.error = Some(match rec.error.take() {
+            Some(said) if !said.is_empty() => format!("{said}; {cut}"),
+            _ => cut,
+        });
         no_empty_hardware(&mut rec);
         self.position += 1;
         self.observer.finished(&rec, self.position, self.total);
