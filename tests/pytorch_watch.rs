@@ -238,3 +238,118 @@ fn workers_that_replay_the_whole_stream_are_the_first_finding() {
         }
     }
 }
+
+/// A script that validates every 5 steps: its evaluation passes (the model in eval mode,
+/// a held-out DataLoader) are reported apart as a finding with their share of the job's
+/// time, and left out of the steps, so the median step and the samples of a step are the
+/// training step's; a teacher called in eval mode on every batch is part of the step, not
+/// an evaluation (#31). Before, each pass was folded into the step after it: the bursty
+/// loader's rounds then averaged them into the "median step", and the held-out batches
+/// were counted as trained samples.
+#[test]
+fn evaluation_between_steps_is_reported_apart_from_the_training_steps() {
+    let _serial = support::serial();
+    let Some(py) =
+        support::python("evaluation_between_steps_is_reported_apart_from_the_training_steps")
+    else {
+        return;
+    };
+    let run = |args: &[&str]| {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("w");
+        let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+            .args(["watch", "--steps", "30", "--out"])
+            .arg(&out)
+            .arg("--")
+            .arg(&py)
+            .arg(support::script("evaluates.py"))
+            .args(args)
+            .env("TUNE_CACHE_DIR", out.join("cache"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", show(&o));
+        let text = std::fs::read_to_string(out.join("report.json")).unwrap();
+        serde_json::from_str::<Value>(&text).unwrap()
+    };
+    let r = run(&["--eval-every", "5"]);
+    let py_ = &r["python"];
+    let e = &py_["evaluation"];
+    let share = e["share"].as_f64().unwrap_or(0.0);
+    assert!(share > 0.3, "evaluation share {share}: {py_:#}");
+    let passes = e["passes"].as_u64().unwrap_or(0);
+    let steady = py_["steady_steps"].as_u64().unwrap_or(0);
+    assert!(
+        passes * 5 >= steady.saturating_sub(5) && passes * 5 <= steady + 5,
+        "{passes} evaluations in {steady} steps, one every 5 expected: {py_:#}"
+    );
+    let step_ms = py_["median_step_ms"].as_f64().unwrap_or(f64::NAN);
+    let pass_ms = e["median_s"].as_f64().unwrap_or(0.0) * 1e3;
+    assert!(
+        step_ms * 3.0 < pass_ms,
+        "median step {step_ms} ms against a {pass_ms} ms evaluation: passes folded into steps"
+    );
+    // Step 0 (the first step, reported apart) carries no batch.
+    for s in r["steps"].as_array().unwrap().iter().skip(1) {
+        assert_eq!(s["batch"], 32, "held-out batches counted as trained: {s}");
+    }
+    let found = r["findings"].as_array().cloned().unwrap_or_default();
+    let f = found
+        .iter()
+        .find(|f| f["kind"] == "evaluation")
+        .unwrap_or_else(|| panic!("no evaluation finding: {found:#?}"));
+    assert!(
+        f["hint"].as_str().unwrap_or("").contains("every 5 steps"),
+        "{f}"
+    );
+    let said = format!("{} {}", f["evidence"], f["hint"]);
+    assert!(!said.contains("  "), "a run of spaces in the words: {said}");
+    // A teacher in eval mode on every batch, and no validation: no evaluation at all.
+    let t = run(&["--eval-every", "0", "--teacher"]);
+    assert!(t["python"]["evaluation"].is_null(), "{:#}", t["python"]);
+    let found = t["findings"].as_array().cloned().unwrap_or_default();
+    assert!(
+        !found.iter().any(|f| f["kind"] == "evaluation"),
+        "{found:#?}"
+    );
+}
+
+/// A WGAN trained on tensors of its own (no DataLoader): its two models are called 22
+/// times a step on fakes, reals and mixes, so their inputs are no count of its samples;
+/// the watch gives steps/s, at the script's own pace, and says why (#31). Before, it
+/// summed those inputs into a samples/s several times the real batches trained on.
+#[test]
+fn a_gan_without_a_dataloader_is_measured_in_steps_per_second() {
+    let _serial = support::serial();
+    let Some(py) = support::python("a_gan_without_a_dataloader_is_measured_in_steps_per_second")
+    else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (out, truth) = (d.path().join("gan"), d.path().join("truth.json"));
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .arg("watch")
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .arg(support::script("gan.py"))
+        .args(["--critic", "5", "--tensors", "--truth"])
+        .arg(&truth)
+        .env("TUNE_CACHE_DIR", out.join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let truth: Value = serde_json::from_str(&std::fs::read_to_string(&truth).unwrap()).unwrap();
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let p = &r["python"];
+    assert!(p["samples_per_s"].is_null(), "{p:#}");
+    let own = 1e3 / truth["median_ms"].as_f64().unwrap();
+    let seen = p["steps_per_s"].as_f64().unwrap_or(0.0);
+    assert!(
+        seen / own > 0.75 && seen / own < 1.33,
+        "watch {seen:.2} steps/s, the script's own timer {own:.2}: {p:#}"
+    );
+    let notes = r["notes"].to_string();
+    assert!(notes.contains("samples per step unknown"), "{notes}");
+}

@@ -39,6 +39,13 @@ pub struct Step {
     pub backward: f64,
     #[serde(default)]
     pub optimizer: f64,
+    /// The trained model's evaluation since the last step (its forward passes in eval
+    /// mode, the batches fetched for them): outside `dur`, so that validating every N
+    /// steps is not read as N-periodic slow steps (a bursty loader's rounds, `stats::
+    /// rounds_of`, folded a 4.5 s pass every 10 steps into a 815 ms "median step" where
+    /// the training step took 330 ms).
+    #[serde(default, skip_serializing_if = "is_zero_f")]
+    pub eval: f64,
     /// Step 0 only: from the job's first training forward to its first optimizer step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fwd_dur: Option<f64>,
@@ -65,6 +72,10 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
+fn is_zero_f(v: &f64) -> bool {
+    *v == 0.0
+}
+
 /// Bounds of a step's figures, seconds. Outside them a figure is no measurement (a
 /// subnormal duration made samples/s infinite, phases near f64::MAX summed to infinity:
 /// `null` in the journal, which no reader accepts), so the step is not trusted.
@@ -89,6 +100,7 @@ impl Step {
             self.backward,
             self.optimizer,
             self.compile,
+            self.eval,
         ];
         (MIN_STEP_S..=MAX_STEP_S).contains(&self.dur)
             && phases.iter().all(|p| (0.0..=MAX_STEP_S).contains(p))
@@ -530,7 +542,45 @@ fn summarize(steps: &[Step]) -> Option<StepSummary> {
         notices: Vec::new(),
         ranks: Vec::new(),
         stream_replayed: None,
+        evaluation: Evaluation::of(s),
     })
+}
+
+/// The trained model's evaluation between the steps a summary covers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    /// Share of the job's time in evaluation: its seconds over steps' and its together.
+    pub share: f64,
+    /// Steps that an evaluation came before, and the median seconds of one.
+    pub passes: usize,
+    pub median_s: f64,
+    /// Training steps from one evaluation to the next (the median gap; with one pass,
+    /// the steps covered).
+    pub every: f64,
+}
+
+impl Evaluation {
+    /// None when no step held an evaluation.
+    fn of(s: &[Step]) -> Option<Evaluation> {
+        let at: Vec<usize> = (0..s.len()).filter(|i| s[*i].eval > 0.0).collect();
+        if at.is_empty() {
+            return None;
+        }
+        let passes: Vec<f64> = at.iter().map(|i| s[*i].eval).collect();
+        let gaps: Vec<f64> = at.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
+        let eval: f64 = passes.iter().sum();
+        let total = eval + s.iter().map(|x| x.dur).sum::<f64>();
+        Some(Evaluation {
+            share: eval / total,
+            passes: passes.len(),
+            median_s: median(&passes),
+            every: if gaps.is_empty() {
+                s.len() as f64
+            } else {
+                median(&gaps)
+            },
+        })
+    }
 }
 
 /// What the hooks measured, for a report.
@@ -579,6 +629,10 @@ pub struct StepSummary {
     /// stream: every sample trained on that many times per pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_replayed: Option<u32>,
+    /// The trained model's evaluation passes between these steps, kept out of every
+    /// figure above (`Step::eval`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<Evaluation>,
 }
 
 /// One torchrun rank's steps.
@@ -705,5 +759,34 @@ mod tests {
         let mut plain = Events::default();
         plain.push_line(r#"{"ev":"error","message":"no rank","main":true}"#);
         assert_eq!(plain.steps_off.as_deref(), Some("no rank"));
+    }
+
+    /// Evaluation passes every 5 steps: their share of steps' and passes' time, their
+    /// count and gap; steps with none give no evaluation.
+    #[test]
+    fn evaluation_passes_are_summed_apart_from_the_steps() {
+        let mut e = Events::default();
+        for i in 1..=40 {
+            let eval = if i % 5 == 0 { 0.04 } else { 0.0 };
+            e.push_line(&format!(
+                r#"{{"ev":"step","step":{i},"t":0,"dur":0.01,"batch":8,"forward":0.01,"eval":{eval}}}"#
+            ));
+        }
+        let s = e.summary().unwrap();
+        let ev = s.evaluation.expect("evaluation");
+        // 36 steady steps (the first 4 skipped), 8 passes among them (5, 10, ..., 40).
+        assert_eq!(ev.passes, 8);
+        assert_eq!(ev.every, 5.0);
+        assert!((ev.median_s - 0.04).abs() < 1e-12);
+        let want = 8.0 * 0.04 / (8.0 * 0.04 + 36.0 * 0.01);
+        assert!((ev.share - want).abs() < 1e-9, "{}", ev.share);
+        assert!((s.median_step_ms - 10.0).abs() < 1e-9);
+        let mut none = Events::default();
+        for i in 1..=10 {
+            none.push_line(&format!(
+                r#"{{"ev":"step","step":{i},"t":0,"dur":0.01,"forward":0.01}}"#
+            ));
+        }
+        assert!(none.summary().unwrap().evaluation.is_none());
     }
 }

@@ -44,7 +44,8 @@ _LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_fa
 # removes the overlap of CPU and GPU work that the job has without tune.
 _sync = None
 _depth = {"backward": 0}
-_acc = {"data_wait": 0.0, "h2d": 0.0, "backward": 0.0, "optimizer": 0.0, "zero_grad": 0.0}
+# "eval": the trained model's evaluation (tune_steps.timed_eval), not in the step's dur.
+_acc = {"data_wait": 0.0, "h2d": 0.0, "backward": 0.0, "optimizer": 0.0, "zero_grad": 0.0, "eval": 0.0}
 _state = {
     "step": 0,
     "t0": None,
@@ -550,6 +551,7 @@ def _install_module_call(torch):
             run = orig_call
             if self.training and torch.is_grad_enabled():
                 trained = next(self.parameters(), None) is not None
+                _st.trains(self, trained)
                 if not _state["loader_batches"] and trained:
                     # No DataLoader: the samples are what the training loop feeds its
                     # model (summed over the step, so accumulation counts every
@@ -564,6 +566,8 @@ def _install_module_call(torch):
                     _tc.maybe_compile(torch, self)
             if _tc.active():
                 run = _tc.guarded(orig_call)
+            if _st.evaluated(self):
+                run = _st.timed_eval(run)
             if dtype is None and cl is None:
                 return run(self, *args, **kwargs)
             try:
@@ -680,13 +684,16 @@ def _step_end(t):
             _sync = _torch.cuda.synchronize
         _first_step_checks()
         return
-    dur = t - s["t0"]
+    # An evaluation between two optimizer steps is reported apart, not as a slow step.
+    dur = max(t - s["t0"] - _acc["eval"], 1e-9)
     s["t0"] = t
     s["step"] += 1
-    # Samples of this optimizer step: the DataLoader's batches, else the model's inputs.
-    batch = s["batch"] if s["loader_batches"] else s["fwd_batch"]
+    # Samples of this optimizer step: the DataLoader's batches, else the model's inputs
+    # (unknown where several models are trained on the job's own tensors: _st.one_model).
+    loader = s["loader_batches"]
+    batch = s["batch"] if loader else s["fwd_batch"] * _st.one_model()
     ev = {"ev": "step", "step": s["step"], "t": t, "dur": dur, "batch": batch}
-    tokens = s["tokens"] if s["loader_batches"] else s["fwd_tokens"]
+    tokens = s["tokens"] if loader else s["fwd_tokens"] * _st.one_model()
     if tokens:
         ev["tokens"] = tokens
     ev["backwards"] = s["backwards"]
@@ -701,7 +708,8 @@ def _step_end(t):
     other = dur
     for k in _acc:
         ev[k] = _acc[k]
-        other -= _acc[k]
+        if k != "eval":
+            other -= _acc[k]
         _acc[k] = 0.0
     # Forward, loss and the script's own Python: everything between the hooks.
     ev["forward"] = max(other, 0.0)

@@ -182,12 +182,15 @@ def install(torch, hook):
     def next_(self):
         if _h._off:
             return orig_next(self)
+        # A batch fetched while the trained model is in eval mode is the evaluation's:
+        # its wait is evaluation time and its samples are not trained on.
+        evaluating = _h._st.evaluating()
         t = _h._now()
         try:
             batch = orig_next(self)
         finally:
-            _h._add("data_wait", _h._now() - t)
-        if os.getpid() == _h._pid:
+            _h._add("eval" if evaluating else "data_wait", _h._now() - t)
+        if os.getpid() == _h._pid and not evaluating:
             _replay_check(self, batch)
             # Summed over the step: under gradient accumulation one optimizer step
             # consumes several batches.

@@ -8,6 +8,7 @@ lines.
 
 import atexit
 import os
+import weakref
 
 _h = None  # tune_hook, for its state and its step end
 
@@ -22,6 +23,67 @@ COUNTERS = ("batch", "fwd_batch", "backwards", "tokens", "fwd_tokens", "opt_step
 # would otherwise hold every later round open, as would one that never steps. Past this
 # the round is closed and the optimizers still waiting stop counting until they step.
 MAX_REPEATS = 20
+
+
+# The outermost modules that ran a training forward: the models this job trains. One of
+# them called in eval mode (`model.eval()` before a validation pass) is evaluation; a
+# teacher or a frozen backbone that is never trained here is part of the training step.
+_trained = weakref.WeakSet()
+_models = 0
+
+
+def trains(module, trained=True):
+    """`module` ran a training forward (`trained`: it has parameters)."""
+    if trained:
+        _trained.add(module)
+
+
+def one_model():
+    """1 while the job trains one model, else 0 (and said once). Without a DataLoader a
+    step's samples are its model's inputs, but a GAN trained on tensors of its own calls
+    two models 4 to 22 times a step on batches of fakes, reals and mixes (WGAN-GP's
+    critic, generator and penalty): summed, its "samples/s" read 4.4 times the real
+    batches it trained on, so its throughput is steps/s then."""
+    global _models
+    # The most seen at once: the models are gone by the job's last round (`_job_end`).
+    _models = max(_models, len(_trained))
+    if _models <= 1:
+        return 1
+    _h._notice(
+        "samples per step unknown: the job trains %d models on tensors of its own (no "
+        "DataLoader), so a step's model inputs are no count of its samples; throughput "
+        "is in steps/s" % _models
+    )
+    return 0
+
+
+def evaluated(module):
+    """Whether this outermost call of `module` is the trained model's evaluation."""
+    try:
+        return not module.training and module in _trained
+    except TypeError:  # a module that cannot be hashed: never one seen training
+        return False
+
+
+def evaluating():
+    """Whether a model this job trains is in eval mode now: a DataLoader batch fetched
+    then is the evaluation's (its wait is evaluation time, its samples are not trained
+    on)."""
+    return os.getpid() == _h._pid and any(not m.training for m in list(_trained))
+
+
+def timed_eval(run):
+    """`run` with its time counted as the step's "eval", which tune_hook leaves out of the
+    step's duration: an evaluation every N steps is not a slow training step."""
+
+    def timed(*args, **kwargs):
+        t = _h._now()
+        try:
+            return run(*args, **kwargs)
+        finally:
+            _h._add("eval", _h._now() - t)
+
+    return timed
 
 
 def install(hook):

@@ -71,6 +71,8 @@ pub enum FindingKind {
     GpuFault,
     /// From the PyTorch hooks: each DataLoader worker replays the whole IterableDataset.
     ReplayedStream,
+    /// From the PyTorch hooks: evaluating the model takes a large share of the job's time.
+    Evaluation,
 }
 
 /// A finding about one device (or the Python job) of a watched run.

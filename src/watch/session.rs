@@ -368,8 +368,13 @@ pub fn run(opts: &Options) -> Result<i32> {
             );
             // The dominant cost first: a 7% data wait listed above an optimizer at 80%
             // of the step read as the main finding (scripts/realistic/recsys.py).
+            // Evaluation outweighing the training steps themselves is named first.
+            let eval = super::steps::evaluation_finding(s);
+            let eval_first = s.evaluation.as_ref().is_some_and(|e| e.share >= 0.5);
+            found.extend(eval.clone().filter(|_| eval_first));
             found.extend(super::dominant::findings(s, &script));
             found.extend(super::steps::findings(s, &script, ctx.cores));
+            found.extend(eval.filter(|_| !eval_first));
         }
         // Only where a Python job was expected: for `sleep 5` the note is noise.
         Some(None) if looks_like_python(target.command()) => notes.push(

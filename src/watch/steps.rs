@@ -130,6 +130,45 @@ pub fn findings(
     out
 }
 
+/// Evaluation above this share of the job's time is worth a finding of its own.
+pub const EVAL_SHARE: f64 = 0.10;
+
+/// The trained model's evaluation passes between training steps (`bridge::Evaluation`),
+/// when they take `EVAL_SHARE` of the job's time or more: kept out of the step figures,
+/// so without this a job that spends half its time validating was told only about its
+/// training step.
+pub fn evaluation_finding(s: &StepSummary) -> Option<WatchFinding> {
+    let e = s.evaluation.as_ref().filter(|e| e.share >= EVAL_SHARE)?;
+    let every = e.every;
+    Some(WatchFinding {
+        kind: FindingKind::Evaluation,
+        device: "python".into(),
+        finding: Finding {
+            title: "evaluating the model takes a large share of the job's time".into(),
+            evidence: format!(
+                "the trained model's passes in eval mode, with the batches fetched for them, \
+                 took {} of the job's time: {} evaluation{} in {} steps (about one every {:.0} \
+                 steps), {:.2} s each (median), measured by tune's PyTorch hooks; they are \
+                 left out of the step time and samples/s above",
+                fmt_pct(e.share),
+                e.passes,
+                if e.passes == 1 { "" } else { "s" },
+                s.steady_steps,
+                every,
+                e.median_s
+            ),
+        },
+        hint: format!(
+            "evaluate less often (about every {:.0} steps now), on a fixed subset of the \
+             validation set, or under torch.inference_mode() with a larger batch; removing \
+             it all would make the job at most {:.2}x faster. tune's sweeps measure the \
+             training steps, so they cannot test this: change the script and watch it again",
+            every,
+            1.0 / (1.0 - e.share).max(1e-6)
+        ),
+    })
+}
+
 /// A rank whose own work (outside backward) exceeds the fastest rank's by more than this
 /// share of the step is a straggler worth a finding.
 pub const RANK_SPREAD: f64 = 0.20;

@@ -389,6 +389,18 @@ pub fn trace(r: &WatchReport) -> String {
             args.insert("backward_calls".into(), json!(s.backwards));
         }
         let spans = by.entry(s.rank.unwrap_or(0)).or_default();
+        if s.eval > 0.0 {
+            // The evaluation ran between the last step's end and this step's work.
+            let mut args = Map::new();
+            args.insert("ms".into(), json!(s.eval * 1e3));
+            spans.push(Span {
+                name: "evaluation (the model in eval mode)".into(),
+                cat: "eval",
+                start_s: start - s.eval,
+                dur_s: s.eval,
+                args,
+            });
+        }
         spans.push(Span {
             name: if s.step == 0 {
                 "step 0 (first: start-up, compilation)".into()

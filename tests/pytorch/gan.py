@@ -27,6 +27,7 @@ def main():
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--critic", type=int, default=0)
     p.add_argument("--truth", required=True)
+    p.add_argument("--tensors", action="store_true", help="batches sliced from a tensor, no DataLoader")
     a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -41,6 +42,8 @@ def main():
     loader = DataLoader(data, batch_size=a.batch, shuffle=True, drop_last=True)
     times = []
     it = iter(loader)
+    if a.tensors:
+        it = ((data.tensors[0][i:i + a.batch],) for i in range(0, len(data), a.batch))
     for _ in range(a.iters):
         t = time.perf_counter()
         if a.critic:
