@@ -7,7 +7,6 @@
 //!   idle gaps) while the host CPU is saturated: the input pipeline is the bottleneck;
 //! - **throttling**: a GPU slowed by power or thermal limits for part of the run;
 //! - **shared GPU**: processes outside the watched tree used a GPU the run was on.
-//!
 //! The last two concern a measurement's validity, not the program. Thresholds are the
 //! constants below; each finding states the numbers it fired on.
 
@@ -38,8 +37,7 @@ pub const SAW_HIGH: f64 = 60.0;
 pub const HOST_SATURATED_PCT: f64 = 80.0;
 /// Throttling is reported when a slowdown reason is set in at least this share of samples.
 pub const THROTTLE_MIN_SHARE: f64 = 0.10;
-/// NVML throttle reasons that lower clocks under load. `gpu_idle` and the
-/// clock-setting reasons are not slowdowns of work.
+/// NVML throttle reasons that slow work (not `gpu_idle` nor the clock-setting ones).
 pub const SLOWDOWN_REASONS: [&str; 5] = [
     "sw_power_cap",
     "hw_slowdown",
@@ -71,7 +69,7 @@ pub enum FindingKind {
     GpuFault,
     /// From the PyTorch hooks: each DataLoader worker replays the whole IterableDataset.
     ReplayedStream,
-    /// From the PyTorch hooks: evaluating the model takes a large share of the job's time.
+    /// From the hooks: evaluating the model takes a large share of the job's time.
     Evaluation,
 }
 
