@@ -58,18 +58,21 @@ def one_model():
 
 
 def evaluated(module):
-    """Whether this outermost call of `module` is the trained model's evaluation."""
+    """Whether this outermost call of `module` is the trained model's evaluation: in eval
+    mode with gradients off (a forward in eval mode that backward follows is training)."""
     try:
-        return not module.training and module in _trained
+        return not module.training and not _h._torch.is_grad_enabled() and module in _trained
     except TypeError:  # a module that cannot be hashed: never one seen training
         return False
 
 
 def evaluating():
-    """Whether a model this job trains is in eval mode now: a DataLoader batch fetched
-    then is the evaluation's (its wait is evaluation time, its samples are not trained
+    """Whether a model this job trains is in eval mode, gradients off: a DataLoader batch
+    fetched then is the evaluation's (its wait is evaluation time, its samples are not trained
     on)."""
-    return os.getpid() == _h._pid and any(not m.training for m in list(_trained))
+    if os.getpid() != _h._pid or _h._torch.is_grad_enabled():
+        return False
+    return any(not m.training for m in list(_trained))
 
 
 def timed_eval(run):

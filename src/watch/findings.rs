@@ -7,6 +7,7 @@
 //!   idle gaps) while the host CPU is saturated: the input pipeline is the bottleneck;
 //! - **throttling**: a GPU slowed by power or thermal limits for part of the run;
 //! - **shared GPU**: processes outside the watched tree used a GPU the run was on.
+//!
 //! The last two concern a measurement's validity, not the program. Thresholds are the
 //! constants below; each finding states the numbers it fired on.
 
@@ -778,12 +779,10 @@ mod tests {
             f[0].finding.evidence
         );
         assert!(!f[0].finding.evidence.contains("container"));
-
         // Only the tree's own processes: silent.
         let mut s = gpu_run(0, 10, |_| 90.0, 20.0 * GIB);
         s.extend([proc_on(0, 10, 18.0 * GIB), proc_on(0, 11, 1.0 * GIB)]);
         assert!(findings(&group(&s), &ctx(&[10, 11])).is_empty());
-
         // Unknown tree: cannot tell, so silent.
         let mut s = gpu_run(0, 10, |_| 90.0, 20.0 * GIB);
         s.push(proc_on(0, 99, GIB));
