@@ -691,9 +691,10 @@ def _step_end(t):
     # Samples of this optimizer step: the DataLoader's batches, else the model's inputs
     # (unknown where several models are trained on the job's own tensors: _st.one_model).
     loader = s["loader_batches"]
-    batch = s["batch"] if loader else s["fwd_batch"] * _st.one_model()
+    known = 1 if loader else _st.one_model()
+    batch = s["batch"] if loader else s["fwd_batch"] * known
     ev = {"ev": "step", "step": s["step"], "t": t, "dur": dur, "batch": batch}
-    tokens = s["tokens"] if loader else s["fwd_tokens"] * _st.one_model()
+    tokens = s["tokens"] if loader else s["fwd_tokens"] * known
     if tokens:
         ev["tokens"] = tokens
     ev["backwards"] = s["backwards"]
