@@ -216,7 +216,15 @@ fn workers_that_replay_the_whole_stream_are_the_first_finding() {
         let r: Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap())
                 .unwrap();
-        let found = r["findings"].as_array().cloned().unwrap_or_default();
+        // Contention left out: on a loaded machine it rightly comes first (see kinds in
+        // pytorch_advice.rs); the order held here is that of the job's own costs.
+        let found: Vec<Value> = r["findings"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|f| f["kind"] != "contention")
+            .collect();
         let replayed = found.iter().any(|f| f["kind"] == "replayed_stream");
         if shard {
             assert!(!replayed, "shard: {found:#?}");
@@ -352,4 +360,97 @@ fn a_gan_without_a_dataloader_is_measured_in_steps_per_second() {
     );
     let notes = r["notes"].to_string();
     assert!(notes.contains("samples per step unknown"), "{notes}");
+}
+
+/// Two loops without an ordinary optimizer step, as pytorch/examples writes them (#31):
+/// word_language_model's update by hand (no torch.optim optimizer, seq-first `[T, B]`
+/// token ids) and time_sequence_prediction's L-BFGS, whose step runs the closure's
+/// forward and backward 5 times here, on a float64 model. Before, the first reported no
+/// step at all (a `--steps 20` watch ran until killed); the second's optimizer share
+/// held its closure's forward and backward (backward counted twice), its 5 backward calls
+/// read as accumulation and its samples counted 5 times, and its float64 model was
+/// offered bf16, which autocast leaves as it is.
+#[test]
+fn a_hand_written_update_and_an_lbfgs_closure_are_measured_as_steps() {
+    let _serial = support::serial();
+    let Some(py) =
+        support::python("a_hand_written_update_and_an_lbfgs_closure_are_measured_as_steps")
+    else {
+        return;
+    };
+    let run = |mode: &str, steps: &str| {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("w");
+        let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+            .args(["watch", "--steps", steps, "--out"])
+            .arg(&out)
+            .arg("--")
+            .arg(&py)
+            .arg(support::script("hand_update.py"))
+            .args(["--mode", mode])
+            .env("TUNE_CACHE_DIR", out.join("cache"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", show(&o));
+        let text = std::fs::read_to_string(out.join("report.json")).unwrap();
+        let sweep = std::fs::read_to_string(out.join("sweep.toml")).unwrap_or_default();
+        (o, serde_json::from_str::<Value>(&text).unwrap(), sweep)
+    };
+    let median_of = |o: &Output, tag: &str| {
+        let mut v: Vec<f64> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.strip_prefix(tag)?.trim().parse().ok())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+
+    let (o, r, _) = run("sgd", "20");
+    let p = &r["python"];
+    assert!(p["steps"].as_u64().unwrap_or(0) >= 20, "{p:#}");
+    // 12 sequences a step (the LSTM's batch dimension), not the 20 time steps first.
+    let own = 12.0 / (median_of(&o, "STEP") / 1e3);
+    let seen = p["samples_per_s"].as_f64().unwrap_or(0.0);
+    assert!(
+        seen / own > 0.6 && seen / own < 1.6,
+        "watch {seen:.1} samples/s, the script's own timer {own:.1}: {p:#}"
+    );
+    let tokens = p["tokens_per_s"].as_f64().unwrap_or(0.0);
+    assert!(
+        (tokens / seen - 20.0).abs() < 0.5,
+        "{tokens} tokens/s: {p:#}"
+    );
+    let notes = r["notes"].to_string();
+    assert!(notes.contains("builds no torch.optim optimizer"), "{notes}");
+
+    let (o, r, sweep) = run("lbfgs", "8");
+    let p = &r["python"];
+    assert_eq!(p["closure_calls_per_step"], 5.0, "{p:#}");
+    let calls = median_of(&o, "CALLS");
+    assert_eq!(calls, 5.0, "{}", show(&o));
+    let shares = p["phase_share"].as_object().unwrap();
+    let sum: f64 = shares.values().filter_map(Value::as_f64).sum();
+    assert!(sum < 1.01, "phase shares sum to {sum}: {p:#}");
+    let opt = shares
+        .get("optimizer")
+        .and_then(Value::as_f64)
+        .unwrap_or(1.0);
+    let bwd = shares
+        .get("backward")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    assert!(opt < bwd, "optimizer {opt} against backward {bwd}: {p:#}");
+    let step_s = p["median_step_ms"].as_f64().unwrap_or(0.0) / 1e3;
+    let seen = p["samples_per_s"].as_f64().unwrap_or(0.0);
+    assert!(
+        (seen * step_s - 8.0).abs() < 0.5,
+        "{seen} samples/s at {step_s} s a step: 8 sequences a step, counted once: {p:#}"
+    );
+    let found = r["findings"].as_array().cloned().unwrap_or_default();
+    let compute = found.iter().find(|f| f["kind"] == "compute");
+    assert!(
+        compute.is_some_and(|f| f["hint"].as_str().unwrap_or("").contains("float64")),
+        "{found:#?}"
+    );
+    assert!(!sweep.contains("amp ="), "{sweep}");
 }

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::engine::train::Phases;
 use crate::stats::median;
 
+pub use super::evaluation::Evaluation;
+
 /// One training step, bounded by `Optimizer.step` returns; seconds. Step 0 is the first
 /// step (`Events::first_steps`): from the job's first batch, forward or phase hook to its
 /// first optimizer step, so start-up and compilation, never counted among the steps.
@@ -60,6 +62,11 @@ pub struct Step {
     /// turn (a GAN's two): one training step is one round of them; 0 means one.
     #[serde(default)]
     pub optim_steps: u32,
+    /// Calls of the optimizer's closure in the step (L-BFGS runs the script's forward and
+    /// backward up to 20 times inside one `optimizer.step(closure)`): its backward calls
+    /// are not gradient accumulation, and its samples are counted once; 0 without one.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub closure_calls: u32,
     /// Seconds torch.compile spent compiling inside this step (a recompilation), and how
     /// many compilations; 0 for a step that compiled nothing.
     #[serde(default)]
@@ -69,6 +76,10 @@ pub struct Step {
 }
 
 fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+fn is_zero_u32(v: &u32) -> bool {
     *v == 0
 }
 
@@ -525,6 +536,7 @@ fn summarize(steps: &[Step]) -> Option<StepSummary> {
     let tokens_per_s = (2 * tokens.len() > s.len() && step > 0.0).then(|| median(&tokens) / step);
     let accum: Vec<f64> = s.iter().map(|x| f64::from(x.backwards)).collect();
     let rounds: Vec<f64> = s.iter().map(|x| f64::from(x.optim_steps.max(1))).collect();
+    let closure: Vec<f64> = s.iter().map(|x| f64::from(x.closure_calls)).collect();
     Some(StepSummary {
         torch: None,
         steps: steps.len(),
@@ -533,6 +545,7 @@ fn summarize(steps: &[Step]) -> Option<StepSummary> {
         steps_per_s: (step > 0.0).then(|| 1.0 / step),
         backwards_per_step: (accum.iter().any(|b| *b > 0.0)).then(|| median(&accum)),
         optimizer_steps_per_step: Some(median(&rounds)).filter(|r| *r > 1.0),
+        closure_calls_per_step: Some(median(&closure)).filter(|c| *c > 0.0),
         samples_per_s,
         tokens_per_s,
         first_step_ms: None,
@@ -544,43 +557,6 @@ fn summarize(steps: &[Step]) -> Option<StepSummary> {
         stream_replayed: None,
         evaluation: Evaluation::of(s),
     })
-}
-
-/// The trained model's evaluation between the steps a summary covers.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Evaluation {
-    /// Share of the job's time in evaluation: its seconds over steps' and its together.
-    pub share: f64,
-    /// Steps that an evaluation came before, and the median seconds of one.
-    pub passes: usize,
-    pub median_s: f64,
-    /// Training steps from one evaluation to the next (the median gap; with one pass,
-    /// the steps covered).
-    pub every: f64,
-}
-
-impl Evaluation {
-    /// None when no step held an evaluation.
-    fn of(s: &[Step]) -> Option<Evaluation> {
-        let at: Vec<usize> = (0..s.len()).filter(|i| s[*i].eval > 0.0).collect();
-        if at.is_empty() {
-            return None;
-        }
-        let passes: Vec<f64> = at.iter().map(|i| s[*i].eval).collect();
-        let gaps: Vec<f64> = at.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
-        let eval: f64 = passes.iter().sum();
-        let total = eval + s.iter().map(|x| x.dur).sum::<f64>();
-        Some(Evaluation {
-            share: eval / total,
-            passes: passes.len(),
-            median_s: median(&passes),
-            every: if gaps.is_empty() {
-                s.len() as f64
-            } else {
-                median(&gaps)
-            },
-        })
-    }
 }
 
 /// What the hooks measured, for a report.
@@ -613,6 +589,9 @@ pub struct StepSummary {
     /// (a GAN's): a training step is one round of them. None for one optimizer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimizer_steps_per_step: Option<f64>,
+    /// Median calls of the optimizer's closure per step (L-BFGS), where it takes one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closure_calls_per_step: Option<f64>,
     /// Share of step time per phase; `forward` is the remainder between the hooks.
     pub phase_share: BTreeMap<String, f64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

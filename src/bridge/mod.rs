@@ -1,8 +1,9 @@
 //! The PyTorch bridge: tune's instrumentation module for Python commands it starts.
 //!
 //! The module (`tune_hook.py` with its parts `tune_loader.py`, `tune_window.py`,
-//! `tune_compile.py`, `tune_steps.py` and `tune_optim.py`, its transport `tune_pipe.py`, and a
-//! `sitecustomize.py` that activates them) is compiled into the binary and written to the
+//! `tune_compile.py`, `tune_steps.py`, `tune_optim.py`, `tune_saves.py` and
+//! `tune_modes.py`, its transport `tune_pipe.py`, and a `sitecustomize.py` that
+//! activates them) is compiled into the binary and written to the
 //! cache on use; the child finds it through `PYTHONPATH`, so the user installs nothing
 //! and changes nothing. It writes one JSON line per training step to a pipe tune hands it
 //! (`TUNE_BRIDGE_FD`, identified by `TUNE_BRIDGE_INO`), and nowhere else whatever the
@@ -11,6 +12,7 @@
 //! summarises those lines. `TUNE_BRIDGE=0` turns it off.
 
 mod attach;
+mod evaluation;
 mod events;
 mod inject;
 mod progress;
@@ -46,8 +48,9 @@ const WINDOW_PY: &str = include_str!("tune_window.py");
 const STEPS_PY: &str = include_str!("tune_steps.py");
 const OPTIM_PY: &str = include_str!("tune_optim.py");
 const SAVES_PY: &str = include_str!("tune_saves.py");
+const MODES_PY: &str = include_str!("tune_modes.py");
 /// The module's files: name and text.
-const FILES: [(&str, &str); 9] = [
+const FILES: [(&str, &str); 10] = [
     ("tune_hook.py", HOOK_PY),
     ("tune_compile.py", COMPILE_PY),
     ("tune_loader.py", LOADER_PY),
@@ -55,6 +58,7 @@ const FILES: [(&str, &str); 9] = [
     ("tune_steps.py", STEPS_PY),
     ("tune_optim.py", OPTIM_PY),
     ("tune_saves.py", SAVES_PY),
+    ("tune_modes.py", MODES_PY),
     ("tune_pipe.py", PIPE_PY),
     ("sitecustomize.py", SITE_PY),
 ];

@@ -23,6 +23,7 @@ import time
 
 import tune_compile as _tc
 import tune_loader as _ld
+import tune_modes as _md
 import tune_optim as _to
 import tune_pipe
 import tune_saves as _sv
@@ -61,7 +62,7 @@ _state = {
     "first_t": None,
     "tokens": 0, "fwd_tokens": 0,
     # When the first training forward began: the first step's start (compile included).
-    "fwd0": None, "opt_steps": 0,
+    "fwd0": None, "opt_steps": 0, "closure_calls": 0,
     # With several optimizers (a GAN's generator and discriminator), one training step is
     # one round of them (tune_steps): the optimizers stepped in the open step, and the
     # step as it stood at the last optimizer step's end.
@@ -234,13 +235,12 @@ def _install_copies(torch):
     torch.Tensor.cuda = cuda
 
 
-def _install_optimizer(torch):
-    import weakref
-
+def _zero_grad(orig_zero):
+    """Optimizer.zero_grad or nn.Module.zero_grad, timed, with the script's own choice read
+    and the zero_grad knob applied."""
     import inspect
 
-    opt = torch.optim.Optimizer
-    orig_zero = opt.zero_grad
+    name = orig_zero.__qualname__
     try:
         # PyTorch >= 2.0 clears to None by default: that, not a memset, is what a bare
         # zero_grad() in the script does.
@@ -260,7 +260,7 @@ def _install_optimizer(torch):
             if own is not None:
                 _script_value("zero_grad", "none" if own else "memset")
         except Exception as e:
-            _fail("Optimizer.zero_grad", e)
+            _fail(name, e)
         if "zero_grad" in _knobs:
             want = _knobs["zero_grad"] == "none"
             given = kwargs.get("set_to_none", args[0] if args else None)
@@ -268,13 +268,25 @@ def _install_optimizer(torch):
                 _override("zero_grad", "none" if given else "memset", _knobs["zero_grad"])
             kwargs = dict(kwargs, set_to_none=want)
             args = ()
+        _state["zeroed"] = True
         t = _now()
         try:
             return orig_zero(self, *args, **kwargs)
         finally:
             _add("zero_grad", _now() - t)
 
-    opt.zero_grad = zero_grad
+    return zero_grad
+
+
+def _install_optimizer(torch):
+    import weakref
+
+    opt = torch.optim.Optimizer
+    opt.zero_grad = _zero_grad(opt.zero_grad)
+    # model.zero_grad() clears the same gradients (older scripts and hand-written updates
+    # call it instead of the optimizer's): before, the zero_grad knob did not act on such
+    # a script, and its own choice was not read.
+    torch.nn.Module.zero_grad = _zero_grad(torch.nn.Module.zero_grad)
 
     orig_init = opt.__init__
 
@@ -295,6 +307,7 @@ def _install_optimizer(torch):
 
     def pre(optimizer, args, kwargs):
         _state["stepped"] = True
+        _st.opening()
         if not _off:
             # This optimizer stepped in the open step already: that step may have ended
             # with the last optimizer step before this one (tune_steps.before). Raising
@@ -312,7 +325,7 @@ def _install_optimizer(torch):
         if _sync is not None:
             _sync()
             t = _now()
-        _add("optimizer", t - step_start.pop(id(optimizer), t))
+        _add("optimizer", _st.closing(t - step_start.pop(id(optimizer), t)))
         try:
             _st.stepped(optimizer, t)
         except Exception as e:  # not SystemExit: the window's stop goes through
@@ -352,124 +365,6 @@ def _scaled_step(opt, step):
     return scaled
 
 
-def _install_backends(torch):
-    """cudnn.benchmark (tune's autotune) and TF32 (amp = "tf32"): set once, and a script
-    that sets them itself is reported and overruled."""
-    cudnn = type(torch.backends.cudnn)
-    orig_bench = cudnn.__dict__.get("benchmark")
-    if "autotune" in _knobs:
-        want = bool(_knobs["autotune"])
-        torch._C._set_cudnn_benchmark(want)
-        if orig_bench is not None:
-
-            class Benchmark:
-                def __get__(self, obj, objtype=None):
-                    return torch._C._get_cudnn_benchmark()
-
-                def __set__(self, obj, val):
-                    if _off:
-                        torch._C._set_cudnn_benchmark(bool(val))
-                    elif bool(val) != want:
-                        _override("autotune", bool(val), want)
-
-            cudnn.benchmark = Benchmark()
-
-    amp = _knobs.get("amp")
-    if amp is None:
-        return
-    tf32 = amp == "tf32"
-    torch._C._set_cublas_allow_tf32(tf32)
-    if tf32:
-        torch._C._set_cudnn_allow_tf32(True)
-    matmul = type(torch.backends.cuda.matmul)
-    orig_setattr = matmul.__setattr__
-
-    def setattr_(self, name, value):
-        if not _off and name == "allow_tf32" and bool(value) != tf32:
-            _override("amp", "tf32" if value else "off (allow_tf32=False)", amp)
-            return None
-        return orig_setattr(self, name, value)
-
-    matmul.__setattr__ = setattr_
-    orig_prec = torch.set_float32_matmul_precision
-
-    def set_precision(precision):
-        if not _off and (precision != "highest") != tf32:
-            _override("amp", "set_float32_matmul_precision(%r)" % precision, amp)
-            return None
-        return orig_prec(precision)
-
-    torch.set_float32_matmul_precision = set_precision
-
-
-def _install_threads(torch):
-    """num_threads: torch.set_num_threads(n) now, and a script's own call reported and
-    overruled. Without the knob the script's own count is read at its first step."""
-    n = _knobs.get("num_threads")
-    if not n:
-        return
-    orig = torch.set_num_threads
-    orig(int(n))
-
-    def set_num_threads(k):
-        if _off:
-            return orig(k)
-        if int(k) != int(n):
-            _override("num_threads", int(k), int(n))
-        return None
-
-    torch.set_num_threads = set_num_threads
-
-
-def _autocast_dtype(torch, amp):
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
-
-
-def _install_autocast(torch):
-    """A script's own autocast (`with torch.autocast(...)`, the decorator, the
-    torch.cuda.amp/torch.cpu.amp spellings) is what the script does for `amp` (recorded,
-    so a trial of the same precision is the baseline again, not a finding), and takes
-    tune's setting where the trial sets one, reported once."""
-    amp = _knobs.get("amp")
-    ac = torch.amp.autocast_mode.autocast
-    orig_enter = ac.__enter__
-    dtype = _autocast_dtype(torch, amp)
-    names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-
-    def enter(self):
-        # A region the script turns autocast off in (a loss kept in float32) stays off;
-        # one under no_grad (an eval pass) says nothing of how the script trains.
-        try:
-            if not _off and self._enabled and not getattr(_tl, "ours", False):
-                seen = names.get(self.fast_dtype, str(self.fast_dtype))
-                if torch.is_grad_enabled():
-                    _script_value("amp", seen)
-                if amp is not None and self.fast_dtype != dtype:
-                    _override("amp", "torch.autocast(%s)" % seen, amp)
-                    if dtype is None:
-                        self._enabled = False
-                    else:
-                        self.fast_dtype = dtype
-        except Exception as e:
-            _fail("autocast.__enter__", e)
-        return orig_enter(self)
-
-    ac.__enter__ = enter
-
-    gs = torch.amp.GradScaler
-    orig_gs_init = gs.__init__
-
-    def gs_init(self, *args, **kwargs):
-        orig_gs_init(self, *args, **kwargs)
-        try:
-            if not getattr(_tl, "ours", False) and self.is_enabled():
-                _state["script_scaler"] = True
-        except Exception as e:
-            _fail("GradScaler.__init__", e)
-
-    gs.__init__ = gs_init
-
-
 def _device_of(torch, module, args):
     for p in module.parameters():
         return p.device.type
@@ -485,7 +380,7 @@ def _install_module_call(torch):
     (and the loss module, as PyTorch's autocast recipe has it). Nested module calls
     run inside it and pay one attribute read."""
     amp = _knobs.get("amp")
-    dtype = _autocast_dtype(torch, amp)
+    dtype = _md.autocast_dtype(torch, amp)
     cl = _knobs.get("channels_last")
     import weakref
     from torch.nn.parameter import is_lazy
@@ -551,14 +446,17 @@ def _install_module_call(torch):
             run = orig_call
             if self.training and torch.is_grad_enabled():
                 trained = next(self.parameters(), None) is not None
+                if trained and not _st.in_step():
+                    _st.manual(_now())
                 _st.trains(self, trained)
                 if not _state["loader_batches"] and trained:
                     # No DataLoader: the samples are what the training loop feeds its
                     # model (summed over the step, so accumulation counts every
                     # micro-batch); a loss module has no parameters and is not counted.
                     n, tokens = _ld.batch_counts(args)
-                    _state["fwd_batch"] += n
-                    _state["fwd_tokens"] += tokens
+                    _ld.count_inputs(self, n, tokens)
+                if _st.in_step():
+                    run = _st.timed_closure_forward(run)
                 if trained and _state["fwd0"] is None:
                     _state["fwd0"] = _now()
                 if trained:
@@ -583,6 +481,7 @@ def _install_module_call(torch):
                 ctx.__exit__(None, None, None)
         finally:
             _tl.inside = False
+            _ld.call_ended()
 
     torch.nn.Module.__call__ = call
 
@@ -633,6 +532,18 @@ def _first_step_checks():
             "TUNE_BRIDGE_SYNC=1 to synchronize at phase boundaries (exact, but costs overlap)"
         )
     _to.first_step_checks()
+    if _knobs.get("amp") in ("bf16", "fp16") and _state.get("param_dtype") == "float64":
+        _not_applicable(
+            "amp",
+            "the model's parameters are float64: autocast casts float32 operations only, so "
+            "it leaves this model's arithmetic as it is",
+        )
+    if "zero_grad" in _knobs and not _state.get("zeroed"):
+        _not_applicable(
+            "zero_grad",
+            "the job calls neither optimizer.zero_grad() nor model.zero_grad(): it clears its "
+            "gradients itself, so tune cannot choose how",
+        )
     if _knobs.get("channels_last") and not _state["conv_weights"]:
         _not_applicable("channels_last", "the model has no 4-D (convolution) weights")
     if not _state["loader_batches"]:
@@ -698,6 +609,8 @@ def _step_end(t):
     if tokens:
         ev["tokens"] = tokens
     ev["backwards"] = s["backwards"]
+    if s["closure_calls"]:
+        ev["closure_calls"] = s["closure_calls"]
     if s["opt_steps"] > 1:
         ev["optim_steps"] = s["opt_steps"]
     if comps:
@@ -740,9 +653,7 @@ def _install(torch):
     _install_copies(torch)
     _install_optimizer(torch)
     _to.install(torch, sys.modules[__name__])
-    _install_backends(torch)
-    _install_threads(torch)
-    _install_autocast(torch)
+    _md.install(torch, sys.modules[__name__])
     _install_module_call(torch)
     _install_dp(torch)
     _tc.install(torch, sys.modules[__name__])

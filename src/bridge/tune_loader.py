@@ -6,6 +6,8 @@ so that each file stays under the project's 800 lines.
 """
 
 import os
+import threading
+import weakref
 
 _h = None  # tune_hook, for its state and event helpers
 
@@ -56,6 +58,66 @@ def batch_counts(batch):
     on every batch."""
     x = _first_leaf(batch)
     return _size_of(x), _tokens_of(x)
+
+
+# The seq-first layers (nn.LSTM, nn.GRU, nn.RNN without batch_first, and the
+# Transformer layers without it) of each model this job trains, found at its first
+# training forward: their input is [T, B, ...], so the model's input is too.
+_seq_first = weakref.WeakKeyDictionary()
+_tl = threading.local()
+
+
+def _seq_layers(torch, model):
+    nn = torch.nn
+    kinds = (nn.RNNBase, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+    return [m for m in model.modules() if isinstance(m, kinds) and not getattr(m, "batch_first", True)]
+
+
+def _seq_pre_hook(module, args):
+    """The batch a seq-first layer sees, [T, B, ...] or a PackedSequence, corrects the
+    samples counted from its model's input by its first dimension (T)."""
+    counted = getattr(_tl, "counted", None)
+    if counted is None or not args:
+        return
+    _tl.counted = None
+    x = args[0]
+    b = 0
+    try:
+        sizes = getattr(x, "batch_sizes", None)
+        if sizes is not None:
+            b = int(sizes[0])
+        elif getattr(x, "dim", None) is not None and x.dim() == 3:
+            b = int(x.shape[1])
+    except Exception:
+        return
+    if b > 0:
+        _h._state["fwd_batch"] += b - counted
+
+
+def count_inputs(model, n, tokens):
+    """A training forward of `model` fed `n` samples (its input's first dimension) and
+    `tokens` token ids, without a DataLoader. A seq-first model (pytorch/examples'
+    word_language_model feeds its LSTM [35, 20] ids: 35 steps of 20 sequences) has its
+    samples from its first seq-first layer's batch dimension instead, when that layer runs
+    (before, the watch read 35 samples a step for its 20)."""
+    s = _h._state
+    s["fwd_batch"] += n
+    s["fwd_tokens"] += tokens
+    try:
+        layers = _seq_first.get(model)
+        if layers is None:
+            layers = _seq_layers(_h._torch, model)
+            _seq_first[model] = layers
+            if layers:
+                layers[0].register_forward_pre_hook(_seq_pre_hook)
+        _tl.counted = n if layers else None
+    except TypeError:  # a model that cannot be weakly referenced
+        _tl.counted = None
+
+
+def call_ended():
+    """The outermost model call returned: a seq-first layer run later is not its batch."""
+    _tl.counted = None
 
 
 def _batch_injectable(given):
@@ -185,6 +247,8 @@ def install(torch, hook):
         # A batch fetched while the trained model is in eval mode is the evaluation's:
         # its wait is evaluation time and its samples are not trained on.
         evaluating = _h._st.evaluating()
+        if not evaluating:
+            _h._st.manual(_h._now())
         t = _h._now()
         try:
             batch = orig_next(self)

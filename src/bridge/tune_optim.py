@@ -157,6 +157,8 @@ def first_step_checks():
         return
     if _state["refused"]:
         why = _state["refused"][0]
+    elif not _h._state["optimizers"]:
+        why = "the job builds no torch.optim optimizer (its update is written by hand)"
     else:
         why = "the job's optimizer is not one of torch.optim's, so tune cannot choose its implementation"
     _h._not_applicable("optim_impl", why)

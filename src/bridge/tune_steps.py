@@ -2,8 +2,11 @@
 imported: with one optimizer each of its steps ends a training step; with several (a
 GAN's discriminator and generator, a recommender's sparse and dense optimizers) a
 training step is one round of them, and a WGAN's round is its critic's n steps and the
-generator's one. Apart from tune_hook so that each file stays under the project's 800
-lines.
+generator's one. A job that builds no optimizer (its update written by hand) has its
+steps bounded by its backward calls (`manual`), and an optimizer that runs the forward
+and backward itself (L-BFGS's closure) has them counted as such, not as its update
+(`opening`, `closing`). Apart from tune_hook so that each file stays under the
+project's 800 lines.
 """
 
 import atexit
@@ -14,7 +17,7 @@ _h = None  # tune_hook, for its state and its step end
 
 # What the hooks count per training step, carried into the next step when a round of
 # optimizer steps is closed after the next step's work began.
-COUNTERS = ("batch", "fwd_batch", "backwards", "tokens", "fwd_tokens", "opt_steps")
+COUNTERS = ("batch", "fwd_batch", "backwards", "tokens", "fwd_tokens", "opt_steps", "closure_calls")
 
 # The most extra steps one optimizer takes in a round while another that steps in this
 # job has not stepped yet. A WGAN's critic steps 5 times per generator step (WGAN-GP's
@@ -34,8 +37,32 @@ _models = 0
 
 def trains(module, trained=True):
     """`module` ran a training forward (`trained`: it has parameters)."""
-    if trained:
+    try:
+        if not trained or module in _trained:
+            return
         _trained.add(module)
+    except TypeError:  # a module that cannot be hashed (its class sets __eq__ alone)
+        return
+    _param_dtype(module)
+
+
+def _param_dtype(module):
+    """The floating-point dtype most of the trained model's parameters hold, once per job
+    (`param_dtype`): autocast casts float32 operations only, so a float64 model
+    (pytorch/examples' time_sequence_prediction calls `.double()`) gains nothing from amp
+    and its watch must not offer it; under an amp trial that is said as not applicable."""
+    if os.getpid() != _h._pid or not _h._once("param_dtype"):
+        return
+    sizes = {}
+    for p in module.parameters():
+        if p.is_floating_point():
+            name = str(p.dtype).replace("torch.", "")
+            sizes[name] = sizes.get(name, 0) + p.numel()
+    if not sizes:
+        return
+    dtype = max(sizes, key=sizes.get)
+    _h._state["param_dtype"] = dtype
+    _h._emit({"ev": "script_knob", "knob": "param_dtype", "value": dtype})
 
 
 def one_model():
@@ -85,6 +112,81 @@ def timed_eval(run):
             return run(*args, **kwargs)
         finally:
             _h._add("eval", _h._now() - t)
+
+    return timed
+
+
+def manual(t):
+    """A training forward or a DataLoader batch begins at t. In a job that built no
+    torch.optim optimizer (the update written by hand, `p.data.add_(p.grad, alpha=-lr)`,
+    as pytorch/examples' word_language_model trains by default) no optimizer step ends
+    a step: there, the first forward or batch after a backward begins the next one. Before,
+    such a job reported no step at all, and `tune watch --steps N` never stopped it."""
+    s = _h._state
+    if s["optimizers"] or not s["backwards"] or os.getpid() != _h._pid or _h._off:
+        return
+    if _h._once("manual_steps"):
+        _h._notice(
+            "the job builds no torch.optim optimizer (its update is written by hand): a "
+            "step is bounded by its backward calls, and the update's time is in the "
+            "forward's share; the optimizer knobs cannot act"
+        )
+    try:
+        _h._step_end(t)
+    except Exception as e:  # not SystemExit: the window's stop goes through
+        _h._fail("a hand-written update's step end", e)
+
+
+# The optimizer step running now (L-BFGS runs the script's closure, its forward and
+# backward, up to 20 times inside one step), as the phases and counts stood when it began.
+_open = {"depth": 0, "fwd": 0.0}
+_CLOSURE_PHASES = ("data_wait", "h2d", "backward", "zero_grad", "eval")
+
+
+def in_step():
+    return _open["depth"] > 0
+
+
+def opening():
+    """An optimizer step begins: what the hooks have counted so far, to tell its closure's
+    work from its own when it ends."""
+    s = _h._state
+    if _open["depth"] == 0:
+        _open["acc"] = sum(_h._acc[k] for k in _CLOSURE_PHASES)
+        _open["fwd0"] = _open["fwd"]
+        _open["counts"] = (s["backwards"], s["fwd_batch"], s["fwd_tokens"])
+    _open["depth"] += 1
+
+
+def closing(elapsed):
+    """An optimizer step ended after `elapsed` seconds: its own time, without the closure's
+    forward and backward that ran inside it (before, L-BFGS's step was all "optimizer",
+    its closure's backward counted twice). A step whose closure ran k times counts its
+    samples once, and says k (`closure_calls`): k backward calls are not accumulation."""
+    _open["depth"] = max(_open["depth"] - 1, 0)
+    if _open["depth"] or "acc" not in _open:
+        return elapsed
+    s = _h._state
+    inner = sum(_h._acc[k] for k in _CLOSURE_PHASES) - _open["acc"] + _open["fwd"] - _open["fwd0"]
+    b0, n0, t0 = _open["counts"]
+    calls = s["backwards"] - b0
+    if calls > 0:
+        s["closure_calls"] = s.get("closure_calls", 0) + calls
+        s["backwards"] = b0 + 1
+        s["fwd_batch"] = n0 + (s["fwd_batch"] - n0) // calls
+        s["fwd_tokens"] = t0 + (s["fwd_tokens"] - t0) // calls
+    return max(elapsed - inner, 0.0)
+
+
+def timed_closure_forward(run):
+    """`run` timed into the open optimizer step's closure work."""
+
+    def timed(*args, **kwargs):
+        t = _h._now()
+        try:
+            return run(*args, **kwargs)
+        finally:
+            _open["fwd"] += _h._now() - t
 
     return timed
 

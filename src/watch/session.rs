@@ -513,13 +513,21 @@ fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {
         if let Some(f) = p.first_step_ms {
             rate.push_str(&format!("; first step {f:.1} ms (start-up, compilation)"));
         }
-        let accum = match (p.optimizer_steps_per_step, p.backwards_per_step) {
-            (Some(o), b) => format!(
+        let accum = match (
+            p.closure_calls_per_step,
+            p.optimizer_steps_per_step,
+            p.backwards_per_step,
+        ) {
+            (Some(c), _, _) => format!(
+                ", {c:.0} forward and backward passes per step (the optimizer's closure, as \
+                 L-BFGS runs it; samples counted once)"
+            ),
+            (None, Some(o), b) => format!(
                 ", {o:.0} optimizer steps per step (several optimizers in turn: one step \
                  is one round of them{})",
                 b.map_or(String::new(), |b| format!(", {b:.0} backward calls"))
             ),
-            (None, Some(b)) if b > 1.0 => {
+            (None, None, Some(b)) if b > 1.0 => {
                 format!(", {b:.0} backward calls per step (gradient accumulation)")
             }
             _ => String::new(),

@@ -1,0 +1,134 @@
+"""tune's knobs that set torch's global modes, loaded by tune_hook once torch is imported:
+autotune (cudnn.benchmark), amp = "tf32" (TF32 matmuls), num_threads
+(torch.set_num_threads) and the script's own autocast and GradScaler, each applied once
+and a script that sets it itself reported and overruled. Apart from tune_hook so that
+each file stays under the project's 800 lines.
+"""
+
+_h = None  # tune_hook, for its knobs, state and event helpers
+
+
+def install(torch, hook):
+    global _h
+    _h = hook
+    install_backends(torch)
+    install_threads(torch)
+    install_autocast(torch)
+
+
+def install_backends(torch):
+    """cudnn.benchmark (tune's autotune) and TF32 (amp = "tf32"): set once, and a script
+    that sets them itself is reported and overruled."""
+    cudnn = type(torch.backends.cudnn)
+    orig_bench = cudnn.__dict__.get("benchmark")
+    if "autotune" in _h._knobs:
+        want = bool(_h._knobs["autotune"])
+        torch._C._set_cudnn_benchmark(want)
+        if orig_bench is not None:
+
+            class Benchmark:
+                def __get__(self, obj, objtype=None):
+                    return torch._C._get_cudnn_benchmark()
+
+                def __set__(self, obj, val):
+                    if _h._off:
+                        torch._C._set_cudnn_benchmark(bool(val))
+                    elif bool(val) != want:
+                        _h._override("autotune", bool(val), want)
+
+            cudnn.benchmark = Benchmark()
+
+    amp = _h._knobs.get("amp")
+    if amp is None:
+        return
+    tf32 = amp == "tf32"
+    torch._C._set_cublas_allow_tf32(tf32)
+    if tf32:
+        torch._C._set_cudnn_allow_tf32(True)
+    matmul = type(torch.backends.cuda.matmul)
+    orig_setattr = matmul.__setattr__
+
+    def setattr_(self, name, value):
+        if not _h._off and name == "allow_tf32" and bool(value) != tf32:
+            _h._override("amp", "tf32" if value else "off (allow_tf32=False)", amp)
+            return None
+        return orig_setattr(self, name, value)
+
+    matmul.__setattr__ = setattr_
+    orig_prec = torch.set_float32_matmul_precision
+
+    def set_precision(precision):
+        if not _h._off and (precision != "highest") != tf32:
+            _h._override("amp", "set_float32_matmul_precision(%r)" % precision, amp)
+            return None
+        return orig_prec(precision)
+
+    torch.set_float32_matmul_precision = set_precision
+
+
+def install_threads(torch):
+    """num_threads: torch.set_num_threads(n) now, and a script's own call reported and
+    overruled. Without the knob the script's own count is read at its first step."""
+    n = _h._knobs.get("num_threads")
+    if not n:
+        return
+    orig = torch.set_num_threads
+    orig(int(n))
+
+    def set_num_threads(k):
+        if _h._off:
+            return orig(k)
+        if int(k) != int(n):
+            _h._override("num_threads", int(k), int(n))
+        return None
+
+    torch.set_num_threads = set_num_threads
+
+
+def autocast_dtype(torch, amp):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+
+
+def install_autocast(torch):
+    """A script's own autocast (`with torch.autocast(...)`, the decorator, the
+    torch.cuda.amp/torch.cpu.amp spellings) is what the script does for `amp` (recorded,
+    so a trial of the same precision is the baseline again, not a finding), and takes
+    tune's setting where the trial sets one, reported once."""
+    amp = _h._knobs.get("amp")
+    ac = torch.amp.autocast_mode.autocast
+    orig_enter = ac.__enter__
+    dtype = autocast_dtype(torch, amp)
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+    def enter(self):
+        # A region the script turns autocast off in (a loss kept in float32) stays off;
+        # one under no_grad (an eval pass) says nothing of how the script trains.
+        try:
+            if not _h._off and self._enabled and not getattr(_h._tl, "ours", False):
+                seen = names.get(self.fast_dtype, str(self.fast_dtype))
+                if torch.is_grad_enabled():
+                    _h._script_value("amp", seen)
+                if amp is not None and self.fast_dtype != dtype:
+                    _h._override("amp", "torch.autocast(%s)" % seen, amp)
+                    if dtype is None:
+                        self._enabled = False
+                    else:
+                        self.fast_dtype = dtype
+        except Exception as e:
+            _h._fail("autocast.__enter__", e)
+        return orig_enter(self)
+
+    ac.__enter__ = enter
+
+    gs = torch.amp.GradScaler
+    orig_gs_init = gs.__init__
+
+    def gs_init(self, *args, **kwargs):
+        orig_gs_init(self, *args, **kwargs)
+        try:
+            if not getattr(_h._tl, "ours", False) and self.is_enabled():
+                _h._state["script_scaler"] = True
+        except Exception as e:
+            _h._fail("GradScaler.__init__", e)
+
+    gs.__init__ = gs_init
