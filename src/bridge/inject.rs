@@ -127,6 +127,7 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
         compile_s: events.compile_cost().map(|(s, _)| s),
         notices: events.notices.clone(),
         tokens_per_step,
+        eval_s: Some(events.steps.iter().map(|s| s.eval).sum::<f64>()).filter(|e| *e > 0.0),
         step_phases: events
             .steps
             .iter()

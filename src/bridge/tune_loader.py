@@ -76,8 +76,10 @@ def _seq_layers(torch, model):
 def _seq_pre_hook(module, args):
     """The batch a seq-first layer sees, [T, B, ...] or a PackedSequence, corrects the
     samples counted from its model's input by its first dimension (T)."""
+    # While dynamo traces a compiled model the hook passes through (a traced side effect
+    # would break its graph); its samples then stay the input's first dimension.
     counted = getattr(_tl, "counted", None)
-    if counted is None or not args:
+    if counted is None or not args or _h._tc.compiling():
         return
     _tl.counted = None
     x = args[0]

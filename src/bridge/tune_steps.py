@@ -37,13 +37,17 @@ _models = 0
 
 def trains(module, trained=True):
     """`module` ran a training forward (`trained`: it has parameters)."""
+    if not trained:
+        return
     try:
-        if not trained or module in _trained:
-            return
         _trained.add(module)
     except TypeError:  # a module that cannot be hashed (its class sets __eq__ alone)
         return
-    _param_dtype(module)
+    if "param_dtype" not in _h._state:
+        try:
+            _param_dtype(module)
+        except Exception as e:
+            _h._fail("reading the model's parameter dtype", e)
 
 
 def _param_dtype(module):
@@ -51,14 +55,22 @@ def _param_dtype(module):
     (`param_dtype`): autocast casts float32 operations only, so a float64 model
     (pytorch/examples' time_sequence_prediction calls `.double()`) gains nothing from amp
     and its watch must not offer it; under an amp trial that is said as not applicable."""
-    if os.getpid() != _h._pid or not _h._once("param_dtype"):
+    if os.getpid() != _h._pid:
+        return
+    from torch.nn.parameter import is_lazy
+
+    params = list(module.parameters())
+    # A LazyModule's parameters have no dtype to read before its first forward (a dry
+    # run): read at a later call.
+    if any(is_lazy(p) for p in params):
         return
     sizes = {}
-    for p in module.parameters():
+    for p in params:
         if p.is_floating_point():
             name = str(p.dtype).replace("torch.", "")
             sizes[name] = sizes.get(name, 0) + p.numel()
     if not sizes:
+        _h._state["param_dtype"] = None
         return
     dtype = max(sizes, key=sizes.get)
     _h._state["param_dtype"] = dtype

@@ -21,6 +21,10 @@ pub struct Spent {
     pub failed: f64,
     /// The run the time budget stopped, which kept nothing (`BudgetUse::stopped_s`).
     pub stopped: f64,
+    /// A script's own validation passes between its steps (`Repeat::eval_s`): a script
+    /// that validated every 10 steps had them inside "job start-up and shutdown" (1m32s,
+    /// 70% of its sweep).
+    pub evaluation: f64,
 }
 
 /// What every run of the sweep spent, from its journal records: the plan's trials, the
@@ -52,10 +56,12 @@ fn add(s: &mut Spent, r: &Repeat) {
     let warm: f64 = r.step_times[..w].iter().sum();
     let measured: f64 = r.step_times[w..].iter().sum();
     let compile = r.compile_s.unwrap_or(0.0).max(0.0);
+    let eval = r.eval_s.unwrap_or(0.0).max(0.0);
     s.warmup += warm;
     s.measuring += measured;
     s.compile += compile;
-    s.startup += (r.wall_s - warm - measured - compile).max(0.0);
+    s.evaluation += eval;
+    s.startup += (r.wall_s - warm - measured - compile - eval).max(0.0);
 }
 
 fn mmss(x: f64) -> String {
@@ -71,8 +77,15 @@ fn mmss(x: f64) -> String {
 /// and shutdown 40s (16%), tune's own 7s (3%)".
 pub fn line(s: &Spent, wall: Duration) -> String {
     let wall = wall.as_secs_f64();
-    let own =
-        (wall - s.measuring - s.warmup - s.startup - s.compile - s.failed - s.stopped).max(0.0);
+    let own = (wall
+        - s.measuring
+        - s.warmup
+        - s.startup
+        - s.compile
+        - s.evaluation
+        - s.failed
+        - s.stopped)
+        .max(0.0);
     let pct = |x: f64| {
         if wall > 0.0 {
             100.0 * x / wall
@@ -102,6 +115,13 @@ pub fn line(s: &Spent, wall: Duration) -> String {
                 "torch.compile {} ({:.0}%)",
                 mmss(s.compile),
                 pct(s.compile)
+            ));
+        }
+        if s.evaluation > 0.0 {
+            parts.push(format!(
+                "your script's evaluation passes {} ({:.0}%)",
+                mmss(s.evaluation),
+                pct(s.evaluation)
             ));
         }
         if s.failed > 0.0 {
@@ -212,5 +232,24 @@ mod tests {
             Duration::from_secs(51),
         );
         assert!(l.contains("running the trials 50s"), "{l}");
+    }
+
+    /// A script that validates every few steps spends that time inside its runs, not
+    /// starting up: eval_heavy.py's passes were 70% of its sweep, all called "job start-up
+    /// and shutdown".
+    #[test]
+    fn a_scripts_evaluation_passes_are_their_own_part() {
+        let mut r = repeat(20.0);
+        r.eval_s = Some(12.0);
+        let s = spent(&[record("baseline#1", vec![r], 20.0)]);
+        assert_eq!(s.evaluation, 12.0);
+        assert_eq!(s.startup, 20.0 - 5.0 - 12.0);
+        let l = line(&s, Duration::from_secs(21));
+        assert!(
+            l.contains("your script's evaluation passes 12s (57%)"),
+            "{l}"
+        );
+        assert!(l.contains("job start-up and shutdown 3s"), "{l}");
+        assert!(l.contains("tune's own 1s"), "{l}");
     }
 }

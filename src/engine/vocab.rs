@@ -203,6 +203,10 @@ pub struct RunSummary {
     /// A sweep's trace.json nests them in their steps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub step_phases: Vec<Phases>,
+    /// Seconds a script spent evaluating its model between the steps (its validation
+    /// passes, left out of `step_times`); None for the engine and a script that did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_s: Option<f64>,
 }
 
 /// What a step loop measured. Every backend's summary is built from it the same way
@@ -278,6 +282,7 @@ impl RunSummary {
             notices: Vec::new(),
             tokens_per_step: None,
             step_phases: Vec::new(),
+            eval_s: None,
         }
     }
 }
