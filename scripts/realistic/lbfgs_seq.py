@@ -25,10 +25,10 @@ class Sequence(nn.Module):
 
     def forward(self, input, future=0):
         outputs = []
-        h_t = torch.zeros(input.size(0), 51, dtype=torch.double)
-        c_t = torch.zeros(input.size(0), 51, dtype=torch.double)
-        h_t2 = torch.zeros(input.size(0), 51, dtype=torch.double)
-        c_t2 = torch.zeros(input.size(0), 51, dtype=torch.double)
+        h_t = torch.zeros(input.size(0), 51, dtype=input.dtype)
+        c_t = torch.zeros(input.size(0), 51, dtype=input.dtype)
+        h_t2 = torch.zeros(input.size(0), 51, dtype=input.dtype)
+        c_t2 = torch.zeros(input.size(0), 51, dtype=input.dtype)
         for input_t in input.split(1, dim=1):
             h_t, c_t = self.lstm1(input_t, (h_t, c_t))
             h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
@@ -48,18 +48,19 @@ def main():
     p.add_argument("--length", type=int, default=400)
     p.add_argument("--future", type=int, default=200)
     p.add_argument("--hand", type=int, default=0)
+    p.add_argument("--float32", action="store_true", help="the by-hand check of float32")
     args = p.parse_args()
     np.random.seed(2)
     T, L, N = 20, args.length, 100
     x = np.empty((N, L), "int64")
     x[:] = np.array(range(L)) + np.random.randint(-4 * T, 4 * T, N).reshape(N, 1)
-    data = np.sin(x / 1.0 / T).astype("float64")
+    data = np.sin(x / 1.0 / T).astype("float32" if args.float32 else "float64")
     torch.manual_seed(0)
     input = torch.from_numpy(data[3:, :-1])
     target = torch.from_numpy(data[3:, 1:])
     test_input = torch.from_numpy(data[:3, :-1])
     test_target = torch.from_numpy(data[:3, 1:])
-    seq = Sequence().double()
+    seq = Sequence() if args.float32 else Sequence().double()
     criterion = nn.MSELoss()
     optimizer = optim.LBFGS(seq.parameters(), lr=0.8)
     times = []
