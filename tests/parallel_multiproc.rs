@@ -37,8 +37,31 @@ fn cache() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tune-cache"))
 }
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, with the one above it free too (tune's rendezvous
+/// takes `MASTER_PORT + 1` under torchrun, whose agent holds `MASTER_PORT`). Taken below
+/// the kernel's ephemeral range: a port bound to 0 comes from that range, where the
+/// agent's and workers' own outgoing connections draw theirs, and CI once saw
+/// `MASTER_PORT + 1` taken that way ("Address already in use").
 fn free_port() -> u16 {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (first, last) = (low.saturating_sub(12_000).max(1025), low.saturating_sub(2));
+    // Start somewhere different in each process, so two test binaries rarely probe the
+    // same ports in the same order.
+    let span = u32::from(last - first);
+    let seed = std::process::id()
+        ^ (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos()));
+    for i in 0..span {
+        let p = first + ((seed.wrapping_add(i * 7)) % span) as u16;
+        let free = |port: u16| TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if free(p) && free(p + 1) {
+            return p;
+        }
+    }
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
 }
