@@ -423,6 +423,17 @@ fn a_hand_written_update_and_an_lbfgs_closure_are_measured_as_steps() {
     let notes = r["notes"].to_string();
     assert!(notes.contains("builds no torch.optim optimizer"), "{notes}");
 
+    // The same seq-first model fed [T, B] batches from a DataLoader as they come: 12
+    // sequences a step, not the padded length (20 to 30) first.
+    let (o, r, _) = run("padded", "20");
+    let p = &r["python"];
+    let own = 12.0 / (median_of(&o, "STEP") / 1e3);
+    let seen = p["samples_per_s"].as_f64().unwrap_or(0.0);
+    assert!(
+        seen / own > 0.6 && seen / own < 1.6,
+        "watch {seen:.1} samples/s, the script's own timer {own:.1}: {p:#}"
+    );
+
     let (o, r, sweep) = run("lbfgs", "8");
     let p = &r["python"];
     assert_eq!(p["closure_calls_per_step"], 5.0, "{p:#}");
@@ -453,4 +464,68 @@ fn a_hand_written_update_and_an_lbfgs_closure_are_measured_as_steps() {
         "{found:#?}"
     );
     assert!(!sweep.contains("amp ="), "{sweep}");
+}
+
+/// A reinforcement-learning loop whose environment, simulated in Python between the
+/// policy's calls, is the step's largest cost (tests/pytorch/own_code.py): the watch names
+/// the script's own code, near the share the script times itself, writes no sweep (no knob
+/// acts on it), and counts each unbatched [4] state as one sample. Before, that time was
+/// "forward", the compute finding offered bf16, and each state read as 4 samples.
+#[test]
+fn a_loop_bound_by_its_own_python_is_told_so_and_its_unbatched_states_are_samples() {
+    let _serial = support::serial();
+    let test = "a_loop_bound_by_its_own_python_is_told_so_and_its_unbatched_states_are_samples";
+    let Some(py) = support::python(test) else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("w");
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .args(["watch", "--steps", "30", "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .arg(support::script("own_code.py"))
+        .env("TUNE_CACHE_DIR", out.join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let median_of = |tag: &str| {
+        let mut v: Vec<f64> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.strip_prefix(tag)?.trim().parse().ok())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let p = &r["python"];
+    let shares = p["phase_share"].as_object().cloned().unwrap_or_default();
+    let share = |k: &str| shares.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    let own = median_of("OWN");
+    // The script times its simulation alone; tune's share holds the rest of its Python
+    // between the calls too (the state's tensor, the log-probabilities' list).
+    assert!(
+        share("script") > own - 0.1 && share("script") < own + 0.25,
+        "script share {} against the script's own {own}: {p:#}",
+        share("script")
+    );
+    let sum: f64 = shares.values().filter_map(Value::as_f64).sum();
+    assert!((sum - 1.0).abs() < 0.02, "phase shares sum to {sum}: {p:#}");
+    let found = r["findings"].as_array().cloned().unwrap_or_default();
+    assert_eq!(
+        found.first().map(|f| f["kind"].clone()),
+        Some("script".into()),
+        "{found:#?}"
+    );
+    assert!(!found.iter().any(|f| f["kind"] == "compute"), "{found:#?}");
+    assert!(!out.join("sweep.toml").exists(), "{}", show(&o));
+    // 40 environment steps an episode, one state each.
+    let own_rate = 40.0 / (median_of("STEP") / 1e3);
+    let seen = p["samples_per_s"].as_f64().unwrap_or(0.0);
+    assert!(
+        seen / own_rate > 0.6 && seen / own_rate < 1.6,
+        "watch {seen:.1} samples/s, the script's own {own_rate:.1}: {p:#}"
+    );
 }

@@ -16,6 +16,7 @@ mod evaluation;
 mod events;
 mod inject;
 mod progress;
+mod summary;
 
 use std::io::PipeWriter;
 use std::os::fd::AsRawFd;
@@ -26,9 +27,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 pub use attach::{classify, StackSampler, StackSummary};
-pub use events::{Events, Override, RankSummary, Step, StepSummary, WindowFull, OPTIMIZER};
+pub use events::{Events, Override, Step, WindowFull, OPTIMIZER};
 pub use inject::{injected, knob_values, repeat};
 pub use progress::Progress;
+pub use summary::{RankSummary, StepSummary};
 
 use crate::error::{Error, Result};
 use crate::process::pipes::spawn_reader;

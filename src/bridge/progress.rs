@@ -4,7 +4,8 @@
 //! whole run: a 16 s compiling first step, or a warm-up that never settles, was seen
 //! only in the report written at the end.
 
-use super::events::{phases_mean, Events};
+use super::events::Events;
+use super::summary::phases_mean;
 use crate::engine::train::Phases;
 use crate::stats::median;
 

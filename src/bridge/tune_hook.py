@@ -46,7 +46,12 @@ _LOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_fa
 _sync = None
 _depth = {"backward": 0}
 # "eval": the trained model's evaluation (tune_steps.timed_eval), not in the step's dur.
-_acc = {"data_wait": 0.0, "h2d": 0.0, "backward": 0.0, "optimizer": 0.0, "zero_grad": 0.0, "eval": 0.0}
+# "model": the outermost module calls of the step (the model's forward, a loss module's),
+# which the step's "forward" is, apart from the script's own code between the hooks
+# ("script"); not a phase of its own, so not subtracted from the step.
+_acc = {"data_wait": 0.0, "h2d": 0.0, "backward": 0.0, "optimizer": 0.0, "zero_grad": 0.0, "eval": 0.0, "model": 0.0}
+# Not phases: left out of the step's remainder.
+_APART = ("eval", "model")
 _state = {
     "step": 0,
     "t0": None,
@@ -453,8 +458,10 @@ def _install_module_call(torch):
                     # No DataLoader: the samples are what the training loop feeds its
                     # model (summed over the step, so accumulation counts every
                     # micro-batch); a loss module has no parameters and is not counted.
-                    n, tokens = _ld.batch_counts(args)
+                    n, tokens = _ld.input_counts(self, args)
                     _ld.count_inputs(self, n, tokens)
+                elif trained:
+                    _ld.loader_input(self)
                 if _st.in_step():
                     run = _st.timed_closure_forward(run)
                 if trained and _state["fwd0"] is None:
@@ -466,6 +473,10 @@ def _install_module_call(torch):
                 run = _tc.guarded(orig_call)
             if _st.evaluated(self):
                 run = _st.timed_eval(run)
+            elif not _depth["backward"] and not getattr(_tl, "loading", False):
+                # Not a checkpointed segment's recompute (backward's) nor a transform
+                # the DataLoader runs in this process (data wait's).
+                run = _timed_model(run)
             if dtype is None and cl is None:
                 return run(self, *args, **kwargs)
             try:
@@ -484,6 +495,18 @@ def _install_module_call(torch):
             _ld.call_ended()
 
     torch.nn.Module.__call__ = call
+
+
+def _timed_model(run):
+    def timed(*args, **kwargs):
+        t = _now()
+        try:
+            return run(*args, **kwargs)
+        finally:
+            if os.getpid() == _pid:
+                _acc["model"] += _now() - t
+
+    return timed
 
 
 def _install_dp(torch):
@@ -581,7 +604,8 @@ def _step_end(t):
         if s["first_t"] is not None and os.getpid() == _pid:
             first = {"ev": "first_step", "t": t, "dur": max(t - s["first_t"], 0.0)}
             for k in _acc:
-                first[k] = _acc[k]
+                if k != "model":
+                    first[k] = _acc[k]
             if s["fwd0"] is not None:
                 first["fwd_dur"] = t - s["fwd0"]
             first["compile"] = comp_s
@@ -621,18 +645,51 @@ def _step_end(t):
         ev["rank"] = _rank
     other = dur
     for k in _acc:
-        ev[k] = _acc[k]
-        if k != "eval":
+        if k not in _APART:
             other -= _acc[k]
+        if k != "model":
+            ev[k] = _acc[k]
+    other = max(other, 0.0)
+    # Forward, loss and the script's own Python: everything between the hooks, split into
+    # the module calls and the rest where the clock can tell them apart (`_split`).
+    if _split():
+        ev["forward"] = min(_acc["model"], other)
+        ev["script"] = other - ev["forward"]
+    else:
+        ev["forward"] = other
+    for k in _acc:
         _acc[k] = 0.0
-    # Forward, loss and the script's own Python: everything between the hooks.
-    ev["forward"] = max(other, 0.0)
     for k in _st.COUNTERS:
         s[k] = 0
     if _tw.ended():
         return
     _emit(ev)
     _tw.step(dur, t, comps > 0)
+
+
+def _split():
+    """Whether a step's time between the hooks splits into the model's calls and the
+    script's own code: on the CPU, where a call's time is its work. A CUDA job's calls
+    return once their kernels are queued, and the GPU's time lands where the script next
+    waits for it (a `.item()` for its log), so there it stays one "forward" share. Read
+    at the first steps and kept: torch.cuda.is_available() asks the driver each time."""
+    if _state.get("split") is None or _state["step"] <= 2:
+        _state["split"] = _accelerated() is False
+    return _state["split"]
+
+
+def _accelerated():
+    torch = _torch
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return True
+        for name in ("xpu", "mps"):
+            dev = getattr(torch, name, None)
+            if dev is not None and dev.is_available():
+                return True
+    except Exception:
+        return None
+    return False
 
 
 def _ranked(ev):

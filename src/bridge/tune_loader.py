@@ -53,6 +53,16 @@ def batch_tokens(batch):
     return _tokens_of(_first_leaf(batch))
 
 
+def _shape2(batch):
+    """(first, second) dimensions of a batch's first tensor, for a seq-first model's
+    correction; None for a tensor of fewer than two."""
+    try:
+        shape = _first_leaf(batch).shape
+        return (int(shape[0]), int(shape[1])) if len(shape) >= 2 else None
+    except Exception:
+        return None
+
+
 def batch_counts(batch):
     """(samples, tokens) of a batch, its first tensor found once: the loader's hook runs
     on every batch."""
@@ -75,13 +85,17 @@ def _seq_layers(torch, model):
 
 def _seq_pre_hook(module, args):
     """The batch a seq-first layer sees, [T, B, ...] or a PackedSequence, corrects the
-    samples counted from its model's input by its first dimension (T)."""
+    samples counted from its model's input by its first dimension (T): the model's own
+    inputs' count, or the DataLoader batch's (`_tl.counted`: which count, its n, and for
+    the loader's the batch's second dimension, which must be the layer's B: the model
+    may be fed a slice of the batch, `x[:-1]` for a language model's inputs)."""
     # While dynamo traces a compiled model the hook passes through (a traced side effect
     # would break its graph); its samples then stay the input's first dimension.
     counted = getattr(_tl, "counted", None)
     if counted is None or not args or _h._tc.compiling():
         return
     _tl.counted = None
+    key, counted, columns = counted
     x = args[0]
     b = 0
     try:
@@ -92,8 +106,49 @@ def _seq_pre_hook(module, args):
             b = int(x.shape[1])
     except Exception:
         return
-    if b > 0:
-        _h._state["fwd_batch"] += b - counted
+    if b > 0 and columns in (None, b):
+        _h._state[key] += b - counted
+
+
+# Each trained model's first layer with weights and the input rank that layer takes
+# without a batch dimension (nn.Linear's [in], Conv2d's [C, H, W]), or None.
+_first_layer = weakref.WeakKeyDictionary()
+
+
+def _unbatched_rank(torch, model):
+    nn = torch.nn
+    ranks = ((nn.Linear, 1), (nn.Conv1d, 2), (nn.Conv2d, 3), (nn.Conv3d, 4))
+    for m in model.modules():
+        if next(m.parameters(recurse=False), None) is None:
+            continue
+        for kind, rank in ranks:
+            if isinstance(m, kind):
+                return m, rank
+        return None
+    return None
+
+
+def input_counts(model, args):
+    """(samples, tokens) of a training forward's input without a DataLoader. A model fed
+    one unbatched sample (pytorch/examples' actor_critic calls its policy on each [4]
+    state) is one sample, not the state's length: its first layer (a Linear, a conv)
+    takes the input at the rank it has without a batch dimension, with the layer's
+    width (before, the watch read 4 samples for each environment step)."""
+    x = _first_leaf(args)
+    n, tokens = _size_of(x), _tokens_of(x)
+    try:
+        first = _first_layer.get(model, False)
+        if first is False:
+            first = _unbatched_rank(_h._torch, model)
+            _first_layer[model] = first
+        if first is not None and n > 0 and x.is_floating_point() and x.dim() == first[1]:
+            layer = first[0]
+            width = getattr(layer, "in_features", None) or getattr(layer, "in_channels", None)
+            if width == int(x.shape[0]):
+                n = 1
+    except (TypeError, AttributeError):  # a model that cannot be weakly referenced
+        pass
+    return n, tokens
 
 
 def count_inputs(model, n, tokens):
@@ -105,6 +160,26 @@ def count_inputs(model, n, tokens):
     s = _h._state
     s["fwd_batch"] += n
     s["fwd_tokens"] += tokens
+    _watch_seq(model, ("fwd_batch", n, None))
+
+
+def loader_input(model):
+    """A training forward of `model` with a DataLoader. Where the loader's last batch is
+    [T, B] token ids (a collate_fn that pads with `pad_sequence` at its default,
+    batch_first=False, as pytorch/examples' SNLI had its batches from torchtext), a
+    seq-first model corrects that batch's samples (its T) to its LSTM's B, once per batch:
+    a batch-first batch [B, T] transposed for the model is B already, and its LSTM's
+    batch (B) is not the batch's second dimension (T), so it stays."""
+    s = _h._state
+    last = s.get("last_batch")
+    if not last:
+        return
+    s["last_batch"] = None
+    _watch_seq(model, ("batch",) + last)
+
+
+def _watch_seq(model, counted):
+    """The first seq-first layer of `model`, if it has one, is to correct `counted`."""
     try:
         layers = _seq_first.get(model)
         if layers is None:
@@ -112,7 +187,7 @@ def count_inputs(model, n, tokens):
             _seq_first[model] = layers
             if layers:
                 layers[0].register_forward_pre_hook(_seq_pre_hook)
-        _tl.counted = n if layers else None
+        _tl.counted = counted if layers else None
     except TypeError:  # a model that cannot be weakly referenced
         _tl.counted = None
 
@@ -252,9 +327,12 @@ def install(torch, hook):
         if not evaluating:
             _h._st.manual(_h._now())
         t = _h._now()
+        loading = getattr(_h._tl, "loading", False)
+        _h._tl.loading = True
         try:
             batch = orig_next(self)
         finally:
+            _h._tl.loading = loading
             _h._add("eval" if evaluating else "data_wait", _h._now() - t)
         if os.getpid() == _h._pid and not evaluating:
             _replay_check(self, batch)
@@ -264,6 +342,7 @@ def install(torch, hook):
             _h._state["batch"] += n
             _h._state["tokens"] += tokens
             _h._state["loader_batches"] += 1
+            _h._state["last_batch"] = _shape2(batch)
         return batch
 
     dl._BaseDataLoaderIter.__next__ = next_

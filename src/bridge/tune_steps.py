@@ -137,12 +137,11 @@ def manual(t):
     s = _h._state
     if s["optimizers"] or not s["backwards"] or os.getpid() != _h._pid or _h._off:
         return
-    if _h._once("manual_steps"):
-        _h._notice(
-            "the job builds no torch.optim optimizer (its update is written by hand): a "
-            "step is bounded by its backward calls, and the update's time is in the "
-            "forward's share; the optimizer knobs cannot act"
-        )
+    _h._notice(
+        "the job builds no torch.optim optimizer (its update is written by hand): a step "
+        "is bounded by its backward calls, and the update's time is in the script's own "
+        "code (forward's share on a GPU); the optimizer knobs cannot act"
+    )
     try:
         _h._step_end(t)
     except Exception as e:  # not SystemExit: the window's stop goes through

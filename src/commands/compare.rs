@@ -322,20 +322,7 @@ impl Steady {
         };
         let mut shares = BTreeMap::new();
         for name in crate::report::trace::PHASE_ORDER {
-            let v: Vec<f64> = rows
-                .iter()
-                .map(|s| {
-                    let x = match name {
-                        "data_wait" => s.data_wait,
-                        "h2d" => s.h2d,
-                        "zero_grad" => s.zero_grad,
-                        "forward" => s.forward,
-                        "backward" => s.backward,
-                        _ => s.optimizer,
-                    };
-                    100.0 * x / s.dur
-                })
-                .collect();
+            let v: Vec<f64> = rows.iter().map(|s| 100.0 * s.phase(name) / s.dur).collect();
             shares.insert(name, v);
         }
         Some(Steady {

@@ -35,11 +35,12 @@ pub struct Track {
 /// The phases of a step laid end to end inside it, in the order a training loop runs
 /// them. The hooks measure each phase's total within the step, not when it ran, so the
 /// nesting shows how the step divides, and the args say so.
-pub const PHASE_ORDER: [&str; 6] = [
+pub const PHASE_ORDER: [&str; 7] = [
     "data_wait",
     "h2d",
     "zero_grad",
     "forward",
+    "script",
     "backward",
     "optimizer",
 ];

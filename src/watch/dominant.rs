@@ -38,9 +38,21 @@ pub fn findings(s: &StepSummary, script: &ScriptKnobs) -> Vec<WatchFinding> {
     let optimizer = share("optimizer") + share("zero_grad");
     let compute = share("forward") + share("backward");
     let input = share("data_wait") + share("h2d");
-    let top = optimizer.max(compute).max(input);
+    // The script's own code between the hooks, where the hooks split it from the module
+    // calls (on the CPU): an RL loop's environment, a log's `.item()` on every step.
+    let own = share("script");
+    let top = optimizer.max(compute).max(input).max(own);
     if top < DOMINANT_SHARE {
         return Vec::new();
+    }
+    if own == top {
+        return vec![super::own_code::finding(
+            s,
+            own,
+            compute,
+            optimizer,
+            &of_steps(s),
+        )];
     }
     if optimizer == top {
         let evidence = format!(
@@ -62,14 +74,27 @@ pub fn findings(s: &StepSummary, script: &ScriptKnobs) -> Vec<WatchFinding> {
             device: "python".into(),
             finding: Finding {
                 title: "forward and backward computation is the largest cost".into(),
-                evidence: format!(
-                    "forward (with the loss and the script's own Python) and backward take {} \
-                     of step time, the optimizer {}, waiting for data {} {}",
-                    fmt_pct(compute),
-                    fmt_pct(optimizer),
-                    fmt_pct(share("data_wait")),
-                    of_steps(s)
-                ),
+                evidence: if s.phase_share.contains_key("script") {
+                    format!(
+                        "the model's calls (forward, a loss module's) and backward take {} of \
+                         step time, the script's own code between them {}, the optimizer {}, \
+                         waiting for data {} {}",
+                        fmt_pct(compute),
+                        fmt_pct(own),
+                        fmt_pct(optimizer),
+                        fmt_pct(share("data_wait")),
+                        of_steps(s)
+                    )
+                } else {
+                    format!(
+                        "forward (with the loss and the script's own Python) and backward \
+                         take {} of step time, the optimizer {}, waiting for data {} {}",
+                        fmt_pct(compute),
+                        fmt_pct(optimizer),
+                        fmt_pct(share("data_wait")),
+                        of_steps(s)
+                    )
+                },
             },
             hint: if float64(script) {
                 FLOAT64_HINT.into()

@@ -22,6 +22,7 @@ pub(crate) mod findings;
 pub(crate) mod html;
 pub(crate) mod live;
 pub(crate) mod model;
+pub(crate) mod own_code;
 pub(crate) mod procs;
 // `report` and `target` stay public: `WatchReport::load` and `Target::wait` have no caller
 // in the crate yet, and pub(crate) would flag them as dead code.

@@ -336,7 +336,7 @@ fn phase_chart(steps: &[Step]) -> String {
         .map(|&name| {
             let pts: Vec<(f64, f64)> = r
                 .iter()
-                .map(|s| (s.step as f64, 100.0 * phase(s, name) / s.dur))
+                .map(|s| (s.step as f64, 100.0 * s.phase(name) / s.dur))
                 .collect();
             Line {
                 name: name.to_string(),
@@ -353,22 +353,11 @@ fn phase_chart(steps: &[Step]) -> String {
             "share of the step (%)",
             Some(100.0),
             &lines,
-            "Each phase's share of each step in %, rank 0 (forward is the remainder between \
-             the hooks: forward, loss and the script's own Python)."
+            "Each phase's share of each step in %, rank 0 (forward: the module calls; script: \
+             the script's own code between the hooks, measured on the CPU only, else in \
+             forward)."
         )
     )
-}
-
-fn phase(s: &Step, name: &str) -> f64 {
-    match name {
-        "data_wait" => s.data_wait,
-        "h2d" => s.h2d,
-        "zero_grad" => s.zero_grad,
-        "forward" => s.forward,
-        "backward" => s.backward,
-        "optimizer" => s.optimizer,
-        _ => 0.0,
-    }
 }
 
 /// `trace.json` of a watch: one process per rank (pid = rank, 0 outside torchrun), each
@@ -413,7 +402,7 @@ pub fn trace(r: &WatchReport) -> String {
             args,
         });
         let phases: Vec<(&'static str, f64)> =
-            PHASE_ORDER.iter().map(|&n| (n, phase(s, n))).collect();
+            PHASE_ORDER.iter().map(|&n| (n, s.phase(n))).collect();
         spans.extend(phase_spans(start, s.dur, &phases));
     }
     let ranked = r.steps.iter().any(|s| s.rank.is_some());

@@ -6,6 +6,10 @@ out seq-first ([T, B], no DataLoader), model.zero_grad(), clip_grad_norm_ and th
 written by hand (`p.data.add_(p.grad, alpha=-lr)`): no torch.optim optimizer at all.
 Each step prints its own wall time ("STEP <ms>").
 
+--mode padded: the same model fed by a DataLoader whose collate_fn pads with
+pad_sequence at its default, so each batch is [T, B] ids as they come (torchtext's
+layout, pytorch/examples' SNLI); each step prints its own wall time ("STEP <ms>").
+
 --mode lbfgs: time_sequence_prediction's: LSTMCells in float64 (`.double()`) trained
 with L-BFGS, whose step runs the closure (zero_grad, forward, loss, backward) several
 times; each step prints its closure calls ("CALLS <n>")."""
@@ -88,14 +92,36 @@ def lbfgs(a):
         print("CALLS %d" % calls[0], flush=True)
 
 
+def padded(a):
+    """A DataLoader whose collate_fn pads with pad_sequence at its default
+    (batch_first=False): [T, B] ids of 12 sequences of up to 30 tokens, fed as they come
+    to the seq-first LSTM model, under Adam."""
+    from torch.nn.utils.rnn import pad_sequence
+    from torch.utils.data import DataLoader
+
+    seqs = [torch.randint(0, 500, (int(n),)) for n in torch.randint(20, 31, (2400,))]
+    loader = DataLoader(seqs, batch_size=12, shuffle=True, collate_fn=pad_sequence)
+    model = LM()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    crit = nn.NLLLoss()
+    for _ in range(1000):
+        for x in loader:
+            t = time.perf_counter()
+            opt.zero_grad()
+            out, _ = model(x[:-1], None)
+            crit(out.reshape(-1, 500), x[1:].reshape(-1)).backward()
+            opt.step()
+            print("STEP %.3f" % ((time.perf_counter() - t) * 1e3), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=["sgd", "lbfgs"], default="sgd")
+    p.add_argument("--mode", choices=["sgd", "lbfgs", "padded"], default="sgd")
     p.add_argument("--steps", type=int, default=100000)
     a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    (sgd if a.mode == "sgd" else lbfgs)(a)
+    {"sgd": sgd, "lbfgs": lbfgs, "padded": padded}[a.mode](a)
 
 
 if __name__ == "__main__":
