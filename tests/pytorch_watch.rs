@@ -529,3 +529,74 @@ fn a_loop_bound_by_its_own_python_is_told_so_and_its_unbatched_states_are_sample
         "watch {seen:.1} samples/s, the script's own {own_rate:.1}: {p:#}"
     );
 }
+
+/// Trainers that Python's multiprocessing starts (tests/pytorch/spawned.py): Hogwild!'s
+/// two processes sharing one model are told apart by pid, each its own stream of steps,
+/// with no straggler finding (they wait for no all-reduce); ranks that mp.spawn starts
+/// with their rank as an argument (no RANK) are told apart by torch.distributed's rank.
+/// Before, both jobs' steps were one stream of both processes' steps.
+#[test]
+fn trainers_that_multiprocessing_starts_are_each_a_stream_of_steps() {
+    let _serial = support::serial();
+    let Some(py) =
+        support::python("trainers_that_multiprocessing_starts_are_each_a_stream_of_steps")
+    else {
+        return;
+    };
+    let run = |mode: &str| {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("w");
+        let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+            .args(["watch", "--steps", "30", "--out"])
+            .arg(&out)
+            .arg("--")
+            .arg(&py)
+            .arg(support::script("spawned.py"))
+            .args(["--mode", mode])
+            .env("TUNE_CACHE_DIR", out.join("cache"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", show(&o));
+        let text = std::fs::read_to_string(out.join("report.json")).unwrap();
+        (o, serde_json::from_str::<Value>(&text).unwrap())
+    };
+    let (o, r) = run("hogwild");
+    let p = &r["python"];
+    assert_eq!(p["processes"], 2, "{p:#}");
+    let ranks = p["ranks"].as_array().cloned().unwrap_or_default();
+    assert_eq!(ranks.len(), 2, "{p:#}");
+    for k in &ranks {
+        assert!(k["steps"].as_u64().unwrap_or(0) >= 30, "{k:#}");
+    }
+    let found = r["findings"].as_array().cloned().unwrap_or_default();
+    assert!(
+        !found.iter().any(|f| f["kind"] == "imbalance"),
+        "{found:#?}"
+    );
+    // One process's rate: 32 samples an iteration, by the script's own timer.
+    let mut own: Vec<f64> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("STEP")?.trim().parse().ok())
+        .collect();
+    own.sort_by(f64::total_cmp);
+    let own = 32.0 / (own[own.len() / 2] / 1e3);
+    let seen = p["samples_per_s"].as_f64().unwrap_or(0.0);
+    assert!(
+        seen / own > 0.6 && seen / own < 1.6,
+        "watch {seen:.1} samples/s, the script's own {own:.1}: {p:#}"
+    );
+
+    let (o, r) = run("ddp");
+    let p = &r["python"];
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("RANK 1"),
+        "{}",
+        show(&o)
+    );
+    assert!(p["processes"].is_null(), "{p:#}");
+    let ranks: Vec<u64> = p["ranks"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|k| k["rank"].as_u64()).collect())
+        .unwrap_or_default();
+    assert_eq!(ranks, vec![0, 1], "{p:#}");
+}

@@ -54,9 +54,14 @@ pub struct Step {
     /// Step 0 only: from the job's first training forward to its first optimizer step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fwd_dur: Option<f64>,
-    /// torchrun's `RANK` of the process that took the step; none outside torchrun.
+    /// torchrun's `RANK` of the process that took the step, or torch.distributed's rank
+    /// (ranks started by mp.spawn); for a process multiprocessing started without one
+    /// (Hogwild!'s trainers), the index of its pid among them; none for one process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,
+    /// The pid of a trainer that multiprocessing started, where it has no rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proc: Option<u32>,
     /// Backward calls in the step: more than one is gradient accumulation (`batch` then
     /// sums every micro-batch).
     #[serde(default)]
@@ -101,6 +106,9 @@ const MAX_BATCH: u64 = 1 << 32;
 const MAX_TOKENS: u64 = 1 << 52;
 /// The job's clock (`perf_counter`, seconds since boot on Linux): a century.
 const MAX_CLOCK_S: f64 = 3.2e9;
+/// Trainers told apart by pid: far above any machine's cores, low enough that a job
+/// forking a process per batch does not grow the report without bound.
+const MAX_PROCS: usize = 256;
 
 impl Step {
     /// Seconds of the phase named as in `report::trace::PHASE_ORDER` (0 for any other).
@@ -163,8 +171,11 @@ pub struct Events {
     pub steps: Vec<Step>,
     /// Each process's first step (step 0), kept apart from `steps`.
     pub first_steps: Vec<Step>,
-    /// Under torchrun, each rank's steps.
+    /// Under torchrun, each rank's steps (or each trainer's, `procs`).
     pub ranks: BTreeMap<u32, Vec<Step>>,
+    /// The pids of the trainers that multiprocessing started with no rank, in the order
+    /// their first step came: their steps' `rank` is the index here.
+    pub procs: Vec<u32>,
     pub overrides: Vec<Override>,
     /// Knobs that could not act in this job, with the reason (one per knob).
     pub not_applicable: BTreeMap<String, String>,
@@ -314,7 +325,10 @@ impl Events {
     pub fn push_line(&mut self, line: &str) {
         match serde_json::from_str::<Line>(line) {
             Ok(Line::Hello { torch }) => self.torch = Some(torch),
-            Ok(Line::Step(s)) if s.plausible() => {
+            Ok(Line::Step(mut s)) if s.plausible() => {
+                if let (None, Some(pid)) = (s.rank, s.proc) {
+                    s.rank = Some(self.proc_index(pid));
+                }
                 if let Some(r) = s.rank {
                     self.ranks.entry(r).or_default().push(s.clone());
                 }
@@ -397,14 +411,34 @@ impl Events {
         }
     }
 
+    /// The index of a trainer's pid among `procs`, a new one added while there are fewer
+    /// than `MAX_PROCS` (the rest share the last index).
+    fn proc_index(&mut self, pid: u32) -> u32 {
+        let at = match self.procs.iter().position(|p| *p == pid) {
+            Some(i) => i,
+            None if self.procs.len() < MAX_PROCS => {
+                self.procs.push(pid);
+                self.procs.len() - 1
+            }
+            None => self.procs.len() - 1,
+        };
+        at as u32
+    }
+
     /// Whether a window line came from the process whose steps are `steps`: rank 0 under
     /// torchrun, else the one process that reports.
     fn rank_zero(&self, line: &str) -> bool {
         #[derive(Deserialize)]
         struct Rank {
             rank: Option<u32>,
+            proc: Option<u32>,
         }
-        serde_json::from_str::<Rank>(line).map_or(true, |r| r.rank.unwrap_or(0) == 0)
+        serde_json::from_str::<Rank>(line).map_or(true, |r| match (r.rank, r.proc) {
+            (Some(rank), _) => rank == 0,
+            // A trainer multiprocessing started: the first whose steps came.
+            (None, Some(pid)) => self.procs.first().is_none_or(|p| *p == pid),
+            (None, None) => true,
+        })
     }
 
     /// Steps after warm-up: the measurement window's, when the hooks had one and began

@@ -92,6 +92,7 @@ pub(super) fn summarize(steps: &[Step]) -> Option<StepSummary> {
         not_applicable: BTreeMap::new(),
         notices: Vec::new(),
         ranks: Vec::new(),
+        processes: None,
         stream_replayed: None,
         evaluation: Evaluation::of(s),
     })
@@ -143,6 +144,11 @@ pub struct StepSummary {
     /// Under torchrun, each rank's figures (the ones above are rank 0's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<RankSummary>,
+    /// Trainers that multiprocessing started without ranks (Hogwild!'s, sharing one
+    /// model), 2 or more: `ranks` holds each one's figures (its index, in the order their
+    /// first steps came), and the ones above are the first's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<usize>,
     /// The DataLoader workers (2 or more) that each replayed an IterableDataset's whole
     /// stream: every sample trained on that many times per pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -186,6 +192,7 @@ impl Events {
         s.not_applicable = self.not_applicable.clone();
         s.notices = self.notices.clone();
         s.stream_replayed = self.stream_replayed;
+        s.processes = (self.procs.len() >= 2).then_some(self.procs.len());
         s.ranks = self
             .ranks
             .iter()

@@ -476,7 +476,7 @@ def _install_module_call(torch):
             elif not _depth["backward"] and not getattr(_tl, "loading", False):
                 # Not a checkpointed segment's recompute (backward's) nor a transform
                 # the DataLoader runs in this process (data wait's).
-                run = _timed_model(run)
+                run = _st.timed_model(run)
             if dtype is None and cl is None:
                 return run(self, *args, **kwargs)
             try:
@@ -495,18 +495,6 @@ def _install_module_call(torch):
             _ld.call_ended()
 
     torch.nn.Module.__call__ = call
-
-
-def _timed_model(run):
-    def timed(*args, **kwargs):
-        t = _now()
-        try:
-            return run(*args, **kwargs)
-        finally:
-            if os.getpid() == _pid:
-                _acc["model"] += _now() - t
-
-    return timed
 
 
 def _install_dp(torch):
@@ -641,8 +629,7 @@ def _step_end(t):
         # A recompilation (a new input shape, a guard that failed) inside this step.
         ev["compile"] = comp_s
         ev["compiles"] = comps
-    if _rank is not None:
-        ev["rank"] = _rank
+    _ranked(ev)
     other = dur
     for k in _acc:
         if k not in _APART:
@@ -651,8 +638,8 @@ def _step_end(t):
             ev[k] = _acc[k]
     other = max(other, 0.0)
     # Forward, loss and the script's own Python: everything between the hooks, split into
-    # the module calls and the rest where the clock can tell them apart (`_split`).
-    if _split():
+    # the module calls and the rest where the clock can tell them apart (`tune_steps.split`).
+    if _st.split():
         ev["forward"] = min(_acc["model"], other)
         ev["script"] = other - ev["forward"]
     else:
@@ -667,35 +654,42 @@ def _step_end(t):
     _tw.step(dur, t, comps > 0)
 
 
-def _split():
-    """Whether a step's time between the hooks splits into the model's calls and the
-    script's own code: on the CPU, where a call's time is its work. A CUDA job's calls
-    return once their kernels are queued, and the GPU's time lands where the script next
-    waits for it (a `.item()` for its log), so there it stays one "forward" share. Read
-    at the first steps and kept: torch.cuda.is_available() asks the driver each time."""
-    if _state.get("split") is None or _state["step"] <= 2:
-        _state["split"] = _accelerated() is False
-    return _state["split"]
-
-
-def _accelerated():
-    torch = _torch
-    try:
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            return True
-        for name in ("xpu", "mps"):
-            dev = getattr(torch, name, None)
-            if dev is not None and dev.is_available():
-                return True
-    except Exception:
-        return None
-    return False
+def _rank_of():
+    """torchrun's RANK, else torch.distributed's rank once the job initialized it (a job
+    that starts its ranks with mp.spawn passes each its rank, with no RANK to read:
+    before, its ranks' steps were one stream)."""
+    global _rank
+    if _rank is None and _torch is not None:
+        try:
+            dist = _torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                _rank = int(dist.get_rank())
+        except Exception:
+            pass
+    return _rank
 
 
 def _ranked(ev):
-    if _rank is not None:
-        ev["rank"] = _rank
+    """`ev` tagged with its process: the rank, else, in a process that multiprocessing
+    started (Hogwild!'s trainers sharing one model), its pid, so that each process's
+    steps stay a stream of their own."""
+    rank = _rank_of()
+    if rank is not None:
+        ev["rank"] = rank
+    elif _child():
+        ev["proc"] = _pid
     return ev
+
+
+def _child():
+    """Whether Python's multiprocessing started this process (a spawned trainer, or a
+    spawned DataLoader worker, which trains nothing). Asked each time: a spawned child
+    learns its parent after sitecustomize ran, in multiprocessing's spawn_main."""
+    mp = sys.modules.get("multiprocessing")
+    try:
+        return mp is not None and mp.parent_process() is not None
+    except Exception:
+        return False
 
 
 _torch = None
@@ -755,6 +749,7 @@ def activate():
     global _knobs, _rank
     if not tune_pipe.open_pipe():
         return
+
     _tw.activate(sys.modules[__name__])
     _rank = os.environ.get("RANK")
     if _rank is not None:

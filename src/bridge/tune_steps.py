@@ -202,6 +202,46 @@ def timed_closure_forward(run):
     return timed
 
 
+def timed_model(run):
+    """`run` with its time counted as the step's module calls ("model": its forward,
+    apart from the script's own code between the hooks, where `split`)."""
+
+    def timed(*args, **kwargs):
+        t = _h._now()
+        try:
+            return run(*args, **kwargs)
+        finally:
+            if os.getpid() == _h._pid:
+                _h._acc["model"] += _h._now() - t
+
+    return timed
+
+
+def split():
+    """Whether a step's time between the hooks splits into the model's calls and the
+    script's own code: on the CPU, where a call's time is its work. A CUDA job's calls
+    return once their kernels are queued, and the GPU's time lands where the script next
+    waits for it (a `.item()` for its log), so there it stays one "forward" share. Read
+    at the first steps and kept: torch.cuda.is_available() asks the driver each time."""
+    if _h._state.get("split") is None or _h._state["step"] <= 2:
+        _h._state["split"] = _accelerated() is False
+    return _h._state["split"]
+
+
+def _accelerated():
+    torch = _h._torch
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return True
+        for name in ("xpu", "mps"):
+            dev = getattr(torch, name, None)
+            if dev is not None and dev.is_available():
+                return True
+    except Exception:
+        return None
+    return False
+
+
 def install(hook):
     global _h
     _h = hook

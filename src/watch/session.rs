@@ -538,6 +538,18 @@ fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {
             p.median_step_ms,
             shares.join(", ")
         );
+        if let Some(n) = p.processes {
+            eprintln!(
+                "  {n} training processes that Python's multiprocessing started, with no \
+                 torch.distributed rank (Hogwild!'s trainers sharing one model): the figures \
+                 above are the first's, each one's below; the job trains their sum"
+            );
+        }
+        let who = if p.processes.is_some() {
+            "process"
+        } else {
+            "rank"
+        };
         for k in &p.ranks {
             let shares: Vec<String> = k
                 .phase_share
@@ -546,7 +558,7 @@ fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {
                 .map(|(k, v)| format!("{k} {:.1}%", v * 100.0))
                 .collect();
             eprintln!(
-                "  rank {}: {} steps (median {:.1} ms, {:.1} ms outside backward): {}",
+                "  {who} {}: {} steps (median {:.1} ms, {:.1} ms outside backward): {}",
                 k.rank,
                 k.steps,
                 k.median_step_ms,

@@ -177,6 +177,11 @@ pub const RANK_SPREAD: f64 = 0.20;
 /// rank's step lasts as long as the slowest one's (the others wait in backward's
 /// all-reduce), so the step times agree and the spread shows outside backward.
 fn rank_imbalance(s: &StepSummary) -> Vec<WatchFinding> {
+    // Trainers that multiprocessing started without ranks (Hogwild!) wait for no
+    // all-reduce: one slower than another holds none of the others back.
+    if s.processes.is_some() {
+        return Vec::new();
+    }
     let cmp = |a: &&crate::bridge::RankSummary, b: &&crate::bridge::RankSummary| {
         a.outside_backward_ms.total_cmp(&b.outside_backward_ms)
     };
