@@ -51,6 +51,43 @@ fn show(o: &Output) -> String {
     )
 }
 
+/// `tune watch --steps STEPS` of a fixture script with `args`: its output, report.json,
+/// the sweep.toml it wrote ("" when none) and summary.md.
+fn watch_fixture(
+    py: &Path,
+    script: &str,
+    steps: &str,
+    args: &[&str],
+) -> (Output, Value, String, String) {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("w");
+    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .args(["watch", "--steps", steps, "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(py)
+        .arg(support::script(script))
+        .args(args)
+        .env("TUNE_CACHE_DIR", out.join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let text = std::fs::read_to_string(out.join("report.json")).unwrap();
+    let sweep = std::fs::read_to_string(out.join("sweep.toml")).unwrap_or_default();
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    (o, serde_json::from_str(&text).unwrap(), sweep, md)
+}
+
+/// The median of the numbers a script printed after `tag` on its stdout (its own timer).
+fn median_of(o: &Output, tag: &str) -> f64 {
+    let mut v: Vec<f64> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix(tag)?.trim().parse().ok())
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 fn data_wait_findings(r: &Value) -> Vec<&Value> {
     r["findings"]
         .as_array()
@@ -378,34 +415,10 @@ fn a_hand_written_update_and_an_lbfgs_closure_are_measured_as_steps() {
     else {
         return;
     };
-    let run = |mode: &str, steps: &str| {
-        let d = tempfile::tempdir().unwrap();
-        let out = d.path().join("w");
-        let o = Command::new(env!("CARGO_BIN_EXE_tune"))
-            .args(["watch", "--steps", steps, "--out"])
-            .arg(&out)
-            .arg("--")
-            .arg(&py)
-            .arg(support::script("hand_update.py"))
-            .args(["--mode", mode])
-            .env("TUNE_CACHE_DIR", out.join("cache"))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", show(&o));
-        let text = std::fs::read_to_string(out.join("report.json")).unwrap();
-        let sweep = std::fs::read_to_string(out.join("sweep.toml")).unwrap_or_default();
-        (o, serde_json::from_str::<Value>(&text).unwrap(), sweep)
-    };
-    let median_of = |o: &Output, tag: &str| {
-        let mut v: Vec<f64> = String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter_map(|l| l.strip_prefix(tag)?.trim().parse().ok())
-            .collect();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    };
+    let run =
+        |mode: &str, steps: &str| watch_fixture(&py, "hand_update.py", steps, &["--mode", mode]);
 
-    let (o, r, _) = run("sgd", "20");
+    let (o, r, _, _) = run("sgd", "20");
     let p = &r["python"];
     assert!(p["steps"].as_u64().unwrap_or(0) >= 20, "{p:#}");
     // 12 sequences a step (the LSTM's batch dimension), not the 20 time steps first.
@@ -425,7 +438,7 @@ fn a_hand_written_update_and_an_lbfgs_closure_are_measured_as_steps() {
 
     // The same seq-first model fed [T, B] batches from a DataLoader as they come: 12
     // sequences a step, not the padded length (20 to 30) first.
-    let (o, r, _) = run("padded", "20");
+    let (o, r, _, _) = run("padded", "20");
     let p = &r["python"];
     let own = 12.0 / (median_of(&o, "STEP") / 1e3);
     let seen = p["samples_per_s"].as_f64().unwrap_or(0.0);
@@ -434,7 +447,7 @@ fn a_hand_written_update_and_an_lbfgs_closure_are_measured_as_steps() {
         "watch {seen:.1} samples/s, the script's own timer {own:.1}: {p:#}"
     );
 
-    let (o, r, sweep) = run("lbfgs", "8");
+    let (o, r, sweep, _) = run("lbfgs", "8");
     let p = &r["python"];
     assert_eq!(p["closure_calls_per_step"], 5.0, "{p:#}");
     let calls = median_of(&o, "CALLS");
@@ -478,32 +491,13 @@ fn a_loop_bound_by_its_own_python_is_told_so_and_its_unbatched_states_are_sample
     let Some(py) = support::python(test) else {
         return;
     };
-    let d = tempfile::tempdir().unwrap();
-    let out = d.path().join("w");
-    let o = Command::new(env!("CARGO_BIN_EXE_tune"))
-        .args(["watch", "--steps", "30", "--out"])
-        .arg(&out)
-        .arg("--")
-        .arg(&py)
-        .arg(support::script("own_code.py"))
-        .env("TUNE_CACHE_DIR", out.join("cache"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", show(&o));
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
-    let median_of = |tag: &str| {
-        let mut v: Vec<f64> = String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter_map(|l| l.strip_prefix(tag)?.trim().parse().ok())
-            .collect();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    };
+    let (o, r, sweep, md) = watch_fixture(&py, "own_code.py", "30", &[]);
+    // Where users look: the phase shares in summary.md too.
+    assert!(md.contains("Share of the step: script "), "{md}");
     let p = &r["python"];
     let shares = p["phase_share"].as_object().cloned().unwrap_or_default();
     let share = |k: &str| shares.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-    let own = median_of("OWN");
+    let own = median_of(&o, "OWN");
     // The script times its simulation alone; tune's share holds the rest of its Python
     // between the calls too (the state's tensor, the log-probabilities' list).
     assert!(
@@ -520,9 +514,9 @@ fn a_loop_bound_by_its_own_python_is_told_so_and_its_unbatched_states_are_sample
         "{found:#?}"
     );
     assert!(!found.iter().any(|f| f["kind"] == "compute"), "{found:#?}");
-    assert!(!out.join("sweep.toml").exists(), "{}", show(&o));
+    assert!(sweep.is_empty(), "{sweep}");
     // 40 environment steps an episode, one state each.
-    let own_rate = 40.0 / (median_of("STEP") / 1e3);
+    let own_rate = 40.0 / (median_of(&o, "STEP") / 1e3);
     let seen = p["samples_per_s"].as_f64().unwrap_or(0.0);
     assert!(
         seen / own_rate > 0.6 && seen / own_rate < 1.6,
@@ -543,24 +537,12 @@ fn trainers_that_multiprocessing_starts_are_each_a_stream_of_steps() {
     else {
         return;
     };
-    let run = |mode: &str| {
-        let d = tempfile::tempdir().unwrap();
-        let out = d.path().join("w");
-        let o = Command::new(env!("CARGO_BIN_EXE_tune"))
-            .args(["watch", "--steps", "30", "--out"])
-            .arg(&out)
-            .arg("--")
-            .arg(&py)
-            .arg(support::script("spawned.py"))
-            .args(["--mode", mode])
-            .env("TUNE_CACHE_DIR", out.join("cache"))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", show(&o));
-        let text = std::fs::read_to_string(out.join("report.json")).unwrap();
-        (o, serde_json::from_str::<Value>(&text).unwrap())
-    };
-    let (o, r) = run("hogwild");
+    let run = |mode: &str| watch_fixture(&py, "spawned.py", "30", &["--mode", mode]);
+    let (o, r, _, md) = run("hogwild");
+    assert!(
+        md.contains("2 training processes") && md.contains("- process 1: "),
+        "{md}"
+    );
     let p = &r["python"];
     assert_eq!(p["processes"], 2, "{p:#}");
     let ranks = p["ranks"].as_array().cloned().unwrap_or_default();
@@ -574,19 +556,14 @@ fn trainers_that_multiprocessing_starts_are_each_a_stream_of_steps() {
         "{found:#?}"
     );
     // One process's rate: 32 samples an iteration, by the script's own timer.
-    let mut own: Vec<f64> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.strip_prefix("STEP")?.trim().parse().ok())
-        .collect();
-    own.sort_by(f64::total_cmp);
-    let own = 32.0 / (own[own.len() / 2] / 1e3);
+    let own = 32.0 / (median_of(&o, "STEP") / 1e3);
     let seen = p["samples_per_s"].as_f64().unwrap_or(0.0);
     assert!(
         seen / own > 0.6 && seen / own < 1.6,
         "watch {seen:.1} samples/s, the script's own {own:.1}: {p:#}"
     );
 
-    let (o, r) = run("ddp");
+    let (o, r, _, _) = run("ddp");
     let p = &r["python"];
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("RANK 1"),

@@ -257,6 +257,20 @@ impl WatchReport {
     }
 
     pub fn markdown(&self) -> String {
+        // Phases of at least half a percent, largest first.
+        let shares = |m: &std::collections::BTreeMap<String, f64>| {
+            let mut v: Vec<(&String, f64)> = m
+                .iter()
+                .map(|(k, x)| (k, *x))
+                .filter(|(_, x)| *x >= 0.005)
+                .collect();
+            v.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let v: Vec<String> = v
+                .iter()
+                .map(|(k, x)| format!("{} {:.1}%", cell(k), x * 100.0))
+                .collect();
+            v.join(", ")
+        };
         let mut s = String::new();
         let what = match &self.target.command {
             Some(c) => code(&c.join(" ")),
@@ -312,6 +326,33 @@ impl WatchReport {
                 ));
             }
             let _ = writeln!(s, "{line}.\n");
+            let _ = writeln!(s, "Share of the step: {}.\n", shares(&p.phase_share));
+            let who = match p.processes {
+                Some(n) => {
+                    let _ = writeln!(
+                        s,
+                        "{n} training processes that Python's multiprocessing started, with \
+                         no torch.distributed rank: the figures above are the first's, each \
+                         one's below; the job trains their sum.\n"
+                    );
+                    "process"
+                }
+                None => "rank",
+            };
+            for k in &p.ranks {
+                let _ = writeln!(
+                    s,
+                    "- {who} {}: {} steps, median {:.1} ms ({:.1} ms outside backward); {}",
+                    k.rank,
+                    k.steps,
+                    k.median_step_ms,
+                    k.outside_backward_ms,
+                    shares(&k.phase_share)
+                );
+            }
+            if !p.ranks.is_empty() {
+                s.push('\n');
+            }
         }
         let _ = writeln!(s, "## Devices\n");
         let _ = writeln!(
