@@ -299,23 +299,7 @@ fn evaluation_between_steps_is_reported_apart_from_the_training_steps() {
     else {
         return;
     };
-    let run = |args: &[&str]| {
-        let d = tempfile::tempdir().unwrap();
-        let out = d.path().join("w");
-        let o = Command::new(env!("CARGO_BIN_EXE_tune"))
-            .args(["watch", "--steps", "30", "--out"])
-            .arg(&out)
-            .arg("--")
-            .arg(&py)
-            .arg(support::script("evaluates.py"))
-            .args(args)
-            .env("TUNE_CACHE_DIR", out.join("cache"))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", show(&o));
-        let text = std::fs::read_to_string(out.join("report.json")).unwrap();
-        serde_json::from_str::<Value>(&text).unwrap()
-    };
+    let run = |args: &[&str]| watch_fixture(&py, "evaluates.py", "30", args).1;
     let r = run(&["--eval-every", "5"]);
     let py_ = &r["python"];
     let e = &py_["evaluation"];

@@ -111,7 +111,18 @@ const MAX_CLOCK_S: f64 = 3.2e9;
 const MAX_PROCS: usize = 256;
 
 impl Step {
-    /// Seconds of the phase named as in `report::trace::PHASE_ORDER` (0 for any other).
+    /// The phases of a step, in the order a training loop runs them (`phase` reads each).
+    pub const PHASES: [&'static str; 7] = [
+        "data_wait",
+        "h2d",
+        "zero_grad",
+        "forward",
+        "script",
+        "backward",
+        "optimizer",
+    ];
+
+    /// Seconds of the phase named as in `PHASES` (0 for any other).
     pub fn phase(&self, name: &str) -> f64 {
         match name {
             "data_wait" => self.data_wait,

@@ -33,27 +33,19 @@ pub(super) fn summarize(steps: &[Step]) -> Option<StepSummary> {
         return None;
     }
     let total: f64 = s.iter().map(|x| x.dur).sum();
-    let p = phases_mean(s);
-    let n = s.len() as f64;
-    let share = |v: f64| v * n / total;
-    // The script's own code, apart from the module calls, where the hooks measured it.
-    let script = s.iter().map(|x| x.script).sum::<f64>() / n;
+    // The script's own code is a share only where the hooks split it from the module
+    // calls (on the CPU).
     let split = s.iter().any(|x| x.script > 0.0);
-    let phase_share: BTreeMap<String, f64> = [
-        ("data_wait", p.data_wait),
-        ("h2d", p.h2d),
-        ("zero_grad", p.zero_grad),
-        (
-            "forward",
-            if split { p.forward - script } else { p.forward },
-        ),
-        ("backward", p.backward),
-        ("optimizer", p.optimizer),
-    ]
-    .into_iter()
-    .chain(split.then_some(("script", script)))
-    .map(|(k, v)| (k.to_string(), share(v)))
-    .collect();
+    let phase_share: BTreeMap<String, f64> = Step::PHASES
+        .iter()
+        .filter(|&&k| split || k != "script")
+        .map(|&k| {
+            (
+                k.to_string(),
+                s.iter().map(|x| x.phase(k)).sum::<f64>() / total,
+            )
+        })
+        .collect();
     let durs: Vec<f64> = s.iter().map(|x| x.dur).collect();
     let batches: Vec<f64> = s
         .iter()

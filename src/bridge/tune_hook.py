@@ -749,7 +749,6 @@ def activate():
     global _knobs, _rank
     if not tune_pipe.open_pipe():
         return
-
     _tw.activate(sys.modules[__name__])
     _rank = os.environ.get("RANK")
     if _rank is not None:

@@ -32,6 +32,8 @@ def _size_of(x):
 
 
 def _tokens_of(x):
+    """Tokens of a batch of token ids: an integer tensor of shape [B, T] as the model's
+    input; 0 for anything else (images, features, labels)."""
     try:
         dtype = getattr(x, "dtype", None)
         if dtype is None or x.dim() != 2 or dtype.is_floating_point or dtype.is_complex:
@@ -43,31 +45,14 @@ def _tokens_of(x):
         return 0
 
 
-def batch_size(batch):
-    return _size_of(_first_leaf(batch))
-
-
-def batch_tokens(batch):
-    """Tokens of a batch of token ids: an integer tensor of shape [B, T] as the model's
-    input; 0 for anything else (images, features, labels)."""
-    return _tokens_of(_first_leaf(batch))
-
-
-def _shape2(batch):
-    """(first, second) dimensions of a batch's first tensor, for a seq-first model's
+def _shape2(x):
+    """(first, second) dimensions of a batch's first tensor `x`, for a seq-first model's
     correction; None for a tensor of fewer than two."""
     try:
-        shape = _first_leaf(batch).shape
+        shape = x.shape
         return (int(shape[0]), int(shape[1])) if len(shape) >= 2 else None
     except Exception:
         return None
-
-
-def batch_counts(batch):
-    """(samples, tokens) of a batch, its first tensor found once: the loader's hook runs
-    on every batch."""
-    x = _first_leaf(batch)
-    return _size_of(x), _tokens_of(x)
 
 
 # The seq-first layers (nn.LSTM, nn.GRU, nn.RNN without batch_first, and the
@@ -338,11 +323,11 @@ def install(torch, hook):
             _replay_check(self, batch)
             # Summed over the step: under gradient accumulation one optimizer step
             # consumes several batches.
-            n, tokens = batch_counts(batch)
-            _h._state["batch"] += n
-            _h._state["tokens"] += tokens
+            x = _first_leaf(batch)
+            _h._state["batch"] += _size_of(x)
+            _h._state["tokens"] += _tokens_of(x)
             _h._state["loader_batches"] += 1
-            _h._state["last_batch"] = _shape2(batch)
+            _h._state["last_batch"] = _shape2(x)
         return batch
 
     dl._BaseDataLoaderIter.__next__ = next_

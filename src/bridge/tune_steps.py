@@ -114,18 +114,23 @@ def evaluating():
     return any(not m.training for m in list(_trained))
 
 
-def timed_eval(run):
-    """`run` with its time counted as the step's "eval", which tune_hook leaves out of the
-    step's duration: an evaluation every N steps is not a slow training step."""
+def _timed(run, record):
+    """`run`, its duration passed to `record` however it ends."""
 
     def timed(*args, **kwargs):
         t = _h._now()
         try:
             return run(*args, **kwargs)
         finally:
-            _h._add("eval", _h._now() - t)
+            record(_h._now() - t)
 
     return timed
+
+
+def timed_eval(run):
+    """`run` with its time counted as the step's "eval", which tune_hook leaves out of the
+    step's duration: an evaluation every N steps is not a slow training step."""
+    return _timed(run, lambda dt: _h._add("eval", dt))
 
 
 def manual(t):
@@ -192,29 +197,21 @@ def closing(elapsed):
 def timed_closure_forward(run):
     """`run` timed into the open optimizer step's closure work."""
 
-    def timed(*args, **kwargs):
-        t = _h._now()
-        try:
-            return run(*args, **kwargs)
-        finally:
-            _open["fwd"] += _h._now() - t
+    def record(dt):
+        _open["fwd"] += dt
 
-    return timed
+    return _timed(run, record)
 
 
 def timed_model(run):
     """`run` with its time counted as the step's module calls ("model": its forward,
     apart from the script's own code between the hooks, where `split`)."""
 
-    def timed(*args, **kwargs):
-        t = _h._now()
-        try:
-            return run(*args, **kwargs)
-        finally:
-            if os.getpid() == _h._pid:
-                _h._acc["model"] += _h._now() - t
+    def record(dt):
+        if os.getpid() == _h._pid:
+            _h._acc["model"] += dt
 
-    return timed
+    return _timed(run, record)
 
 
 def split():

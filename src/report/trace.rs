@@ -35,15 +35,7 @@ pub struct Track {
 /// The phases of a step laid end to end inside it, in the order a training loop runs
 /// them. The hooks measure each phase's total within the step, not when it ran, so the
 /// nesting shows how the step divides, and the args say so.
-pub const PHASE_ORDER: [&str; 7] = [
-    "data_wait",
-    "h2d",
-    "zero_grad",
-    "forward",
-    "script",
-    "backward",
-    "optimizer",
-];
+pub const PHASE_ORDER: [&str; 7] = crate::bridge::Step::PHASES;
 
 /// `phases` (name, seconds) as spans laid end to end from `start_s`, scaled down if
 /// their sum exceeds `dur_s` (rounding in the hooks) so that each nests in its step.
