@@ -156,6 +156,50 @@ fn each_injected_knob_is_what_the_script_observes() {
 }
 
 #[test]
+fn a_loss_the_script_computes_outside_the_model_runs_under_the_trials_autocast() {
+    let _serial = support::serial();
+    let Some(py) = support::python(
+        "a_loss_the_script_computes_outside_the_model_runs_under_the_trials_autocast",
+    ) else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    // --loss bce: F.binary_cross_entropy of the model's output in the script's own code
+    // (pytorch/examples' VAE), every other step inside the script's own
+    // autocast(enabled=False) with its backward; an evaluation pass every 3 steps with a
+    // functional loss too. Before, tune's autocast ended with the model's call and each
+    // amp trial crashed: "Found dtype Float but expected BFloat16".
+    let (r, records) = sweep(
+        &py,
+        d.path(),
+        "--workers 0 --loss bce --eval-every 3",
+        "amp = [\"off\", \"bf16\", \"fp16\"]",
+    );
+    for t in r["trials"].as_array().unwrap() {
+        assert_eq!(t["status"], "ok", "{t}");
+    }
+    let mut amp_seen = std::collections::BTreeSet::new();
+    for rec in &records {
+        let amp = rec["knobs"]["amp"].as_str().unwrap_or("off");
+        amp_seen.insert(amp.to_string());
+        let s = &rec["seen"];
+        let on = amp != "off";
+        // The loss ran inside the trial's autocast region, as PyTorch's recipe has it...
+        assert_eq!(s["loss_autocast"], on, "{rec}");
+        assert_eq!(s["autocast"], on, "{rec}");
+        // ...which ended before the step did, the script's own region unwound in order.
+        assert_eq!(s["autocast_after"], false, "{rec}");
+        // The evaluation runs in the script's own precision.
+        assert_eq!(s["eval_autocast"], false, "{rec}");
+        assert_eq!(s["eval_out_dtype"], "float32", "{rec}");
+    }
+    assert!(
+        amp_seen.contains("bf16") && amp_seen.contains("fp16"),
+        "{amp_seen:?}"
+    );
+}
+
+#[test]
 fn knobs_the_script_sets_itself_are_its_baseline_and_overrides_are_said() {
     let _serial = support::serial();
     let Some(py) =

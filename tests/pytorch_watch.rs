@@ -159,7 +159,7 @@ fn a_gan_step_is_one_round_of_its_two_optimizers() {
     let Some(py) = support::python("a_gan_step_is_one_round_of_its_two_optimizers") else {
         return;
     };
-    let stderr = watch_gan(&py, 0);
+    let stderr = watch_gan(&py, &["--critic", "0"], Some(2.0));
     assert!(stderr.contains("2 optimizer steps per step"), "{stderr}");
 }
 
@@ -174,14 +174,30 @@ fn a_wgan_step_is_its_critic_steps_and_one_generator_step() {
     let Some(py) = support::python("a_wgan_step_is_its_critic_steps_and_one_generator_step") else {
         return;
     };
-    let stderr = watch_gan(&py, 5);
+    let stderr = watch_gan(&py, &["--critic", "5"], Some(6.0));
     assert!(stderr.contains("6 optimizer steps per step"), "{stderr}");
 }
 
-/// Watches `gan.py` (`--critic`: WGAN's critic steps per generator step, 0 for DCGAN's
-/// loop) and checks its steps and samples/s against the script's own timer; the
+/// Two models trained one after the other, each by its own optimizer (pytorch/examples'
+/// mnist_forward_forward trains its layers so): each optimizer step is a step, but for
+/// the one where the second model's first step follows the first's last. Before, the
+/// first 21 steps were one round held open for the second optimizer (a first step 21
+/// times the median, read as start-up), and so were the second model's first 21.
+#[test]
+fn models_trained_one_after_the_other_step_on_their_own() {
+    let _serial = support::serial();
+    let Some(py) = support::python("models_trained_one_after_the_other_step_on_their_own") else {
+        return;
+    };
+    watch_gan(&py, &["--layerwise"], None);
+}
+
+/// Watches `gan.py` with `args` (`--critic N`: WGAN's critic steps per generator step,
+/// 0 for DCGAN's loop; `--layerwise`) and checks its steps, samples/s and optimizer share
+/// against the script's own timer, and the optimizer steps of a step (`per_round`); the
 /// watch's stderr.
-fn watch_gan(py: &std::path::Path, critic: usize) -> String {
+fn watch_gan(py: &std::path::Path, args: &[&str], per_round: Option<f64>) -> String {
+    let layerwise = args.contains(&"--layerwise");
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("gan");
     let truth = d.path().join("truth.json");
@@ -192,8 +208,7 @@ fn watch_gan(py: &std::path::Path, critic: usize) -> String {
         .arg("--")
         .arg(py)
         .arg(support::script("gan.py"))
-        .arg("--critic")
-        .arg(critic.to_string())
+        .args(args)
         .arg("--truth")
         .arg(&truth)
         .env("TUNE_CACHE_DIR", out.join("cache"))
@@ -207,10 +222,26 @@ fn watch_gan(py: &std::path::Path, critic: usize) -> String {
     let iters = truth["iters"].as_u64().unwrap();
     let steps = p["steps"].as_u64().unwrap();
     // Every iteration is a step, the last one too (closed at the job's end), but the
-    // first, which is reported apart (`first_step`).
-    assert_eq!(steps + 1, iters, "{steps} steps of {iters} iterations: {p}");
-    let per_round = 2.0 + critic.saturating_sub(1) as f64;
-    assert_eq!(p["optimizer_steps_per_step"], per_round, "{p}");
+    // first, which is reported apart (`first_step`), and, one model trained after the
+    // other, the first model's last, one round with the second's first.
+    let merged = u64::from(layerwise);
+    assert_eq!(
+        steps + 1 + merged,
+        iters,
+        "{steps} steps of {iters} iterations: {p}"
+    );
+    if let Some(per_round) = per_round {
+        assert_eq!(p["optimizer_steps_per_step"], per_round, "{p}");
+    }
+    if layerwise {
+        // Held open for the second model's optimizer, the first step was 21 of them.
+        let first = p["first_step_ms"].as_f64().unwrap();
+        let median = p["median_step_ms"].as_f64().unwrap();
+        assert!(
+            first < 12.0 * median.max(1.0),
+            "first step {first} ms, median {median} ms: {p}"
+        );
+    }
     // Both clocks timed the same iterations: their medians agree. Counted per optimizer
     // step, this ratio was about 2 for DCGAN's loop.
     let own = truth["batch"].as_f64().unwrap() / (truth["median_ms"].as_f64().unwrap() / 1e3);
@@ -218,6 +249,16 @@ fn watch_gan(py: &std::path::Path, critic: usize) -> String {
     assert!(
         seen / own > 0.75 && seen / own < 1.33,
         "watch {seen:.1} samples/s, the script's own timer {own:.1}: {p}"
+    );
+    // The optimizer steps' own time: before, the step that closed a round was timed from
+    // before the round's phases were taken out, and took in the round's backward (0.5 of
+    // the step where the script's own clock read 0.3). The script's clock holds the
+    // hooks' own work at a step's end too, so it reads more than the watch.
+    let own_opt = truth["optimizer_share"].as_f64().unwrap();
+    let opt = p["phase_share"]["optimizer"].as_f64().unwrap();
+    assert!(
+        opt < own_opt + 0.08 && opt > 0.5 * own_opt,
+        "watch's optimizer share {opt:.3}, the script's own {own_opt:.3}: {p}"
     );
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(!stderr.contains("gradient accumulation"), "{stderr}");

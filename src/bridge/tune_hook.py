@@ -171,6 +171,7 @@ def _install_backward(torch):
             return args
 
         def wrapper(*args, **kwargs):
+            _md.release()
             if _off or _depth["backward"]:
                 return orig(*args, **kwargs)
             _depth["backward"] += 1
@@ -256,6 +257,7 @@ def _zero_grad(orig_zero):
         zero_default = None
 
     def zero_grad(self, *args, **kwargs):
+        _md.release()
         if _off:
             return orig_zero(self, *args, **kwargs)
         try:
@@ -311,8 +313,8 @@ def _install_optimizer(torch):
     step_start = {}
 
     def pre(optimizer, args, kwargs):
+        _md.release()
         _state["stepped"] = True
-        _st.opening()
         if not _off:
             # This optimizer stepped in the open step already: that step may have ended
             # with the last optimizer step before this one (tune_steps.before). Raising
@@ -321,6 +323,10 @@ def _install_optimizer(torch):
                 _st.before(optimizer)
             except Exception as e:  # not SystemExit: the window's stop goes through
                 _fail("the optimizer step's end", e)
+        # After `before`, which may end the open round and take its phases out of the
+        # accumulators: counted from before that, this step's own time took in the
+        # round's backward and data wait (a forward-forward layer's Adam read 50%).
+        _st.opening()
         step_start[id(optimizer)] = _now()
 
     def post(optimizer, args, kwargs):
@@ -428,17 +434,21 @@ def _install_module_call(torch):
         if cl is not None:
             layout(module)
             args = tuple(batch(a) for a in args)
-        if dtype is None:
-            return args, None
+        # The trained model's evaluation runs in the script's own precision, as where a
+        # user adds autocast to the training step: a loss the script then computes on its
+        # outputs, outside the model, meets the float32 it was written for.
+        if dtype is None or _st.evaluated(module):
+            return args, None, False
         dev = _device_of(torch, module, args)
         _tl.device = dev
+        held = torch.is_grad_enabled() and getattr(_tl, "held", None) is None and not torch.is_autocast_enabled(dev)
         _tl.ours = True
         try:
             ctx = torch.autocast(dev, dtype=dtype)
             ctx.__enter__()
         finally:
             _tl.ours = False
-        return args, ctx
+        return args, ctx, held
 
     def call(self, *args, **kwargs):
         # While dynamo traces a compiled model, its submodules' calls come here too.
@@ -480,16 +490,22 @@ def _install_module_call(torch):
             if dtype is None and cl is None:
                 return run(self, *args, **kwargs)
             try:
-                args, ctx = prepare(self, args)
+                args, ctx, held = prepare(self, args)
             except Exception as e:
                 _fail("nn.Module.__call__", e)
                 ctx = None
             if ctx is None:
                 return run(self, *args, **kwargs)
             try:
-                return run(self, *args, **kwargs)
-            finally:
+                out = run(self, *args, **kwargs)
+            except BaseException:
                 ctx.__exit__(None, None, None)
+                raise
+            if held:
+                _md.hold(ctx)  # until the backward (tune_modes.release)
+            else:
+                ctx.__exit__(None, None, None)
+            return out
         finally:
             _tl.inside = False
             _ld.call_ended()
@@ -582,6 +598,7 @@ def _first_step_checks():
 
 def _step_end(t):
     global _sync
+    _md.release()
     s = _state
     comp_s, comps = _tc.taken()
     if s["t0"] is None:

@@ -85,6 +85,41 @@ def install_threads(torch):
     torch.set_num_threads = set_num_threads
 
 
+def hold(ctx):
+    """Keep tune's autocast, entered at a training forward, open past the model's call
+    until the step's backward begins (`release`), as PyTorch's recipe places it:
+    `with torch.autocast(...): out = model(x); loss = loss_fn(out, y)`, backward
+    outside. A loss computed by the script's own function, outside the model, then
+    runs under autocast too, in float32 where autocast's fp32 list has it. Before, the
+    region ended with the model's call: pytorch/examples' VAE, whose loss is
+    `F.binary_cross_entropy(recon_x, x)` in a function of its own, met bf16 outputs
+    outside autocast and every amp trial crashed ("Found dtype Float but expected
+    BFloat16"). Only where no autocast region was open at the forward (the script's own
+    would end before the backward, and autocast's state is a stack)."""
+    _h._tl.held = ctx
+    _h._tl.release_due = False
+
+
+def release():
+    """End tune's held autocast (`hold`): the backward, the optimizer step, zero_grad or
+    the step's end came. While a region the script opened inside it is still open
+    (`with torch.autocast(enabled=False): loss = ...; loss.backward()`), it ends when
+    that region does, so that autocast's state unwinds in the order it was entered."""
+    tl = _h._tl
+    ctx = getattr(tl, "held", None)
+    if ctx is None:
+        return
+    if getattr(tl, "script_depth", 0) > 0:
+        tl.release_due = True
+        return
+    tl.held = None
+    tl.release_due = False
+    try:
+        ctx.__exit__(None, None, None)
+    except Exception as e:
+        _h._fail("autocast.__exit__", e)
+
+
 def autocast_dtype(torch, amp):
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
 
@@ -114,11 +149,28 @@ def install_autocast(torch):
                         self._enabled = False
                     else:
                         self.fast_dtype = dtype
+            if not getattr(_h._tl, "ours", False) and getattr(_h._tl, "held", None) is not None:
+                self._tune_inside = True
+                _h._tl.script_depth = getattr(_h._tl, "script_depth", 0) + 1
         except Exception as e:
             _h._fail("autocast.__enter__", e)
         return orig_enter(self)
 
+    def exit_(self, *exc):
+        out = orig_exit(self, *exc)
+        # A region the script opened inside tune's held one has closed: the held one
+        # may end now, if its end came while the script's was open (`release`).
+        if getattr(self, "_tune_inside", False):
+            self._tune_inside = False
+            tl = _h._tl
+            tl.script_depth = max(getattr(tl, "script_depth", 1) - 1, 0)
+            if tl.script_depth == 0 and getattr(tl, "release_due", False):
+                release()
+        return out
+
+    orig_exit = ac.__exit__
     ac.__enter__ = enter
+    ac.__exit__ = exit_
 
     gs = torch.amp.GradScaler
     orig_gs_init = gs.__init__

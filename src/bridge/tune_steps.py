@@ -244,6 +244,8 @@ def install(hook):
     _h = hook
     # ids of the optimizers that are alive but left out of rounds (see MAX_REPEATS).
     hook._state["idle"] = set()
+    # The open round as it stood at each of its optimizer steps (`close_cycle`).
+    hook._state["snaps"] = []
     hook._state["repeats"] = 0
     atexit.register(_job_end)
 
@@ -269,7 +271,12 @@ def before(opt):
         s["repeats"] += 1
         return
     s["idle"].update(waiting)
-    close_cycle()
+    # Held open past MAX_REPEATS, the round was no round: one optimizer stepping while
+    # the others wait for a later phase (pytorch/examples' mnist_forward_forward trains
+    # each layer with its own Adam, one layer after the other). Each of its optimizer
+    # steps is a step then, as the ones after it are: before, the first 21 were one
+    # step, read as a 24 s start-up.
+    close_cycle(split=bool(waiting))
 
 
 def stepped(opt, t):
@@ -282,29 +289,39 @@ def stepped(opt, t):
     if _alive(s) <= 1:
         s["cycle"].clear()
         s["snap"] = None
+        s["snaps"] = []
         _h._step_end(t)
         return
     s["idle"].discard(id(opt))
     s["cycle"].add(id(opt))
     s["snap"] = (t, dict(_h._acc), {k: s[k] for k in COUNTERS})
+    s["snaps"].append(s["snap"])
 
 
-def close_cycle():
+def close_cycle(split=False):
     """End the open round of optimizer steps as it stood at its last optimizer step; what
-    came after (the next batch, its forward and backward) carries into the next step."""
+    came after (the next batch, its forward and backward) carries into the next step.
+    `split`: each optimizer step of the round is a step of its own, as it stood then."""
     s = _h._state
     s["cycle"].clear()
     s["repeats"] = 0
+    snaps = s["snaps"] if split else [s["snap"]]
+    s["snaps"] = []
     if s["snap"] is None:
         return
-    t, acc, counts = s["snap"]
     s["snap"] = None
     now_acc = dict(_h._acc)
     now_counts = {k: s[k] for k in COUNTERS}
-    _h._acc.update(acc)
-    s.update(counts)
+    acc = {k: 0.0 for k in _h._acc}
+    counts = {k: 0 for k in COUNTERS}
     try:
-        _h._step_end(t)
+        for t, at_acc, at_counts in snaps:
+            for k in _h._acc:
+                _h._acc[k] = at_acc[k] - acc[k]
+            for k in COUNTERS:
+                s[k] = at_counts[k] - counts[k]
+            acc, counts = at_acc, at_counts
+            _h._step_end(t)
     finally:
         for k in _h._acc:
             _h._acc[k] = now_acc[k] - acc[k]

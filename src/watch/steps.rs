@@ -139,7 +139,18 @@ pub const EVAL_SHARE: f64 = 0.10;
 /// training step.
 pub fn evaluation_finding(s: &StepSummary) -> Option<WatchFinding> {
     let e = s.evaluation.as_ref().filter(|e| e.share >= EVAL_SHARE)?;
-    let every = e.every;
+    // "about one every 1 steps, 0.00 s each" read badly for a GCN that validates after
+    // each 4.6 ms step.
+    let every = if e.every < 1.5 {
+        "each step".to_string()
+    } else {
+        format!("about one every {:.0} steps", e.every)
+    };
+    let each = if e.median_s < 1.0 {
+        format!("{:.1} ms", e.median_s * 1e3)
+    } else {
+        format!("{:.2} s", e.median_s)
+    };
     Some(WatchFinding {
         kind: FindingKind::Evaluation,
         device: "python".into(),
@@ -147,23 +158,20 @@ pub fn evaluation_finding(s: &StepSummary) -> Option<WatchFinding> {
             title: "evaluating the model takes a large share of the job's time".into(),
             evidence: format!(
                 "the trained model's passes in eval mode, with the batches fetched for them, \
-                 took {} of the job's time: {} evaluation{} in {} steps (about one every {:.0} \
-                 steps), {:.2} s each (median), measured by tune's PyTorch hooks; they are \
+                 took {} of the job's time: {} evaluation{} in {} steps ({every}), {each} each \
+                 (median), measured by tune's PyTorch hooks; they are \
                  left out of the step time and samples/s above",
                 fmt_pct(e.share),
                 e.passes,
                 if e.passes == 1 { "" } else { "s" },
                 s.steady_steps,
-                every,
-                e.median_s
             ),
         },
         hint: format!(
-            "evaluate less often (about every {:.0} steps now), on a fixed subset of the \
-             validation set, or under torch.inference_mode() with a larger batch; removing \
-             it all would make the job at most {:.2}x faster. tune's sweeps measure the \
-             training steps, so they cannot test this: change the script and watch it again",
-            every,
+            "evaluate less often ({every} now), on a fixed subset of the validation set, \
+             or under torch.inference_mode() with a larger batch; removing it all would \
+             make the job at most {:.2}x faster. tune's sweeps measure the training steps, \
+             so they cannot test this: change the script and watch it again",
             1.0 / (1.0 - e.share).max(1e-6)
         ),
     })

@@ -28,6 +28,12 @@ class Net(nn.Module):
         self.head = nn.Linear(8, 2)
 
     def forward(self, x):
+        if not self.training:
+            # An evaluation pass (--eval-every): the precision it runs in.
+            seen["eval_autocast"] = torch.is_autocast_enabled("cpu")
+            out = self.head(torch.relu(self.conv(x)).mean((2, 3)))
+            seen["eval_out_dtype"] = str(out.dtype).replace("torch.", "")
+            return out
         seen["autocast"] = torch.is_autocast_enabled("cpu")
         seen["autocast_dtype"] = str(torch.get_autocast_dtype("cpu")).replace("torch.", "")
         seen["input_nhwc"] = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
@@ -65,6 +71,12 @@ def main():
     p.add_argument("--own", action="store_true")
     p.add_argument("--optim", choices=["sgd", "adam", "custom"], default="sgd")
     p.add_argument("--own-impl", choices=["none", "foreach", "fused"], default="none")
+    # bce: the loss is the script's own function of the model's output, outside the model
+    # (F.binary_cross_entropy needs its input and target in one dtype), as pytorch/examples'
+    # VAE computes it; every other step keeps it in float32 under the script's own
+    # `autocast(enabled=False)`, its backward inside that region.
+    p.add_argument("--loss", choices=["module", "bce"], default="module")
+    p.add_argument("--eval-every", type=int, default=0)
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -95,17 +107,43 @@ def main():
                 if args.own:
                     x = x.contiguous(memory_format=torch.channels_last)
                 opt.zero_grad()
-                if args.own:
+                if args.loss == "bce":
+                    bce_step(net, x, y, len(losses))
+                    loss = torch.tensor(seen["bce"])
+                elif args.own:
                     with torch.autocast("cpu", dtype=torch.bfloat16):
                         loss = loss_fn(net(x), y)
                 else:
                     loss = loss_fn(net(x), y)
-                loss.register_hook(lambda g: seen.__setitem__("loss_grad", float(g)))
-                loss.backward()
+                if args.loss != "bce":
+                    loss.register_hook(lambda g: seen.__setitem__("loss_grad", float(g)))
+                    loss.backward()
                 opt.step()
+                # No autocast left open by the step, whoever opened it.
+                seen["autocast_after"] = seen.get("autocast_after", False) or torch.is_autocast_enabled("cpu")
                 losses.append(loss.item())
+                if args.eval_every and len(losses) % args.eval_every == 0:
+                    net.eval()
+                    with torch.no_grad():
+                        o = net(x)
+                        nn.functional.binary_cross_entropy(torch.sigmoid(o)[:, 1], y.float())
+                    net.train()
     finally:
         record(args, loader, net, losses)
+
+
+def bce_step(net, x, y, i):
+    out = net(x)
+    if i % 2 == 0:
+        seen["loss_autocast"] = torch.is_autocast_enabled("cpu")
+        loss = nn.functional.binary_cross_entropy(torch.sigmoid(out)[:, 1], y.float())
+        loss.backward()
+    else:
+        with torch.autocast("cpu", enabled=False):
+            loss = nn.functional.binary_cross_entropy(torch.sigmoid(out.float())[:, 1], y.float())
+            loss.backward()
+    seen["autocast_after"] = seen.get("autocast_after", False) or torch.is_autocast_enabled("cpu")
+    seen["bce"] = float(loss)
 
 
 def record(args, loader, net, losses):
