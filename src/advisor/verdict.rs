@@ -134,7 +134,13 @@ fn headline(r: &Report, wins: &[&TrialReport]) -> String {
     }
     if let Some(t) = wins.first() {
         let thr = t.samples_per_s.map_or("–".into(), |c| {
-            format!("{:.1} [{:.1}, {:.1}] samples/s", c.median, c.lo, c.hi)
+            format!(
+                "{:.1} [{:.1}, {:.1}] {}",
+                c.median,
+                c.lo,
+                c.hi,
+                crate::results::model::throughput_unit(&r.trials)
+            )
         });
         let ratio = t.ratio_vs_baseline.map_or("–".into(), |x| fmt_ratio(&x));
         return format!(
@@ -206,8 +212,9 @@ fn noise_lines(r: &Report, loaded: &[(String, String, f64)]) -> Vec<String> {
             cx.ratio(base, rerun),
         ) {
             out.push(format!(
-                "Baseline re-run: {:.1} samples/s in the sweep, {:.1} when re-run after it ({}{}).",
+                "Baseline re-run: {:.1} {} in the sweep, {:.1} when re-run after it ({}{}).",
                 a.median,
+                crate::results::model::throughput_unit(&r.trials),
                 b.median,
                 fmt_ratio(&x),
                 if x.significant {

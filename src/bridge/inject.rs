@@ -114,6 +114,7 @@ pub fn repeat(events: &Events, spec: &Spec, knobs: &Knobs, wall_s: f64) -> Resul
         // The engine's summary counts whole samples; a median of two batch sizes can
         // fall between them.
         samples_per_step: samples_per_step.round().max(1.0) as usize,
+        batch_unknown: batches.is_empty(),
         // A bursty loader's rounds, not its instant steps (`stats::typical_step`).
         samples_per_s: samples_per_step / crate::stats::typical_step(&durs),
         // report.json's per-repeat step time was 0 for every PyTorch trial before.

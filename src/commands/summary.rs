@@ -68,7 +68,10 @@ pub fn render(r: &Report, colour: bool) -> String {
         "{:<w$}  {:<11}  {:>28}  {:>26}  {:>8}{}{}",
         "trial",
         "status",
-        "samples/s [95% CI]",
+        format!(
+            "{} [95% CI]",
+            crate::results::model::throughput_unit(&r.trials)
+        ),
         "vs baseline [95% CI]",
         "peak MiB",
         energy.map_or(String::new(), |h| format!("  {h}")),

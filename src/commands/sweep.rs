@@ -102,10 +102,16 @@ impl SweepObserver for Progress {
             crate::fsio::print_out(&format!("{line}\n"));
             return;
         }
+        // A script whose steps had no batch the hooks could count: a "sample" is a step.
+        let unit = if !rec.repeats.is_empty() && rec.repeats.iter().all(|r| r.batch_unknown) {
+            "steps/s (batch size unknown)"
+        } else {
+            "samples/s"
+        };
         let text = match (rec.status, sps) {
             (Status::Ok, Some(v)) => match &rec.error {
-                Some(note) => format!("{}: {v:.1} samples/s ({note})", rec.label),
-                None => format!("{}: {v:.1} samples/s", rec.label),
+                Some(note) => format!("{}: {v:.1} {unit} ({note})", rec.label),
+                None => format!("{}: {v:.1} {unit}", rec.label),
             },
             (s, _) => format!(
                 "{}: {} ({})",

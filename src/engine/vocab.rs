@@ -198,6 +198,12 @@ pub struct RunSummary {
     /// median over the steady steps; None for the engine and other batches (#31).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_step: Option<f64>,
+    /// A script's steps had no batch the hooks could count (its model called through
+    /// `.forward()` directly, no DataLoader): a sample is a step, and `samples_per_s` is
+    /// steps/s, said so wherever it is shown (#31). Before, a sweep printed "0.9
+    /// samples/s" where its watch had said "0.91 steps/s (batch size unknown)".
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub batch_unknown: bool,
     /// Each step's phases, index-aligned with `step_times`, where the steps' events
     /// carried them (a script's hooks); empty for the engine, whose summary keeps means.
     /// A sweep's trace.json nests them in their steps.
@@ -281,6 +287,7 @@ impl RunSummary {
             compile_s: None,
             notices: Vec::new(),
             tokens_per_step: None,
+            batch_unknown: false,
             step_phases: Vec::new(),
             eval_s: None,
         }

@@ -165,9 +165,10 @@ fn confirmation(r: &Report) -> String {
 }
 
 fn trials_table(r: &Report, story: &Story) -> String {
-    let mut s = String::from(
-        "<table><tr><th>trial</th><th>status</th><th>samples/s [95% CI]</th><th>vs baseline [95% CI]</th>\
+    let mut s = format!(
+        "<table><tr><th>trial</th><th>status</th><th>{} [95% CI]</th><th>vs baseline [95% CI]</th>\
          <th>peak MiB</th><th>accuracy</th><th>final loss</th><th>repeats</th><th>notes</th>",
+        crate::results::model::throughput_unit(&r.trials)
     );
     let energy = super::markdown::energy_header(&r.trials);
     if let Some(h) = energy {
@@ -390,6 +391,31 @@ pub fn render(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A script whose steps had no countable batch is measured in steps/s, and every
+    /// table and headline says so; a counted batch stays samples/s (#31).
+    #[test]
+    fn a_sweep_with_no_countable_batch_says_steps_per_second() {
+        use crate::advisor::testkit::{report, spec, trial};
+        let sp = spec("amp = [\"off\", \"bf16\"]", "strategy = \"grid\"");
+        let build = |unknown: bool| {
+            let mut ts = vec![trial(&sp, &[], 0.010), trial(&sp, &[("amp", "bf16")], 0.005)];
+            for t in &mut ts {
+                for r in &mut t.rec.repeats {
+                    r.batch_unknown = unknown;
+                }
+            }
+            report(&sp, ts)
+        };
+        let steps = build(true);
+        let md = crate::report::markdown::render(&steps);
+        assert!(md.contains("| steps/s [95% CI] |"), "{md}");
+        assert!(!md.contains("samples/s [95% CI]"), "{md}");
+        assert!(render(&steps).contains("<th>steps/s [95% CI]</th>"));
+        let samples = build(false);
+        assert!(crate::report::markdown::render(&samples).contains("| samples/s [95% CI] |"));
+        assert!(render(&samples).contains("<th>samples/s [95% CI]</th>"));
+    }
 
     #[test]
     fn esc_covers_markup_and_quotes() {

@@ -202,7 +202,8 @@ pub fn render(r: &Report) -> String {
     let tokens = tokens_header(&r.trials);
     let _ = writeln!(
         s,
-        "| trial | status | samples/s [95% CI] | vs baseline [95% CI] | peak MiB | accuracy |{}{}",
+        "| trial | status | {} [95% CI] | vs baseline [95% CI] | peak MiB | accuracy |{}{}",
+        crate::results::model::throughput_unit(&r.trials),
         energy.map_or(String::new(), |h| format!(" {h} |")),
         tokens.map_or(String::new(), |h| format!(" {h} |"))
     );

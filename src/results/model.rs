@@ -657,3 +657,14 @@ fn field_before(text: &str, line: usize, column: usize) -> Option<String> {
     }
     None
 }
+
+/// What the sweep's throughput counts: steps/s where no trial's steps had a batch the
+/// hooks could count (`RunSummary::batch_unknown`), else samples/s.
+pub fn throughput_unit(trials: &[TrialReport]) -> &'static str {
+    let mut measured = trials.iter().flat_map(|t| &t.repeats).peekable();
+    if measured.peek().is_some() && measured.all(|r| r.batch_unknown) {
+        "steps/s"
+    } else {
+        "samples/s"
+    }
+}
