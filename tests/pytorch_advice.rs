@@ -360,6 +360,37 @@ fn the_watch_names_an_optimizer_bound_and_a_compute_bound_step() {
         stderr.contains("the optimizer step is the largest cost"),
         "{stderr}"
     );
+    // Adadelta has a foreach switch and no fused implementation: only foreach is offered,
+    // in the hint and in sweep.toml (before: "torch.optim.Adadelta(params, ...,
+    // fused=True)", and a fused trial that could not act).
+    let out = d.path().join("adadelta");
+    let (o, _) = watch(
+        &py,
+        &out,
+        &[
+            "--kind",
+            "optimizer",
+            "--steps",
+            "20",
+            "--optim",
+            "adadelta",
+        ],
+    );
+    assert!(o.status.success(), "{}", show(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("torch.optim.Adadelta(params, ..., foreach=True)")
+            && !stderr.contains("fused=True"),
+        "{stderr}"
+    );
+    let spec = tune::spec::Spec::load(out.join("sweep.toml")).unwrap();
+    let (_, impls) = spec
+        .knobs
+        .iter()
+        .find(|(n, _)| n == "optim_impl")
+        .unwrap_or_else(|| panic!("{:?}", spec.knobs));
+    let impls: Vec<String> = impls.iter().map(|x| x.to_string()).collect();
+    assert_eq!(impls, ["forloop", "default", "foreach"], "{impls:?}");
 
     // Watched from the script's own folder as `python bound.py`: the sweep written beside
     // the report (in another folder) must still find the script.

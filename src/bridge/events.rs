@@ -173,6 +173,11 @@ pub struct Override {
 /// what an `optim_impl` change's PyTorch line names (`knobs::torch::name_optimizer`).
 pub const OPTIMIZER: &str = "optimizer";
 
+/// The `script_knobs` key of the `optim_impl` implementations every optimizer class of
+/// the job has a switch for, comma-separated ("foreach,fused"; "foreach" for Adadelta;
+/// "" for a class with neither): not a knob, but what the watch may offer.
+pub const OPTIM_IMPLS: &str = "optim_impls";
+
 /// Everything one child (and the processes it started) reported.
 #[derive(Clone, Debug, Default)]
 pub struct Events {
@@ -398,6 +403,9 @@ impl Events {
                 };
                 if knob == OPTIMIZER {
                     self.optimizer_seen(text);
+                } else if knob == OPTIM_IMPLS {
+                    // Narrowed as each new class is seen: the last word is the job's.
+                    self.script_knobs.insert(knob, text);
                 } else {
                     self.script_knobs.entry(knob).or_insert(text);
                 }

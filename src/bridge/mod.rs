@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 pub use attach::{classify, StackSampler, StackSummary};
-pub use events::{Events, Override, Step, WindowFull, OPTIMIZER};
+pub use events::{Events, Override, Step, WindowFull, OPTIMIZER, OPTIM_IMPLS};
 pub use inject::{injected, knob_values, repeat};
 pub use progress::Progress;
 pub use summary::{RankSummary, StepSummary};

@@ -70,14 +70,23 @@ def _fused_ok(torch, params):
     return None
 
 
-def _class_seen(made, cls):
+def _class_seen(made, cls, accepts):
     """Each optimizer class the script builds, once, as the advice names it: the PyTorch
     line of an optim_impl change says `torch.optim.SGD(params, ..., fused=True)` for the
     script's SGD rather than AdamW with "your optimizer's class" (#31). A subclass of a
     torch.optim class (`class MyAdam(torch.optim.Adam)`) is named as the script names it."""
     name = "torch.optim." + cls.__name__ if made is cls else made.__name__
-    if _h._pid == os.getpid() and _h._once(("optimizer", name)):
-        _h._emit({"ev": "script_knob", "knob": "optimizer", "value": name})
+    if _h._pid != os.getpid() or not _h._once(("optimizer", name)):
+        return
+    _h._emit({"ev": "script_knob", "knob": "optimizer", "value": name})
+    # The implementations every optimizer class of the job has a switch for (Adadelta,
+    # RMSprop, NAdam... have foreach and no fused): the watch offers only those. Before,
+    # pytorch/examples' siamese_network was told to try Adadelta(..., fused=True).
+    seen = _state.get("impls")
+    impls = set(accepts) if seen is None else seen & set(accepts)
+    if impls != seen:
+        _state["impls"] = impls
+        _h._emit({"ev": "script_knob", "knob": "optim_impls", "value": ",".join(sorted(impls))})
 
 
 def _wrap(torch, cls, accepts):
@@ -97,7 +106,7 @@ def _wrap(torch, cls, accepts):
         try:
             own = script_impl(kwargs)
             _h._script_value("optim_impl", own)
-            _class_seen(type(self), cls)
+            _class_seen(type(self), cls, accepts)
         except Exception as e:
             _h._fail("%s.__init__" % cls.__name__, e)
             return orig(self, params, *args, **kwargs)

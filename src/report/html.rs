@@ -399,7 +399,10 @@ mod tests {
         use crate::advisor::testkit::{report, spec, trial};
         let sp = spec("amp = [\"off\", \"bf16\"]", "strategy = \"grid\"");
         let build = |unknown: bool| {
-            let mut ts = vec![trial(&sp, &[], 0.010), trial(&sp, &[("amp", "bf16")], 0.005)];
+            let mut ts = vec![
+                trial(&sp, &[], 0.010),
+                trial(&sp, &[("amp", "bf16")], 0.005),
+            ];
             for t in &mut ts {
                 for r in &mut t.rec.repeats {
                     r.batch_unknown = unknown;

@@ -127,7 +127,7 @@ fn second_optimizer(
     compute: f64,
 ) -> Option<WatchFinding> {
     let own = script.get("optim_impl").map(String::as_str);
-    if optimizer < SECOND_OPTIMIZER_SHARE || own == Some("fused") {
+    if optimizer < SECOND_OPTIMIZER_SHARE || impls_left(script).is_empty() {
         return None;
     }
     let runs = match own {
@@ -167,6 +167,7 @@ fn optimizer_finding(
         hint: optimizer_hint(
             script.get("optim_impl").map(String::as_str),
             script.get(crate::bridge::OPTIMIZER).map(String::as_str),
+            &impls_left(script),
             1.0 / (1.0 - share).max(1e-6),
         ),
     }
@@ -230,31 +231,73 @@ fn compute_hint(amp: Option<&str>, compile: Option<&str>) -> String {
         .into()
 }
 
-/// The optimizer finding's hint: the implementations still to try (`own` is the script's
-/// `optim_impl`, read by the hooks), or, where the script runs the fused update already,
-/// what is left; `class` the optimizer classes the hooks read; `most` is the gain if
-/// the update took no time at all.
-fn optimizer_hint(own: Option<&str>, class: Option<&str>, most: f64) -> String {
+/// The `optim_impl` implementations a trial could still switch the job's optimizers to:
+/// those every optimizer class of the job has a switch for (`bridge::OPTIM_IMPLS`; both
+/// where the hooks did not say), past the script's own, and none once the script runs
+/// the fused update. Before, pytorch/examples' siamese_network was told to try
+/// `torch.optim.Adadelta(params, ..., fused=True)`, which Adadelta does not have.
+fn impls_left(script: &ScriptKnobs) -> Vec<&'static str> {
+    let own = script.get("optim_impl").map(String::as_str);
     if own == Some("fused") {
+        return Vec::new();
+    }
+    let known: Option<Vec<&str>> = script
+        .get(crate::bridge::OPTIM_IMPLS)
+        .map(|v| v.split(',').map(str::trim).collect());
+    ["foreach", "fused"]
+        .into_iter()
+        .filter(|i| known.as_ref().is_none_or(|k| k.contains(i)) && own != Some(*i))
+        .collect()
+}
+
+/// The optimizer finding's hint: the implementations still to try (`left`; `own` is the
+/// script's `optim_impl`, read by the hooks), or, where none is, what is left; `class`
+/// the optimizer classes the hooks read; `most` is the gain if the update took no time
+/// at all.
+fn optimizer_hint(own: Option<&str>, class: Option<&str>, left: &[&str], most: f64) -> String {
+    let size = format!(
+        "what is left is its size: fewer parameters in the optimizer (frozen layers), sparse \
+         gradients for large embedding tables, or a lighter optimizer; removing all of it \
+         would give at most {most:.2}x"
+    );
+    if left.is_empty() {
+        let why = match (own, class) {
+            (Some("fused"), _) => "your script runs the fused update already (fused=True)".into(),
+            (_, Some(c)) if !c.contains(',') => {
+                format!("{c} has no faster implementation to switch to")
+            }
+            _ => "your optimizers have no faster implementation to switch to".into(),
+        };
         return format!(
             "hypothesis: the update itself, not the model's computation, bounds the step; \
-             your script runs the fused update already (fused=True), so what is left is its \
-             size: fewer parameters in the optimizer (frozen layers), sparse gradients for \
-             large embedding tables, or a lighter optimizer; removing all of it would give at \
-             most {most:.2}x"
+             {why}, so {size}"
         );
     }
-    let generic = crate::knobs::torch_line("optim_impl", "fused", "cpu");
+    // The first implementation to name: fused where the class has it.
+    let first = if left.contains(&"fused") {
+        "fused"
+    } else {
+        left[0]
+    };
+    let generic = crate::knobs::torch_line("optim_impl", first, "cpu");
     let line = crate::knobs::name_optimizer(&generic, class);
     let line = match line.strip_prefix("optimizer = ") {
         Some(l) if line != generic => l.to_string(),
-        _ => "your optimizer's constructor with fused=True".into(),
+        _ => format!("your optimizer's constructor with {first}=True"),
+    };
+    let (what, also, them) = match left {
+        [_, _] => (
+            "the fused or multi-tensor update",
+            ", or foreach=True",
+            "both",
+        ),
+        [i] if *i == "fused" => ("the fused update", "", "it"),
+        _ => ("the multi-tensor update", "", "it"),
     };
     format!(
         "hypothesis: the update itself, not the model's computation, bounds the step (many \
-         or large parameter tensors). Try the fused or multi-tensor update \
-         ({line}, or foreach=True): sweep.toml's optim_impl \
-         measures both against your script as written (tune watch writes it beside this \
+         or large parameter tensors). Try {what} ({line}{also}): sweep.toml's optim_impl \
+         measures {them} against your script as written (tune watch writes it beside this \
          report); else fewer parameters in the optimizer (frozen layers) or a lighter \
          optimizer. Removing all of the update would give at most {most:.2}x"
     )
@@ -315,11 +358,12 @@ pub fn sweep_knobs(
             FindingKind::Compute => "amp = [\"off\", \"bf16\"]".into(),
             FindingKind::Optimizer => {
                 let own = script.get("optim_impl").cloned();
-                if own.as_deref() == Some("fused") {
+                let left = impls_left(script);
+                if left.is_empty() {
                     continue;
                 }
                 let q = |v: &str| format!("\"{v}\"");
-                let v: Vec<String> = ["default", "foreach", "fused"].map(q).to_vec();
+                let v: Vec<String> = std::iter::once("default").chain(left).map(q).collect();
                 own_first("optim_impl", own.as_deref().map(q), &v)
             }
             _ => continue,
@@ -532,215 +576,4 @@ pub fn contention(foreign: Option<String>, threads: Option<Threads>) -> Option<W
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn threads_beyond_the_free_cores_are_oversubscribed_and_fewer_proposed() {
-        // 2 cores, one competing process: the default 2 threads have one core.
-        let t = Threads::of(2, 2, 50.0);
-        assert!(t.oversubscribed && t.fit == 1, "{t:?}");
-        assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [2, 1]"));
-        let f = contention(Some("others used 50%".into()), Some(t)).unwrap();
-        assert!(f.finding.title.contains("oversubscribe"), "{f:?}");
-        assert!(f.hint.contains("torch.set_num_threads(1)"), "{f:?}");
-        assert!(f.finding.evidence.contains("2 PyTorch threads"), "{f:?}");
-        // More threads than the machine has, with nothing else running.
-        let t = Threads::of(8, 4, 2.0);
-        assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [8, 4, 1]"));
-        // A quiet 2-core machine's noise leaves 1.97 cores: 2 threads fit, not 1.
-        let t = Threads::of(8, 2, 1.5);
-        assert_eq!(t.fit, 2, "{t:?}");
-        assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [8, 2, 1]"));
-        // Half a core taken: 1.5 free cores fit one thread, as 2 are oversubscribed there.
-        let t = Threads::of(2, 2, 25.0);
-        assert!(t.oversubscribed && t.fit == 1, "{t:?}");
-    }
-
-    #[test]
-    fn a_quiet_machine_or_a_job_that_fits_is_not_oversubscribed() {
-        // A quiet machine's own few percent do not make 2 threads on 2 cores too many.
-        let t = Threads::of(2, 2, 5.0);
-        assert!(!t.oversubscribed, "{t:?}");
-        assert!(contention(None, Some(t)).is_none());
-        // One thread under load: contention is said, no thread count proposed.
-        let t = Threads::of(1, 2, 50.0);
-        assert!(!t.oversubscribed && t.sweep_line().is_none(), "{t:?}");
-        let f = contention(Some("others used 50%".into()), Some(t)).unwrap();
-        assert_eq!(f.finding.title, "other processes competed for the CPU");
-    }
-    fn found(kind: FindingKind) -> WatchFinding {
-        WatchFinding {
-            kind,
-            device: "python".into(),
-            finding: Finding {
-                title: String::new(),
-                evidence: String::new(),
-            },
-            hint: String::new(),
-        }
-    }
-
-    fn script(pairs: &[(&str, &str)]) -> ScriptKnobs {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn a_data_bound_job_whose_threads_take_every_core_crosses_workers_with_fewer_threads() {
-        let two = script(&[("num_threads", "2")]);
-        assert_eq!(
-            loader_threads_line(&two, 2, Some(0.57)).as_deref(),
-            Some("num_threads = [2, 1]")
-        );
-        // A small wait, a thread to spare, or one core: nothing to cross.
-        assert!(loader_threads_line(&two, 2, Some(0.10)).is_none());
-        assert!(loader_threads_line(&two, 4, Some(0.57)).is_none());
-        assert!(loader_threads_line(&script(&[("num_threads", "1")]), 1, Some(0.57)).is_none());
-        let spec = sweep_spec(
-            &["python".into(), "train.py".into()],
-            &["num_workers = [0, 1]".into(), "num_threads = [2, 1]".into()],
-            None,
-            true,
-        )
-        .unwrap();
-        assert!(spec.contains("strategy = \"grid\""), "{spec}");
-        let parsed = crate::spec::Spec::parse(&spec, "sweep.toml").unwrap();
-        assert_eq!(parsed.knobs.len(), 2);
-    }
-
-    #[test]
-    fn the_sweep_starts_at_the_scripts_own_values_and_skips_what_cannot_pay() {
-        let opt = [found(FindingKind::Optimizer)];
-        assert_eq!(
-            sweep_knobs(&opt, 2, &script(&[("optim_impl", "default")]), None),
-            ["optim_impl = [\"default\", \"foreach\", \"fused\"]"]
-        );
-        assert_eq!(
-            sweep_knobs(&opt, 2, &script(&[("optim_impl", "foreach")]), None),
-            ["optim_impl = [\"foreach\", \"default\", \"fused\"]"]
-        );
-        // Fused already: nothing left for the knob to try, and the hint says so.
-        assert!(sweep_knobs(&opt, 2, &script(&[("optim_impl", "fused")]), None).is_empty());
-        assert!(optimizer_hint(Some("fused"), None, 5.0).contains("fused update already"));
-        assert!(optimizer_hint(Some("default"), None, 5.0).contains("optim_impl"));
-        // The script's class where the hooks read one, never AdamW for an SGD (#31).
-        let sgd = optimizer_hint(Some("forloop"), Some("torch.optim.SGD"), 5.0);
-        assert!(
-            sgd.contains("(torch.optim.SGD(params, ..., fused=True), or"),
-            "{sgd}"
-        );
-        let any = optimizer_hint(Some("default"), None, 5.0);
-        assert!(
-            any.contains("your optimizer's constructor with fused=True"),
-            "{any}"
-        );
-        assert!(!any.contains("AdamW"), "{any}");
-        let data = [found(FindingKind::DataWait)];
-        // The script's 2 workers first, so fewer are measured against it too.
-        assert_eq!(
-            sweep_knobs(&data, 2, &script(&[("num_workers", "2")]), Some(0.07)),
-            ["num_workers = [2, 0, 1]"]
-        );
-        // No workers and a 5.5% wait: at most 1.06x, no worker trials.
-        assert!(sweep_knobs(&data, 2, &script(&[("num_workers", "0")]), Some(0.055)).is_empty());
-        assert_eq!(
-            sweep_knobs(&data, 2, &script(&[]), Some(0.5)),
-            ["num_workers = [0, 1, 2]"]
-        );
-    }
-
-    fn summary(forward: f64, backward: f64, optimizer: f64) -> StepSummary {
-        serde_json::from_value(serde_json::json!({
-            "torch": "2.x", "steps": 200, "steady_steps": 180, "median_step_ms": 10.1,
-            "samples_per_s": 3181.0,
-            "phase_share": {"forward": forward, "backward": backward, "optimizer": optimizer},
-        }))
-        .unwrap()
-    }
-
-    /// A deep MLP's SGD ran its per-parameter loop at 24% of a compute-bound step, and
-    /// fused=True gave 1.21x by hand; only bf16 was offered.
-    #[test]
-    fn a_large_optimizer_share_beside_the_computation_is_named_and_swept_too() {
-        let s = summary(0.31, 0.43, 0.24);
-        let forloop = script(&[("optim_impl", "forloop")]);
-        let f = findings(&s, &forloop);
-        let kinds: Vec<FindingKind> = f.iter().map(|x| x.kind).collect();
-        assert_eq!(kinds, [FindingKind::Compute, FindingKind::Optimizer]);
-        assert!(
-            f[1].finding.evidence.contains("24") && f[1].finding.evidence.contains("foreach=False"),
-            "{}",
-            f[1].finding.evidence
-        );
-        assert_eq!(
-            sweep_knobs(&f, 2, &forloop, None),
-            [
-                "amp = [\"off\", \"bf16\"]",
-                "optim_impl = [\"forloop\", \"default\", \"foreach\", \"fused\"]"
-            ]
-        );
-        // A small update, or a fused one already: the computation alone.
-        assert_eq!(findings(&summary(0.4, 0.5, 0.1), &forloop).len(), 1);
-        let fused = script(&[("optim_impl", "fused")]);
-        assert_eq!(findings(&s, &fused).len(), 1);
-    }
-
-    /// A compute-bound script that runs under its own bf16 autocast was told to try
-    /// bf16, and its sweep.toml measured bf16 against itself.
-    #[test]
-    fn a_script_under_its_own_autocast_is_not_offered_bf16() {
-        let compute = [found(FindingKind::Compute)];
-        assert_eq!(
-            sweep_knobs(&compute, 2, &script(&[("amp", "off")]), None),
-            ["amp = [\"off\", \"bf16\"]"]
-        );
-        // Under its own autocast, torch.compile is what is left; unless it compiles too.
-        assert_eq!(
-            sweep_knobs(&compute, 2, &script(&[("amp", "bf16")]), None),
-            ["compile = [\"off\", \"default\"]"]
-        );
-        let both = script(&[("amp", "bf16"), ("compile", "default")]);
-        assert!(sweep_knobs(&compute, 2, &both, None).is_empty());
-        let own = compute_hint(Some("bf16"), None);
-        assert!(
-            own.contains("under autocast (bf16) already")
-                && !own.starts_with("hypothesis")
-                && own.contains("compile = [\"off\", \"default\"]"),
-            "{own}"
-        );
-        let compiled = compute_hint(Some("bf16"), Some("default"));
-        assert!(
-            compiled.contains("compiles its model already") && !compiled.contains("compile = ["),
-            "{compiled}"
-        );
-        let off = compute_hint(Some("off"), None);
-        assert!(
-            off.starts_with("hypothesis") && off.contains("Untested"),
-            "{off}"
-        );
-    }
-
-    /// A float64 model (time_sequence_prediction's `.double()`) was offered bf16, which
-    /// autocast cannot apply to it: its finding names the dtype, and no amp is swept.
-    #[test]
-    fn a_float64_model_is_not_offered_amp() {
-        let s = summary(0.01, 0.96, 0.03);
-        let f64_script = script(&[("amp", "off"), (PARAM_DTYPE, "float64")]);
-        let f = findings(&s, &f64_script);
-        assert_eq!(f[0].kind, FindingKind::Compute);
-        assert!(
-            f[0].hint.contains("float64") && !f[0].hint.contains("amp = bf16"),
-            "{}",
-            f[0].hint
-        );
-        assert!(sweep_knobs(&f, 2, &f64_script, None).is_empty());
-        let f32_script = script(&[("amp", "off"), (PARAM_DTYPE, "float32")]);
-        assert_eq!(
-            sweep_knobs(&findings(&s, &f32_script), 2, &f32_script, None),
-            ["amp = [\"off\", \"bf16\"]"]
-        );
-    }
-}
+mod tests;

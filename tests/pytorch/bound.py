@@ -73,6 +73,8 @@ def main():
     p.add_argument("--steps", type=int, default=25)
     # The forward under the script's own bf16 autocast, as a mixed-precision recipe.
     p.add_argument("--autocast", action="store_true")
+    # Adadelta (pytorch/examples' siamese_network and mnist): a foreach switch, no fused.
+    p.add_argument("--optim", choices=["adam", "adadelta"], default="adam")
     args = p.parse_args()
     torch.manual_seed(0)
     if args.kind == "data":
@@ -88,7 +90,10 @@ def main():
     for _ in range(depth):
         layers += [nn.Linear(width, width), nn.ReLU()]
     net = nn.Sequential(*layers, nn.Linear(width, 10))
-    opt = torch.optim.Adam(net.parameters(), lr=1e-4, foreach=False)
+    if args.optim == "adadelta":
+        opt = torch.optim.Adadelta(net.parameters(), lr=1.0, foreach=False)
+    else:
+        opt = torch.optim.Adam(net.parameters(), lr=1e-4, foreach=False)
     loss_fn = nn.CrossEntropyLoss()
     x = torch.randn(batch, width)
     y = torch.randint(0, 10, (batch,))

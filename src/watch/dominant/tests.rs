@@ -1,0 +1,239 @@
+use super::*;
+
+#[test]
+fn threads_beyond_the_free_cores_are_oversubscribed_and_fewer_proposed() {
+    // 2 cores, one competing process: the default 2 threads have one core.
+    let t = Threads::of(2, 2, 50.0);
+    assert!(t.oversubscribed && t.fit == 1, "{t:?}");
+    assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [2, 1]"));
+    let f = contention(Some("others used 50%".into()), Some(t)).unwrap();
+    assert!(f.finding.title.contains("oversubscribe"), "{f:?}");
+    assert!(f.hint.contains("torch.set_num_threads(1)"), "{f:?}");
+    assert!(f.finding.evidence.contains("2 PyTorch threads"), "{f:?}");
+    // More threads than the machine has, with nothing else running.
+    let t = Threads::of(8, 4, 2.0);
+    assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [8, 4, 1]"));
+    // A quiet 2-core machine's noise leaves 1.97 cores: 2 threads fit, not 1.
+    let t = Threads::of(8, 2, 1.5);
+    assert_eq!(t.fit, 2, "{t:?}");
+    assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [8, 2, 1]"));
+    // Half a core taken: 1.5 free cores fit one thread, as 2 are oversubscribed there.
+    let t = Threads::of(2, 2, 25.0);
+    assert!(t.oversubscribed && t.fit == 1, "{t:?}");
+}
+
+#[test]
+fn a_quiet_machine_or_a_job_that_fits_is_not_oversubscribed() {
+    // A quiet machine's own few percent do not make 2 threads on 2 cores too many.
+    let t = Threads::of(2, 2, 5.0);
+    assert!(!t.oversubscribed, "{t:?}");
+    assert!(contention(None, Some(t)).is_none());
+    // One thread under load: contention is said, no thread count proposed.
+    let t = Threads::of(1, 2, 50.0);
+    assert!(!t.oversubscribed && t.sweep_line().is_none(), "{t:?}");
+    let f = contention(Some("others used 50%".into()), Some(t)).unwrap();
+    assert_eq!(f.finding.title, "other processes competed for the CPU");
+}
+fn found(kind: FindingKind) -> WatchFinding {
+    WatchFinding {
+        kind,
+        device: "python".into(),
+        finding: Finding {
+            title: String::new(),
+            evidence: String::new(),
+        },
+        hint: String::new(),
+    }
+}
+
+fn script(pairs: &[(&str, &str)]) -> ScriptKnobs {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_data_bound_job_whose_threads_take_every_core_crosses_workers_with_fewer_threads() {
+    let two = script(&[("num_threads", "2")]);
+    assert_eq!(
+        loader_threads_line(&two, 2, Some(0.57)).as_deref(),
+        Some("num_threads = [2, 1]")
+    );
+    // A small wait, a thread to spare, or one core: nothing to cross.
+    assert!(loader_threads_line(&two, 2, Some(0.10)).is_none());
+    assert!(loader_threads_line(&two, 4, Some(0.57)).is_none());
+    assert!(loader_threads_line(&script(&[("num_threads", "1")]), 1, Some(0.57)).is_none());
+    let spec = sweep_spec(
+        &["python".into(), "train.py".into()],
+        &["num_workers = [0, 1]".into(), "num_threads = [2, 1]".into()],
+        None,
+        true,
+    )
+    .unwrap();
+    assert!(spec.contains("strategy = \"grid\""), "{spec}");
+    let parsed = crate::spec::Spec::parse(&spec, "sweep.toml").unwrap();
+    assert_eq!(parsed.knobs.len(), 2);
+}
+
+#[test]
+fn the_sweep_starts_at_the_scripts_own_values_and_skips_what_cannot_pay() {
+    let opt = [found(FindingKind::Optimizer)];
+    assert_eq!(
+        sweep_knobs(&opt, 2, &script(&[("optim_impl", "default")]), None),
+        ["optim_impl = [\"default\", \"foreach\", \"fused\"]"]
+    );
+    assert_eq!(
+        sweep_knobs(&opt, 2, &script(&[("optim_impl", "foreach")]), None),
+        ["optim_impl = [\"foreach\", \"default\", \"fused\"]"]
+    );
+    // Fused already: nothing left for the knob to try, and the hint says so.
+    assert!(sweep_knobs(&opt, 2, &script(&[("optim_impl", "fused")]), None).is_empty());
+    assert!(optimizer_hint(Some("fused"), None, &[], 5.0).contains("fused update already"));
+    let both = ["foreach", "fused"];
+    assert!(optimizer_hint(Some("default"), None, &both, 5.0).contains("optim_impl"));
+    // The script's class where the hooks read one, never AdamW for an SGD (#31).
+    let sgd = optimizer_hint(Some("forloop"), Some("torch.optim.SGD"), &both, 5.0);
+    assert!(
+        sgd.contains("(torch.optim.SGD(params, ..., fused=True), or"),
+        "{sgd}"
+    );
+    let any = optimizer_hint(Some("default"), None, &both, 5.0);
+    assert!(
+        any.contains("your optimizer's constructor with fused=True"),
+        "{any}"
+    );
+    assert!(!any.contains("AdamW"), "{any}");
+    // Adadelta has a foreach switch and no fused one: only foreach is offered.
+    let adadelta = script(&[
+        ("optim_impl", "default"),
+        ("optimizer", "torch.optim.Adadelta"),
+        ("optim_impls", "foreach"),
+    ]);
+    assert_eq!(
+        sweep_knobs(&opt, 2, &adadelta, None),
+        ["optim_impl = [\"default\", \"foreach\"]"]
+    );
+    let f = findings(&summary(0.1, 0.2, 0.7), &adadelta);
+    assert!(
+        f[0].hint
+            .contains("torch.optim.Adadelta(params, ..., foreach=True)")
+            && !f[0].hint.contains("fused=True"),
+        "{}",
+        f[0].hint
+    );
+    // A class with neither switch: nothing to sweep, and no second finding.
+    let neither = script(&[("optimizer", "torch.optim.LBFGS"), ("optim_impls", "")]);
+    assert!(sweep_knobs(&opt, 2, &neither, None).is_empty());
+    let f = findings(&summary(0.1, 0.2, 0.7), &neither);
+    assert!(
+        f[0].hint.contains("LBFGS has no faster implementation"),
+        "{}",
+        f[0].hint
+    );
+    assert_eq!(findings(&summary(0.31, 0.43, 0.24), &neither).len(), 1);
+    let data = [found(FindingKind::DataWait)];
+    // The script's 2 workers first, so fewer are measured against it too.
+    assert_eq!(
+        sweep_knobs(&data, 2, &script(&[("num_workers", "2")]), Some(0.07)),
+        ["num_workers = [2, 0, 1]"]
+    );
+    // No workers and a 5.5% wait: at most 1.06x, no worker trials.
+    assert!(sweep_knobs(&data, 2, &script(&[("num_workers", "0")]), Some(0.055)).is_empty());
+    assert_eq!(
+        sweep_knobs(&data, 2, &script(&[]), Some(0.5)),
+        ["num_workers = [0, 1, 2]"]
+    );
+}
+
+fn summary(forward: f64, backward: f64, optimizer: f64) -> StepSummary {
+    serde_json::from_value(serde_json::json!({
+        "torch": "2.x", "steps": 200, "steady_steps": 180, "median_step_ms": 10.1,
+        "samples_per_s": 3181.0,
+        "phase_share": {"forward": forward, "backward": backward, "optimizer": optimizer},
+    }))
+    .unwrap()
+}
+
+/// A deep MLP's SGD ran its per-parameter loop at 24% of a compute-bound step, and
+/// fused=True gave 1.21x by hand; only bf16 was offered.
+#[test]
+fn a_large_optimizer_share_beside_the_computation_is_named_and_swept_too() {
+    let s = summary(0.31, 0.43, 0.24);
+    let forloop = script(&[("optim_impl", "forloop")]);
+    let f = findings(&s, &forloop);
+    let kinds: Vec<FindingKind> = f.iter().map(|x| x.kind).collect();
+    assert_eq!(kinds, [FindingKind::Compute, FindingKind::Optimizer]);
+    assert!(
+        f[1].finding.evidence.contains("24") && f[1].finding.evidence.contains("foreach=False"),
+        "{}",
+        f[1].finding.evidence
+    );
+    assert_eq!(
+        sweep_knobs(&f, 2, &forloop, None),
+        [
+            "amp = [\"off\", \"bf16\"]",
+            "optim_impl = [\"forloop\", \"default\", \"foreach\", \"fused\"]"
+        ]
+    );
+    // A small update, or a fused one already: the computation alone.
+    assert_eq!(findings(&summary(0.4, 0.5, 0.1), &forloop).len(), 1);
+    let fused = script(&[("optim_impl", "fused")]);
+    assert_eq!(findings(&s, &fused).len(), 1);
+}
+
+/// A compute-bound script that runs under its own bf16 autocast was told to try
+/// bf16, and its sweep.toml measured bf16 against itself.
+#[test]
+fn a_script_under_its_own_autocast_is_not_offered_bf16() {
+    let compute = [found(FindingKind::Compute)];
+    assert_eq!(
+        sweep_knobs(&compute, 2, &script(&[("amp", "off")]), None),
+        ["amp = [\"off\", \"bf16\"]"]
+    );
+    // Under its own autocast, torch.compile is what is left; unless it compiles too.
+    assert_eq!(
+        sweep_knobs(&compute, 2, &script(&[("amp", "bf16")]), None),
+        ["compile = [\"off\", \"default\"]"]
+    );
+    let both = script(&[("amp", "bf16"), ("compile", "default")]);
+    assert!(sweep_knobs(&compute, 2, &both, None).is_empty());
+    let own = compute_hint(Some("bf16"), None);
+    assert!(
+        own.contains("under autocast (bf16) already")
+            && !own.starts_with("hypothesis")
+            && own.contains("compile = [\"off\", \"default\"]"),
+        "{own}"
+    );
+    let compiled = compute_hint(Some("bf16"), Some("default"));
+    assert!(
+        compiled.contains("compiles its model already") && !compiled.contains("compile = ["),
+        "{compiled}"
+    );
+    let off = compute_hint(Some("off"), None);
+    assert!(
+        off.starts_with("hypothesis") && off.contains("Untested"),
+        "{off}"
+    );
+}
+
+/// A float64 model (time_sequence_prediction's `.double()`) was offered bf16, which
+/// autocast cannot apply to it: its finding names the dtype, and no amp is swept.
+#[test]
+fn a_float64_model_is_not_offered_amp() {
+    let s = summary(0.01, 0.96, 0.03);
+    let f64_script = script(&[("amp", "off"), (PARAM_DTYPE, "float64")]);
+    let f = findings(&s, &f64_script);
+    assert_eq!(f[0].kind, FindingKind::Compute);
+    assert!(
+        f[0].hint.contains("float64") && !f[0].hint.contains("amp = bf16"),
+        "{}",
+        f[0].hint
+    );
+    assert!(sweep_knobs(&f, 2, &f64_script, None).is_empty());
+    let f32_script = script(&[("amp", "off"), (PARAM_DTYPE, "float32")]);
+    assert_eq!(
+        sweep_knobs(&findings(&s, &f32_script), 2, &f32_script, None),
+        ["amp = [\"off\", \"bf16\"]"]
+    );
+}
