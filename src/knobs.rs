@@ -277,10 +277,12 @@ const PYTHON_ONLY: Applies = Applies {
 /// `cudnn.benchmark`, the optimizer's `fused`/`foreach`), so a trial can measure the
 /// spec's baseline value against the script's own (`Knobs::forced`): a script that asks
 /// for `fused=True` under `optim_impl = ["default", "fused"]` ran fused twice and
-/// PyTorch's default nowhere. Not `num_threads` (0 leaves the thread count alone),
-/// nor `channels_last` and `compile`: the hooks cannot undo a script's own layout or
-/// compile.
+/// PyTorch's default nowhere. `checkpoint = "off"` runs a script's
+/// `torch.utils.checkpoint` calls as plain calls. Not `num_threads` (0 leaves the thread
+/// count alone), nor `channels_last` and `compile`: the hooks cannot undo a script's own
+/// layout or compile.
 pub const FORCEABLE: &[&str] = &[
+    "checkpoint",
     "num_workers",
     "pin_memory",
     "persistent_workers",
@@ -339,7 +341,11 @@ impl Knob {
     pub fn torch_line(&self, value: &str, backend: &str) -> String {
         let template = match self.torch {
             Torch::Line(t) => t,
-            Torch::PerValue(lines) => match lines.iter().find(|(v, _)| *v == value) {
+            Torch::PerValue(lines) => match lines
+                .iter()
+                .find(|(v, _)| *v == value)
+                .or_else(|| lines.iter().find(|(v, _)| *v == "*"))
+            {
                 Some((_, t)) => t,
                 None => return format!("# set {} = {value}", self.name),
             },
@@ -499,10 +505,21 @@ knob_table! {
         /// Activation checkpointing: keep segment inputs only, recompute in backward.
         checkpoint: Checkpoint = Checkpoint::Off,
         Values::Words(Checkpoint::ALLOWED),
-        CPU_CUDA,
-        Torch::Line(
-            "torch.utils.checkpoint.checkpoint_sequential(model, segments, x, use_reentrant=False)"
-        );
+        // In a script the hooks can only take checkpointing away (`off`: the script's
+        // checkpoint calls run as plain calls); the spec refuses the other values there.
+        EVERYWHERE,
+        Torch::PerValue(&[
+            (
+                "off",
+                "y = block(x)  # call the checkpointed blocks directly, not through \
+                 torch.utils.checkpoint.checkpoint(block, x) or checkpoint_sequential",
+            ),
+            (
+                "*",
+                "torch.utils.checkpoint.checkpoint_sequential(model, segments, x, \
+                 use_reentrant=False)",
+            ),
+        ]);
 
         /// Mixed precision: bf16/fp16 storage with f32 accumulation; tf32 = f32 GEMMs on
         /// TF32 tensor cores (CUDA only; the CPU backend runs f32 and records it).

@@ -583,16 +583,30 @@ fn sweep_reports_energy_per_sample_and_gate_judges_it() {
             t["label"]
         );
         assert!(0.0 < lo && lo <= m && m <= hi, "{e}");
-        // The stand-in's power model: 70 W idle to 700 W at full utilisation.
-        assert!((70.0..=700.0).contains(&w), "{e}");
+        // The stand-in's power model: 70 W idle to 700 W at full utilisation. The counter
+        // is read microseconds after the tick's timestamp, so a saturated device may read
+        // a hair over; 0.5% holds that and fails a counter that lags its reads by a
+        // window (705.9 W in CI before the stand-in accrued to each read).
+        assert!((70.0..=703.5).contains(&w), "{e}");
         assert_eq!(e["source"], "counter", "{e}");
         assert_eq!(e["stand_in"], true, "{e}");
         for h in t["hardware"].as_array().unwrap() {
             assert_eq!(h["energy"]["gpus"], serde_json::json!([0]), "{h}");
-            assert!(
-                h["reasons"].as_array().unwrap().is_empty(),
-                "clean stand-in: {h}"
-            );
+            // A clean stand-in GPU gives no GPU reason. The host's own (VM steal time,
+            // other processes' CPU) are real on a shared CI host (24% steal once) and are
+            // allowed only with the figure that justifies them.
+            for why in h["reasons"].as_array().unwrap() {
+                let why = why.as_str().unwrap();
+                assert!(!why.starts_with("gpu"), "clean stand-in: {h}");
+                let steal = h["steal_pct"].as_f64().unwrap_or(0.0);
+                let foreign = h["foreign_cpu_pct"].as_f64().unwrap_or(0.0);
+                assert!(
+                    (why.starts_with("VM steal time") && steal > 5.0)
+                        || (why.starts_with("other processes used") && foreign > 0.0),
+                    "clean stand-in: {h}"
+                );
+                eprintln!("{test}: the host's own flag, kept: {why}");
+            }
         }
     }
     let header = "J/sample [95% CI] (stand-in, not a GPU)";

@@ -207,6 +207,61 @@ fn token_ids_give_tokens_per_second_beside_samples() {
     tokens_per_sample_is_24("direct", o, r);
 }
 
+/// A tokenizer's padded batches (a UserDict of `input_ids`, `attention_mask` and
+/// `labels`, as transformers' BatchEncoding is): tokens are the mask's ones, not the
+/// padded [B, T], from a DataLoader and from a loop that calls its model with keyword
+/// arguments only; samples are the batch's sequences in both.
+#[test]
+fn a_padded_batch_counts_its_real_tokens_and_its_sequences() {
+    let _serial = support::serial();
+    let test = "a_padded_batch_counts_its_real_tokens_and_its_sequences";
+    let Some(py) = support::python(test) else {
+        return;
+    };
+    for args in [&["--loader"][..], &[][..]] {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("w");
+        let o = Command::new(env!("CARGO_BIN_EXE_tune"))
+            .args(["watch", "--steps", "40", "--out"])
+            .arg(&out)
+            .arg("--")
+            .arg(&py)
+            .arg(support::script("padded.py"))
+            .args(args)
+            .env("TUNE_CACHE_DIR", out.join("cache"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", show(&o));
+        let printed = |tag: &str| -> f64 {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix(tag)?.trim().parse().ok())
+                .unwrap_or(f64::NAN)
+        };
+        let (real, padded) = (printed("REAL"), printed("PADDED"));
+        let r: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap())
+                .unwrap();
+        let p = &r["python"];
+        let per_s = |k: &str| p[k].as_f64().unwrap_or_else(|| panic!("{args:?}: {p:#}"));
+        let steps = per_s("steps_per_s");
+        eprintln!(
+            "{test} {args:?}: {:.1} tokens a step (the script's real {real}, padded \
+             {padded}), {:.2} samples a step",
+            per_s("tokens_per_s") / steps,
+            per_s("samples_per_s") / steps
+        );
+        assert!(
+            (per_s("tokens_per_s") / steps - real).abs() < 1e-6 * real,
+            "{p:#}"
+        );
+        assert!(
+            (per_s("samples_per_s") / steps - 16.0).abs() < 1e-6,
+            "{p:#}"
+        );
+    }
+}
+
 #[test]
 fn compare_of_two_watches_tests_step_time_and_samples() {
     let _serial = support::serial();

@@ -52,6 +52,28 @@ pub fn cpu_info() -> CpuInfo {
     }
 }
 
+/// Whether the CPU computes bf16 natively (`avx512_bf16` or `amx_bf16` among x86's
+/// `flags`, `bf16` among ARM's `Features`), from the first processor's entry; `None`
+/// where the text has neither line. Without it PyTorch's CPU autocast to bf16 converts
+/// around f32 arithmetic: on a 2-core Ice Lake Xeon (AVX-512, no AVX512_BF16) it ran an
+/// MLP 0.32-0.36x, a conv net 0.59-0.61x and an LSTM 0.33-0.35x of float32's speed.
+pub fn parse_native_bf16(cpuinfo: &str) -> Option<bool> {
+    let flags = cpuinfo.lines().find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        matches!(k.trim(), "flags" | "Features").then_some(v)
+    })?;
+    Some(
+        flags
+            .split_whitespace()
+            .any(|f| matches!(f, "avx512_bf16" | "amx_bf16" | "bf16")),
+    )
+}
+
+/// [`parse_native_bf16`] of this machine's `/proc/cpuinfo`.
+pub fn native_bf16() -> Option<bool> {
+    parse_native_bf16(&std::fs::read_to_string("/proc/cpuinfo").ok()?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,6 +97,26 @@ model name\t: Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz\n\n";
         );
         assert_eq!(parse_logical_cores(ARM), 1);
         assert_eq!(parse_cpu_model("processor : 0\n"), None);
+    }
+
+    #[test]
+    fn native_bf16_from_the_flags_line() {
+        assert_eq!(parse_native_bf16(X86), Some(false));
+        let spr = X86.replace(
+            "flags\t\t: fpu",
+            "flags\t\t: fpu avx512f avx512_bf16 amx_tile",
+        );
+        assert_eq!(parse_native_bf16(&spr), Some(true));
+        let amx = X86.replace("flags\t\t: fpu", "flags\t\t: fpu amx_bf16");
+        assert_eq!(parse_native_bf16(&amx), Some(true));
+        // avx512bf16 is no flag of Linux's spelling; a substring must not count.
+        let icx = X86.replace("flags\t\t: fpu", "flags\t\t: fpu avx512f avx512_vnni");
+        assert_eq!(parse_native_bf16(&icx), Some(false));
+        assert_eq!(
+            parse_native_bf16("Features\t: fp asimd sve bf16 i8mm\n"),
+            Some(true)
+        );
+        assert_eq!(parse_native_bf16(ARM), None);
     }
 
     #[test]

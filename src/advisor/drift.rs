@@ -272,7 +272,14 @@ fn withdrawn_against(
         return None;
     }
     let moved = match &r.drift {
-        Some(d) => format!("; {}", d.summary.trim_end_matches('.')),
+        // The summary is a sentence of its own ("Drift: ..."); here it follows a semicolon.
+        Some(d) => {
+            let s = d.summary.trim_end_matches('.');
+            let mut c = s.chars();
+            c.next().map_or(String::new(), |f| {
+                format!("; {}{}", f.to_lowercase(), c.as_str())
+            })
+        }
         None => cx
             .base
             .zip(
@@ -288,13 +295,30 @@ fn withdrawn_against(
                 )
             }),
     };
+    // The side that decides is often the nearest one itself (the vae sweep's bf16 read
+    // "1.05x against the baseline run nearest it but 1.05x against the baseline run
+    // before it"): then one figure says it.
+    let same = fmt_ratio(&gain) == fmt_ratio(&after);
+    let measured = if same {
+        format!("{} measured {} against {which}", t.label, fmt_ratio(&gain))
+    } else {
+        format!(
+            "{} measured {} against the baseline run nearest it but {} against {which}",
+            t.label,
+            fmt_ratio(&gain),
+            fmt_ratio(&after)
+        )
+    };
+    let short = if !(after.significant && after.lo > 1.0) {
+        "an interval that reaches 1".to_string()
+    } else if after.ratio > 1.0 + noise.value {
+        format!("{:.0}% at its interval's low end", (after.lo - 1.0) * 100.0)
+    } else {
+        format!("{:.0}%", (after.ratio - 1.0) * 100.0)
+    };
     Some(format!(
-        "withdrawn: {} measured {} against the baseline run nearest it but {} against \
-         {which}{moved}: the effect does not clear the machine's drift and noise \
-         (a gain must stay {:.0}% clear of every baseline run beside it, set by {}{})",
-        t.label,
-        fmt_ratio(&gain),
-        fmt_ratio(&after),
+        "withdrawn: {measured}: {short} does not clear the machine's drift and noise (a \
+         gain must stay {:.0}% clear of every baseline run beside it, set by {}{}){moved}",
         noise.value * 100.0,
         noise.set_by,
         if noise.unmeasured {
@@ -385,6 +409,13 @@ mod tests {
             "{g:?} margin {m}"
         );
         assert_eq!(withdrawn_in_plan(&r, rec), None);
-        assert!(withdrawn(&r, rec).is_some());
+        let why = withdrawn(&r, rec).unwrap_or_default();
+        // It says what falls short, the interval's low end, and the one ratio once.
+        assert!(
+            why.contains("at its interval's low end does not clear")
+                && why.matches(&fmt_ratio(&g)).count() == 1
+                && why.contains("; drift: "),
+            "{why}"
+        );
     }
 }

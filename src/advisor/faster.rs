@@ -77,6 +77,22 @@ fn phase_behind(base: &TrialReport, t: &TrialReport, ratio: f64) -> Option<Strin
     })
 }
 
+/// The memory a faster change costs, where its peak is a tenth (and 16 MiB) above the
+/// baseline's: a script's checkpointing switched off buys its speed with the activations
+/// it kept, and a user deciding on it needs both figures.
+fn memory_cost(cx: &Ctx, base: &TrialReport, t: &TrialReport) -> Option<String> {
+    let (b, m) = (super::memory::used(cx, base)?, super::memory::used(cx, t)?);
+    let more = m.checked_sub(b)?;
+    (more >= 16 << 20 && more as f64 >= 0.1 * b as f64).then(|| {
+        format!(
+            "at a peak of {:.0} MiB against the baseline's {:.0} MiB (+{:.0}%)",
+            super::mib(m),
+            super::mib(b),
+            100.0 * more as f64 / b as f64
+        )
+    })
+}
+
 /// Whether an earlier recommendation (a change, a suggestion or a warning) already
 /// speaks about `knob`: the phase rule's words then stand.
 fn spoken_for(earlier: &[Recommendation], knob: &str) -> bool {
@@ -105,6 +121,7 @@ fn recommend(cx: &Ctx, t: &TrialReport, earlier: &[Recommendation]) -> Option<Re
                 .unwrap_or_else(|| "no phase rule explains this gain".into()),
         );
     }
+    evidence.extend(memory_cost(cx, base, t));
     let noise = base.noise_floor.max(t.noise_floor);
     let (tune_flag, pytorch) = lines(cx, t, &change);
     let say = Say {
@@ -230,6 +247,28 @@ mod tests {
         );
         let e = &by_rule(&r, "faster")[0].finding.evidence;
         assert!(e.contains("no phase rule explains"), "{e}");
+    }
+
+    /// A gain bought with memory says what it costs; one that costs little says nothing.
+    #[test]
+    fn a_gain_that_costs_memory_says_how_much() {
+        let s = spec("num_workers = [0, 2]", "");
+        let with = |mib: u64| {
+            let r = report(
+                &s,
+                vec![
+                    trial(&s, &[], 0.010),
+                    trial(&s, &[("num_workers", "2")], 0.007).peak(mib << 20),
+                ],
+            );
+            by_rule(&r, "faster")[0].finding.evidence.clone()
+        };
+        let e = with(160);
+        assert!(
+            e.contains("at a peak of 160 MiB against the baseline's 100 MiB (+60%)"),
+            "{e}"
+        );
+        assert!(!with(105).contains("peak of"), "{}", with(105));
     }
 
     #[test]

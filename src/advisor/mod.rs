@@ -281,9 +281,9 @@ pub fn fmt_ratio(r: &Ratio) -> String {
     format!("{:.2}× [{:.2}, {:.2}]", r.ratio, r.lo, r.hi)
 }
 
-/// "312.4 [305.1, 318.0] samples/s".
-pub fn fmt_ci(c: &Ci) -> String {
-    format!("{:.1} [{:.1}, {:.1}] samples/s", c.median, c.lo, c.hi)
+/// "312.4 [305.1, 318.0] samples/s" (`unit` from `throughput_unit`).
+pub fn fmt_ci(c: &Ci, unit: &str) -> String {
+    format!("{:.1} [{:.1}, {:.1}] {unit}", c.median, c.lo, c.hi)
 }
 
 pub fn fmt_pct(share: f64) -> String {
@@ -311,7 +311,8 @@ pub fn confidence(r: &Ratio, noise: f64) -> &'static str {
 
 /// "this vs baseline: ratio; throughput vs throughput".
 pub fn effect_evidence(label: &str, t: &TrialReport, base: &TrialReport, r: &Ratio) -> String {
-    let thr = |x: &TrialReport| x.samples_per_s.map_or("–".into(), |c| fmt_ci(&c));
+    let unit = crate::results::model::throughput_unit([t, base]);
+    let thr = |x: &TrialReport| x.samples_per_s.map_or("–".into(), |c| fmt_ci(&c, unit));
     match &t.settled {
         // The pairs measured the ratio; the sweep's run only nominated it.
         Some(s) => format!(

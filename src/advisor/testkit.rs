@@ -98,6 +98,14 @@ impl Trial {
         self
     }
 
+    /// Every repeat's tracked peak memory at `bytes` (100 MiB otherwise).
+    pub fn peak(mut self, bytes: u64) -> Trial {
+        for r in &mut self.rec.repeats {
+            r.peak_total_bytes = bytes;
+        }
+        self
+    }
+
     /// Repeat `i`'s steps around `step_s` instead (1% noise): two repeats of one trial
     /// that ran apart.
     pub fn repeat_at(mut self, i: usize, step_s: f64) -> Trial {

@@ -139,7 +139,7 @@ fn headline(r: &Report, wins: &[&TrialReport]) -> String {
                 c.median,
                 c.lo,
                 c.hi,
-                crate::results::model::throughput_unit(&r.trials)
+                r.throughput_unit()
             )
         });
         let ratio = t.ratio_vs_baseline.map_or("–".into(), |x| fmt_ratio(&x));
@@ -214,7 +214,7 @@ fn noise_lines(r: &Report, loaded: &[(String, String, f64)]) -> Vec<String> {
             out.push(format!(
                 "Baseline re-run: {:.1} {} in the sweep, {:.1} when re-run after it ({}{}).",
                 a.median,
-                crate::results::model::throughput_unit(&r.trials),
+                r.throughput_unit(),
                 b.median,
                 fmt_ratio(&x),
                 if x.significant {

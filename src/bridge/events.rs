@@ -42,6 +42,16 @@ pub struct Step {
     pub script: f64,
     #[serde(default)]
     pub backward: f64,
+    /// Of `backward`, the modules called inside it: activation checkpointing's segments
+    /// run forward again (`torch.utils.checkpoint`).
+    #[serde(default, skip_serializing_if = "is_zero_f")]
+    pub recompute: f64,
+    /// Of the module calls (`forward`, and `script` where the hooks split them), models
+    /// with weights called with gradients off inside training: a distillation's frozen
+    /// teacher, a target network, an EMA copy, that run forward only. Measured on the CPU
+    /// only, as `script` is.
+    #[serde(default, skip_serializing_if = "is_zero_f")]
+    pub no_grad: f64,
     #[serde(default)]
     pub optimizer: f64,
     /// The trained model's evaluation since the last step (its forward passes in eval
@@ -149,8 +159,12 @@ impl Step {
             self.optimizer,
             self.compile,
             self.eval,
+            self.recompute,
+            self.no_grad,
         ];
         (MIN_STEP_S..=MAX_STEP_S).contains(&self.dur)
+            && self.recompute <= self.backward + 1e-6
+            && self.no_grad <= self.dur + 1e-6
             && phases.iter().all(|p| (0.0..=MAX_STEP_S).contains(p))
             && self.batch <= MAX_BATCH
             && self.tokens <= MAX_TOKENS

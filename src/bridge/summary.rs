@@ -33,6 +33,9 @@ pub(super) fn summarize(steps: &[Step]) -> Option<StepSummary> {
         return None;
     }
     let total: f64 = s.iter().map(|x| x.dur).sum();
+    // A part said apart from the phases (inside one of them), where any step had it.
+    let part =
+        |of: fn(&Step) -> f64| Some(s.iter().map(of).sum::<f64>() / total).filter(|r| *r > 0.0);
     // The script's own code is a share only where the hooks split it from the module
     // calls (on the CPU).
     let split = s.iter().any(|x| x.script > 0.0);
@@ -80,6 +83,8 @@ pub(super) fn summarize(steps: &[Step]) -> Option<StepSummary> {
         tokens_per_s,
         first_step_ms: None,
         phase_share,
+        recompute_share: part(|x| x.recompute),
+        no_grad_share: part(|x| x.no_grad),
         overrides: Vec::new(),
         not_applicable: BTreeMap::new(),
         notices: Vec::new(),
@@ -126,6 +131,14 @@ pub struct StepSummary {
     /// Share of step time per phase; `forward` is the module calls, `script` (on the CPU)
     /// the script's own code between the hooks, else in `forward`.
     pub phase_share: BTreeMap<String, f64>,
+    /// Share of step time, within backward's, that checkpointed segments spent running
+    /// their forward again (`Step::recompute`); None where nothing was recomputed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recompute_share: Option<f64>,
+    /// Share of step time that models called with gradients off inside training (a
+    /// teacher, a target network: `Step::no_grad`) took, on the CPU; None where none ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_grad_share: Option<f64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overrides: Vec<Override>,
     /// Knobs that could not act in this job, with the reason.

@@ -49,9 +49,9 @@ _depth = {"backward": 0}
 # "model": the outermost module calls of the step (the model's forward, a loss module's),
 # which the step's "forward" is, apart from the script's own code between the hooks
 # ("script"); not a phase of its own, so not subtracted from the step.
-_acc = {"data_wait": 0.0, "h2d": 0.0, "backward": 0.0, "optimizer": 0.0, "zero_grad": 0.0, "eval": 0.0, "model": 0.0}
-# Not phases: left out of the step's remainder.
-_APART = ("eval", "model")
+_acc = {"data_wait": 0.0, "h2d": 0.0, "backward": 0.0, "optimizer": 0.0, "zero_grad": 0.0, "eval": 0.0, "model": 0.0, "recompute": 0.0, "no_grad": 0.0}
+# Not phases: left out of the step's remainder (recompute is inside backward's time).
+_APART = ("eval", "model", "recompute", "no_grad")
 _state = {
     "step": 0,
     "t0": None,
@@ -456,6 +456,10 @@ def _install_module_call(torch):
             return orig_call(self, *args, **kwargs)
         _tl.inside = True
         try:
+            if _depth["backward"]:
+                # A checkpointed segment's forward, run again inside backward: backward's
+                # time, in the precision checkpoint restores, and no model of its own.
+                return _st.timed_recompute(orig_call)(self, *args, **kwargs)
             if _state["t0"] is None and self.training:
                 _opened(_now())
             run = orig_call
@@ -468,7 +472,7 @@ def _install_module_call(torch):
                     # No DataLoader: the samples are what the training loop feeds its
                     # model (summed over the step, so accumulation counts every
                     # micro-batch); a loss module has no parameters and is not counted.
-                    n, tokens = _ld.input_counts(self, args)
+                    n, tokens = _ld.input_counts(self, args or (kwargs,))
                     _ld.count_inputs(self, n, tokens)
                 elif trained:
                     _ld.loader_input(self)
@@ -483,10 +487,9 @@ def _install_module_call(torch):
                 run = _tc.guarded(orig_call)
             if _st.evaluated(self):
                 run = _st.timed_eval(run)
-            elif not _depth["backward"] and not getattr(_tl, "loading", False):
-                # Not a checkpointed segment's recompute (backward's) nor a transform
-                # the DataLoader runs in this process (data wait's).
-                run = _st.timed_model(run)
+            elif not getattr(_tl, "loading", False):
+                # Not a transform the DataLoader runs in this process (data wait's).
+                run = _st.timed_model(run, self)
             if dtype is None and cl is None:
                 return run(self, *args, **kwargs)
             try:
@@ -589,6 +592,12 @@ def _first_step_checks():
     # already (once per knob): a first step without either is the script's "off".
     _script_value("compile", _tc.script_mode())
     _script_value("amp", "off")
+    # Inside a compiled graph the checkpoint calls may go unseen: no "off" claimed there.
+    seen = _state.get("checkpoint_seen")
+    if seen or _tc.script_mode() == "off":
+        _script_value("checkpoint", "on" if seen else "off")
+    if seen and _knobs.get("checkpoint") == "off":
+        _override("checkpoint", "on", "off")
     if _knobs.get("compile") == "reduce-overhead" and not cuda:
         _notice(
             "compile = reduce-overhead adds CUDA graphs to the default compile; this job "
@@ -651,7 +660,7 @@ def _step_end(t):
     for k in _acc:
         if k not in _APART:
             other -= _acc[k]
-        if k != "model":
+        if k != "model" and (k not in ("recompute", "no_grad") or _acc[k] > 0):
             ev[k] = _acc[k]
     other = max(other, 0.0)
     # Forward, loss and the script's own Python: everything between the hooks, split into

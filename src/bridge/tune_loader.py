@@ -8,17 +8,52 @@ so that each file stays under the project's 800 lines.
 import os
 import threading
 import weakref
+from collections.abc import Mapping
 
 _h = None  # tune_hook, for its state and event helpers
 
 
-def _first_leaf(batch):
+def _head(batch):
+    """The batch's first element that is no list or tuple."""
     x = batch
     while isinstance(x, (list, tuple)) and x:
         x = x[0]
-    if isinstance(x, dict) and x:
-        x = next(iter(x.values()))
     return x
+
+
+def _mapping_of(batch):
+    """The batch's mapping of named tensors, if it is one: a dict, or a Mapping that is no
+    dict (transformers' BatchEncoding, which DataCollatorWithPadding returns, is a
+    UserDict: before, its samples read 0), alone or first in a tuple; else None."""
+    x = _head(batch)
+    return x if isinstance(x, Mapping) and x else None
+
+
+def _first_leaf(batch):
+    x = _head(batch)
+    if isinstance(x, Mapping) and x:
+        # A tokenizer's batch names its ids; a dict ordered {"labels", "input_ids"} would
+        # give the labels' [B] and no tokens.
+        x = x["input_ids"] if "input_ids" in x else next(iter(x.values()))
+    return x
+
+
+def tokens_of_batch(batch, x):
+    """Tokens of a batch whose first tensor is `x`: its attention mask's ones where the
+    batch is a mapping with an `attention_mask` of `x`'s shape (padding is no token: a
+    padded batch of lengths 8-64 counted 64 a sequence), else `_tokens_of(x)`. A mask on
+    an accelerator is not summed: that would wait for the device."""
+    tokens = _tokens_of(x)
+    m = _mapping_of(batch)
+    if not tokens or m is None or "attention_mask" not in m:
+        return tokens
+    try:
+        mask = m["attention_mask"]
+        if tuple(mask.shape) == tuple(x.shape) and mask.device.type == "cpu":
+            return int(mask.count_nonzero())
+    except Exception:
+        pass
+    return tokens
 
 
 def _size_of(x):
@@ -120,7 +155,7 @@ def input_counts(model, args):
     takes the input at the rank it has without a batch dimension, with the layer's
     width (before, the watch read 4 samples for each environment step)."""
     x = _first_leaf(args)
-    n, tokens = _size_of(x), _tokens_of(x)
+    n, tokens = _size_of(x), tokens_of_batch(args, x)
     try:
         first = _first_layer.get(model, False)
         if first is False:
@@ -325,7 +360,7 @@ def install(torch, hook):
             # consumes several batches.
             x = _first_leaf(batch)
             _h._state["batch"] += _size_of(x)
-            _h._state["tokens"] += _tokens_of(x)
+            _h._state["tokens"] += tokens_of_batch(batch, x)
             _h._state["loader_batches"] += 1
             _h._state["last_batch"] = _shape2(x)
         return batch

@@ -1,7 +1,8 @@
 """tune's knobs that set torch's global modes, loaded by tune_hook once torch is imported:
 autotune (cudnn.benchmark), amp = "tf32" (TF32 matmuls), num_threads
-(torch.set_num_threads) and the script's own autocast and GradScaler, each applied once
-and a script that sets it itself reported and overruled. Apart from tune_hook so that
+(torch.set_num_threads), the script's own autocast and GradScaler, and its activation
+checkpointing, each applied once and a script that sets it itself reported and
+overruled. Apart from tune_hook so that
 each file stays under the project's 800 lines.
 """
 
@@ -14,6 +15,7 @@ def install(torch, hook):
     install_backends(torch)
     install_threads(torch)
     install_autocast(torch)
+    install_checkpoint(torch)
 
 
 def install_backends(torch):
@@ -184,3 +186,63 @@ def install_autocast(torch):
             _h._fail("GradScaler.__init__", e)
 
     gs.__init__ = gs_init
+
+
+# torch.utils.checkpoint.checkpoint's own keywords, not the checkpointed function's.
+_CHECKPOINT_ONLY = ("use_reentrant", "context_fn", "determinism_check", "debug", "preserve_rng_state")
+
+
+def install_checkpoint(torch):
+    """checkpoint: a script's activation checkpointing (torch.utils.checkpoint's
+    checkpoint and checkpoint_sequential, which HF's gradient_checkpointing_enable and
+    checkpoint_wrapper call too) is its "on"; under checkpoint = "off" each call runs as a
+    plain call, so the trial measures the script without the recompute, at the memory the
+    activations take. Patched on the module, so a later `from torch.utils.checkpoint
+    import checkpoint` and checkpoint_sequential's own calls get it too."""
+    try:
+        import torch.utils.checkpoint as tuc
+    except Exception as e:
+        _h._fail("import torch.utils.checkpoint", e)
+        return
+    off = _h._knobs.get("checkpoint") == "off"
+    orig, orig_seq = tuc.checkpoint, tuc.checkpoint_sequential
+
+    def plain():
+        # Under no_grad (an eval pass) checkpoint keeps everything it is given anyway.
+        try:
+            if _h._off or not torch.is_grad_enabled():
+                return False
+            # While dynamo traces a compiled model: the same choice, and no I/O for it to
+            # trace (which would break the graph); the step's end says it
+            # (tune_hook's first step, `checkpoint_seen`).
+            if _h._tc.compiling():
+                _h._state["checkpoint_seen"] = True
+                return off
+            _h._script_value("checkpoint", "on")
+            if off:
+                _h._override("checkpoint", "on", "off")
+            return off
+        except Exception as e:
+            _h._fail("checkpoint", e)
+            return False
+
+    def checkpoint(function, *args, **kwargs):
+        if not plain():
+            return orig(function, *args, **kwargs)
+        for k in _CHECKPOINT_ONLY:
+            kwargs.pop(k, None)
+        return function(*args, **kwargs)
+
+    def checkpoint_sequential(functions, segments, input, *args, **kwargs):
+        if not plain():
+            return orig_seq(functions, segments, input, *args, **kwargs)
+        if isinstance(functions, torch.nn.Sequential):
+            functions = list(functions.children())
+        for f in functions:
+            input = f(input)
+        return input
+
+    checkpoint.__wrapped__ = orig
+    checkpoint_sequential.__wrapped__ = orig_seq
+    tuc.checkpoint = checkpoint
+    tuc.checkpoint_sequential = checkpoint_sequential

@@ -64,17 +64,22 @@ def _param_dtype(module):
     # run): read at a later call.
     if any(is_lazy(p) for p in params):
         return
-    sizes = {}
+    sizes, devices = {}, {}
     for p in params:
         if p.is_floating_point():
             name = str(p.dtype).replace("torch.", "")
             sizes[name] = sizes.get(name, 0) + p.numel()
+            devices[p.device.type] = devices.get(p.device.type, 0) + p.numel()
     if not sizes:
         _h._state["param_dtype"] = None
         return
     dtype = max(sizes, key=sizes.get)
     _h._state["param_dtype"] = dtype
     _h._emit({"ev": "script_knob", "knob": "param_dtype", "value": dtype})
+    # Where the model trains ("cpu", "cuda"): a CPU job's bf16 depends on the CPU's own
+    # bf16 arithmetic, which the watch reads from the host.
+    device = max(devices, key=devices.get)
+    _h._emit({"ev": "script_knob", "knob": "param_device", "value": device})
 
 
 def one_model():
@@ -203,15 +208,42 @@ def timed_closure_forward(run):
     return _timed(run, record)
 
 
-def timed_model(run):
-    """`run` with its time counted as the step's module calls ("model": its forward,
-    apart from the script's own code between the hooks, where `split`)."""
+def _into(*keys):
+    """A `_timed` record adding the duration to each of the step's `keys` in the main
+    process."""
 
     def record(dt):
         if os.getpid() == _h._pid:
-            _h._acc["model"] += dt
+            for key in keys:
+                _h._acc[key] += dt
 
-    return _timed(run, record)
+    return record
+
+
+def timed_model(run, module=None):
+    """`run` with its time counted as the step's module calls ("model": its forward,
+    apart from the script's own code between the hooks, where `split`). A model with
+    weights called with gradients off inside training (a distillation's frozen teacher,
+    a target network, an EMA copy: forward only, no backward follows) is counted in
+    "no_grad" too, where the clock can tell (`split`: a CUDA call returns once queued).
+    A teacher took 65% of a distillation's step by hand, all of it read as "forward"."""
+    try:
+        frozen = (
+            module is not None
+            and _h._state["t0"] is not None
+            and not _h._torch.is_grad_enabled()
+            and split()
+            and next(module.parameters(), None) is not None
+        )
+    except Exception:
+        frozen = False
+    return _timed(run, _into("model", "no_grad") if frozen else _into("model"))
+
+
+def timed_recompute(run):
+    """`run`, a module called inside backward (activation checkpointing's forward run
+    again), timed into the step's "recompute": part of backward's time, said apart."""
+    return _timed(run, _into("recompute"))
 
 
 def split():

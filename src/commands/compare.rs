@@ -131,10 +131,11 @@ pub fn compare_sweeps(a: &Report, b: &Report) -> Vec<Change> {
         let (sa, spa) = steady_times(&ta.repeats);
         let (sb, spb) = steady_times(&tb.repeats);
         let thr = |c: &Option<crate::results::model::Ci>| c.as_ref().map(|c| c.median);
+        let unit = crate::results::model::throughput_unit([ta, tb]);
         if sa.is_empty() || sb.is_empty() {
             out.push(Change::untested(
                 &ta.label,
-                "samples/s",
+                unit,
                 thr(&ta.samples_per_s),
                 thr(&tb.samples_per_s),
             ));
@@ -142,7 +143,7 @@ pub fn compare_sweeps(a: &Report, b: &Report) -> Vec<Change> {
             let e = ratio_ci(&sa, spa, &sb, spb, &boot);
             out.push(Change {
                 subject: ta.label.clone(),
-                metric: "samples/s".into(),
+                metric: unit.into(),
                 before: thr(&ta.samples_per_s),
                 after: thr(&tb.samples_per_s),
                 ratio: Some(e.ratio),

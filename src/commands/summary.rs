@@ -68,10 +68,7 @@ pub fn render(r: &Report, colour: bool) -> String {
         "{:<w$}  {:<11}  {:>28}  {:>26}  {:>8}{}{}",
         "trial",
         "status",
-        format!(
-            "{} [95% CI]",
-            crate::results::model::throughput_unit(&r.trials)
-        ),
+        format!("{} [95% CI]", r.throughput_unit()),
         "vs baseline [95% CI]",
         "peak MiB",
         energy.map_or(String::new(), |h| format!("  {h}")),

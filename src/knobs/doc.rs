@@ -47,7 +47,15 @@ fn applies(k: &Knob) -> String {
         parts.push("command".into());
     }
     if k.applies.python {
-        parts.push("python".into());
+        // The spec refuses any other value of it for a script (spec/parse/inject_check.rs).
+        parts.push(
+            if k.name == "checkpoint" {
+                "python (`off` only)"
+            } else {
+                "python"
+            }
+            .into(),
+        );
     }
     parts.join(", ")
 }
@@ -64,7 +72,10 @@ fn torch(k: &Knob) -> String {
         }
         Torch::PerValue(lines) => lines
             .iter()
-            .map(|(v, _)| format!("{v}: `{}`", k.torch_line(v, "cuda")))
+            .map(|(v, _)| {
+                let name = if *v == "*" { "other values" } else { v };
+                format!("{name}: `{}`", k.torch_line(v, "cuda"))
+            })
             .collect::<Vec<_>>()
             .join("<br>"),
     }

@@ -204,7 +204,7 @@ pub(super) fn throughput(r: &Report, shown: &Shown, fastest: Option<&str>) -> St
             .build_cartesian_2d(xs.range(), ys.range())?;
         mesh(
             &mut chart,
-            "samples/s (median, 95% bootstrap interval)",
+            &format!("{} (median, 95% bootstrap interval)", r.throughput_unit()),
             None,
         )?;
         let y = |i: usize| (n - 1 - i) as f64;

@@ -203,13 +203,14 @@ pub(super) fn pareto3(r: &Report) -> String {
     let mut s = format!(
         "<table class=\"pareto3\"><caption>Speed, memory and energy{}: ● = on the three-axis \
          Pareto front (no other configuration is at least as fast, as small and as frugal, and \
-         better in one)</caption><thead><tr><th>configuration</th><th>samples/s</th>\
+         better in one)</caption><thead><tr><th>configuration</th><th>{}</th>\
          <th>peak MiB</th><th>J/sample</th><th>front</th></tr></thead><tbody>",
         if stand_in {
             " (stand-in, not a GPU)"
         } else {
             ""
-        }
+        },
+        r.throughput_unit()
     );
     for (i, p) in pts.iter().enumerate() {
         s.push_str(&format!(
@@ -298,6 +299,7 @@ pub(super) fn pareto(r: &Report, shown: &Shown) -> String {
     } else {
         "peak memory tracked by the engine (MiB)"
     };
+    let unit = r.throughput_unit();
     let chart = svg("pareto", WIDTH, 400, |root| {
         let mut chart = ChartBuilder::on(root)
             .margin(10)
@@ -305,7 +307,7 @@ pub(super) fn pareto(r: &Report, shown: &Shown) -> String {
             .x_label_area_size(40)
             .y_label_area_size(70)
             .build_cartesian_2d(xs.range(), ys.range())?;
-        super::charts::mesh(&mut chart, x_desc, Some("samples/s"))?;
+        super::charts::mesh(&mut chart, x_desc, Some(unit))?;
         chart.draw_series(std::iter::once(PathElement::new(
             front
                 .iter()
@@ -376,8 +378,8 @@ pub(super) fn pareto(r: &Report, shown: &Shown) -> String {
     if numbered.is_empty() {
         return chart;
     }
-    let mut key = String::from(
-        "<table class=\"chart-key\"><thead><tr><th>#</th><th>configuration</th><th>peak MiB</th><th>samples/s</th></tr></thead><tbody>",
+    let mut key = format!(
+        "<table class=\"chart-key\"><thead><tr><th>#</th><th>configuration</th><th>peak MiB</th><th>{unit}</th></tr></thead><tbody>",
     );
     for (n, &i) in numbered.iter().enumerate() {
         let p = &pts[i];

@@ -168,7 +168,7 @@ fn trials_table(r: &Report, story: &Story) -> String {
     let mut s = format!(
         "<table><tr><th>trial</th><th>status</th><th>{} [95% CI]</th><th>vs baseline [95% CI]</th>\
          <th>peak MiB</th><th>accuracy</th><th>final loss</th><th>repeats</th><th>notes</th>",
-        crate::results::model::throughput_unit(&r.trials)
+        r.throughput_unit()
     );
     let energy = super::markdown::energy_header(&r.trials);
     if let Some(h) = energy {
@@ -322,8 +322,11 @@ pub fn render(r: &Report) -> String {
         figure(
             CHARTS[0],
             charts::throughput(r, &shown, story.fastest.as_deref()),
-            "Median samples/s over steady-state steps with the 95% bootstrap interval; green: significantly faster than the baseline (the headline's fastest), \
-             purple: the confirmation runs (after the sweep), grey rule: the baseline."
+            &format!(
+                "Median {} over steady-state steps with the 95% bootstrap interval; green: significantly faster than the baseline (the headline's fastest), \
+                 purple: the confirmation runs (after the sweep), grey rule: the baseline.",
+                r.throughput_unit()
+            )
         ),
         figure(
             CHARTS[1],
@@ -414,7 +417,14 @@ mod tests {
         let md = crate::report::markdown::render(&steps);
         assert!(md.contains("| steps/s [95% CI] |"), "{md}");
         assert!(!md.contains("samples/s [95% CI]"), "{md}");
-        assert!(render(&steps).contains("<th>steps/s [95% CI]</th>"));
+        let html = render(&steps);
+        assert!(html.contains("<th>steps/s [95% CI]</th>"));
+        // Charts, their keys and captions too: one unit on the page.
+        assert!(
+            !html.contains("samples/s"),
+            "{}",
+            &html[html.find("samples/s").unwrap_or(0)..][..200]
+        );
         let samples = build(false);
         assert!(crate::report::markdown::render(&samples).contains("| samples/s [95% CI] |"));
         assert!(render(&samples).contains("<th>samples/s [95% CI]</th>"));

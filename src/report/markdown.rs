@@ -203,7 +203,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(
         s,
         "| trial | status | {} [95% CI] | vs baseline [95% CI] | peak MiB | accuracy |{}{}",
-        crate::results::model::throughput_unit(&r.trials),
+        r.throughput_unit(),
         energy.map_or(String::new(), |h| format!(" {h} |")),
         tokens.map_or(String::new(), |h| format!(" {h} |"))
     );

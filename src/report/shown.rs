@@ -77,7 +77,7 @@ impl<'a> Shown<'a> {
         self.partial().then(|| {
             format!(
                 "This report has {} configurations, too many to draw one by one: each chart \
-                 shows {} of them, the baseline and the fastest by median samples/s (the \
+                 shows {} of them, the baseline and the fastest by median throughput (the \
                  throughput-vs-memory chart also its Pareto front). Every configuration is in \
                  the Trials table below and in report.json.",
                 self.total,

@@ -55,7 +55,7 @@ pub fn figure(r: &Report, fastest: Option<&str>) -> String {
     format!(
         "<h2>Step time per step</h2><figure class=\"chart\" id=\"fig-steps\">{}<figcaption>\
          Time of every step of the first repeat, in ms, warm-up included (warm-up steps: {}; \
-         they are kept out of samples/s and every comparison).</figcaption></figure>",
+         they are kept out of the throughput and every comparison).</figcaption></figure>",
         render(&LinesChart {
             id: "fig-steps",
             x_desc: "step",

@@ -128,8 +128,9 @@ impl Runs {
             .collect()
     }
 
-    /// The fastest baseline run against the slowest, when there are two or more.
-    pub fn drift(&self) -> Option<Drift> {
+    /// The fastest baseline run against the slowest, when there are two or more; `unit`
+    /// is the sweep's throughput unit (`throughput_unit`).
+    pub fn drift(&self, unit: &str) -> Option<Drift> {
         let thr = |d: &Steady| d.1 / stats::median(&d.0);
         let valid: Vec<&Run> = self.runs.iter().filter(|r| thr(&r.data) > 0.0).collect();
         if valid.len() < 2 {
@@ -154,7 +155,7 @@ impl Runs {
             ratio: r,
             summary: format!(
                 "Drift: the baseline ran {} times through the sweep, from {lo:.1} to {hi:.1} \
-                 samples/s (fastest/slowest {:.2}× [{:.2}, {:.2}]): {what}.",
+                 {unit} (fastest/slowest {:.2}× [{:.2}, {:.2}]): {what}.",
                 valid.len(),
                 r.ratio,
                 r.lo,

@@ -585,6 +585,7 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
         schema_version: SCHEMA_VERSION.into(),
         environment: environment(backend),
         spec: spec.clone(),
+        drift: runs.drift(crate::results::model::throughput_unit(&trials)),
         trials,
         skipped: plan::plan(spec).skipped,
         baseline: recs.iter().any(|r| r.id == base_id).then_some(base_id),
@@ -596,7 +597,6 @@ pub fn build(spec: &Spec, records: &[TrialRecord]) -> Measured {
         noise_floor,
         notes,
         baseline_runs,
-        drift: runs.drift(),
         budget: None,
     };
     Measured {

@@ -480,6 +480,11 @@ pub struct TimelineSample {
 }
 
 impl Report {
+    /// What this report's throughput counts (`throughput_unit` over its trials).
+    pub fn throughput_unit(&self) -> &'static str {
+        throughput_unit(&self.trials)
+    }
+
     /// Reads a report, refusing one written by a newer major schema version.
     pub fn load(path: impl AsRef<Path>) -> Result<Report> {
         let path = path.as_ref();
@@ -660,8 +665,8 @@ fn field_before(text: &str, line: usize, column: usize) -> Option<String> {
 
 /// What the sweep's throughput counts: steps/s where no trial's steps had a batch the
 /// hooks could count (`RunSummary::batch_unknown`), else samples/s.
-pub fn throughput_unit(trials: &[TrialReport]) -> &'static str {
-    let mut measured = trials.iter().flat_map(|t| &t.repeats).peekable();
+pub fn throughput_unit<'a>(trials: impl IntoIterator<Item = &'a TrialReport>) -> &'static str {
+    let mut measured = trials.into_iter().flat_map(|t| &t.repeats).peekable();
     if measured.peek().is_some() && measured.all(|r| r.batch_unknown) {
         "steps/s"
     } else {

@@ -98,6 +98,8 @@ pub fn findings(s: &StepSummary, script: &ScriptKnobs) -> Vec<WatchFinding> {
             },
             hint: if float64(script) {
                 FLOAT64_HINT.into()
+            } else if slow_bf16(script) {
+                no_bf16_hint(script.get("compile").map(String::as_str))
             } else {
                 compute_hint(
                     script.get("amp").map(String::as_str),
@@ -105,10 +107,88 @@ pub fn findings(s: &StepSummary, script: &ScriptKnobs) -> Vec<WatchFinding> {
                 )
             },
         }];
+        out.extend(recompute(s));
+        out.extend(no_grad(s));
         out.extend(second_optimizer(s, script, optimizer, compute));
         return out;
     }
     Vec::new()
+}
+
+/// Checkpointed segments' forward, run again inside backward, takes at least this share of
+/// the step: a cost the user chose for memory, worth naming where memory is to spare.
+/// An MLP-Mixer checkpointing its 12 blocks spent 17.1% of its step there on a 2-core CPU,
+/// and calling the blocks directly gave 1.19x and 1.23x by hand
+/// (scripts/realistic/ckpt_mixer.py).
+pub const RECOMPUTE_SHARE: f64 = 0.10;
+
+/// The activation-checkpointing finding beside a dominant computation.
+fn recompute(s: &StepSummary) -> Option<WatchFinding> {
+    let r = s.recompute_share.filter(|r| *r >= RECOMPUTE_SHARE)?;
+    let backward = s.phase_share.get("backward").copied().unwrap_or(0.0);
+    Some(WatchFinding {
+        kind: FindingKind::Recompute,
+        device: "python".into(),
+        finding: Finding {
+            title: "activation checkpointing runs the forward again in backward".into(),
+            evidence: format!(
+                "modules called inside backward (torch.utils.checkpoint's segments, recomputing \
+                 what they did not keep) take {} of step time, of backward's {} {}",
+                fmt_pct(r),
+                fmt_pct(backward),
+                of_steps(s)
+            ),
+        },
+        // Not "at most": checkpoint's own bookkeeping comes off too. On small blocks
+        // (tests/pytorch/checkpointed.py) a 17% recompute stood beside 1.47x from calling
+        // them directly; on the Mixer's, 17.1% beside 1.19-1.23x.
+        hint: format!(
+            "if the activations fit in memory, call the checkpointed blocks directly instead \
+             of through torch.utils.checkpoint.checkpoint (or checkpoint fewer of them): \
+             about {:.2}x from the recompute alone, more where checkpoint's own bookkeeping \
+             is a cost too (small blocks), at the memory the segments' activations take. \
+             sweep.toml's checkpoint = [\"off\"] measures it (tune watch writes it beside \
+             this report): tune runs your checkpoint calls as plain calls in that trial, \
+             and the report gives its peak memory beside the baseline's",
+            1.0 / (1.0 - r)
+        ),
+    })
+}
+
+/// Models called with gradients off inside training take at least this share of the
+/// step: forward-only work that no backward follows and no trained weight depends on, so
+/// its own cures (reuse its outputs, a cheaper precision or a compiled copy of it alone).
+/// A distillation's frozen teacher took 65% of its step by hand, and the watch said only
+/// "forward 81%" (scripts/realistic/distill.py).
+pub const NO_GRAD_SHARE: f64 = 0.25;
+
+/// The forward-only finding beside a dominant computation.
+fn no_grad(s: &StepSummary) -> Option<WatchFinding> {
+    let r = s.no_grad_share.filter(|r| *r >= NO_GRAD_SHARE)?;
+    let forward = s.phase_share.get("forward").copied().unwrap_or(0.0);
+    Some(WatchFinding {
+        kind: FindingKind::NoGrad,
+        device: "python".into(),
+        finding: Finding {
+            title: "a model that is not trained takes a large share of the step".into(),
+            evidence: format!(
+                "models called with gradients off inside the training step (a distillation's \
+                 teacher, a target network, an EMA copy: forward only) take {} of step time, of \
+                 the module calls' {} {}",
+                fmt_pct(r),
+                fmt_pct(forward),
+                of_steps(s)
+            ),
+        },
+        hint: format!(
+            "at most {:.2}x from removing it: where its inputs repeat without random \
+             augmentation, compute its outputs once and reuse them; else run it under \
+             torch.inference_mode(), or compile or lower the precision of that model alone \
+             (tune's compile knob compiles the trained model only; its amp knob runs every \
+             model's forward under autocast, this one's included)",
+            1.0 / (1.0 - r)
+        ),
+    })
 }
 
 /// The optimizer takes at least this share of a step it does not dominate, and the
@@ -196,6 +276,52 @@ const FLOAT64_HINT: &str = "your model's parameters are float64 (`.double()`), a
 /// it): then tune has no lower precision left to offer it.
 fn reduced(own: Option<&str>) -> bool {
     matches!(own, Some("bf16" | "fp16"))
+}
+
+/// The `script_knobs` key of the device type most of the trained model's parameters are
+/// on ("cpu", "cuda"), as the hooks read it.
+pub const PARAM_DEVICE: &str = "param_device";
+
+/// Not the script's: set beside its knobs by the watch (`session`) where the model trains
+/// on a CPU without bf16 arithmetic of its own (`probes::cpu::native_bf16`), so that the
+/// compute rule, which reads only the script's facts, knows bf16 would run converted.
+pub const NO_NATIVE_BF16: &str = "cpu_without_native_bf16";
+
+/// Whether bf16 autocast would only slow this job: it trains on a CPU without native bf16.
+fn slow_bf16(script: &ScriptKnobs) -> bool {
+    script.contains_key(NO_NATIVE_BF16) && !reduced(script.get("amp").map(String::as_str))
+}
+
+/// The `[knobs]` line that measures torch.compile's fused kernels, unless the script
+/// compiles already.
+fn compile_line(script: &ScriptKnobs) -> Option<String> {
+    let own = script.get("compile").map(String::as_str);
+    own.is_none_or(|m| m == "off")
+        .then(|| "compile = [\"off\", \"default\"]".into())
+}
+
+/// The compute hint on a CPU without native bf16 (`slow_bf16`): fused kernels are the
+/// hypothesis left, since autocast would convert around f32 arithmetic. On a 2-core Ice
+/// Lake Xeon bf16 ran 0.32-0.61x of float32 on five models (an MLP, a conv net, an LSTM,
+/// scripts/realistic's ckpt_mixer and ckpt_seq_lm), and torch.compile ran a residual MLP
+/// 1.16-1.18x (its first step 35 s).
+fn no_bf16_hint(compile: Option<&str>) -> String {
+    let fused = match compile {
+        Some(mode) if mode != "off" => format!(
+            "your script compiles its model already (torch.compile, mode {mode}), so fused \
+             kernels are taken too; what is left is less work per step"
+        ),
+        _ => "hypothesis: torch.compile's fused kernels may shorten it; tune watch wrote \
+              sweep.toml beside this report to measure it (compile = [\"off\", \"default\"]), \
+              its compile time counted"
+            .into(),
+    };
+    format!(
+        "the step is compute-bound on a CPU without bf16 arithmetic of its own (no \
+         AVX512_BF16 or AMX in /proc/cpuinfo), where bf16 autocast converts around float32 \
+         and runs slower (0.32-0.61x of float32 on five models on such a CPU), so tune does \
+         not try it; {fused}"
+    )
 }
 
 /// The compute finding's hint. bf16 is a hypothesis to measure, never a forecast: on this
@@ -344,17 +470,23 @@ pub fn sweep_knobs(
                 own_first("num_workers", own, &v)
             }
             FindingKind::H2d => "pin_memory = [false, true]".into(),
+            // The script's checkpointing is the baseline; the trial runs its calls plainly.
+            FindingKind::Recompute => "checkpoint = [\"off\"]".into(),
             // Under its own autocast already, fused kernels are what is left to measure,
             // unless the script compiles already.
             FindingKind::Compute if reduced(script.get("amp").map(String::as_str)) => {
-                let own = script.get("compile").map(String::as_str);
-                if own.is_some_and(|m| m != "off") {
-                    continue;
+                match compile_line(script) {
+                    Some(l) => l,
+                    None => continue,
                 }
-                "compile = [\"off\", \"default\"]".into()
             }
             // amp cannot act on a float64 model, and tune has no knob for its dtype.
             FindingKind::Compute if float64(script) => continue,
+            // Without the CPU's own bf16 arithmetic autocast only slows it: fused kernels.
+            FindingKind::Compute if slow_bf16(script) => match compile_line(script) {
+                Some(l) => l,
+                None => continue,
+            },
             FindingKind::Compute => "amp = [\"off\", \"bf16\"]".into(),
             FindingKind::Optimizer => {
                 let own = script.get("optim_impl").cloned();
@@ -491,6 +623,15 @@ impl Threads {
         }
     }
 
+    /// Whole free cores the script's threads leave idle.
+    pub fn idle(&self) -> usize {
+        if self.oversubscribed {
+            0
+        } else {
+            self.fit.saturating_sub(self.script)
+        }
+    }
+
     /// The `[knobs]` line of the sweep that tests fewer threads, when fewer would fit: the
     /// script's own count first, so the baseline is the script as it runs, then the count
     /// that fits and one thread (a job whose main thread also loads data can do better
@@ -506,6 +647,42 @@ impl Threads {
         let v: Vec<String> = v.iter().map(usize::to_string).collect();
         Some(format!("num_threads = [{}]", v.join(", ")))
     }
+}
+
+/// The script's threads leave free cores idle under a compute-bound step (`compute`: the
+/// compute finding fired): a recipe pinned to `torch.set_num_threads(1)` for a node shared
+/// by several jobs, run alone on 2 free cores, took 63.4 ms a step against 35.9 ms with 2
+/// threads by hand, and the watch named only bf16. The `[knobs]` line to measure it is
+/// the second item.
+pub fn idle_cores(threads: Option<Threads>, compute: bool) -> Option<(WatchFinding, String)> {
+    let t = threads.filter(|t| compute && t.idle() > 0)?;
+    let line = format!("num_threads = [{}, {}]", t.script, t.fit);
+    let finding = WatchFinding {
+        kind: FindingKind::IdleCores,
+        device: "host".into(),
+        finding: Finding {
+            title: format!(
+                "the compute-bound step runs on {} PyTorch thread{} with {} more core{} free",
+                t.script,
+                if t.script == 1 { "" } else { "s" },
+                t.idle(),
+                if t.idle() == 1 { "" } else { "s" }
+            ),
+            evidence: format!(
+                "torch.get_num_threads() is {} (read by tune's hooks) and about {:.1} cores \
+                 were free while the job ran",
+                t.script, t.free
+            ),
+        },
+        hint: format!(
+            "the idle cores could share the forward and backward: try \
+             torch.set_num_threads({fit}) (or remove the script's own call, or its \
+             OMP_NUM_THREADS) and measure it: sweep.toml's {line} (tune watch writes it beside \
+             this report). Keep the lower count where other jobs share the machine on purpose",
+            fit = t.fit
+        ),
+    };
+    Some((finding, line))
 }
 
 /// Contention, where users look (the CLI and summary.md, not only the HTML banner):

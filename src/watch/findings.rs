@@ -75,6 +75,14 @@ pub enum FindingKind {
     /// From the PyTorch hooks: the script's own code between the model's calls is the
     /// largest cost (measured on the CPU only).
     Script,
+    /// From the PyTorch hooks: activation checkpointing runs a large share of the forward
+    /// again inside backward.
+    Recompute,
+    /// From the PyTorch hooks: models that are not trained (a distillation's teacher, a
+    /// target network), called with gradients off inside training, take a large share.
+    NoGrad,
+    /// From the PyTorch hooks: a compute-bound step's threads leave free cores idle.
+    IdleCores,
 }
 
 /// A finding about one device (or the Python job) of a watched run.

@@ -341,6 +341,12 @@ pub fn run(opts: &Options) -> Result<i32> {
     let python = link.map(|l| {
         let ev = l.finish(Duration::from_secs(2));
         script = ev.script_knobs.clone();
+        let cpu = script
+            .get(super::dominant::PARAM_DEVICE)
+            .is_some_and(|d| d == "cpu");
+        if cpu && tune_probes::cpu::native_bf16() == Some(false) {
+            script.insert(super::dominant::NO_NATIVE_BF16.into(), "true".into());
+        }
         for e in &ev.errors {
             notes.push(format!("the PyTorch hooks failed and were off: {e}"));
         }
@@ -416,6 +422,14 @@ pub fn run(opts: &Options) -> Result<i32> {
     if let Some(f) = super::dominant::contention(super::html::foreign_load(&report), threads) {
         report.findings.insert(0, f);
     }
+    let compute = report
+        .findings
+        .iter()
+        .any(|f| f.kind == FindingKind::Compute);
+    let idle = super::dominant::idle_cores(threads, compute).map(|(f, line)| {
+        report.findings.push(f);
+        line
+    });
     let spec = report
         .python
         .as_ref()
@@ -427,7 +441,7 @@ pub fn run(opts: &Options) -> Result<i32> {
                 .and_then(|p| p.phase_share.get("data_wait").copied());
             let mut knobs =
                 super::dominant::sweep_knobs(&report.findings, ctx.cores, &script, wait);
-            let over = threads.and_then(|t| t.sweep_line());
+            let over = threads.and_then(|t| t.sweep_line()).or(idle);
             let loader = super::dominant::loader_threads_line(&script, ctx.cores, wait)
                 .filter(|_| over.is_none() && knobs.iter().any(|k| k.starts_with("num_workers")));
             let grid = loader.is_some();

@@ -88,11 +88,12 @@ fn every_knob_round_trips_through_text_and_json() {
             let back: Knobs = serde_json::from_str(&serde_json::to_string(&x).unwrap()).unwrap();
             assert_eq!(back, x, "{} = {v}: JSON", k.name);
         }
-        // A word without its PyTorch line would fall back to "# set ..." in advice.
+        // A word without its PyTorch line (or a "*" line for the rest) would fall back
+        // to "# set ..." in advice.
         if let Torch::PerValue(lines) = k.torch {
             for v in samples(k) {
                 assert!(
-                    lines.iter().any(|(w, _)| *w == v),
+                    lines.iter().any(|(w, _)| *w == v || *w == "*"),
                     "{} = {v}: no PyTorch line",
                     k.name
                 );
@@ -328,6 +329,40 @@ fn the_hooks_get_the_python_knobs_in_json_form() {
             t.name
         );
     }
+}
+
+/// A script's checkpointing can be swept off (`checkpoint = ["off"]`), never on: the
+/// hooks cannot choose segments in a model they did not build. Any other value, in
+/// `[knobs]` or the baseline, is refused where it is written; a `{checkpoint}`
+/// placeholder hands any value to the script itself.
+#[test]
+fn a_script_is_swept_only_to_checkpointing_off() {
+    let parse = |tail: &str, run: &str| {
+        Spec::parse(
+            &format!("[workload.python]\nrun = \"{run}\"\n{tail}"),
+            "s.toml",
+        )
+    };
+    let ok = parse("[knobs]\ncheckpoint = [\"off\"]\n", "python t.py").unwrap();
+    assert_eq!(ok.knobs[0].0, "checkpoint");
+    for (tail, at) in [
+        ("[knobs]\ncheckpoint = [\"off\", \"sqrt\"]\n", "s.toml:4:"),
+        (
+            "[knobs]\nnum_workers = [0]\n[search]\nbaseline = { checkpoint = \"every:2\" }\n",
+            "s.toml:6:",
+        ),
+    ] {
+        let e = parse(tail, "python t.py").unwrap_err().to_string();
+        assert!(
+            e.contains(at) && e.contains("can only be \"off\""),
+            "{tail}: {e}"
+        );
+    }
+    parse(
+        "[knobs]\ncheckpoint = [\"off\", \"sqrt\"]\n",
+        "python t.py --ckpt {checkpoint}",
+    )
+    .unwrap();
 }
 
 /// The advisor's rules take every flag they print from the table (`advisor::flag`,

@@ -15,8 +15,10 @@
 //                 capped at 100; memory utilisation the same over copies and memsets;
 //   power         70 W idle + (700 W - 70 W) * utilisation (an H100 SXM's idle and TDP),
 //                 capped at the power limit (default 700 W), which sets sw_power_cap;
-//   energy        the power above integrated over each read's window (mJ since this
-//                 process first read the device), so it is exact for the linear model;
+//   energy        the power above integrated up to the moment of each counter read (mJ
+//                 since this process first read the device), a read inside a window at
+//                 the power last reported: the counter never lags a read by a window,
+//                 never falls, and its slope never exceeds the power limit;
 //   temperature   30 C + 0.5 C per utilisation point; SM clock 1980 MHz (max 1980);
 //   throttle      gpu_idle when utilisation is 0, sw_power_cap when capped.
 //
@@ -290,6 +292,7 @@ struct Dev {
     uint64_t last_ns = 0;
     std::map<unsigned, Prev> prev;
     double util = 0, mem_util = 0, tx_kbps = 0, rx_kbps = 0, power_w = IDLE_W, energy_mj = 0;
+    uint64_t energy_ns = 0;  // the counter holds the energy up to here
     bool capped = false;
     unsigned long long mem_used = 0;
     unsigned long long sample_ts = 0;
@@ -301,6 +304,14 @@ static Dev g_devs[TUNE_ACT_DEVICES];
 static bool g_init = false;
 
 static uint64_t delta(uint64_t cur, uint64_t prev) { return cur >= prev ? cur - prev : cur; }
+
+// Brings the energy counter up to `now` at the power last reported. A counter that only
+// moved when a window closed lagged the reads by up to MIN_WINDOW_NS, so a short steady
+// window read 705 W out of a 700 W device (CI, gpu_nvml's energy test).
+static void accrue(Dev& d, uint64_t now) {
+    if (d.energy_ns && now > d.energy_ns) d.energy_mj += d.power_w * (double)(now - d.energy_ns) / 1e6;
+    d.energy_ns = now;
+}
 
 // Reads the publishers and closes the device's window (at most every MIN_WINDOW_NS).
 static void refresh(Dev& d) {
@@ -358,7 +369,7 @@ static void refresh(Dev& d) {
     double limit = s.power_limit_w >= 0 ? (double)s.power_limit_w : MAX_W;
     d.capped = power > limit;
     d.power_w = std::min(power, limit);
-    d.energy_mj += d.power_w * secs * 1000.0;
+    accrue(d, now);  // the stretch since the last counter read, at this window's power
     d.mem_used = std::min(used, TOTAL_MEM);
     d.procs = procs;
     d.prev = next;
@@ -506,6 +517,7 @@ API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(void* h, unsigned long long
     DEVICE(h);
     if (!mj) return ERR_INVALID_ARGUMENT;
     if (sc.no_energy) return ERR_NOT_SUPPORTED;
+    accrue(*d, now_ns());
     *mj = (unsigned long long)d->energy_mj;
     return SUCCESS;
 }

@@ -204,6 +204,13 @@ pub struct App {
 }
 
 impl App {
+    /// What the results count: steps/s for a script whose steps had no countable batch.
+    pub fn unit(&self) -> &'static str {
+        self.report
+            .as_ref()
+            .map_or("samples/s", |r| r.throughput_unit())
+    }
+
     pub fn new(name: impl Into<String>, source: impl Into<String>, sweep: SweepState) -> App {
         App {
             name: name.into(),

@@ -401,3 +401,29 @@ fn the_selected_row_is_drawn_wherever_it_is_in_a_long_table() {
     key(&mut app, KeyCode::Home);
     assert!(screen(&app, 120, 40).contains(&format!("▶ {}", app.rows[app.order[0]].label)));
 }
+
+/// A script whose steps had no countable batch: the results table, a trial's details and
+/// a live trial past warm-up say steps, never samples/s (#31).
+#[test]
+fn a_sweep_without_a_countable_batch_says_steps_per_second() {
+    let mut report = synthetic_report(4, 0).unwrap();
+    for t in &mut report.trials {
+        for r in &mut t.repeats {
+            r.batch_unknown = true;
+        }
+    }
+    let mut live = synthetic_live(&report);
+    live.samples_per_s = None;
+    let mut app = App::new("", "reports/synthetic", SweepState::Detached);
+    app.set_report(Arc::new(report), Mode::Finished, 4, Some(4));
+    app.live = Some(live);
+    let s = screen(&app, 120, 40);
+    assert!(s.contains("steps/s [95% CI]"), "{s}");
+    assert!(s.contains("batch size unknown"), "{s}");
+    assert!(!s.contains("samples/s"), "{s}");
+    key(&mut app, KeyCode::Enter);
+    assert!(matches!(app.overlay, Overlay::Trial(_)));
+    let s = screen(&app, 120, 40);
+    assert!(s.contains("steps/s: "), "{s}");
+    assert!(!s.contains("samples/s"), "{s}");
+}

@@ -291,6 +291,8 @@ impl App {
         let mut figures = Vec::new();
         match l.samples_per_s {
             Some(v) => figures.push(format!("{v:.1} samples/s")),
+            // Past warm-up with no figure: the hooks saw no batch to count (ms/step says it).
+            None if l.step > l.warmup => figures.push("batch size unknown".into()),
             None => figures.push("samples/s after warm-up".into()),
         }
         if let Some(s) = l.step_s {
@@ -364,11 +366,11 @@ impl App {
             return;
         }
         let header = Row::new([
-            "trial",
-            "status",
-            "samples/s [95% CI]",
-            "vs baseline [95% CI]",
-            "peak MiB",
+            "trial".to_string(),
+            "status".to_string(),
+            format!("{} [95% CI]", self.unit()),
+            "vs baseline [95% CI]".to_string(),
+            "peak MiB".to_string(),
         ])
         .style(Style::new().bold().underlined());
         // Only the rows that can be on screen: the table keeps the selection in view, so
@@ -565,7 +567,8 @@ fn render_trial_detail(app: &App, t: &TrialReport, area: Rect, buf: &mut Buffer)
     }
     lines.push(Line::from(format!("knobs: {}", knob_text(&t.knobs))));
     lines.push(Line::from(format!(
-        "samples/s: {} · vs baseline: {}",
+        "{}: {} · vs baseline: {}",
+        app.unit(),
         crate::report::markdown::throughput_cell(t),
         crate::report::markdown::ratio_cell(t, is_base)
     )));

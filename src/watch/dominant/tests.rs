@@ -237,3 +237,108 @@ fn a_float64_model_is_not_offered_amp() {
         ["amp = [\"off\", \"bf16\"]"]
     );
 }
+
+/// On a CPU without native bf16 (an Ice Lake Xeon ran bf16 at 0.32-0.61x of float32) a
+/// compute-bound CPU job is not offered amp: fused kernels are the hypothesis swept, and
+/// none where the script compiles already.
+#[test]
+fn a_cpu_without_native_bf16_is_offered_compile_not_amp() {
+    let s = summary(0.01, 0.96, 0.03);
+    let slow = script(&[("amp", "off"), (NO_NATIVE_BF16, "true")]);
+    let f = findings(&s, &slow);
+    assert_eq!(f[0].kind, FindingKind::Compute);
+    assert!(
+        f[0].hint.contains("without bf16 arithmetic") && !f[0].hint.contains("amp = bf16"),
+        "{}",
+        f[0].hint
+    );
+    assert_eq!(
+        sweep_knobs(&f, 2, &slow, None),
+        ["compile = [\"off\", \"default\"]"]
+    );
+    let compiled = script(&[
+        ("amp", "off"),
+        ("compile", "default"),
+        (NO_NATIVE_BF16, "true"),
+    ]);
+    let f = findings(&s, &compiled);
+    assert!(
+        f[0].hint.contains("compiles its model already"),
+        "{}",
+        f[0].hint
+    );
+    assert!(sweep_knobs(&f, 2, &compiled, None).is_empty());
+    // The same job where the CPU has it: bf16 is the hypothesis.
+    let fast = script(&[("amp", "off")]);
+    assert_eq!(
+        sweep_knobs(&findings(&s, &fast), 2, &fast, None),
+        ["amp = [\"off\", \"bf16\"]"]
+    );
+}
+
+/// Recompute inside backward is named beside the computation from RECOMPUTE_SHARE on, and
+/// adds the trial that runs the script's checkpoint calls plainly to the sweep.
+#[test]
+fn a_large_recompute_is_named_and_a_small_one_is_not() {
+    let with = |r: f64| {
+        let mut s = summary(0.3, 0.65, 0.05);
+        s.recompute_share = Some(r);
+        findings(&s, &script(&[]))
+    };
+    let f = with(0.2);
+    let kinds: Vec<FindingKind> = f.iter().map(|x| x.kind).collect();
+    assert_eq!(kinds, [FindingKind::Compute, FindingKind::Recompute]);
+    assert!(f[1].hint.contains("about 1.25x"), "{}", f[1].hint);
+    assert_eq!(
+        sweep_knobs(&f, 2, &script(&[]), None),
+        ["amp = [\"off\", \"bf16\"]", "checkpoint = [\"off\"]"]
+    );
+    assert_eq!(with(RECOMPUTE_SHARE * 0.9).len(), 1);
+}
+
+/// A frozen model's forward (a teacher's) is named beside the computation from
+/// NO_GRAD_SHARE on, with what removing it could give; it adds no sweep line (no knob of
+/// tune's acts on that model alone).
+#[test]
+fn a_large_forward_without_gradients_is_named_and_a_small_one_is_not() {
+    let with = |r: f64| {
+        let mut s = summary(0.8, 0.18, 0.02);
+        s.no_grad_share = Some(r);
+        findings(&s, &script(&[]))
+    };
+    let f = with(0.6);
+    let kinds: Vec<FindingKind> = f.iter().map(|x| x.kind).collect();
+    assert_eq!(kinds, [FindingKind::Compute, FindingKind::NoGrad]);
+    assert!(
+        f[1].finding.evidence.contains("60.0%"),
+        "{}",
+        f[1].finding.evidence
+    );
+    assert!(f[1].hint.contains("at most 2.50x"), "{}", f[1].hint);
+    assert_eq!(
+        sweep_knobs(&f, 2, &script(&[]), None),
+        ["amp = [\"off\", \"bf16\"]"]
+    );
+    assert_eq!(with(NO_GRAD_SHARE * 0.9).len(), 1);
+}
+
+/// A compute-bound step on fewer threads than the free cores gets the finding and the
+/// sweep line from the script's count to the count that fits; a step bound elsewhere, a
+/// script using every free core, and an oversubscribed one do not.
+#[test]
+fn idle_cores_under_a_compute_bound_step_are_named_and_swept() {
+    let (f, line) = idle_cores(Some(Threads::of(1, 2, 1.0)), true).unwrap();
+    assert_eq!(f.kind, FindingKind::IdleCores);
+    assert_eq!(line, "num_threads = [1, 2]");
+    assert!(f.hint.contains("torch.set_num_threads(2)"), "{}", f.hint);
+    assert_eq!(
+        idle_cores(Some(Threads::of(1, 4, 0.0)), true).unwrap().1,
+        "num_threads = [1, 4]"
+    );
+    assert!(idle_cores(Some(Threads::of(1, 2, 1.0)), false).is_none());
+    assert!(idle_cores(Some(Threads::of(2, 2, 1.0)), true).is_none());
+    // Another process takes a core: 1 thread on the one left is not idle capacity.
+    assert!(idle_cores(Some(Threads::of(1, 2, 50.0)), true).is_none());
+    assert!(idle_cores(Some(Threads::of(8, 2, 1.0)), true).is_none());
+    assert!(idle_cores(None, true).is_none());
+}

@@ -133,12 +133,23 @@ pub(super) fn run(
 }
 
 /// Whether rank 0 hung up on this member (it sends nothing after the rendezvous, so any
-/// readable end of stream is its exit).
+/// readable end of stream is its exit). A killed rank 0 that had not read this member's
+/// last step reports resets the connection rather than closing it: the kernel answers
+/// unread data with a reset, so the peek fails instead of reading 0 bytes (CI saw the
+/// member's error lose the dead rank's name that way).
 fn closed(st: &std::net::TcpStream) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
     let mut b = [0u8; 1];
-    st.set_read_timeout(Some(std::time::Duration::from_millis(200)))
-        .is_ok()
-        && matches!(st.peek(&mut b), Ok(0))
+    if st
+        .set_read_timeout(Some(std::time::Duration::from_millis(200)))
+        .is_err()
+    {
+        return false;
+    }
+    match st.peek(&mut b) {
+        Ok(n) => n == 0,
+        Err(e) => matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe),
+    }
 }
 
 /// Rank 0's NCCL unique id on every rank: sent over the rendezvous's ring as a sum in
@@ -162,4 +173,34 @@ fn share_id(rank: usize, ring: &dyn Collective) -> Result<Id> {
         *c = *x as u8 as std::ffi::c_char;
     }
     Ok(Id::uninit(internal))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::closed;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        (c, l.accept().unwrap().0)
+    }
+
+    #[test]
+    fn rank_0_gone_is_seen_whether_it_closed_or_reset() {
+        let (member, root) = pair();
+        assert!(!closed(&member), "an open connection is not closed");
+        drop(root);
+        assert!(closed(&member), "a clean close");
+
+        // Unread bytes at the root when it goes: the kernel resets the connection.
+        let (mut member, mut root) = pair();
+        member.write_all(&[7u8; 4096]).unwrap();
+        let mut one = [0u8; 1];
+        root.read_exact(&mut one).unwrap();
+        drop(root);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(closed(&member), "a reset");
+    }
 }
