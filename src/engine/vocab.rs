@@ -191,7 +191,8 @@ pub struct RunSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compile_s: Option<f64>,
     /// What the PyTorch hooks said at run time (a script's torch.save redirected, a
-    /// warm-up that never settled), in their words.
+    /// warm-up that never settled), in their words; for the engine's CPU backend, an
+    /// `amp` that computes in f32 here (`gemm_amp::amp_cpu_notice`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
     /// Tokens in a step where a script's batch is integer token ids (`[B, T]`), the
@@ -285,7 +286,12 @@ impl RunSummary {
             overrides: BTreeMap::new(),
             script_knobs: BTreeMap::new(),
             compile_s: None,
-            notices: Vec::new(),
+            notices: match backend {
+                "cpu" => crate::engine::ops::gemm_amp::amp_cpu_notice(k.amp)
+                    .into_iter()
+                    .collect(),
+                _ => Vec::new(),
+            },
             tokens_per_step: None,
             batch_unknown: false,
             step_phases: Vec::new(),
