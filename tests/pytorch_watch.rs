@@ -699,3 +699,27 @@ fn a_frozen_teachers_forward_is_measured_apart_and_named() {
     let found = off["findings"].as_array().cloned().unwrap_or_default();
     assert!(!found.iter().any(|f| f["kind"] == "no_grad"), "{found:#?}");
 }
+
+/// Gradients a script takes without `backward` (torch.func's per-sample gradients, as
+/// DP-SGD computes them; torch.autograd.grad) are the step's backward, not the script's
+/// own code: scripts/realistic/dpsgd.py read 68.6% "script" where its own timer gave the
+/// gradients 62.8%.
+#[test]
+fn gradients_taken_without_backward_are_the_steps_backward() {
+    let _serial = support::serial();
+    let test = "gradients_taken_without_backward_are_the_steps_backward";
+    let Some(py) = support::python(test) else {
+        return;
+    };
+    for via in ["func", "autograd"] {
+        let (o, r, _, _) = watch_fixture(&py, "per_sample.py", "60", &["--via", via]);
+        let share = &r["python"]["phase_share"];
+        let of = |k: &str| share[k].as_f64().unwrap_or(0.0);
+        let grads = of("forward") + of("backward");
+        let own = median_of(&o, "GRADS");
+        eprintln!("{test} ({via}): tune's forward and backward {grads:.3}, the script's own timer {own:.3}, script {:.3}", of("script"));
+        assert!(of("backward") > 0.1, "{via}: {share:#}");
+        assert!((grads - own).abs() < 0.15, "{via}: {share:#}");
+        assert!(of("script") < 1.0 - own + 0.15, "{via}: {share:#}");
+    }
+}

@@ -10,6 +10,7 @@ project's 800 lines.
 """
 
 import atexit
+import functools
 import os
 import weakref
 
@@ -246,6 +247,47 @@ def timed_recompute(run):
     return _timed(run, _into("recompute"))
 
 
+def _gradient_time(run):
+    """`run`, a gradient computation that no `backward` call makes, timed as the step's
+    backward less the module calls inside it: a torch.func transform runs the model's
+    forward itself, which the module hook times as the model's. The outermost one counts
+    (torch.func.grad calls torch.autograd.grad; grad of grad is a Hessian's)."""
+
+    @functools.wraps(run)
+    def timed(*args, **kwargs):
+        tl = _h._tl
+        if _h._off or os.getpid() != _h._pid or _h._depth["backward"] or _h._tc.compiling() or getattr(tl, "grads", False):
+            return run(*args, **kwargs)
+        tl.grads = True
+        model, t = _h._acc["model"], _h._now()
+        try:
+            return run(*args, **kwargs)
+        finally:
+            tl.grads = False
+            _h._add("backward", max(_h._now() - t - (_h._acc["model"] - model), 0.0))
+
+    return timed
+
+
+def _install_gradients(torch):
+    """Gradients a script takes without `backward`: torch.func's `grad` and
+    `grad_and_value` (DP-SGD's per-sample gradients, `vmap(grad(loss))`, took 63% of its
+    step by hand and were all read as the script's own code, no backward being called)
+    and torch.autograd.grad (a gradient penalty's, a meta-learner's inner step). A
+    script's `from torch.func import grad` runs after the hooks are in, so it gets these."""
+    func = getattr(torch, "func", None)
+    for name in ("grad", "grad_and_value"):
+        orig = getattr(func, name, None)
+        if orig is None:
+            continue
+
+        def transform(f, *args, _orig=orig, **kwargs):
+            return _gradient_time(_orig(f, *args, **kwargs))
+
+        setattr(func, name, functools.wraps(orig)(transform))
+    torch.autograd.grad = _gradient_time(torch.autograd.grad)
+
+
 def split():
     """Whether a step's time between the hooks splits into the model's calls and the
     script's own code: on the CPU, where a call's time is its work. A CUDA job's calls
@@ -280,6 +322,10 @@ def install(hook):
     hook._state["snaps"] = []
     hook._state["repeats"] = 0
     atexit.register(_job_end)
+    try:
+        _install_gradients(hook._torch)
+    except Exception as e:
+        hook._fail("torch.func's gradient transforms", e)
 
 
 def _alive(s):
