@@ -580,3 +580,43 @@ fn a_scripts_own_checkpointing_is_swept_off_and_measured() {
         "{recs:#?}"
     );
 }
+
+/// An amp trial that crashes because the script mixes precisions (a float32 buffer the
+/// script made, the model's bfloat16 outputs added into it) says so, and what would fix
+/// it; it does not ask whether the script calls optimizer.step(). The same script with
+/// the cast measures.
+#[test]
+fn an_amp_trial_that_meets_the_scripts_float32_tensors_says_why_it_crashed() {
+    let _serial = support::serial();
+    let Some(py) =
+        support::python("an_amp_trial_that_meets_the_scripts_float32_tensors_says_why_it_crashed")
+    else {
+        return;
+    };
+    for cast in [false, true] {
+        let d = tempfile::tempdir().unwrap();
+        let spec = format!(
+            "name = \"scatter\"\n[workload.python]\nrun = \"{} {}{}\"\nwarmup = 2\nsteps = 8\n\
+             min_seconds = 0\n[knobs]\namp = [\"off\", \"bf16\"]\n[search]\nrepeats = 1\n",
+            py.display(),
+            support::script("scatter.py").display(),
+            if cast { " --cast" } else { "" }
+        );
+        let (o, r) = support::sweep_script(d.path(), &spec);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let t = support::trial(&r, "amp=bf16");
+        if cast {
+            assert_eq!(t["status"], "ok", "{t}");
+            continue;
+        }
+        assert_eq!(t["status"], "crashed", "{t}");
+        let e = t["error"].as_str().unwrap_or("");
+        assert!(e.contains("must have the same scalar type"), "{e}");
+        assert!(
+            e.contains("the script's own tensors (float32) met the model's BFloat16"),
+            "{e}"
+        );
+        assert!(e.contains("before tune could measure one"), "{e}");
+        assert!(!e.contains("does the script call optimizer.step()"), "{e}");
+    }
+}

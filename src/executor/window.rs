@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::bridge::Events;
-use crate::knobs::Knobs;
+use crate::knobs::{Amp, Knobs};
 use crate::results::record::{Repeat, Status};
 use crate::runner::sweep::Outcome;
 use crate::spec::{Spec, Window, Workload};
@@ -224,9 +224,55 @@ pub(super) fn hooked_outcome(
             ok(r, with_compile(note))
         }
         (Ok(()), Err(why)) => Outcome::fail(Status::Failed, format!("`{line}`: {why}")),
-        (Err((status, why)), Ok(r)) => partial(*status, why, r, "step"),
-        (Err((status, why)), Err(steps)) => Outcome::fail(*status, format!("{why}; {steps}")),
+        (Err((status, why)), Ok(r)) => {
+            let amp = amp_unsafe(knobs, why).unwrap_or_default();
+            partial(*status, &format!("{why}{amp}"), r, "step")
+        }
+        (Err((status, why)), Err(steps)) => {
+            // The job's own error says why it made no steps: asking whether it calls
+            // optimizer.step() misled where a trial crashed at its first forward.
+            let compiling = events.steps.is_empty() && !events.compiled.is_empty();
+            let steps = if events.torch.is_some() && !compiling {
+                let n = events.steps.len();
+                let s = if n == 1 { "" } else { "s" };
+                format!("it ended after {n} optimizer step{s}, before tune could measure one")
+            } else {
+                steps
+            };
+            let amp = amp_unsafe(knobs, why).unwrap_or_default();
+            Outcome::fail(*status, format!("{why}; {steps}{amp}"))
+        }
     }
+}
+
+/// What a trial's crash under tune's autocast means, where its error is two precisions
+/// meeting: autocast runs the model's matrix products and convolutions in half
+/// precision and leaves the tensors the script makes itself (a `torch.zeros_like`
+/// buffer, an `index_add_` target) in float32, so the script is not autocast-safe and
+/// would crash the same way under its own `torch.autocast`. A mixture-of-experts
+/// script's `out.index_add_(0, rows, expert(x) * w)` crashed so ("self (Float) and
+/// source (BFloat16) must have the same scalar type"), and the sweep said only
+/// "crashed".
+fn amp_unsafe(knobs: &Knobs, why: &str) -> Option<String> {
+    let half = match knobs.amp {
+        Amp::Bf16 => "BFloat16",
+        Amp::Fp16 => "Half",
+        Amp::Off | Amp::Tf32 => return None,
+    };
+    const MIXED: [&str; 6] = [
+        "same scalar type",
+        "same dtype",
+        "expected scalar type",
+        "Found dtype",
+        "should be the same",
+        "have same dtype",
+    ];
+    (why.contains(half) && MIXED.iter().any(|m| why.contains(m))).then(|| {
+        format!(
+            "; under amp={} the script's own tensors (float32) met the model's {half}              outputs: autocast converts the model's matrix products and convolutions, not              what the script makes itself, so `torch.autocast` by hand would crash the same              way until the script casts at that line (`.to(other.dtype)`)",
+            knobs.amp
+        )
+    })
 }
 
 /// "compile 41.2 s (2 compilations: ResNet (default)), kept apart from the steady steps".
