@@ -613,7 +613,7 @@ fn an_amp_trial_that_meets_the_scripts_float32_tensors_says_why_it_crashed() {
         let e = t["error"].as_str().unwrap_or("");
         assert!(e.contains("must have the same scalar type"), "{e}");
         assert!(
-            e.contains("the script's own tensors (float32) met the model's BFloat16"),
+            e.contains("the script's own tensors (float32) met the model's BFloat16 outputs: autocast converts"),
             "{e}"
         );
         assert!(e.contains("before tune could measure one"), "{e}");

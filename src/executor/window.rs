@@ -269,7 +269,10 @@ fn amp_unsafe(knobs: &Knobs, why: &str) -> Option<String> {
     ];
     (why.contains(half) && MIXED.iter().any(|m| why.contains(m))).then(|| {
         format!(
-            "; under amp={} the script's own tensors (float32) met the model's {half}              outputs: autocast converts the model's matrix products and convolutions, not              what the script makes itself, so `torch.autocast` by hand would crash the same              way until the script casts at that line (`.to(other.dtype)`)",
+            "; under amp={} the script's own tensors (float32) met the model's {half} \
+             outputs: autocast converts the model's matrix products and convolutions, not \
+             what the script makes itself, so `torch.autocast` by hand would crash the same \
+             way until the script casts at that line (`.to(other.dtype)`)",
             knobs.amp
         )
     })

@@ -93,7 +93,11 @@ pub fn amp_cpu_notice(amp: Amp) -> Option<String> {
     };
     let what = match amp {
         Amp::Tf32 => "the trial measures fp32 again",
-        _ => "the trial measures the conversions to and from half precision, not half-precision arithmetic, and a GPU or a CPU with native half-precision units will differ",
+        _ => {
+            "the trial measures the conversions to and from half precision, not \
+             half-precision arithmetic, and a GPU or a CPU with native half-precision units \
+             will differ"
+        }
     };
     Some(format!("{path}; {what}"))
 }
