@@ -229,13 +229,14 @@ pub(super) fn hooked_outcome(
             partial(*status, &format!("{why}{amp}"), r, "step")
         }
         (Err((status, why)), Err(steps)) => {
-            // The job's own error says why it made no steps: asking whether it calls
-            // optimizer.step() misled where a trial crashed at its first forward.
+            // A crashed job's own error says why it made no steps: asking whether it
+            // calls optimizer.step() misled where a trial crashed at its first forward.
+            // A job still running at its time limit keeps the question.
             let compiling = events.steps.is_empty() && !events.compiled.is_empty();
-            let steps = if events.torch.is_some() && !compiling {
+            let steps = if *status == Status::Crashed && events.torch.is_some() && !compiling {
                 let n = events.steps.len();
                 let s = if n == 1 { "" } else { "s" };
-                format!("it ended after {n} optimizer step{s}, before tune could measure one")
+                format!("it ended after {n} timed step{s}, fewer than the 3 a measurement needs")
             } else {
                 steps
             };
