@@ -341,6 +341,7 @@ def _install_optimizer(torch):
             _st.stepped(optimizer, t)
         except Exception as e:  # not SystemExit: the window's stop goes through
             _fail("the optimizer step's end", e)
+        _md.reopen(torch)
 
     from torch.optim.optimizer import (
         register_optimizer_step_post_hook,
@@ -442,6 +443,7 @@ def _install_module_call(torch):
         dev = _device_of(torch, module, args)
         _tl.device = dev
         held = torch.is_grad_enabled() and getattr(_tl, "held", None) is None and not torch.is_autocast_enabled(dev)
+        _md.direct_forward(held and module.training, args, dev)
         _tl.ours = True
         try:
             ctx = torch.autocast(dev, dtype=dtype)
