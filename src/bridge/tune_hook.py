@@ -444,13 +444,7 @@ def _install_module_call(torch):
         _tl.device = dev
         held = torch.is_grad_enabled() and getattr(_tl, "held", None) is None and not torch.is_autocast_enabled(dev)
         _md.direct_forward(held and module.training, args, dev)
-        _tl.ours = True
-        try:
-            ctx = torch.autocast(dev, dtype=dtype)
-            ctx.__enter__()
-        finally:
-            _tl.ours = False
-        return args, ctx, held
+        return args, _md.enter(torch, dev, dtype), held
 
     def call(self, *args, **kwargs):
         # While dynamo traces a compiled model, its submodules' calls come here too.

@@ -142,21 +142,26 @@ def reopen(torch):
     (`direct_forward`): tune's autocast held from here until the next backward, zero_grad
     or optimizer step (`release`)."""
     dev = _h._state.get("early_amp")
-    dtype = autocast_dtype(torch, _h._knobs.get("amp"))
-    if dev is None or dtype is None or _h._off or getattr(_h._tl, "held", None) is not None:
+    if dev is None or _h._off or getattr(_h._tl, "held", None) is not None:
         return
+    dtype = autocast_dtype(torch, _h._knobs.get("amp"))
     try:
-        if torch.is_autocast_enabled(dev):
-            return
-        _h._tl.ours = True
-        try:
-            ctx = torch.autocast(dev, dtype=dtype)
-            ctx.__enter__()
-        finally:
-            _h._tl.ours = False
-        hold(ctx)
+        if dtype is not None and not torch.is_autocast_enabled(dev):
+            hold(enter(torch, dev, dtype))
     except Exception as e:
         _h._fail("autocast's opening", e)
+
+
+def enter(torch, dev, dtype):
+    """tune's own autocast region, entered: marked as tune's, so `install_autocast` does
+    not read it as the script's."""
+    _h._tl.ours = True
+    try:
+        ctx = torch.autocast(dev, dtype=dtype)
+        ctx.__enter__()
+    finally:
+        _h._tl.ours = False
+    return ctx
 
 
 def autocast_dtype(torch, amp):
