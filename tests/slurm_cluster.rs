@@ -42,8 +42,17 @@ fn answers() -> bool {
 
 /// Starts the local cluster when it is not up (idempotent); false, with the reason
 /// printed, when there is no Slurm here.
+///
+/// The start runs once, while every other test waits: slurmctld answers before the start
+/// script has resumed the node, so a second test seeing it answer could drain the node
+/// in that gap and have the script's resume undo the drain (the drained-node sweep then
+/// ran both jobs; seen when the tests started the cluster themselves).
 fn cluster(test: &str) -> bool {
-    if !answers() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        if answers() {
+            return;
+        }
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/slurm-local.sh");
         let out = Command::new(&script).arg("start").output();
         if let Ok(o) = &out {
@@ -51,7 +60,7 @@ fn cluster(test: &str) -> bool {
                 eprintln!("{}", show(o));
             }
         }
-    }
+    });
     if answers() {
         drained_first();
         return true;
