@@ -227,6 +227,7 @@ fn print_peak(threads: usize, p: Option<Peak>, json: bool) -> Result<()> {
         let v = serde_json::json!({
             "engine": "tune", "workload": "peak", "threads": threads,
             "f32_gflops": p.map(|p| p.f32_gflops),
+            "f32_unit": p.map(|p| p.f32_unit),
             "bf16_gflops": p.and_then(|p| p.bf16_gflops),
             "amx_bf16_gflops": p.and_then(|p| p.amx_bf16_gflops),
         });
@@ -234,7 +235,7 @@ fn print_peak(threads: usize, p: Option<Peak>, json: bool) -> Result<()> {
         return Ok(());
     }
     let Some(p) = p else {
-        println!("peak threads={threads}: not measured: the probe needs AVX-512F");
+        println!("peak threads={threads}: not measured: the probe needs AVX-512F or FMA");
         return Ok(());
     };
     let per = |g: f64| format!("{g:.0} GFLOP/s ({:.0} a core)", g / threads as f64);
@@ -244,8 +245,13 @@ fn print_peak(threads: usize, p: Option<Peak>, json: bool) -> Result<()> {
     let amx = p.amx_bf16_gflops.map_or(String::new(), |g| {
         format!("; bf16 AMX tiles (tdpbf16ps) {}", per(g))
     });
+    let width = if p.f32_unit == "fma" {
+        "256-bit"
+    } else {
+        "512-bit"
+    };
     println!(
-        "peak threads={threads}: f32 FMA {}; bf16 dot products (vdpbf16ps) {dot}{amx}",
+        "peak threads={threads}: f32 FMA ({width}) {}; bf16 dot products (vdpbf16ps) {dot}{amx}",
         per(p.f32_gflops)
     );
     Ok(())

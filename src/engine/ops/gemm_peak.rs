@@ -1,5 +1,6 @@
-//! The machine's multiply-add peak, measured: independent chains of AVX-512 FMAs (f32)
-//! and of `vdpbf16ps` (bf16 pairs into f32), timed on each of `threads` threads at once.
+//! The machine's multiply-add peak, measured: independent chains of FMAs (f32, AVX-512
+//! where the CPU has it, else AVX2's 256-bit FMA) and of `vdpbf16ps` (bf16 pairs into
+//! f32), timed on each of `threads` threads at once.
 //! What `tune bench` holds each row's useful GFLOP/s against (the idea of
 //! `../shared/peers/clock_probe512.c`). A GEMM cannot beat it; how close one gets says
 //! how much a faster kernel could still buy.
@@ -13,6 +14,9 @@ use crate::engine::ops::{gemm_amx, gemm_bf16};
 pub struct Peak {
     /// f32 FMAs (2 flops per lane).
     pub f32_gflops: f64,
+    /// The vector width the f32 chains ran at: "avx512f" or "fma" (AVX2's 256 bits), the
+    /// same names as the GEMM kernel families, since the GEMMs run at that width too.
+    pub f32_unit: &'static str,
     /// bf16 dot products (4 flops per lane), where the CPU has AVX512_BF16.
     pub bf16_gflops: Option<f64>,
     /// bf16 on AMX tiles (`tdpbf16ps`), where the CPU has them and Linux grants them.
@@ -46,14 +50,28 @@ fn timed(threads: usize, f: fn() -> f64) -> f64 {
 }
 
 /// Measures the peak on `threads` threads (about 0.2 s per precision on a quiet core).
-/// `None` on a CPU without AVX-512F, where the probe has no kernel.
+/// `None` on a CPU with neither AVX-512F nor FMA, where the probe has no kernel.
 pub fn measure(threads: usize) -> Option<Peak> {
     #[cfg(target_arch = "x86_64")]
     {
-        if !std::arch::is_x86_feature_detected!("avx512f") {
-            return None;
-        }
         let threads = threads.max(1);
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            // An AVX2 host (Zen 1-3, Haswell to Comet Lake): the gemm crate runs its FMA
+            // kernels there, so their peak is the 256-bit one; no bf16 unit exists.
+            if !(std::arch::is_x86_feature_detected!("avx")
+                && std::arch::is_x86_feature_detected!("fma"))
+            {
+                return None;
+            }
+            // SAFETY: AVX and FMA were detected above.
+            let f32_gflops = timed(threads, || unsafe { fma_f32_avx2() });
+            return Some(Peak {
+                f32_gflops,
+                f32_unit: "fma",
+                bf16_gflops: None,
+                amx_bf16_gflops: None,
+            });
+        }
         // SAFETY (both closures): AVX-512F (and AVX512_BF16 for the second) was detected
         // above.
         let f32_gflops = timed(threads, || unsafe { fma_f32() });
@@ -63,6 +81,7 @@ pub fn measure(threads: usize) -> Option<Peak> {
             gemm_amx::ready().then(|| timed(threads, || unsafe { gemm_amx::peak_flops() }));
         Some(Peak {
             f32_gflops,
+            f32_unit: "avx512f",
             bf16_gflops,
             amx_bf16_gflops,
         })
@@ -72,6 +91,33 @@ pub fn measure(threads: usize) -> Option<Peak> {
         let _ = threads;
         None
     }
+}
+
+/// 12 independent f32 FMA chains of 8 lanes: 12 of the 16 ymm registers, twice the
+/// 4-cycle latency x 2 FMA ports the widest AVX2 cores (Zen 2-3, Skylake) need to stay
+/// full, with room left for the two constants so nothing spills. Returns the flops done.
+///
+/// # Safety
+/// The CPU has AVX and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,fma")]
+unsafe fn fma_f32_avx2() -> f64 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_ps(); 12];
+    for (i, a) in acc.iter_mut().enumerate() {
+        *a = _mm256_set1_ps(i as f32 * 0.01);
+    }
+    let m = std::hint::black_box(_mm256_set1_ps(0.999_999));
+    let c = std::hint::black_box(_mm256_set1_ps(1e-7));
+    // Twice the AVX-512 chains' iterations: half the chains at half the width would
+    // otherwise make each call a quarter as long.
+    for _ in 0..2 * ITERS {
+        for a in acc.iter_mut() {
+            *a = _mm256_fmadd_ps(*a, m, c);
+        }
+    }
+    std::hint::black_box(acc);
+    (2 * ITERS * 12 * 8 * 2) as f64
 }
 
 /// 24 independent f32 FMA chains (as many as the bf16 kernel's accumulators, more than
