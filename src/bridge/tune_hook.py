@@ -409,8 +409,9 @@ def _install_module_call(torch):
         w4 = [p for p in module.parameters() if p.dim() == 4]
         if not w4:
             return
-        _state["conv_weights"] = True
         script_cl = any(w.is_contiguous(memory_format=nhwc) and not w.is_contiguous() for w in w4)
+        _script_value("channels_last", script_cl)
+        _state["conv_weights"] = True
         if cl and not script_cl:
             module.to(memory_format=nhwc)
         elif not cl and script_cl:

@@ -81,6 +81,23 @@ def _param_dtype(module):
     # bf16 arithmetic, which the watch reads from the host.
     device = max(devices, key=devices.get)
     _h._emit({"ev": "script_knob", "knob": "param_device", "value": device})
+    if _h._knobs.get("channels_last") is None:
+        _own_layout(params)
+
+
+def _own_layout(params):
+    """The trained model's memory layout as the script leaves it (`channels_last`,
+    "true" or "false"), where it has 4-D (convolution) weights: a conv net's watch can
+    then offer NHWC, and a sweep trial of it reads "your script already does this" where
+    the script converts its model itself. Under a `channels_last` trial tune_hook's
+    layout says it, before it changes the weights."""
+    import torch
+
+    w4 = [p for p in params if p.dim() == 4 and p.is_floating_point()]
+    if w4:
+        nhwc = torch.channels_last
+        own = any(w.is_contiguous(memory_format=nhwc) and not w.is_contiguous() for w in w4)
+        _h._script_value("channels_last", own)
 
 
 def one_model():

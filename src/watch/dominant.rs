@@ -11,6 +11,8 @@ use crate::advisor::fmt_pct;
 use crate::bridge::StepSummary;
 use crate::results::Finding;
 
+mod layout;
+
 /// The file `tune watch` writes beside its report when a finding has a sweep to test it.
 pub const SWEEP_TOML: &str = "sweep.toml";
 
@@ -96,16 +98,19 @@ pub fn findings(s: &StepSummary, script: &ScriptKnobs) -> Vec<WatchFinding> {
                     )
                 },
             },
-            hint: if float64(script) {
-                FLOAT64_HINT.into()
-            } else if slow_bf16(script) {
-                no_bf16_hint(script.get("compile").map(String::as_str))
-            } else {
-                compute_hint(
-                    script.get("amp").map(String::as_str),
-                    script.get("compile").map(String::as_str),
-                )
-            },
+            hint: layout::with_layout(
+                if float64(script) {
+                    FLOAT64_HINT.into()
+                } else if slow_bf16(script) {
+                    no_bf16_hint(script.get("compile").map(String::as_str))
+                } else {
+                    compute_hint(
+                        script.get("amp").map(String::as_str),
+                        script.get("compile").map(String::as_str),
+                    )
+                },
+                script,
+            ),
         }];
         out.extend(recompute(s));
         out.extend(no_grad(s));
@@ -503,6 +508,11 @@ pub fn sweep_knobs(
         if !out.contains(&line) {
             out.push(line);
         }
+    }
+    // The layout is measured beside whatever precision or compilation is left, and where
+    // nothing is (a float64 conv net).
+    if found.iter().any(|f| f.kind == FindingKind::Compute) && layout::nchw_convs(script) {
+        out.push(layout::SWEEP_LINE.into());
     }
     out
 }

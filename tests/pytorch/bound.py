@@ -10,6 +10,8 @@ findings. They know nothing of tune.
 --kind mixed: a deep narrow residual MLP (48 blocks of width 64) on a batch of 32,
   updated by SGD's per-parameter loop (foreach=False): the computation is the largest
   cost, and the update of its 300 small tensors about a quarter of the step.
+--kind conv: a small conv net on a batch of 64 32x32 images, SGD: its convolutions
+  dominate; `--channels-last` has the script put the model and its batch in NHWC itself.
 --kind data: a DataLoader (no workers) over a Dataset that takes 2 ms per sample, the
   model computing with as many threads as the process may use cores: waiting for data
   dominates, and a loader worker would have no core of its own.
@@ -67,14 +69,32 @@ def mixed(steps):
         opt.step()
 
 
+def conv(steps, nhwc):
+    net = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
+    )
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    x, y = torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))
+    if nhwc:
+        net = net.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--kind", choices=["optimizer", "compute", "mixed", "data"], required=True)
+    p.add_argument("--kind", choices=["optimizer", "compute", "mixed", "conv", "data"], required=True)
     p.add_argument("--steps", type=int, default=25)
     # The forward under the script's own bf16 autocast, as a mixed-precision recipe.
     p.add_argument("--autocast", action="store_true")
     # Adadelta (pytorch/examples' siamese_network and mnist): a foreach switch, no fused.
     p.add_argument("--optim", choices=["adam", "adadelta"], default="adam")
+    p.add_argument("--channels-last", action="store_true")
     args = p.parse_args()
     torch.manual_seed(0)
     if args.kind == "data":
@@ -82,6 +102,8 @@ def main():
     torch.set_num_threads(1)
     if args.kind == "mixed":
         return mixed(args.steps)
+    if args.kind == "conv":
+        return conv(args.steps, args.channels_last)
     if args.kind == "optimizer":
         width, depth, batch = 1024, 8, 2
     else:

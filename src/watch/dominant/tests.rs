@@ -34,7 +34,7 @@ fn a_quiet_machine_or_a_job_that_fits_is_not_oversubscribed() {
     let f = contention(Some("others used 50%".into()), Some(t)).unwrap();
     assert_eq!(f.finding.title, "other processes competed for the CPU");
 }
-fn found(kind: FindingKind) -> WatchFinding {
+pub(super) fn found(kind: FindingKind) -> WatchFinding {
     WatchFinding {
         kind,
         device: "python".into(),
@@ -46,7 +46,7 @@ fn found(kind: FindingKind) -> WatchFinding {
     }
 }
 
-fn script(pairs: &[(&str, &str)]) -> ScriptKnobs {
+pub(super) fn script(pairs: &[(&str, &str)]) -> ScriptKnobs {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -146,7 +146,7 @@ fn the_sweep_starts_at_the_scripts_own_values_and_skips_what_cannot_pay() {
     );
 }
 
-fn summary(forward: f64, backward: f64, optimizer: f64) -> StepSummary {
+pub(super) fn summary(forward: f64, backward: f64, optimizer: f64) -> StepSummary {
     serde_json::from_value(serde_json::json!({
         "torch": "2.x", "steps": 200, "steady_steps": 180, "median_step_ms": 10.1,
         "samples_per_s": 3181.0,
