@@ -18,8 +18,10 @@ use crate::limits::{self, Bound};
 
 mod checkpoint;
 mod doc;
+mod framework;
 mod torch;
 pub use doc::{table_markdown, TABLE_END, TABLE_START};
+pub use framework::{script_lines, FRAMEWORK};
 pub use torch::{name_optimizer, torch_line, torch_lines};
 
 /// How gradients are cleared between steps (`optimizer.zero_grad(set_to_none=...)`).

@@ -8,6 +8,10 @@
 #[path = "pytorch/support.rs"]
 mod support;
 
+/// Jobs whose loop a framework runs (Lightning, the Hugging Face Trainer).
+#[path = "pytorch/frameworks.rs"]
+mod frameworks;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;

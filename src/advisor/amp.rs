@@ -7,9 +7,9 @@ use crate::knobs::Amp;
 use crate::results::model::Recommendation;
 use crate::results::record::Status;
 
-/// The PyTorch lines for a precision policy on this backend.
-pub fn autocast_line(amp: Amp, backend: &str) -> String {
-    crate::knobs::torch_line("amp", &amp.to_string(), backend)
+/// The lines for a precision policy in this job.
+pub fn autocast_line(cx: &Ctx, amp: Amp) -> String {
+    cx.line("amp", &amp.to_string())
 }
 
 pub fn check(cx: &Ctx) -> Vec<Recommendation> {
@@ -69,7 +69,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                     title: format!("Train in mixed precision ({})", t.knobs.amp),
                     evidence: vec![format!("amp={}: {}", t.knobs.amp, cx.parity(t).describe())],
                     tune_flag: super::flag("amp", &t.knobs.amp.to_string()),
-                    pytorch: autocast_line(t.knobs.amp, cx.backend()),
+                    pytorch: autocast_line(cx, t.knobs.amp),
                 },
             ),
         );

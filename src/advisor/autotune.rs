@@ -5,7 +5,6 @@
 //! with when it was first needed (`late`, `eval`).
 
 use super::{measured_change, warning, Ctx, Say};
-use crate::knobs::torch_line;
 use crate::results::model::{Recommendation, TrialReport};
 use crate::results::record::Status;
 
@@ -44,10 +43,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                     "(leave {} off unless shapes are fixed)",
                     super::switch("autotune").unwrap_or_default()
                 ),
-                pytorch: format!(
-                    "{}  # input shapes vary",
-                    torch_line("autotune", "false", cx.backend())
-                ),
+                pytorch: format!("{}  # input shapes vary", cx.line("autotune", "false")),
             }));
         }
     }
@@ -63,7 +59,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                     title: "Autotune convolution/GEMM algorithms".into(),
                     evidence: Vec::new(),
                     tune_flag: super::flag("autotune", "true"),
-                    pytorch: torch_line("autotune", "true", cx.backend()),
+                    pytorch: cx.line("autotune", "true"),
                 },
             ),
         );

@@ -2,7 +2,6 @@
 //! with compute (`DataLoader(num_workers=N)`).
 
 use super::{fmt_pct, measured_change, unmeasured_change, Ctx, Say};
-use crate::knobs::torch_line;
 use crate::results::model::{Recommendation, Report, TrialReport};
 use crate::results::record::Status;
 
@@ -115,7 +114,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 title: format!("Load data in {n} worker threads"),
                 evidence,
                 tune_flag: super::flag("num_workers", &n.to_string()),
-                pytorch: torch_line("num_workers", &n.to_string(), cx.backend()),
+                pytorch: cx.line("num_workers", &n.to_string()),
             },
         )];
     }
@@ -144,7 +143,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
             ),
         ],
         tune_flag: super::flag("num_workers", &n.to_string()),
-        pytorch: torch_line("num_workers", &n.to_string(), cx.backend()),
+        pytorch: cx.line("num_workers", &n.to_string()),
     })]
 }
 
@@ -228,7 +227,7 @@ fn cheaper(cx: &Ctx, base: &TrialReport) -> Option<Recommendation> {
                 super::mib(base_mem as u64)
             )],
             tune_flag: super::flag("num_workers", &n.to_string()),
-            pytorch: torch_line("num_workers", &n.to_string(), cx.backend()),
+            pytorch: cx.line("num_workers", &n.to_string()),
         },
     );
     // The gain is memory, not speed: a tie is not a claimed speed-up.

@@ -37,8 +37,7 @@ fn lines(cx: &Ctx, t: &TrialReport, change: &Change) -> (String, String) {
     let mut tune: Vec<String> = knobs.iter().map(|(k, v)| flag(k, v)).collect();
     tune.extend(params.iter().map(|(k, v)| format!("{k}={v}")));
     tune.retain(|f| !f.is_empty());
-    let line = crate::knobs::torch_lines(knobs.iter().copied(), cx.backend());
-    let mut line = crate::knobs::name_optimizer(&line, cx.optimizer());
+    let mut line = cx.lines(knobs.iter().copied());
     if let (false, Workload::Command(c)) = (params.is_empty(), &cx.report.spec.workload) {
         if !line.is_empty() {
             line.push_str("; ");
@@ -406,5 +405,46 @@ mod tests {
             recs[0].pytorch
         );
         assert!(!recs[0].pytorch.contains("AdamW"), "{}", recs[0].pytorch);
+    }
+
+    /// A Lightning script's measured bf16 is its Trainer's precision, and the Hugging
+    /// Face Trainer's workers its TrainingArguments' (#31): before, both were told
+    /// PyTorch's autocast block and DataLoader call, which their loops own.
+    #[test]
+    fn a_frameworks_script_is_told_its_frameworks_setting() {
+        let s = crate::spec::Spec::parse(
+            "[workload.python]\nrun = \"python t.py\"\n[knobs]\n\
+             amp = [\"off\", \"bf16\"]\nnum_workers = [0, 2]\n",
+            "t.toml",
+        )
+        .unwrap();
+        for (framework, amp, workers) in [
+            (
+                "lightning",
+                "L.Trainer(..., precision=\"bf16-mixed\")",
+                "DataLoader(dataset, num_workers=2)",
+            ),
+            (
+                "transformers",
+                "TrainingArguments(..., bf16=True)",
+                "TrainingArguments(..., dataloader_num_workers=2)",
+            ),
+        ] {
+            let r = report(
+                &s,
+                vec![
+                    trial(&s, &[], 0.010).script_knob("framework", framework),
+                    trial(&s, &[("amp", "bf16")], 0.006),
+                    trial(&s, &[("num_workers", "2")], 0.007),
+                ],
+            );
+            let lines: Vec<&str> = r
+                .recommendations
+                .iter()
+                .map(|r| r.pytorch.as_str())
+                .collect();
+            assert!(lines.contains(&amp), "{framework}: {lines:?}");
+            assert!(lines.contains(&workers), "{framework}: {lines:?}");
+        }
     }
 }

@@ -8,12 +8,14 @@ use crate::results::record::Status;
 /// Copies above this share of a step are worth overlapping.
 pub const SHARE: f64 = 0.05;
 
-/// The knob table's pin_memory line, and the copy that makes use of it.
-fn pytorch() -> String {
-    format!(
-        "{}; x = x.to(\"cuda\", non_blocking=True)",
-        crate::knobs::torch_line("pin_memory", "true", "cuda")
-    )
+/// The pin_memory line, and the copy that makes use of it where the script makes its
+/// own copies (a framework's loop makes them non-blocking itself).
+fn pytorch(cx: &Ctx) -> String {
+    let line = cx.line("pin_memory", "true");
+    match cx.framework() {
+        Some(_) => line,
+        None => format!("{line}; x = x.to(\"cuda\", non_blocking=True)"),
+    }
 }
 
 pub fn check(cx: &Ctx) -> Vec<Recommendation> {
@@ -48,7 +50,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 title: "Pin host memory for device copies".into(),
                 evidence,
                 tune_flag: super::flag("pin_memory", "true"),
-                pytorch: pytorch(),
+                pytorch: pytorch(cx),
             },
         )];
     }
@@ -60,7 +62,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
         title: "Try pinned memory for host-to-device copies".into(),
         evidence: vec![seen, "pin_memory was not measured in this sweep".into()],
         tune_flag: super::flag("pin_memory", "true"),
-        pytorch: pytorch(),
+        pytorch: pytorch(cx),
     })]
 }
 

@@ -2,7 +2,7 @@
 //! saved and the throughput it cost in this sweep.
 
 use super::{fmt_pct, fmt_ratio, mib, unmeasured_change, Ctx, Say};
-use crate::knobs::{torch_line, Amp, Checkpoint};
+use crate::knobs::{Amp, Checkpoint};
 use crate::results::model::{RecKind, Recommendation, TrialReport};
 use crate::results::record::Status;
 use crate::results::Finding;
@@ -44,11 +44,11 @@ pub fn limit(cx: &Ctx) -> Option<(u64, String)> {
     env.host_memory_bytes.map(|b| (b, "host memory".into()))
 }
 
-fn pytorch(t: &TrialReport, backend: &str) -> String {
+fn pytorch(cx: &Ctx, t: &TrialReport) -> String {
     match t.knobs.amp {
         // TF32 keeps f32 storage: it saves no memory.
-        Amp::Off | Amp::Tf32 => torch_line("checkpoint", "sqrt", backend),
-        a => super::amp::autocast_line(a, backend),
+        Amp::Off | Amp::Tf32 => cx.line("checkpoint", "sqrt"),
+        a => super::amp::autocast_line(cx, a),
     }
 }
 
@@ -117,7 +117,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                     .into(),
             ],
             tune_flag: super::flag("checkpoint", "sqrt"),
-            pytorch: torch_line("checkpoint", "sqrt", cx.backend()),
+            pytorch: cx.line("checkpoint", "sqrt"),
         })];
     };
     let peak = used(cx, t).unwrap_or(0);
@@ -158,7 +158,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
         expected_gain: r,
         confidence: if r.is_some() { "high" } else { "medium" }.into(),
         tune_flag: super::flag(knob, &value),
-        pytorch: pytorch(t, cx.backend()),
+        pytorch: pytorch(cx, t),
         change: crate::spec::Change::of([knob], &t.knobs),
         ..Recommendation::default()
     }]

@@ -196,6 +196,26 @@ impl<'a> Ctx<'a> {
         &self.report.environment.backend
     }
 
+    /// The training framework whose loop ran the baseline's steps, as the hooks read it
+    /// (`knobs::FRAMEWORK`): a Lightning script's bf16 is `L.Trainer(precision=...)`.
+    pub fn framework(&self) -> Option<&'a str> {
+        let b = self.base?;
+        b.script_knobs
+            .get(crate::knobs::FRAMEWORK)
+            .map(String::as_str)
+    }
+
+    /// The line that sets `knob` to `value` in this job: its framework's setting where it
+    /// has one, else PyTorch's, the optimizer named as the script builds it.
+    pub fn line(&self, knob: &str, value: &str) -> String {
+        self.lines([(knob, value)])
+    }
+
+    /// [`Ctx::line`] for several knobs at once.
+    pub fn lines<'k>(&self, changes: impl IntoIterator<Item = (&'k str, &'k str)>) -> String {
+        crate::knobs::script_lines(changes, self.backend(), self.framework(), self.optimizer())
+    }
+
     /// Trials (any status) whose knobs differ from the baseline's in `knob` only.
     pub fn varying(&self, knob: &str) -> Vec<&'a TrialReport> {
         let base = self.base_knobs();

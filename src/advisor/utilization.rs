@@ -4,7 +4,6 @@
 //! idle time (the data-loading rule covers that).
 
 use super::{fmt_pct, measured_change, unmeasured_change, Ctx, Say};
-use crate::knobs::torch_line;
 use crate::results::model::{Recommendation, TrialReport};
 use crate::results::record::Status;
 
@@ -74,7 +73,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
                 title: format!("Raise the batch size to {b}"),
                 evidence,
                 tune_flag: super::flag("batch_size", &b.to_string()),
-                pytorch: torch_line("batch_size", &b.to_string(), cx.backend()),
+                pytorch: cx.line("batch_size", &b.to_string()),
             },
         )];
     }

@@ -2,7 +2,7 @@
 //! zero-filling: recommended when measured faster and learning the same.
 
 use super::{measured_change, mib, Ctx, Say};
-use crate::knobs::{torch_line, ZeroGrad};
+use crate::knobs::ZeroGrad;
 use crate::results::model::Recommendation;
 
 pub fn check(cx: &Ctx) -> Vec<Recommendation> {
@@ -31,7 +31,7 @@ pub fn check(cx: &Ctx) -> Vec<Recommendation> {
             title: "Release gradients instead of zero-filling them".into(),
             evidence,
             tune_flag: super::flag("zero_grad", "none"),
-            pytorch: torch_line("zero_grad", "none", cx.backend()),
+            pytorch: cx.line("zero_grad", "none"),
         },
     )]
 }

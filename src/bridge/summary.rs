@@ -87,6 +87,7 @@ pub(super) fn summarize(steps: &[Step]) -> Option<StepSummary> {
         no_grad_share: part(|x| x.no_grad),
         overrides: Vec::new(),
         not_applicable: BTreeMap::new(),
+        script_knobs: BTreeMap::new(),
         notices: Vec::new(),
         ranks: Vec::new(),
         processes: None,
@@ -146,6 +147,10 @@ pub struct StepSummary {
     pub not_applicable: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
+    /// What the script does by itself, as the hooks read it (`Events::script_knobs`):
+    /// its DataLoader's settings, its optimizer, the framework whose loop ran it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub script_knobs: BTreeMap<String, String>,
     /// Under torchrun, each rank's figures (the ones above are rank 0's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<RankSummary>,
@@ -196,6 +201,7 @@ impl Events {
         s.overrides = self.overrides.clone();
         s.not_applicable = self.not_applicable.clone();
         s.notices = self.notices.clone();
+        s.script_knobs = self.script_knobs.clone();
         s.stream_replayed = self.stream_replayed;
         s.processes = (self.procs.len() >= 2).then_some(self.procs.len());
         s.ranks = self

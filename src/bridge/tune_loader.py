@@ -301,7 +301,7 @@ def install(torch, hook):
         given = dict(sig.bind(self, *args, **kwargs).arguments)
         given.pop(next(iter(sig.parameters)), None)
         extra = given.pop("kwargs", {}) if "kwargs" in sig.parameters else {}
-        _loader_script_values(given)
+        _loader_script_values(self, given)
         for knob in dl_knobs:
             if knob not in _h._knobs:
                 continue
@@ -324,17 +324,40 @@ def install(torch, hook):
         given.update(extra)
         return given
 
-    def _loader_script_values(given):
+    def _loader_script_values(self, given):
+        """The loader's own settings, kept on it until it yields a training batch: the
+        script's values are the trained-on loader's. Lightning builds the validation
+        loader first (its sanity check), and its batch_size=256 was read as the
+        script's where the training loader's was 64."""
+        own = {}
+        sampler = given.get("batch_sampler")
         for knob in dl_knobs:
             value = given.get(knob)
-            if value is None and knob in sig.parameters:
+            if knob == "batch_size" and sampler is not None:
+                # Its batches are the sampler's (accelerate's shard of the Hugging Face
+                # Trainer's loader): batch_size's default 1 is not the script's.
+                value = getattr(sampler, "batch_size", None)
+            elif value is None and knob in sig.parameters:
                 value = sig.parameters[knob].default
             if isinstance(value, (bool, int)):
-                _h._script_value(knob, value)
+                own[knob] = value
+        self._tune_own = own
 
     # Always: the script's own loader settings are read even where no loader knob is
     # swept (cheap: once per DataLoader, never per batch).
     dl.DataLoader.__init__ = init
+
+    orig_iter = dl.DataLoader._get_iterator
+
+    def get_iterator(self):
+        it = orig_iter(self)
+        try:
+            it._tune_own = getattr(self, "_tune_own", None)
+        except Exception:
+            pass
+        return it
+
+    dl.DataLoader._get_iterator = get_iterator
 
     orig_next = dl._BaseDataLoaderIter.__next__
 
@@ -355,6 +378,13 @@ def install(torch, hook):
             _h._tl.loading = loading
             _h._add("eval" if evaluating else "data_wait", _h._now() - t)
         if os.getpid() == _h._pid and not evaluating:
+            # Gradients off: no training batch (Lightning's sanity check runs its
+            # validation under inference_mode before any model is known to train).
+            own = getattr(self, "_tune_own", None)
+            if own and _h._torch.is_grad_enabled():
+                self._tune_own = None
+                for knob, value in own.items():
+                    _h._script_value(knob, value)
             _replay_check(self, batch)
             # Summed over the step: under gradient accumulation one optimizer step
             # consumes several batches.

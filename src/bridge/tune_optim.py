@@ -11,6 +11,7 @@ by hand), and the watch's optimizer finding had no sweep to test it with.
 
 import inspect
 import os
+import sys
 import threading
 
 _h = None  # tune_hook, for its knobs and event helpers
@@ -158,9 +159,43 @@ def install(torch, hook):
         _wrap(torch, cls, accepts & {"fused", "foreach"})
 
 
+# The training frameworks whose own settings spell tune's knobs (`knobs::torch`'s
+# framework lines), by the module names of their training loops' frames. Lightning's and
+# the Hugging Face Trainer's loops run on Fabric's and accelerate's wrappers, so the loop
+# that holds them is named, not the wrapper.
+_FRAMEWORKS = (
+    ("lightning", ("lightning.pytorch.", "pytorch_lightning.")),
+    ("transformers", ("transformers.trainer",)),
+    ("fabric", ("lightning.fabric.", "lightning_fabric.")),
+    ("accelerate", ("accelerate.",)),
+)
+
+
+def framework_of(frame):
+    """The framework whose loop runs `frame` (a frame inside the first optimizer step),
+    or None for a loop of the script's own."""
+    found = set()
+    while frame is not None:
+        mod = frame.f_globals.get("__name__") or ""
+        for name, prefixes in _FRAMEWORKS:
+            if mod.startswith(prefixes):
+                found.add(name)
+        frame = frame.f_back
+    return next((name for name, _ in _FRAMEWORKS if name in found), None)
+
+
 def first_step_checks():
-    """Once a step has run: a trial's implementation that no optimizer took is said to be
-    not applicable, with the reason, so it is never recommended."""
+    """Once a step has run: the framework whose loop ran it, for the advice's lines (a
+    Lightning user's bf16 is `Trainer(precision="bf16-mixed")`, not an autocast block
+    around a loss the framework computes); and a trial's implementation that no optimizer
+    took is said to be not applicable, with the reason, so it is never recommended."""
+    if _h._pid == os.getpid():
+        try:
+            name = framework_of(sys._getframe(1))
+        except Exception:
+            name = None
+        if name is not None:
+            _h._emit({"ev": "script_knob", "knob": "framework", "value": name})
     want = _h._knobs.get("optim_impl")
     if want not in IMPLS or want == "default" or _state["applied"]:
         return

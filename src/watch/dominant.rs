@@ -107,6 +107,7 @@ pub fn findings(s: &StepSummary, script: &ScriptKnobs) -> Vec<WatchFinding> {
                     compute_hint(
                         script.get("amp").map(String::as_str),
                         script.get("compile").map(String::as_str),
+                        script.get(crate::knobs::FRAMEWORK).map(String::as_str),
                     )
                 },
                 script,
@@ -333,8 +334,9 @@ fn no_bf16_hint(compile: Option<&str>) -> String {
 /// project's AVX512_BF16 CPU autocast made a BiLSTM 1.39x faster and a small transformer
 /// LM 2x slower (scripts/realistic: lstm_text, char_lm). Under the script's own autocast
 /// (`amp`) the fused kernels of torch.compile are what is left, unless it compiles
-/// already (`compile`, its mode as the hooks read it).
-fn compute_hint(amp: Option<&str>, compile: Option<&str>) -> String {
+/// already (`compile`, its mode as the hooks read it). The bf16 line is the framework's
+/// where a framework's loop runs the steps (`Trainer(precision="bf16-mixed")`).
+fn compute_hint(amp: Option<&str>, compile: Option<&str>, framework: Option<&str>) -> String {
     if reduced(amp) {
         let fused = match compile {
             Some(mode) if mode != "off" => format!(
@@ -354,12 +356,16 @@ fn compute_hint(amp: Option<&str>, compile: Option<&str>) -> String {
             amp.unwrap_or_default()
         );
     }
-    "hypothesis: the step is compute-bound, so lower-precision arithmetic may shorten it: \
-     with torch.autocast(device, dtype=torch.bfloat16) (amp = bf16). Untested: it depends on \
-     the model and the hardware (on one AVX512_BF16 CPU it made an LSTM 1.39x faster and a \
-     small transformer 2x slower), so tune watch wrote sweep.toml beside this report to \
-     measure it, with the loss checked"
-        .into()
+    let how = match framework {
+        Some(f) => crate::knobs::script_lines([("amp", "bf16")], "cpu", Some(f), None),
+        None => "with torch.autocast(device, dtype=torch.bfloat16)".into(),
+    };
+    format!(
+        "hypothesis: the step is compute-bound, so lower-precision arithmetic may shorten it: \
+         {how} (amp = bf16). Untested: it depends on the model and the hardware (on one \
+         AVX512_BF16 CPU it made an LSTM 1.39x faster and a small transformer 2x slower), so \
+         tune watch wrote sweep.toml beside this report to measure it, with the loss checked"
+    )
 }
 
 /// The `optim_impl` implementations a trial could still switch the job's optimizers to:

@@ -527,25 +527,7 @@ fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {
         if let Some(f) = p.first_step_ms {
             rate.push_str(&format!("; first step {f:.1} ms (start-up, compilation)"));
         }
-        let accum = match (
-            p.closure_calls_per_step,
-            p.optimizer_steps_per_step,
-            p.backwards_per_step,
-        ) {
-            (Some(c), _, _) => format!(
-                ", {c:.0} forward and backward passes per step (the optimizer's closure, as \
-                 L-BFGS runs it; samples counted once)"
-            ),
-            (None, Some(o), b) => format!(
-                ", {o:.0} optimizer steps per step (several optimizers in turn: one step \
-                 is one round of them{})",
-                b.map_or(String::new(), |b| format!(", {b:.0} backward calls"))
-            ),
-            (None, None, Some(b)) if b > 1.0 => {
-                format!(", {b:.0} backward calls per step (gradient accumulation)")
-            }
-            _ => String::new(),
-        };
+        let accum = passes_per_step(p);
         eprintln!(
             "steps: {} (median {:.1} ms{rate}{accum}): {}",
             p.steps,
@@ -606,4 +588,70 @@ fn print_outcome(r: &WatchReport, paths: &[PathBuf]) {
     }
     let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     eprintln!("report: {}", shown.join(", "));
+}
+
+/// What one step holds beyond one forward and backward, for the steps line. A closure
+/// that ran once is no news: PyTorch Lightning hands every optimizer step its training
+/// step as a closure, and its jobs read "1 forward and backward passes per step (the
+/// optimizer's closure, as L-BFGS runs it)", which hid Lightning's own gradient
+/// accumulation (`accumulate_grad_batches=4`: three backward calls before the step, one
+/// inside its closure).
+fn passes_per_step(p: &crate::bridge::StepSummary) -> String {
+    match (
+        p.closure_calls_per_step.filter(|c| *c > 1.0),
+        p.optimizer_steps_per_step,
+        p.backwards_per_step,
+    ) {
+        (Some(c), _, _) => format!(
+            ", {c:.0} forward and backward passes per step (the optimizer's closure, as \
+             L-BFGS runs it; samples counted once)"
+        ),
+        (None, Some(o), b) => format!(
+            ", {o:.0} optimizer steps per step (several optimizers in turn: one step \
+             is one round of them{})",
+            b.map_or(String::new(), |b| format!(", {b:.0} backward calls"))
+        ),
+        (None, None, Some(b)) if b > 1.0 => {
+            format!(", {b:.0} backward calls per step (gradient accumulation)")
+        }
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::passes_per_step;
+
+    fn steps(extra: serde_json::Value) -> crate::bridge::StepSummary {
+        let mut v = serde_json::json!({
+            "torch": "2.x", "steps": 40, "steady_steps": 36, "median_step_ms": 441.0,
+            "samples_per_s": 580.5, "phase_share": {"forward": 0.45, "backward": 0.5},
+        });
+        if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// Lightning's `accumulate_grad_batches=4`: one closure call a step, four backward
+    /// calls. The line said "1 forward and backward passes per step (the optimizer's
+    /// closure, as L-BFGS runs it)".
+    #[test]
+    fn a_closure_run_once_is_not_named_and_accumulation_behind_it_is() {
+        let lightning = steps(serde_json::json!({
+            "closure_calls_per_step": 1.0, "backwards_per_step": 4.0,
+        }));
+        assert_eq!(
+            passes_per_step(&lightning),
+            ", 4 backward calls per step (gradient accumulation)"
+        );
+        let plain = steps(serde_json::json!({
+            "closure_calls_per_step": 1.0, "backwards_per_step": 1.0,
+        }));
+        assert_eq!(passes_per_step(&plain), "");
+        let lbfgs = steps(serde_json::json!({
+            "closure_calls_per_step": 20.0, "backwards_per_step": 1.0,
+        }));
+        assert!(passes_per_step(&lbfgs).contains("20 forward and backward passes"));
+    }
 }

@@ -198,22 +198,29 @@ fn a_script_under_its_own_autocast_is_not_offered_bf16() {
     );
     let both = script(&[("amp", "bf16"), ("compile", "default")]);
     assert!(sweep_knobs(&compute, 2, &both, None).is_empty());
-    let own = compute_hint(Some("bf16"), None);
+    let own = compute_hint(Some("bf16"), None, None);
     assert!(
         own.contains("under autocast (bf16) already")
             && !own.starts_with("hypothesis")
             && own.contains("compile = [\"off\", \"default\"]"),
         "{own}"
     );
-    let compiled = compute_hint(Some("bf16"), Some("default"));
+    let compiled = compute_hint(Some("bf16"), Some("default"), None);
     assert!(
         compiled.contains("compiles its model already") && !compiled.contains("compile = ["),
         "{compiled}"
     );
-    let off = compute_hint(Some("off"), None);
+    let off = compute_hint(Some("off"), None, None);
     assert!(
         off.starts_with("hypothesis") && off.contains("Untested"),
         "{off}"
+    );
+    assert!(off.contains("with torch.autocast(device"), "{off}");
+    // A Lightning script is told its Trainer's setting.
+    let lightning = compute_hint(Some("off"), None, Some("lightning"));
+    assert!(
+        lightning.contains("L.Trainer(..., precision=\"bf16-mixed\") (amp = bf16)"),
+        "{lightning}"
     );
 }
 

@@ -1,0 +1,63 @@
+"""A PyTorch Lightning job as its docs write one, small enough for a test: a
+LightningModule over an MLP, a LightningDataModule whose validation loader (batch 50) the
+Trainer builds first for its sanity check, a training loader of batch 16, and
+`accumulate_grad_batches=2`: Lightning calls backward once before each optimizer step and
+once inside the closure it hands `optimizer.step`. Trains "for hours" (max_epochs)."""
+import argparse
+
+import lightning as L
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Data(L.LightningDataModule):
+    def setup(self, stage=None):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(4096, 64, generator=g)
+        y = (x[:, :8].sum(1) > 0).long()
+        self.train_set = TensorDataset(x, y)
+        self.val_set = TensorDataset(x[:200], y[:200])
+
+    def train_dataloader(self):
+        return DataLoader(self.train_set, batch_size=16, shuffle=True)
+
+    def val_dataloader(self):
+        return DataLoader(self.val_set, batch_size=50)
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 2))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.net(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", F.cross_entropy(self.net(x), y))
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?", default=None, help="the Trainer's default_root_dir")
+    ap.add_argument("--accum", type=int, default=2)
+    args = ap.parse_args()
+    trainer = L.Trainer(
+        max_epochs=1000,
+        default_root_dir=args.out,
+        accelerator="cpu",
+        devices=1,
+        accumulate_grad_batches=args.accum,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Net(), Data())
