@@ -15,6 +15,7 @@ launchers close inherited descriptors, so a child that lacks it reopens it throu
 /proc/<holder>/fd/<n> of the nearest ancestor that has it (TUNE_BRIDGE_HOLDER).
 """
 
+import functools
 import json
 import os
 import sys
@@ -297,6 +298,8 @@ def _install_optimizer(torch):
 
     orig_init = opt.__init__
 
+    # functools.wraps: libraries read patched signatures (Lightning's, tune_loader.py).
+    @functools.wraps(orig_init)
     def init(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
         if _off:
@@ -444,7 +447,7 @@ def _install_module_call(torch):
         dev = _device_of(torch, module, args)
         _tl.device = dev
         held = torch.is_grad_enabled() and getattr(_tl, "held", None) is None and not torch.is_autocast_enabled(dev)
-        _md.direct_forward(held and module.training, args, dev)
+        _md.direct_forward(held and _st.training(module), args, dev)
         return args, _md.enter(torch, dev, dtype), held
 
     def call(self, *args, **kwargs):
@@ -457,10 +460,11 @@ def _install_module_call(torch):
                 # A checkpointed segment's forward, run again inside backward: backward's
                 # time, in the precision checkpoint restores, and no model of its own.
                 return _st.timed_recompute(orig_call)(self, *args, **kwargs)
-            if _state["t0"] is None and self.training:
+            train = _st.training(self)
+            if _state["t0"] is None and train:
                 _opened(_now())
             run = orig_call
-            if self.training and torch.is_grad_enabled():
+            if train and torch.is_grad_enabled():
                 trained = next(self.parameters(), None) is not None
                 if trained and not _st.in_step():
                     _st.manual(_now())
@@ -517,6 +521,7 @@ def _install_dp(torch):
     dp = torch.nn.DataParallel
     orig_init = dp.__init__
 
+    @functools.wraps(orig_init)
     def init(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
         if _off:

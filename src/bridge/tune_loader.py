@@ -5,6 +5,7 @@ read as its own values, and the time the loop waits for each batch. Apart from t
 so that each file stays under the project's 800 lines.
 """
 
+import functools
 import os
 import threading
 import weakref
@@ -284,6 +285,11 @@ def install(torch, hook):
     sig = inspect.signature(orig_init)
     dl_knobs = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
 
+    # functools.wraps: `inspect.signature` of the patched method is DataLoader's own.
+    # Lightning reads it to re-create a loader for a DistributedSampler (its DDP): with
+    # `(self, *args, **kwargs)` it found no `dataset` parameter and every DDP job failed
+    # "'DataLoader' object has no attribute '__dataset'".
+    @functools.wraps(orig_init)
     def init(self, *args, **kwargs):
         if _h._off:
             return orig_init(self, *args, **kwargs)
@@ -349,6 +355,7 @@ def install(torch, hook):
 
     orig_iter = dl.DataLoader._get_iterator
 
+    @functools.wraps(orig_iter)
     def get_iterator(self):
         it = orig_iter(self)
         try:

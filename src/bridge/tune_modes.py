@@ -6,6 +6,8 @@ overruled. Apart from tune_hook so that
 each file stays under the project's 800 lines.
 """
 
+import functools
+
 _h = None  # tune_hook, for its knobs, state and event helpers
 
 
@@ -219,6 +221,7 @@ def install_autocast(torch):
     gs = torch.amp.GradScaler
     orig_gs_init = gs.__init__
 
+    @functools.wraps(orig_gs_init)
     def gs_init(self, *args, **kwargs):
         orig_gs_init(self, *args, **kwargs)
         try:

@@ -9,6 +9,7 @@ Why a knob: a recommender's dense Adam over 3.2M embedding rows took 78% of its 
 by hand), and the watch's optimizer finding had no sweep to test it with.
 """
 
+import functools
 import inspect
 import os
 import sys
@@ -93,6 +94,7 @@ def _class_seen(made, cls, accepts):
 def _wrap(torch, cls, accepts):
     orig = cls.__init__
 
+    @functools.wraps(orig)
     def init(self, params, *args, **kwargs):
         want = _h._knobs.get("optim_impl")
         if _h._off or getattr(_tl, "inside", False):

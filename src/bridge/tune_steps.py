@@ -119,11 +119,31 @@ def one_model():
     return 0
 
 
+def training(module):
+    """Whether `module` is in training mode: its own flag, or, for a wrapper (`.module`,
+    Lightning's `._forward_module`), the wrapped model's. Lightning's DDP leaves its
+    DistributedDataParallel wrapper in eval mode after the sanity check and puts only the
+    LightningModule inside back in train mode: the wrapper's calls were not read as
+    training, and their forward was timed as the optimizer's (40% of the step, forward
+    1%)."""
+    nn = _h._torch.nn
+    for _ in range(4):
+        if module.training:
+            return True
+        inner = getattr(module, "module", None)
+        if not isinstance(inner, nn.Module):
+            inner = getattr(module, "_forward_module", None)
+        if not isinstance(inner, nn.Module):
+            return False
+        module = inner
+    return False
+
+
 def evaluated(module):
     """Whether this outermost call of `module` is the trained model's evaluation: in eval
     mode with gradients off (a forward in eval mode that backward follows is training)."""
     try:
-        return not module.training and not _h._torch.is_grad_enabled() and module in _trained
+        return not training(module) and not _h._torch.is_grad_enabled() and module in _trained
     except TypeError:  # a module that cannot be hashed: never one seen training
         return False
 
@@ -134,7 +154,7 @@ def evaluating():
     on)."""
     if os.getpid() != _h._pid or _h._torch.is_grad_enabled():
         return False
-    return any(not m.training for m in list(_trained))
+    return any(not training(m) for m in list(_trained))
 
 
 def _timed(run, record):

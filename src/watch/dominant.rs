@@ -613,29 +613,40 @@ pub const OVERSUBSCRIBED_BY: f64 = 0.5;
 /// The job's compute threads against the cores other processes left free.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Threads {
-    /// `torch.get_num_threads()` of the script, read by the hooks at its first step.
+    /// `torch.get_num_threads()` of the script, read by the hooks at its first step: in
+    /// each of its training processes.
     pub script: usize,
+    /// The training processes (DDP's ranks), each running `script` threads: Lightning's
+    /// 2 ranks of 1 thread on 2 cores were told "1 more core free".
+    pub procs: usize,
     /// Cores left free: the cores less other processes' mean use, in cores.
     pub free: f64,
-    /// The thread count that fits those cores (at least 1).
+    /// The thread count per process that fits those cores (at least 1).
     pub fit: usize,
     /// More threads than the free cores: they wait for one another at every parallel op.
     pub oversubscribed: bool,
+    /// The threads all processes together fit.
+    fit_all: usize,
 }
 
 impl Threads {
-    /// `script` threads on `cores` cores of which others kept `other_pct` percent busy.
-    pub fn of(script: usize, cores: usize, other_pct: f64) -> Threads {
+    /// `script` threads in each of `procs` processes on `cores` cores of which others
+    /// kept `other_pct` percent busy.
+    pub fn of(script: usize, procs: usize, cores: usize, other_pct: f64) -> Threads {
+        let procs = procs.max(1);
         let cores = cores.max(1) as f64;
         let free = (cores - other_pct.clamp(0.0, 100.0) / 100.0 * cores).max(0.0);
+        // The most threads not called oversubscribed: a quiet 2-core machine's 1.97
+        // free cores fit 2 (floor gave 1, and 1 thread ran a U-Net step in 52 ms
+        // against 36 ms with 2: scripts/realistic/oversub.py).
+        let fit_all = (((free + OVERSUBSCRIBED_BY).ceil() as usize).saturating_sub(1)).max(1);
         Threads {
             script,
+            procs,
             free,
-            // The most threads not called oversubscribed: a quiet 2-core machine's 1.97
-            // free cores fit 2 (floor gave 1, and 1 thread ran a U-Net step in 52 ms
-            // against 36 ms with 2: scripts/realistic/oversub.py).
-            fit: (((free + OVERSUBSCRIBED_BY).ceil() as usize).saturating_sub(1)).max(1),
-            oversubscribed: script as f64 >= free + OVERSUBSCRIBED_BY,
+            fit: (fit_all / procs).max(1),
+            oversubscribed: (script * procs) as f64 >= free + OVERSUBSCRIBED_BY,
+            fit_all,
         }
     }
 
@@ -644,8 +655,18 @@ impl Threads {
         if self.oversubscribed {
             0
         } else {
-            self.fit.saturating_sub(self.script)
+            self.fit_all.saturating_sub(self.script * self.procs)
         }
+    }
+
+    /// "2 PyTorch threads", or "1 PyTorch thread in each of 2 processes".
+    fn said(&self) -> String {
+        let each = match self.procs {
+            1 => String::new(),
+            n => format!(" in each of {n} processes"),
+        };
+        let s = if self.script == 1 { "" } else { "s" };
+        format!("{} PyTorch thread{s}{each}", self.script)
     }
 
     /// The `[knobs]` line of the sweep that tests fewer threads, when fewer would fit: the
@@ -678,9 +699,8 @@ pub fn idle_cores(threads: Option<Threads>, compute: bool) -> Option<(WatchFindi
         device: "host".into(),
         finding: Finding {
             title: format!(
-                "the compute-bound step runs on {} PyTorch thread{} with {} more core{} free",
-                t.script,
-                if t.script == 1 { "" } else { "s" },
+                "the compute-bound step runs on {} with {} more core{} free",
+                t.said(),
                 t.idle(),
                 if t.idle() == 1 { "" } else { "s" }
             ),
@@ -718,10 +738,9 @@ pub fn contention(foreign: Option<String>, threads: Option<Threads>) -> Option<W
         .collect();
     if let Some(t) = threads {
         evidence.push(format!(
-            "the script computes with {} PyTorch thread{} (torch.get_num_threads(), read by \
-             tune's hooks) and about {:.1} core{} {} free",
-            t.script,
-            if t.script == 1 { "" } else { "s" },
+            "the script computes with {} (torch.get_num_threads(), read by tune's hooks) \
+             and about {:.1} core{} {} free",
+            t.said(),
             t.free,
             if (t.free - 1.0).abs() < 0.05 { "" } else { "s" },
             if (t.free - 1.0).abs() < 0.05 {
@@ -734,8 +753,8 @@ pub fn contention(foreign: Option<String>, threads: Option<Threads>) -> Option<W
     let (title, hint) = match over {
         Some(t) => (
             format!(
-                "the job's {} PyTorch threads oversubscribe the CPU: more threads than free cores",
-                t.script
+                "the job's {} oversubscribe the CPU: more threads than free cores",
+                t.said()
             ),
             format!(
                 "threads beyond the free cores wait for one another at every parallel operation, \

@@ -414,9 +414,14 @@ pub fn run(opts: &Options) -> Result<i32> {
         stacks,
         timeline: timeline_rows(&snap.samples, MAX_POINTS_PER_SERIES),
     };
+    // Each training process (DDP's ranks, Hogwild!'s trainers) runs the script's threads.
+    let procs = report
+        .python
+        .as_ref()
+        .map_or(1, |p| p.processes.unwrap_or(p.ranks.len()).max(1));
     let threads = super::dominant::script_count(&script, "num_threads")
         .zip(super::html::cpu_load(&report))
-        .map(|(n, load)| super::dominant::Threads::of(n, report.environment.cores, load.2));
+        .map(|(n, load)| super::dominant::Threads::of(n, procs, report.environment.cores, load.2));
     // Contention first: it slows every phase the other findings measure (8 threads on 2
     // cores made a U-Net's step 3.3x longer, scripts/realistic/oversub.py).
     if let Some(f) = super::dominant::contention(super::html::foreign_load(&report), threads) {

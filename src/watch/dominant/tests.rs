@@ -3,7 +3,7 @@ use super::*;
 #[test]
 fn threads_beyond_the_free_cores_are_oversubscribed_and_fewer_proposed() {
     // 2 cores, one competing process: the default 2 threads have one core.
-    let t = Threads::of(2, 2, 50.0);
+    let t = Threads::of(2, 1, 2, 50.0);
     assert!(t.oversubscribed && t.fit == 1, "{t:?}");
     assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [2, 1]"));
     let f = contention(Some("others used 50%".into()), Some(t)).unwrap();
@@ -11,25 +11,25 @@ fn threads_beyond_the_free_cores_are_oversubscribed_and_fewer_proposed() {
     assert!(f.hint.contains("torch.set_num_threads(1)"), "{f:?}");
     assert!(f.finding.evidence.contains("2 PyTorch threads"), "{f:?}");
     // More threads than the machine has, with nothing else running.
-    let t = Threads::of(8, 4, 2.0);
+    let t = Threads::of(8, 1, 4, 2.0);
     assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [8, 4, 1]"));
     // A quiet 2-core machine's noise leaves 1.97 cores: 2 threads fit, not 1.
-    let t = Threads::of(8, 2, 1.5);
+    let t = Threads::of(8, 1, 2, 1.5);
     assert_eq!(t.fit, 2, "{t:?}");
     assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [8, 2, 1]"));
     // Half a core taken: 1.5 free cores fit one thread, as 2 are oversubscribed there.
-    let t = Threads::of(2, 2, 25.0);
+    let t = Threads::of(2, 1, 2, 25.0);
     assert!(t.oversubscribed && t.fit == 1, "{t:?}");
 }
 
 #[test]
 fn a_quiet_machine_or_a_job_that_fits_is_not_oversubscribed() {
     // A quiet machine's own few percent do not make 2 threads on 2 cores too many.
-    let t = Threads::of(2, 2, 5.0);
+    let t = Threads::of(2, 1, 2, 5.0);
     assert!(!t.oversubscribed, "{t:?}");
     assert!(contention(None, Some(t)).is_none());
     // One thread under load: contention is said, no thread count proposed.
-    let t = Threads::of(1, 2, 50.0);
+    let t = Threads::of(1, 1, 2, 50.0);
     assert!(!t.oversubscribed && t.sweep_line().is_none(), "{t:?}");
     let f = contention(Some("others used 50%".into()), Some(t)).unwrap();
     assert_eq!(f.finding.title, "other processes competed for the CPU");
@@ -334,18 +334,34 @@ fn a_large_forward_without_gradients_is_named_and_a_small_one_is_not() {
 /// script using every free core, and an oversubscribed one do not.
 #[test]
 fn idle_cores_under_a_compute_bound_step_are_named_and_swept() {
-    let (f, line) = idle_cores(Some(Threads::of(1, 2, 1.0)), true).unwrap();
+    let (f, line) = idle_cores(Some(Threads::of(1, 1, 2, 1.0)), true).unwrap();
     assert_eq!(f.kind, FindingKind::IdleCores);
     assert_eq!(line, "num_threads = [1, 2]");
     assert!(f.hint.contains("torch.set_num_threads(2)"), "{}", f.hint);
     assert_eq!(
-        idle_cores(Some(Threads::of(1, 4, 0.0)), true).unwrap().1,
+        idle_cores(Some(Threads::of(1, 1, 4, 0.0)), true).unwrap().1,
         "num_threads = [1, 4]"
     );
-    assert!(idle_cores(Some(Threads::of(1, 2, 1.0)), false).is_none());
-    assert!(idle_cores(Some(Threads::of(2, 2, 1.0)), true).is_none());
+    assert!(idle_cores(Some(Threads::of(1, 1, 2, 1.0)), false).is_none());
+    assert!(idle_cores(Some(Threads::of(2, 1, 2, 1.0)), true).is_none());
     // Another process takes a core: 1 thread on the one left is not idle capacity.
-    assert!(idle_cores(Some(Threads::of(1, 2, 50.0)), true).is_none());
-    assert!(idle_cores(Some(Threads::of(8, 2, 1.0)), true).is_none());
+    assert!(idle_cores(Some(Threads::of(1, 1, 2, 50.0)), true).is_none());
+    assert!(idle_cores(Some(Threads::of(8, 1, 2, 1.0)), true).is_none());
     assert!(idle_cores(None, true).is_none());
+    // Lightning's DDP: 2 ranks of 1 thread on 2 cores leave none idle; on 8, 3 more
+    // threads each fit.
+    assert!(idle_cores(Some(Threads::of(1, 2, 2, 1.0)), true).is_none());
+    let (f, line) = idle_cores(Some(Threads::of(1, 2, 8, 0.0)), true).unwrap();
+    assert_eq!(line, "num_threads = [1, 4]");
+    assert!(
+        f.finding
+            .title
+            .contains("1 PyTorch thread in each of 2 processes with 6 more cores"),
+        "{}",
+        f.finding.title
+    );
+    // 2 ranks of 2 threads on 2 cores oversubscribe them: 1 each fits.
+    let t = Threads::of(2, 2, 2, 1.0);
+    assert!(t.oversubscribed && t.fit == 1, "{t:?}");
+    assert_eq!(t.sweep_line().as_deref(), Some("num_threads = [2, 1]"));
 }
