@@ -21,7 +21,7 @@ mod doc;
 mod framework;
 mod torch;
 pub use doc::{table_markdown, TABLE_END, TABLE_START};
-pub use framework::{script_lines, FRAMEWORK};
+pub use framework::{framework_setting, script_lines, FRAMEWORK};
 pub use torch::{name_optimizer, torch_line, torch_lines};
 
 /// How gradients are cleared between steps (`optimizer.zero_grad(set_to_none=...)`).

@@ -126,6 +126,16 @@ fn spelling(framework: &str) -> Option<(&'static str, SpellFn)> {
 
 type SpellFn = fn(&str, &str, Option<&str>) -> Option<Spelled>;
 
+/// The framework's own setting for `knob = value` alone (`TrainingArguments(...,
+/// gradient_checkpointing=False)`), or None where it has none.
+pub fn framework_setting(framework: Option<&str>, knob: &str, value: &str) -> Option<String> {
+    let (call, spell) = framework.and_then(spelling)?;
+    Some(match spell(knob, value, None)? {
+        Spelled::Arg(a) => format!("{call}(..., {a})"),
+        Spelled::Line(l) => l.to_string(),
+    })
+}
+
 /// The lines that make `changes` in the script: its framework's settings call first
 /// (`L.Trainer(..., precision="bf16-mixed", benchmark=True)`) and its statements, then
 /// PyTorch's line of each knob the framework has no setting for, the optimizer named as
@@ -216,6 +226,20 @@ mod tests {
             ),
             "{hf}"
         );
+    }
+
+    #[test]
+    fn a_frameworks_own_setting_or_none() {
+        use super::framework_setting;
+        assert_eq!(
+            framework_setting(Some("transformers"), "checkpoint", "off").as_deref(),
+            Some("TrainingArguments(..., gradient_checkpointing=False)")
+        );
+        assert_eq!(
+            framework_setting(Some("lightning"), "checkpoint", "off"),
+            None
+        );
+        assert_eq!(framework_setting(None, "amp", "bf16"), None);
     }
 
     #[test]

@@ -301,6 +301,22 @@ fn a_large_recompute_is_named_and_a_small_one_is_not() {
         ["amp = [\"off\", \"bf16\"]", "checkpoint = [\"off\"]"]
     );
     assert_eq!(with(RECOMPUTE_SHARE * 0.9).len(), 1);
+    assert!(
+        f[1].hint.contains("call the checkpointed blocks directly"),
+        "{}",
+        f[1].hint
+    );
+    // A Hugging Face Trainer turns checkpointing on in its arguments: it is told there.
+    let mut s = summary(0.3, 0.65, 0.05);
+    s.recompute_share = Some(0.2);
+    let hf = findings(&s, &script(&[(crate::knobs::FRAMEWORK, "transformers")]));
+    assert!(
+        hf[1]
+            .hint
+            .contains("TrainingArguments(..., gradient_checkpointing=False)"),
+        "{}",
+        hf[1].hint
+    );
 }
 
 /// A frozen model's forward (a teacher's) is named beside the computation from
