@@ -249,7 +249,16 @@ pub fn evaluate(
                 &pred,
                 "the baseline run beside it",
             );
+            let cut = t
+                .as_ref()
+                .and_then(|t| t.error.as_deref())
+                .filter(|e| e.contains(crate::results::model::BUDGET_CUT));
+            let summary = match cut {
+                Some(e) => format!("{summary} ({e})"),
+                None => summary,
+            };
             Alone {
+                cut_short: cut.is_some(),
                 rule: rec.rule.clone(),
                 label,
                 predicted: p,

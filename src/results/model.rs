@@ -456,6 +456,11 @@ pub struct Alone {
     /// As `Confirmation::verdict`.
     pub verdict: String,
     pub summary: String,
+    /// The sweep's time budget ended its pairs before they all ran (`BUDGET_CUT`): a
+    /// gain too few pairs could not show, whose interval still reaches the prediction,
+    /// is unconfirmed, not withdrawn.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut_short: bool,
     /// As `Confirmation::contamination`, for this change's pairs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contamination: Option<Contamination>,
@@ -469,6 +474,11 @@ pub struct TrialSpan {
     pub start_s: f64,
     pub end_s: f64,
 }
+
+/// The note the runs of a confirmation carry where the sweep's time budget ended it
+/// before all its pairs ran (`runner::sweep`): "the time budget ended it after 1 of 4
+/// pairs".
+pub const BUDGET_CUT: &str = "the time budget ended it after";
 
 /// One sample of one metric of one device.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -673,7 +673,8 @@ impl<'a> Sweep<'a> {
             self.left_out(format!("'{}'", combo.label));
             return true;
         }
-        let note = format!("the time budget ended it after {pair} of {pairs} pairs");
+        let cut = crate::results::model::BUDGET_CUT;
+        let note = format!("{cut} {pair} of {pairs} pairs");
         for rec in recs.iter_mut() {
             rec.error.get_or_insert_with(|| note.clone());
         }

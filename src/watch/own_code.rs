@@ -31,6 +31,27 @@ pub(crate) fn finding(
     } else {
         ""
     };
+    // Lightning's tiny-model test job spent 34% of its step in this share: Lightning's
+    // own loop (hooks, logging, the progress bar), not the user's code.
+    let framework = match s
+        .script_knobs
+        .get(crate::knobs::FRAMEWORK)
+        .map(String::as_str)
+    {
+        Some("lightning") => {
+            " Lightning's loop runs your steps, so its own per-step work is \
+             in this share too: callbacks, `self.log` (on_step metrics, `sync_dist=True`) \
+             and the progress bar; where the model is small, a larger batch spreads it over \
+             more samples."
+        }
+        Some("transformers") => {
+            " The Hugging Face Trainer runs your steps, so its own \
+             per-step work is in this share too: callbacks, logging (`logging_steps`) and \
+             the progress bar; where the model is small, a larger batch spreads it over \
+             more samples."
+        }
+        _ => "",
+    };
     WatchFinding {
         kind: FindingKind::Script,
         device: "python".into(),
@@ -53,7 +74,7 @@ pub(crate) fn finding(
              causes are a loss or metrics computed element by element, a `.item()` or \
              `.cpu()` on every step for the log, an environment's simulation (reinforcement \
              learning), and Python loops over tensors that one batched operation would \
-             replace.{update}"
+             replace.{update}{framework}"
         ),
     }
 }
@@ -96,6 +117,19 @@ mod tests {
         assert!(!f[0].hint.contains("by hand"), "{}", f[0].hint);
         let knobs = crate::watch::dominant::sweep_knobs(&f, 2, &Default::default(), Some(0.0));
         assert!(knobs.is_empty(), "{knobs:?}");
+    }
+
+    #[test]
+    fn a_frameworks_loop_is_named_in_the_hint() {
+        let mut s = summary(
+            &[("script", 0.34), ("forward", 0.1), ("backward", 0.1)],
+            &[],
+        );
+        assert!(!finding(&s, 0.34, 0.2, 0.3, "").hint.contains("Lightning"));
+        s.script_knobs
+            .insert(crate::knobs::FRAMEWORK.into(), "lightning".into());
+        let hint = finding(&s, 0.34, 0.2, 0.3, "").hint;
+        assert!(hint.contains("Lightning's loop runs your steps"), "{hint}");
     }
 
     #[test]
