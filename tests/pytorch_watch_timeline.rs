@@ -214,7 +214,8 @@ fn token_ids_give_tokens_per_second_beside_samples() {
 /// A tokenizer's padded batches (a UserDict of `input_ids`, `attention_mask` and
 /// `labels`, as transformers' BatchEncoding is): tokens are the mask's ones, not the
 /// padded [B, T], from a DataLoader and from a loop that calls its model with keyword
-/// arguments only; samples are the batch's sequences in both.
+/// arguments only; samples are the batch's sequences in both. A collate's dataclass of
+/// the same fields reads the same (it read "batch size unknown").
 #[test]
 fn a_padded_batch_counts_its_real_tokens_and_its_sequences() {
     let _serial = support::serial();
@@ -222,7 +223,7 @@ fn a_padded_batch_counts_its_real_tokens_and_its_sequences() {
     let Some(py) = support::python(test) else {
         return;
     };
-    for args in [&["--loader"][..], &[][..]] {
+    for args in [&["--loader"][..], &[][..], &["--loader", "--dataclass"][..]] {
         let d = tempfile::tempdir().unwrap();
         let out = d.path().join("w");
         let o = Command::new(env!("CARGO_BIN_EXE_tune"))

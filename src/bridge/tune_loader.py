@@ -5,6 +5,7 @@ read as its own values, and the time the loop waits for each batch. Apart from t
 so that each file stays under the project's 800 lines.
 """
 
+import dataclasses
 import functools
 import os
 import threading
@@ -15,10 +16,14 @@ _h = None  # tune_hook, for its state and event helpers
 
 
 def _head(batch):
-    """The batch's first element that is no list or tuple."""
+    """The batch's first element that is no list or tuple; a dataclass (a collate_fn's
+    `Batch(features, target)`) as the mapping of its fields, which read "batch size
+    unknown" before."""
     x = batch
     while isinstance(x, (list, tuple)) and x:
         x = x[0]
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        x = {f.name: getattr(x, f.name, None) for f in dataclasses.fields(x)}
     return x
 
 

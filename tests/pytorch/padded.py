@@ -4,12 +4,14 @@ BatchEncoding is) of `input_ids` padded to the batch's longest sequence, its
 
 --loader: the batches come from a DataLoader whose collate pads them; without it the loop
 builds them itself and calls the model with keyword arguments only
-(`model(input_ids=..., attention_mask=...)`).
+(`model(input_ids=..., attention_mask=...)`). --dataclass: the collate returns a dataclass
+of the same three fields (a codebase's `Batch`), not a mapping.
 Each batch holds sequences of 8 to 64 tokens, the same lengths in every batch, so its
 real tokens are the same each step; the script prints them ("REAL <tokens>") and the
 padded count ("PADDED <tokens>")."""
 
 import argparse
+import dataclasses
 from collections import UserDict
 
 import torch
@@ -22,6 +24,19 @@ LENGTHS = [8, 16, 24, 32, 40, 48, 56, 64]
 
 class Encoding(UserDict):
     pass
+
+
+@dataclasses.dataclass
+class Encoded:
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    labels: torch.Tensor
+
+    def __getitem__(self, k):
+        return getattr(self, k)
+
+
+AS_DATACLASS = False
 
 
 class Texts(Dataset):
@@ -47,7 +62,8 @@ def collate(items):
         ids[row, : len(seq)] = seq
         mask[row, : len(seq)] = 1
     labels = torch.tensor([y for _, y in items])
-    return Encoding(input_ids=ids, attention_mask=mask, labels=labels)
+    kind = Encoded if AS_DATACLASS else Encoding
+    return kind(input_ids=ids, attention_mask=mask, labels=labels)
 
 
 class Classifier(nn.Module):
@@ -67,7 +83,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--loader", action="store_true")
     ap.add_argument("--steps", type=int, default=100000)
+    ap.add_argument("--dataclass", action="store_true")
     args = ap.parse_args()
+    global AS_DATACLASS
+    AS_DATACLASS = args.dataclass
     torch.manual_seed(0)
     torch.set_num_threads(1)
     vocab, batch = 1000, 16
