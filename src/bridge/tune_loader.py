@@ -223,14 +223,21 @@ def call_ended():
     _tl.counted = None
 
 
-def _batch_injectable(given):
+def _batch_injectable(self, given, want):
     """batch_size can replace the script's only where the DataLoader batches by it: not
-    with a batch_sampler (its batches are the sampler's) nor batch_size=None (samples)."""
-    if given.get("batch_sampler") is not None:
-        _h._not_applicable("batch_size", "the DataLoader takes a batch_sampler: its batches are the sampler's")
+    with a batch_sampler (its batches are the sampler's) nor batch_size=None (samples).
+    Where it cannot, the reason waits on the loader until it yields a training batch
+    (`next_`): only the trained-on loader's counts. A batch sampler of the trial's size
+    took it already: accelerate rebuilds the Hugging Face Trainer's loader around the
+    first one's sampler, and its batch_size=16 trial, which measured 1.64x, was called
+    "not applicable" and its gain drift."""
+    sampler = given.get("batch_sampler")
+    if sampler is not None:
+        if getattr(sampler, "batch_size", None) != want:
+            self._tune_na = "the DataLoader takes a batch_sampler: its batches are the sampler's"
         return False
     if "batch_size" in given and given["batch_size"] is None:
-        _h._not_applicable("batch_size", "the DataLoader is built with batch_size=None (no batching)")
+        self._tune_na = "the DataLoader is built with batch_size=None (no batching)"
         return False
     return True
 
@@ -316,7 +323,7 @@ def install(torch, hook):
         for knob in dl_knobs:
             if knob not in _h._knobs:
                 continue
-            if knob == "batch_size" and not _batch_injectable(given):
+            if knob == "batch_size" and not _batch_injectable(self, given, _h._knobs[knob]):
                 continue
             want = _h._knobs[knob]
             if knob in given and given[knob] is not None and given[knob] != want:
@@ -348,11 +355,14 @@ def install(torch, hook):
                 # Its batches are the sampler's (accelerate's shard of the Hugging Face
                 # Trainer's loader): batch_size's default 1 is not the script's.
                 value = getattr(sampler, "batch_size", None)
+            elif knob == "batch_size" and knob in given and value is None:
+                continue  # batch_size=None: the dataset's items are the batches
             elif value is None and knob in sig.parameters:
                 value = sig.parameters[knob].default
             if isinstance(value, (bool, int)):
                 own[knob] = value
         self._tune_own = own
+        self._tune_na = None
 
     # Always: the script's own loader settings are read even where no loader knob is
     # swept (cheap: once per DataLoader, never per batch).
@@ -365,6 +375,7 @@ def install(torch, hook):
         it = orig_iter(self)
         try:
             it._tune_own = getattr(self, "_tune_own", None)
+            it._tune_na = getattr(self, "_tune_na", None)
         except Exception:
             pass
         return it
@@ -393,10 +404,12 @@ def install(torch, hook):
             # Gradients off: no training batch (Lightning's sanity check runs its
             # validation under inference_mode before any model is known to train).
             own = getattr(self, "_tune_own", None)
-            if own and _h._torch.is_grad_enabled():
+            if own is not None and _h._torch.is_grad_enabled():
                 self._tune_own = None
                 for knob, value in own.items():
                     _h._script_value(knob, value)
+                if getattr(self, "_tune_na", None):
+                    _h._not_applicable("batch_size", self._tune_na)
             _replay_check(self, batch)
             # Summed over the step: under gradient accumulation one optimizer step
             # consumes several batches.

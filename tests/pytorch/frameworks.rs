@@ -138,3 +138,38 @@ fn a_lightning_ddp_job_runs_and_its_forward_is_its_forward() {
         "{p}"
     );
 }
+
+/// The Hugging Face Trainer's batch size swept: the Trainer builds a DataLoader of
+/// `per_device_train_batch_size`, which tune's knob sets, and accelerate rebuilds it
+/// around that loader's batch sampler. The trial trained on 16 a step and measured 1.64x,
+/// yet was called "not applicable" (the rebuilt loader takes a batch_sampler) and its
+/// gain "drift, not a knob".
+#[test]
+fn a_trainers_batch_size_trial_acts_and_is_said_to() {
+    let test = "a_trainers_batch_size_trial_acts_and_is_said_to";
+    let Some(py) = python_with(test, "transformers") else {
+        return;
+    };
+    let _machine = support::serial();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("pytorch_frameworks")
+        .join("trainer_batch");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = format!(
+        "name = \"trainer-batch\"\n[workload.python]\nrun = \"{} {} {}\"\nsteps = 8\n\
+         warmup = 2\n[knobs]\nbatch_size = [8, 16]\n[search]\nrepeats = 1\n",
+        py.display(),
+        support::script("hf_trainer.py").display(),
+        dir.join("job-out").display()
+    );
+    let (o, r) = support::sweep_script(&dir, &spec);
+    assert!(o.status.success(), "{}", show(&o));
+    let t = support::trial(&r, "batch_size=16");
+    assert_eq!(t["status"], "ok", "{t:#}");
+    let na = t["not_applicable"].as_object().map_or(0, |m| m.len());
+    assert_eq!(na, 0, "{t:#}");
+    assert!(t["overrides"]["batch_size"].is_string(), "{t:#}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(!stdout.contains("batch_size not applicable"), "{stdout}");
+}
