@@ -166,7 +166,9 @@ def install(torch, hook):
 # the Hugging Face Trainer's loops run on Fabric's and accelerate's wrappers, so the loop
 # that holds them is named, not the wrapper.
 _FRAMEWORKS = (
-    ("lightning", ("lightning.pytorch.", "pytorch_lightning.")),
+    ("lightning", ("lightning.pytorch.",)),
+    # The package before its 2.0 rename: its scripts `import pytorch_lightning as pl`.
+    ("pytorch_lightning", ("pytorch_lightning.",)),
     ("transformers", ("transformers.trainer",)),
     ("fabric", ("lightning.fabric.", "lightning_fabric.")),
     ("accelerate", ("accelerate.",)),

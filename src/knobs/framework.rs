@@ -17,6 +17,9 @@ pub const FRAMEWORK: &str = "framework";
 enum Spelled {
     /// Arguments of the framework's one settings call.
     Arg(String),
+    /// An argument with what else must change beside it, said in a comment at the end of
+    /// the line (a comment inside the call would swallow the arguments after it).
+    ArgNote(String, &'static str),
     /// A statement of its own.
     Line(&'static str),
 }
@@ -59,6 +62,12 @@ fn lightning(knob: &str, value: &str) -> Option<Spelled> {
             "def optimizer_zero_grad(self, epoch, batch_idx, optimizer): \
              optimizer.zero_grad(set_to_none=True)  # in your LightningModule",
         )),
+        // Lightning's move to the device keeps a module's memory format, and a
+        // channels_last weight makes the convolution choose NHWC for its input too.
+        ("channels_last", "true") => Some(Spelled::Line(
+            "model = model.to(memory_format=torch.channels_last)  \
+             # your LightningModule, before trainer.fit(model)",
+        )),
         ("zero_grad", "memset") => Some(Spelled::Line(
             "def optimizer_zero_grad(self, epoch, batch_idx, optimizer): \
              optimizer.zero_grad(set_to_none=False)  # in your LightningModule",
@@ -88,7 +97,10 @@ fn transformers(knob: &str, value: &str, optimizer: Option<&str>) -> Option<Spel
         ("pin_memory", v) => arg(format!("dataloader_pin_memory={}", py(v))),
         ("persistent_workers", v) => arg(format!("dataloader_persistent_workers={}", py(v))),
         ("prefetch_factor", v) => arg(format!("dataloader_prefetch_factor={v}")),
-        ("batch_size", v) => arg(format!("per_device_train_batch_size={v}")),
+        ("batch_size", v) => Some(Spelled::ArgNote(
+            format!("per_device_train_batch_size={v}"),
+            "and scale learning_rate",
+        )),
         ("grad_accum", v) => arg(format!("gradient_accumulation_steps={v}")),
         ("compile", "off") => arg("torch_compile=False".into()),
         ("compile", "default") => arg("torch_compile=True".into()),
@@ -117,6 +129,7 @@ fn accelerate(knob: &str, value: &str) -> Option<Spelled> {
 fn spelling(framework: &str) -> Option<(&'static str, SpellFn)> {
     Some(match framework {
         "lightning" => ("L.Trainer", |k, v, _| lightning(k, v)),
+        "pytorch_lightning" => ("pl.Trainer", |k, v, _| lightning(k, v)),
         "fabric" => ("Fabric", |k, v, _| fabric(k, v)),
         "transformers" => ("TrainingArguments", transformers),
         "accelerate" => ("Accelerator", |k, v, _| accelerate(k, v)),
@@ -132,6 +145,7 @@ pub fn framework_setting(framework: Option<&str>, knob: &str, value: &str) -> Op
     let (call, spell) = framework.and_then(spelling)?;
     Some(match spell(knob, value, None)? {
         Spelled::Arg(a) => format!("{call}(..., {a})"),
+        Spelled::ArgNote(a, note) => format!("{call}(..., {a})  # {note}"),
         Spelled::Line(l) => l.to_string(),
     })
 }
@@ -148,9 +162,14 @@ pub fn script_lines<'a>(
 ) -> String {
     let spell = framework.and_then(spelling);
     let (mut args, mut lines, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+    let mut notes = Vec::new();
     for (knob, value) in changes {
         match spell.and_then(|(_, f)| f(knob, value, optimizer)) {
             Some(Spelled::Arg(a)) => args.push(a),
+            Some(Spelled::ArgNote(a, note)) => {
+                args.push(a);
+                notes.push(note);
+            }
             Some(Spelled::Line(l)) => lines.push(l.to_string()),
             None => rest.push((knob, value)),
         }
@@ -159,12 +178,22 @@ pub fn script_lines<'a>(
     if let (Some((call, _)), false) = (spell, args.is_empty()) {
         out.push(format!("{call}(..., {})", args.join(", ")));
     }
-    out.extend(lines);
+    // A statement with a comment goes last: the comment would swallow what follows it.
+    let (commented, plain): (Vec<String>, Vec<String>) =
+        lines.into_iter().partition(|l| l.contains("  # "));
+    out.extend(plain);
     let generic = name_optimizer(&torch_lines(rest, backend), optimizer);
     if !generic.is_empty() {
         out.push(generic);
     }
-    out.join("; ")
+    out.extend(commented);
+    let mut line = out.join("; ");
+    if !notes.is_empty() {
+        // After a generic line's own comment, if it has one: "# a; b" stays one comment.
+        line.push_str(if line.contains("  # ") { "; " } else { "  # " });
+        line.push_str(&notes.join("; "));
+    }
+    line
 }
 
 #[cfg(test)]
@@ -240,6 +269,57 @@ mod tests {
             None
         );
         assert_eq!(framework_setting(None, "amp", "bf16"), None);
+    }
+
+    /// A script of the package before its rename (`import pytorch_lightning as pl`) is
+    /// told its own module's Trainer; a Trainer's larger batch says the learning rate must
+    /// follow, as PyTorch's line does; and a Lightning model's channels_last is the model's
+    /// conversion, with the statement whose comment would swallow others said last.
+    #[test]
+    fn lightnings_old_name_the_trainers_batch_and_lightnings_channels_last() {
+        let one = |k, v, fw| script_lines([(k, v)], "cpu", Some(fw), None);
+        assert_eq!(
+            one("amp", "bf16", "pytorch_lightning"),
+            "pl.Trainer(..., precision=\"bf16-mixed\")"
+        );
+        assert_eq!(
+            script_lines(
+                [("batch_size", "32"), ("amp", "bf16")],
+                "cpu",
+                Some("transformers"),
+                None
+            ),
+            "TrainingArguments(..., per_device_train_batch_size=32, bf16=True)  \
+             # and scale learning_rate"
+        );
+        let both = script_lines(
+            [
+                ("channels_last", "true"),
+                ("zero_grad", "memset"),
+                ("amp", "bf16"),
+            ],
+            "cpu",
+            Some("lightning"),
+            None,
+        );
+        assert!(
+            both.starts_with(
+                "L.Trainer(..., precision=\"bf16-mixed\"); \
+                 model = model.to(memory_format=torch.channels_last)  # your LightningModule"
+            ),
+            "{both}"
+        );
+        assert_eq!(both.matches("  # ").count(), 2, "{both}");
+        let workers = script_lines(
+            [("zero_grad", "none"), ("num_workers", "2")],
+            "cpu",
+            Some("lightning"),
+            None,
+        );
+        assert!(
+            workers.starts_with("DataLoader(dataset, num_workers=2); def optimizer_zero_grad"),
+            "{workers}"
+        );
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub(crate) fn finding(
         .get(crate::knobs::FRAMEWORK)
         .map(String::as_str)
     {
-        Some("lightning") => {
+        Some("lightning" | "pytorch_lightning") => {
             " Lightning's loop runs your steps, so its own per-step work is \
              in this share too: callbacks, `self.log` (on_step metrics, `sync_dist=True`) \
              and the progress bar; where the model is small, a larger batch spreads it over \
