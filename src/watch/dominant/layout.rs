@@ -28,10 +28,16 @@ pub(super) fn with_layout(hint: String, script: &ScriptKnobs) -> String {
     if !nchw_convs(script) {
         return hint;
     }
+    // A Lightning model is converted before trainer.fit, not where a loop of the
+    // script's own would convert each batch.
+    let framework = script.get(crate::knobs::FRAMEWORK).map(String::as_str);
+    let line =
+        crate::knobs::framework_setting(framework, CHANNELS_LAST, "true").unwrap_or_else(|| {
+            "model.to(memory_format=torch.channels_last), the same for each input batch".into()
+        });
     format!(
         "{hint}. Hypothesis too: your model's convolutions run in PyTorch's default NCHW \
-         layout, and channels_last (model.to(memory_format=torch.channels_last), the same \
-         for each input batch) lets oneDNN's or cuDNN's kernels skip their layout \
+         layout, and channels_last ({line}) lets oneDNN's or cuDNN's kernels skip their layout \
          conversions; by hand on a 2-core CPU it ran a ResNet-18 1.13x and a small conv \
          net 1.21x, but a transposed-conv generator 0.93x, so sweep.toml measures it \
          ({SWEEP_LINE})"
@@ -88,5 +94,14 @@ mod tests {
         ] {
             assert!(!hint(&other).contains("channels_last"), "{}", hint(&other));
         }
+        // A Lightning model is converted before trainer.fit, not batch by batch.
+        let lit = hint(&script(&[
+            ("amp", "off"),
+            (CHANNELS_LAST, "false"),
+            (crate::knobs::FRAMEWORK, "lightning"),
+        ]));
+        assert!(lit.contains("before trainer.fit(model)"), "{lit}");
+        assert!(!lit.contains("each input batch"), "{lit}");
+        assert!(nchw.contains("the same for each input batch"), "{nchw}");
     }
 }
