@@ -387,10 +387,10 @@ mod tests {
     }
 
     /// Measured 1.08x in the sweep; the baseline re-run beside the confirmation ran as
-    /// fast as the change, so its prediction (against the runs on both sides) no longer
-    /// clears 1, and neither does what the confirmation measured. A change recommended
-    /// for a speed-up is then not confirmed; before, "consistent with the prediction"
-    /// called it confirmed.
+    /// fast as the change, so the confirmation measured no gain. A change recommended for
+    /// a speed-up is then not confirmed; before, "consistent with the prediction" called
+    /// it confirmed. The prediction stays the sweep's: the confirmation's own baseline
+    /// run is what it is judged against, not a side of the sweep's trial.
     #[test]
     fn a_speed_up_whose_confirmation_measures_none_is_not_confirmed() {
         let s = spec("zero_grad = [\"memset\", \"none\"]", "");
@@ -404,8 +404,11 @@ mod tests {
         let rec = &r.recommendations[0];
         assert!(rec.expected_gain.is_some_and(|g| g.significant), "{rec:?}");
         let c = r.confirmation.unwrap();
-        // The set-up: the prediction itself is within noise now.
-        assert!(c.predicted.is_some_and(|p| !p.significant), "{c:?}");
+        assert!(
+            c.predicted.is_some_and(|p| p.significant && p.lo > 1.0),
+            "{:?}",
+            c.predicted
+        );
         assert_eq!(c.verdict, "not_confirmed", "{}", c.summary);
     }
 

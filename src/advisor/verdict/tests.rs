@@ -221,3 +221,36 @@ fn within_noise_is_never_fastest() {
     );
     assert!(st.empty[0].starts_with("Nothing significant"), "{st:?}");
 }
+
+/// The sweep's baseline and trial ran on a busy machine, the confirmation's pairs on a
+/// quiet one: the prediction is the sweep's 1.25x, which the pairs' 1.25x matches. Before,
+/// the confirmation's own quiet baseline run was taken as a side of the sweep's trial, the
+/// prediction became 0.5x after the fact, and the pairs were "above the predicted 0.50x"
+/// under "expect 1.25x (0.50x against the baseline runs on both sides of it)".
+#[test]
+fn the_prediction_is_the_sweeps_not_one_made_from_its_own_confirmations_baseline() {
+    let s = spec("num_workers = [0, 2]", "");
+    let base = trial(&s, &[], 0.010);
+    let t = trial(&s, &[("num_workers", "2")], 0.008);
+    let c = trial(&s, &[("num_workers", "2")], 0.0032);
+    let c_id = format!("{CONFIRM_PREFIX}{}", c.rec.id);
+    let b = trial(&s, &[], 0.004).with_id(format!("{CONFIRM_PREFIX}baseline"));
+    let r = report(&s, vec![base, t, c.with_id(c_id), b]);
+    let i = r
+        .recommendations
+        .iter()
+        .position(|x| x.change.get("num_workers") == Some("2"))
+        .unwrap_or_else(|| panic!("{:#?}", r.recommendations));
+    let c = r.confirmation.as_ref().unwrap();
+    let p = c.predicted.unwrap();
+    assert!(p.ratio > 1.2 && p.ratio < 1.3, "{p:?}");
+    assert_eq!(c.verdict, "matches", "{}", c.summary);
+    let v = &story(&r).recs[i];
+    assert!(!v.gain.contains("lesser"), "{v:?}");
+    assert!(
+        v.confirmation
+            .as_deref()
+            .is_some_and(|x| x.starts_with("confirmed")),
+        "{v:?}"
+    );
+}
