@@ -530,7 +530,8 @@ knob_table! {
         // The PyTorch hooks wrap the model's forward in autocast (GradScaler for fp16).
         EVERYWHERE,
         Torch::PerValue(&[
-            ("off", "# full precision (no autocast)"),
+            // A statement, not a comment: a comment swallowed the changes said after it.
+            ("off", "with torch.autocast(\"{device}\", enabled=False): loss = model(x)"),
             ("bf16", "with torch.autocast(\"{device}\", dtype=torch.bfloat16): loss = model(x)"),
             (
                 "fp16",

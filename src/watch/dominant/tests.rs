@@ -283,6 +283,50 @@ fn a_cpu_without_native_bf16_is_offered_compile_not_amp() {
     );
 }
 
+/// A script's own bf16 autocast on a CPU without bf16 arithmetic is offered float32:
+/// by hand an MLP ran 3.79x faster without its autocast on such a CPU, and the watch had
+/// said "no lower precision left to try". On a CPU with it, compile is what is left.
+#[test]
+fn a_scripts_own_bf16_on_a_cpu_without_it_is_offered_float32() {
+    let s = summary(0.01, 0.96, 0.03);
+    let own = script(&[("amp", "bf16"), (NO_NATIVE_BF16, "true")]);
+    let f = findings(&s, &own);
+    assert_eq!(f[0].kind, FindingKind::Compute);
+    assert!(
+        f[0].hint.contains("float32 may be faster")
+            && f[0].hint.contains("amp = [\"bf16\", \"off\"]"),
+        "{}",
+        f[0].hint
+    );
+    assert_eq!(
+        sweep_knobs(&f, 2, &own, None),
+        [
+            "amp = [\"bf16\", \"off\"]",
+            "compile = [\"off\", \"default\"]"
+        ]
+    );
+    let compiled = script(&[
+        ("amp", "bf16"),
+        ("compile", "default"),
+        (NO_NATIVE_BF16, "true"),
+    ]);
+    assert_eq!(
+        sweep_knobs(&findings(&s, &compiled), 2, &compiled, None),
+        ["amp = [\"bf16\", \"off\"]"]
+    );
+    let native = script(&[("amp", "bf16")]);
+    let f = findings(&s, &native);
+    assert!(
+        f[0].hint.contains("no lower precision left"),
+        "{}",
+        f[0].hint
+    );
+    assert_eq!(
+        sweep_knobs(&f, 2, &native, None),
+        ["compile = [\"off\", \"default\"]"]
+    );
+}
+
 /// Recompute inside backward is named beside the computation from RECOMPUTE_SHARE on, and
 /// adds the trial that runs the script's checkpoint calls plainly to the sweep.
 #[test]
