@@ -451,7 +451,9 @@ fn the_watch_names_an_optimizer_bound_and_a_compute_bound_step() {
     assert!(cwd.join("bound.py").is_file(), "{c:?}");
 
     // The same job under its own bf16 autocast: still compute-bound, but bf16 is what it
-    // runs already, so neither the hint nor the sweep offers it.
+    // runs already, so neither the hint nor the sweep offers it. On a CPU without bf16
+    // arithmetic, where its autocast converts around float32, float32 is offered instead
+    // (a small MLP ran 3.79x faster without its autocast by hand on such a CPU).
     let out = d.path().join("autocast");
     let o = Command::new(env!("CARGO_BIN_EXE_tune"))
         .arg("watch")
@@ -472,15 +474,15 @@ fn the_watch_names_an_optimizer_bound_and_a_compute_bound_step() {
         .iter()
         .find(|x| x["kind"] == "compute")
         .unwrap_or_else(|| panic!("{}", r["findings"]));
-    assert!(
-        f["hint"]
-            .as_str()
-            .unwrap()
-            .contains("autocast (bf16) already"),
-        "{f}"
-    );
+    let hint = f["hint"].as_str().unwrap();
     let sweep = std::fs::read_to_string(out.join("sweep.toml")).unwrap_or_default();
-    assert!(!sweep.contains("amp ="), "{sweep}");
+    if native {
+        assert!(hint.contains("autocast (bf16) already"), "{f}");
+        assert!(!sweep.contains("amp ="), "{sweep}");
+    } else {
+        assert!(hint.contains("float32 may be faster"), "{f}");
+        assert!(sweep.contains("amp = [\"bf16\", \"off\"]"), "{sweep}");
+    }
 }
 
 /// A compute-bound step whose per-parameter SGD loop takes a quarter of it: the
