@@ -7,6 +7,7 @@
 //! must clear the drift between them.
 
 use super::{fmt_ratio, Ctx};
+use crate::results::baselines::least;
 use crate::results::build::steady_slice;
 use crate::results::model::{BaselineRatio, Ratio, RecKind, Recommendation, Report, TrialReport};
 use crate::results::record::Status;
@@ -64,15 +65,10 @@ pub fn counted(r: &Report, rec: &Recommendation) -> Option<Ratio> {
     }
     let base_id = r.baseline.as_deref().unwrap_or_default();
     match t.filter(|t| !t.against.is_empty()) {
-        Some(t) => t
-            .against
-            .iter()
-            .filter(|b| crate::results::baselines::in_plan(&b.baseline, base_id))
-            .min_by(|a, b| a.ratio.lo.total_cmp(&b.ratio.lo))
-            .map(|b| b.ratio)
-            .or(rec.expected_gain),
-        None => against_rerun(r, rec).or(rec.expected_gain),
+        Some(t) => least(t, base_id).map(|b| b.ratio),
+        None => against_rerun(r, rec),
     }
+    .or(rec.expected_gain)
 }
 
 /// How far above 1 a gain's interval must stay to count, and the measured figure that set
@@ -389,7 +385,7 @@ fn unsettled(r: &Report, t: &TrialReport, pairs: usize, runs: Runs) -> Option<St
 mod tests {
     use super::super::testkit::{report, spec, trial};
     use super::*;
-    use crate::results::baselines::{again_id, least};
+    use crate::results::baselines::again_id;
 
     /// A change measured 1.19x [1.12, 1.27] whose two repeats ran 15% apart (the margin):
     /// worth confirming, since its gain clears the margin and its interval clears 1; the
@@ -413,7 +409,9 @@ mod tests {
             .unwrap_or_else(|| panic!("{:#?}", r.recommendations));
         let t = trial_of(&r, rec).unwrap();
         let m = margin_over(&r, Some(t), Runs::Plan).value;
-        let g = least(t).unwrap().ratio;
+        let g = least(t, r.baseline.as_deref().unwrap_or_default())
+            .unwrap()
+            .ratio;
         // The set-up: the margin sits between the interval's low end and the gain.
         assert!(
             g.lo > 1.0 && g.lo < 1.0 + m && g.ratio > 1.0 + m,

@@ -142,12 +142,10 @@ type SpellFn = fn(&str, &str, Option<&str>) -> Option<Spelled>;
 /// The framework's own setting for `knob = value` alone (`TrainingArguments(...,
 /// gradient_checkpointing=False)`), or None where it has none.
 pub fn framework_setting(framework: Option<&str>, knob: &str, value: &str) -> Option<String> {
-    let (call, spell) = framework.and_then(spelling)?;
-    Some(match spell(knob, value, None)? {
-        Spelled::Arg(a) => format!("{call}(..., {a})"),
-        Spelled::ArgNote(a, note) => format!("{call}(..., {a})  # {note}"),
-        Spelled::Line(l) => l.to_string(),
-    })
+    let (_, spell) = framework.and_then(spelling)?;
+    spell(knob, value, None)?;
+    // The framework spells it, so no backend's generic line is reached.
+    Some(script_lines([(knob, value)], "", framework, None))
 }
 
 /// The lines that make `changes` in the script: its framework's settings call first

@@ -179,11 +179,14 @@ pub(crate) fn ratio(a: &Steady, b: &Steady, seed: u64) -> Option<Ratio> {
     })
 }
 
-/// The least of `t`'s ratios against the baseline runs beside it (the one that counts),
-/// by its interval's low end; None when the baseline ran once.
-pub fn least(t: &TrialReport) -> Option<&BaselineRatio> {
+/// The least of `t`'s ratios against the plan's baseline runs beside it (the one that
+/// counts), by its interval's low end; None when the baseline ran once. Not a run beside a
+/// confirmation (`base_id` names the plan's baseline): that is what the confirmation is
+/// judged against, not a side of the sweep's trial.
+pub fn least<'a>(t: &'a TrialReport, base_id: &str) -> Option<&'a BaselineRatio> {
     t.against
         .iter()
+        .filter(|b| in_plan(&b.baseline, base_id))
         .min_by(|a, b| a.ratio.lo.total_cmp(&b.ratio.lo))
 }
 

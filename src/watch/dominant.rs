@@ -105,7 +105,7 @@ pub fn findings(s: &StepSummary, script: &ScriptKnobs) -> Vec<WatchFinding> {
                 if float64(script) {
                     FLOAT64_HINT.into()
                 } else if own_slow_bf16(script) {
-                    own_bf16_hint(script.get("compile").map(String::as_str))
+                    own_bf16_hint(script)
                 } else if slow_bf16(script) {
                     no_bf16_hint(script.get("compile").map(String::as_str))
                 } else {
@@ -240,12 +240,10 @@ fn own_slow_bf16(script: &ScriptKnobs) -> bool {
 const OWN_BF16_LINE: &str = "amp = [\"bf16\", \"off\"]";
 
 /// The compute hint where the script's own bf16 autocast runs converted (`own_slow_bf16`).
-fn own_bf16_hint(compile: Option<&str>) -> String {
-    let fused = match compile {
-        Some(mode) if mode != "off" => String::new(),
-        _ => ", and torch.compile's fused kernels beside it (compile = [\"off\", \"default\"])"
-            .into(),
-    };
+fn own_bf16_hint(script: &ScriptKnobs) -> String {
+    let fused = compile_line(script).map_or(String::new(), |l| {
+        format!(", and torch.compile's fused kernels beside it ({l})")
+    });
     format!(
         "hypothesis: your script computes under bf16 autocast on a CPU without bf16 \
          arithmetic of its own (no AVX512_BF16 or AMX in /proc/cpuinfo), where autocast \
